@@ -1,0 +1,3 @@
+from mmlens.cli import main
+
+raise SystemExit(main())
