@@ -1,0 +1,419 @@
+"""KV-cache events from vLLM and SGLang workers: decode, normalize, keep a resident index.
+
+Wire facts this module relies on (see the workers reference):
+- payload = msgpack of a batch, positional ``[ts, events, dp_rank]`` or a map
+  ``{ts, events, data_parallel_rank | attn_dp_rank}``;
+- an event is an array whose first element is its tag (legacy ``array_like``) or a map with
+  the tag under ``"type"`` (vLLM ≥ PR #42892, SGLang ≥ #37482); missing map keys mean None;
+- vLLM int hashes are unsigned 64-bit, SGLang's are signed int64 (both normalized to
+  unsigned here); ``bytes`` hashes (32-byte digests) are kept as lowercase hex;
+- ``extra_keys`` holds one entry per block; image identity is an ``[identifier, offset]`` pair
+  (vLLM main) or a bare identifier string (older vLLM).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from mmlens.records import (
+    AllBlocksCleared,
+    BlockHash,
+    BlockRemoved,
+    BlockStored,
+    ImageRef,
+    KVEvent,
+)
+
+MASK64 = (1 << 64) - 1
+MIN_INT64 = -(1 << 63)
+MAX_TOKEN_ID = (1 << 32) - 1
+MAX_BLOCK_SIZE = 1 << 16
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+_decoder = msgspec.msgpack.Decoder()
+
+
+class KVEventError(ValueError):
+    """A batch or event that cannot be used; ``kind`` is the health-counter key."""
+
+    def __init__(self, kind: str, message: str = "") -> None:
+        super().__init__(f"{kind}: {message}" if message else kind)
+        self.kind = kind
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+def decode_payload(payload: bytes) -> Any:
+    try:
+        return _decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise KVEventError("undecodable_msgpack", str(exc)) from None
+
+
+def parse_seq(frame: bytes) -> int:
+    """The 8-byte big-endian sequence frame of a PUB message."""
+    if len(frame) != 8:
+        raise KVEventError("truncated_frame", f"sequence frame of {len(frame)} bytes")
+    return int.from_bytes(frame, "big")
+
+
+def split_batch(obj: Any) -> tuple[float, list[Any], int | None]:
+    """``(ts, events, dp_rank)`` from a positional or map-encoded batch."""
+    if isinstance(obj, list):
+        if len(obj) < 2 or not isinstance(obj[1], list):
+            raise KVEventError("bad_batch", "positional batch without an events list")
+        ts, events = obj[0], obj[1]
+        rank = obj[2] if len(obj) > 2 else None
+    elif isinstance(obj, dict):
+        events = obj.get("events")
+        if not isinstance(events, list):
+            raise KVEventError("bad_batch", "map batch without an events list")
+        ts = obj.get("ts")
+        rank = obj.get("data_parallel_rank", obj.get("attn_dp_rank"))
+    else:
+        raise KVEventError("bad_batch", f"batch is a {type(obj).__name__}")
+    if not isinstance(ts, int | float) or isinstance(ts, bool) or ts != ts or ts < 0:
+        raise KVEventError("bad_number", f"batch ts {ts!r}")
+    if rank is not None and (not isinstance(rank, int) or rank < 0 or rank > 65535):
+        raise KVEventError("bad_number", f"dp rank {rank!r}")
+    return float(ts), events, rank
+
+
+# --- normalization ----------------------------------------------------------------------------
+
+
+def normalize_hash(value: Any) -> BlockHash:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < MIN_INT64 or value > MASK64:
+            raise KVEventError("oversize_number", f"block hash {value}")
+        return value & MASK64
+    raise KVEventError("bad_event", f"block hash of type {type(value).__name__}")
+
+
+def normalize_hashes(values: Any) -> list[BlockHash]:
+    if not isinstance(values, list):
+        raise KVEventError("bad_event", "block_hashes is not a list")
+    if not values:
+        return values
+    try:
+        lo, hi = min(values), max(values)
+        if lo >= 0 and hi <= MASK64 and type(lo) is int and type(hi) is int:
+            return values  # already unsigned ints: the common vLLM case, no copy
+    except TypeError:
+        pass  # mixed or bytes: fall through to the per-item path
+    return [normalize_hash(v) for v in values]
+
+
+def _check_tokens(tokens: Any) -> list[int]:
+    if not isinstance(tokens, list):
+        raise KVEventError("bad_event", "token_ids is not a list")
+    # One C pass that rejects negatives, ids ≥ 2^32 and non-integers (4× faster than min+max).
+    try:
+        array("I", tokens)
+    except OverflowError:
+        raise KVEventError("bad_number", "token id out of range") from None
+    except TypeError:
+        raise KVEventError("bad_event", "non-integer token id") from None
+    return tokens
+
+
+def _is_hex_id(text: str) -> bool:
+    if len(text) < 16:
+        return False
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def image_refs(entry: Any) -> tuple[ImageRef, ...] | None:
+    """Image refs of one block's ``extra_keys`` entry.
+
+    ``[["ab12…", 4]]`` → ``(ImageRef("ab12…", 4),)`` (vLLM main: identifier, offset of the item
+    relative to the block start, negative when the image began in an earlier block);
+    ``["ab12…"]`` → ``(ImageRef("ab12…", None),)`` (older vLLM); LoRA names, cache salts and
+    other plain strings are not images.
+    """
+    if not entry:
+        return None
+    if not isinstance(entry, list):
+        entry = [entry]
+    refs: list[ImageRef] = []
+    for item in entry:
+        if isinstance(item, list) and item and isinstance(item[0], str):
+            offset = item[1] if len(item) > 1 and isinstance(item[1], int) else None
+            refs.append(ImageRef(item[0], offset))
+        elif isinstance(item, str) and _is_hex_id(item):
+            refs.append(ImageRef(item, None))
+        elif isinstance(item, bytes) and len(item) >= 8:
+            refs.append(ImageRef(item.hex(), None))
+    return tuple(refs) or None
+
+
+def _images_of(extra_keys: Any) -> list[tuple[ImageRef, ...] | None] | None:
+    if not isinstance(extra_keys, list) or extra_keys.count(None) == len(extra_keys):
+        return None
+    images = [image_refs(e) for e in extra_keys]
+    return images if any(images) else None
+
+
+_TAGS = frozenset({"BlockStored", "BlockRemoved", "AllBlocksCleared"})
+
+
+def _at(raw: list[Any], idx: int) -> Any:
+    return raw[idx] if idx < len(raw) else None
+
+
+def normalize_event(raw: Any, worker: str, rank: int, seq: int, ts: float) -> KVEvent:
+    """One event, array-encoded (tag first, fields in declaration order) or map-encoded.
+
+    Positional BlockStored: tag, block_hashes, parent_block_hash, token_ids, block_size,
+    lora_id, medium, lora_name, extra_keys, group_idx, …; SGLang's BlockStoredWithMetadata puts
+    a dict at the lora_name position, which the type checks below drop.
+    """
+    if isinstance(raw, dict):
+        tag = raw.get("type")
+        if not isinstance(tag, str) or tag not in _TAGS:
+            raise KVEventError("unknown_event_tag", repr(tag)[:60])
+        if tag == "BlockStored":
+            return _stored(worker, rank, seq, ts, raw.get("block_hashes"),
+                           raw.get("parent_block_hash"), raw.get("token_ids", []),
+                           raw.get("block_size"), raw.get("medium"), raw.get("lora_name"),
+                           raw.get("extra_keys"))
+        if tag == "BlockRemoved":
+            return _removed(worker, rank, seq, ts, raw.get("block_hashes"), raw.get("medium"))
+        return AllBlocksCleared(worker, rank, seq, ts)
+    if isinstance(raw, list) and raw:
+        tag = raw[0]
+        if not isinstance(tag, str) or tag not in _TAGS:
+            raise KVEventError("unknown_event_tag", repr(tag)[:60])
+        if tag == "BlockStored":
+            if len(raw) < 5:
+                raise KVEventError("bad_event", f"BlockStored with {len(raw)} fields")
+            return _stored(worker, rank, seq, ts, raw[1], raw[2], raw[3], raw[4],
+                           _at(raw, 6), _at(raw, 7), _at(raw, 8))
+        if tag == "BlockRemoved":
+            if len(raw) < 2:
+                raise KVEventError("bad_event", "BlockRemoved without hashes")
+            return _removed(worker, rank, seq, ts, raw[1], _at(raw, 2))
+        return AllBlocksCleared(worker, rank, seq, ts)
+    raise KVEventError("bad_event", f"event is a {type(raw).__name__}")
+
+
+def _stored(worker: str, rank: int, seq: int, ts: float, hashes: Any, parent: Any,
+            tokens: Any, block_size: Any, medium: Any, lora_name: Any, extra_keys: Any,
+            ) -> BlockStored:
+    if type(block_size) is not int or block_size <= 0 or block_size > MAX_BLOCK_SIZE:
+        raise KVEventError("bad_number", f"block_size {block_size!r}")
+    return BlockStored(
+        worker, rank, seq, ts, normalize_hashes(hashes),
+        None if parent is None else normalize_hash(parent),
+        _check_tokens(tokens), block_size,
+        medium if isinstance(medium, str) else None,
+        lora_name if isinstance(lora_name, str) else None,
+        _images_of(extra_keys) if extra_keys else None,
+    )
+
+
+def _removed(worker: str, rank: int, seq: int, ts: float, hashes: Any, medium: Any,
+             ) -> BlockRemoved:
+    return BlockRemoved(worker, rank, seq, ts, normalize_hashes(hashes),
+                        medium if isinstance(medium, str) else None)
+
+
+def normalize_batch(
+    obj: Any, worker: str, seq: int, default_rank: int = 0,
+    errors: dict[str, int] | None = None,
+) -> tuple[float, int, list[KVEvent]]:
+    """Normalize a decoded batch; bad events are counted in ``errors`` by kind and skipped."""
+    ts, raw_events, rank = split_batch(obj)
+    rank = default_rank if rank is None else rank
+    out: list[KVEvent] = []
+    for raw in raw_events:
+        try:
+            out.append(normalize_event(raw, worker, rank, seq, ts))
+        except KVEventError as exc:
+            if errors is None:
+                raise
+            errors[exc.kind] = errors.get(exc.kind, 0) + 1
+    return ts, rank, out
+
+
+# --- sequence tracking ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SeqVerdict:
+    status: str  # first | ok | gap | restart | stale
+    missing_from: int | None = None
+    missing_to: int | None = None  # inclusive
+
+
+class SequenceTracker:
+    """Per (worker, rank) publisher sequence: gaps, restarts (seq back to 0), stale replays."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[str, int], int] = {}
+
+    def observe(self, key: tuple[str, int], seq: int) -> SeqVerdict:
+        prev = self.last.get(key)
+        if prev is None:
+            self.last[key] = seq
+            return SeqVerdict("first")
+        if seq == prev + 1:
+            self.last[key] = seq
+            return SeqVerdict("ok")
+        if seq > prev + 1:
+            self.last[key] = seq
+            return SeqVerdict("gap", prev + 1, seq - 1)
+        if seq == 0:
+            self.last[key] = seq
+            return SeqVerdict("restart")
+        return SeqVerdict("stale")
+
+    def advance(self, key: tuple[str, int], seq: int) -> None:
+        if seq > self.last.get(key, -1):
+            self.last[key] = seq
+
+
+# --- resident index ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class WorkerResidency:
+    """Blocks a worker (one DP rank) currently holds, from its stored/removed events."""
+
+    blocks: dict[BlockHash, BlockHash | None] = field(default_factory=dict)
+    block_images: dict[BlockHash, tuple[str, ...]] = field(default_factory=dict)
+    image_blocks: dict[str, int] = field(default_factory=dict)
+    stored: int = 0
+    removed: int = 0
+    removed_unknown: int = 0
+    clears: int = 0
+    restarts: int = 0
+
+    def reset(self) -> None:
+        self.blocks.clear()
+        self.block_images.clear()
+        self.image_blocks.clear()
+
+
+class ResidentIndex:
+    """Per-worker resident blocks (hash → parent) and per-image resident block counts."""
+
+    def __init__(self) -> None:
+        self.workers: dict[tuple[str, int], WorkerResidency] = {}
+
+    def residency(self, worker: str, rank: int) -> WorkerResidency:
+        key = (worker, rank)
+        res = self.workers.get(key)
+        if res is None:
+            res = self.workers[key] = WorkerResidency()
+        return res
+
+    def apply(self, events: Iterable[KVEvent]) -> None:
+        for ev in events:
+            res = self.residency(ev.worker, ev.rank)
+            if ev.kind == "stored":
+                self._store(res, ev)  # type: ignore[arg-type]
+            elif ev.kind == "removed":
+                self._remove(res, ev.block_hashes)  # type: ignore[union-attr]
+            else:
+                res.clears += 1
+                res.reset()
+
+    def restart(self, worker: str, rank: int) -> None:
+        res = self.residency(worker, rank)
+        res.restarts += 1
+        res.reset()
+
+    @staticmethod
+    def _store(res: WorkerResidency, ev: BlockStored) -> None:
+        hashes = ev.block_hashes
+        if not hashes:
+            return
+        blocks = res.blocks
+        # Parent of block i is block i-1; the first block's is the event's parent.
+        parents = [ev.parent]
+        parents += hashes[:-1]
+        blocks.update(zip(hashes, parents, strict=True))
+        res.stored += len(hashes)
+        if ev.images:
+            block_images, image_blocks = res.block_images, res.image_blocks
+            for h, refs in zip(hashes, ev.images, strict=False):
+                if not refs or h in block_images:
+                    continue
+                ids = tuple(dict.fromkeys(r.identifier for r in refs))
+                block_images[h] = ids
+                for ident in ids:
+                    image_blocks[ident] = image_blocks.get(ident, 0) + 1
+
+    @staticmethod
+    def _remove(res: WorkerResidency, hashes: list[BlockHash]) -> None:
+        blocks, block_images = res.blocks, res.block_images
+        for h in hashes:
+            if blocks.pop(h, _MISSING) is _MISSING:
+                res.removed_unknown += 1
+                continue
+            res.removed += 1
+            if block_images:
+                ids = block_images.pop(h, None)
+                if ids:
+                    for ident in ids:
+                        left = res.image_blocks.get(ident, 0) - 1
+                        if left > 0:
+                            res.image_blocks[ident] = left
+                        else:
+                            res.image_blocks.pop(ident, None)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per ``worker#rank``: resident blocks, blocks per image and event counters."""
+        out: dict[str, dict[str, Any]] = {}
+        for (worker, rank), res in self.workers.items():
+            out[f"{worker}#{rank}"] = {
+                "worker": worker,
+                "rank": rank,
+                "resident_blocks": len(res.blocks),
+                "images": dict(res.image_blocks),
+                "stored": res.stored,
+                "removed": res.removed,
+                "removed_unknown": res.removed_unknown,
+                "clears": res.clears,
+                "restarts": res.restarts,
+            }
+        return out
+
+
+_MISSING: Any = object()
+
+
+class KVIngest:
+    """decode → normalize → index for one process; the collector adds sockets and replay."""
+
+    def __init__(self) -> None:
+        self.index = ResidentIndex()
+        self.errors: dict[str, int] = {}
+        self.batches = 0
+        self.events = 0
+
+    def ingest(self, worker: str, seq: int, payload: bytes, default_rank: int = 0,
+               ) -> list[KVEvent]:
+        try:
+            _, _, events = normalize_batch(
+                decode_payload(payload), worker, seq, default_rank, self.errors)
+        except KVEventError as exc:
+            self.errors[exc.kind] = self.errors.get(exc.kind, 0) + 1
+            return []
+        self.index.apply(events)
+        self.batches += 1
+        self.events += len(events)
+        return events

@@ -1,0 +1,206 @@
+"""Typed records the collectors produce and the store, snapshot and pages consume.
+
+Plain frozen dataclasses: they cross the collector → store → page boundary and must stay
+cheap to build (KV events arrive at hundreds of thousands of blocks per second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Labels = tuple[tuple[str, str], ...]
+"""Label pairs sorted by name; hashable so a series can be a dict key."""
+
+BlockHash = int | str
+"""An engine block hash: unsigned 64-bit int, or lowercase hex when the engine sent bytes."""
+
+Flavor = Literal["smg", "dynamo_frontend", "dynamo_worker", "vllm", "sglang", "unknown"]
+
+
+def labels_of(mapping: dict[str, str]) -> Labels:
+    return tuple(sorted(mapping.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSample:
+    """One exposition sample (``name`` includes ``_total``/``_bucket``/``_sum`` suffixes)."""
+
+    target: str
+    name: str
+    labels: Labels
+    value: float
+    ts: float
+
+    def label(self, key: str, default: str = "") -> str:
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return default
+
+
+# --- KV events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRef:
+    """An image identifier found in a block's ``extra_keys`` and its offset in that block."""
+
+    identifier: str
+    offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    worker: str
+    rank: int
+    seq: int
+    ts: float
+    block_hashes: list[BlockHash]
+    parent: BlockHash | None
+    token_ids: list[int]
+    block_size: int
+    medium: str | None = None
+    lora_name: str | None = None
+    # Per block: image refs found in that block's extra_keys (None = no image in the block).
+    images: list[tuple[ImageRef, ...] | None] | None = None
+    kind: Literal["stored"] = "stored"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    worker: str
+    rank: int
+    seq: int
+    ts: float
+    block_hashes: list[BlockHash]
+    medium: str | None = None
+    kind: Literal["removed"] = "removed"
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    worker: str
+    rank: int
+    seq: int
+    ts: float
+    kind: Literal["cleared"] = "cleared"
+
+
+KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
+
+
+# --- Router state ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RouterWorker:
+    """A worker as a router lists it (SMG ``/workers``)."""
+
+    url: str
+    model: str
+    connection_mode: str
+    runtime: str
+    healthy: bool
+    status: str
+    load: int
+    kv_block_size: int | None
+    mm_processor: str | None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    worker: str
+    dp_rank: int
+    running: int
+    waiting: int
+    token_usage: float
+    cache_hit_rate: float | None
+
+
+# --- Per-request traces and routing decisions --------------------------------------------
+
+
+@dataclass(slots=True)
+class ImageInfo:
+    """An image a trace sent: size and, where computable, its identity per router scheme."""
+
+    url_kind: Literal["data", "http"]
+    byte_size: int | None = None
+    width: int | None = None
+    height: int | None = None
+    identities: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RoutingDecision:
+    """What a router said about one request, from logs, headers or response fields."""
+
+    request_id: str
+    router: Literal["smg", "dynamo"]
+    source: str
+    worker: str | None = None
+    branch: str | None = None
+    overlap_blocks: int | None = None
+    request_blocks: int | None = None
+    block_size: int | None = None
+    matched_ratio: float | None = None
+    kv_hit_rate: float | None = None
+    original_tokens: int | None = None
+    expanded_tokens: int | None = None
+    image_tokens: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    ts: float | None = None
+
+
+@dataclass(slots=True)
+class RequestTrace:
+    request_id: str
+    router: str
+    router_kind: str
+    model: str
+    ts: float
+    stream: bool
+    images: list[ImageInfo] = field(default_factory=list)
+    status: int | None = None
+    worker: str | None = None
+    dp_rank: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int = 0
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    processing_mode: str | None = None
+    predictions: list[RoutingDecision] = field(default_factory=list)
+    expected_layout: dict[str, Any] | None = None
+    error: str | None = None
+    error_code: str | None = None
+    response_id: str | None = None
+
+
+# --- Collector health ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CollectorHealth:
+    """Per collector and target: last success and errors counted by kind."""
+
+    collector: str
+    target: str
+    last_success: float | None = None
+    last_error: str | None = None
+    last_error_ts: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def error(self, kind: str, message: str, ts: float) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        self.last_error = f"{kind}: {message}"[:300]
+        self.last_error_ts = ts
+
+    def ok(self, ts: float) -> None:
+        self.last_success = ts
+
+    def count(self, key: str, n: float = 1) -> None:
+        self.counters[key] = self.counters.get(key, 0) + n
