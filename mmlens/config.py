@@ -201,7 +201,7 @@ def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
             name=str(w.get("name")), engine=str(w.get("engine", "vllm")),
             router_url=w.get("grpc") or w.get("http"), metrics_url=w.get("metrics"),
             kv_events=w.get("kv_events"), kv_replay=w.get("kv_replay"),
-            dp_size=int(w.get("dp_size", 1))))
+            dp_size=int(w.get("dp_size", 1)), topic=str(w.get("kv_topic", ""))))
 
 
 def read_ready_file(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -124,6 +124,7 @@ class TextTokenizer:
     id_to_token_fn: Any
     synthetic: bool
     source: str
+    hf: Any = None  # the transformers tokenizer, for a model directory's chat template
 
     def encode(self, text: str) -> list[int]:
         return list(self.encode_fn(text))
@@ -176,4 +177,5 @@ def model_dir_tokenizer(path: str) -> TextTokenizer:
         id_to_token_fn=tok.convert_ids_to_tokens,
         synthetic=synthetic,
         source=f"model directory {Path(path).name}",
+        hf=tok,
     )

@@ -1,0 +1,226 @@
+"""The embedded store: one SQLite file in WAL mode (collector writes, dashboard reads).
+
+Holds metric samples, compact KV events (one row per event, hashes as msgpack), the latest
+resident-block summary per worker, request traces (JSON) and collector health.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from mmlens.records import CollectorHealth, KVEvent, MetricSample, RequestTrace
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (
+    ts REAL NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL, labels TEXT NOT NULL,
+    value REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
+CREATE INDEX IF NOT EXISTS samples_name_ts ON samples (name, ts);
+CREATE TABLE IF NOT EXISTS kv_events (
+    ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL, seq INTEGER NOT NULL,
+    kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT, hashes BLOB, images TEXT);
+CREATE INDEX IF NOT EXISTS kv_events_ts ON kv_events (ts);
+CREATE TABLE IF NOT EXISTS kv_state (
+    worker TEXT NOT NULL, rank INTEGER NOT NULL, ts REAL NOT NULL, summary TEXT NOT NULL,
+    PRIMARY KEY (worker, rank));
+CREATE TABLE IF NOT EXISTS traces (
+    ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS traces_ts ON traces (ts);
+CREATE TABLE IF NOT EXISTS health (
+    collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
+    last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
+    counters TEXT NOT NULL, PRIMARY KEY (collector, target));
+"""
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+class Store:
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        self.path = str(path)
+        if readonly:
+            if not Path(self.path).exists():
+                raise StoreError(f"no store at {self.path}")
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5.0,
+                                      check_same_thread=False)
+        else:
+            self.db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+            self._check_version()
+        self.db.execute("PRAGMA busy_timeout=5000")
+
+    def _check_version(self) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
+                                (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(f"store schema {row[0]}, this mmlens expects {SCHEMA_VERSION}")
+
+    def schema_version(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    def add_samples(self, samples: Iterable[MetricSample]) -> int:
+        rows = [(s.ts, s.target, s.name, json.dumps(dict(s.labels), separators=(",", ":")),
+                 s.value) for s in samples]
+        with self.db:
+            self.db.executemany("INSERT INTO samples VALUES (?,?,?,?,?)", rows)
+        return len(rows)
+
+    def add_kv_events(self, events: Iterable[KVEvent]) -> int:
+        rows = []
+        for ev in events:
+            if ev.kind == "stored":
+                images = None
+                if ev.images:  # type: ignore[union-attr]
+                    images = json.dumps(sorted({r.identifier for refs in ev.images  # type: ignore[union-attr]
+                                                if refs for r in refs}))
+                parent = ev.parent  # type: ignore[union-attr]
+                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "stored",
+                             len(ev.block_hashes),  # type: ignore[union-attr]
+                             None if parent is None else str(parent),
+                             _enc.encode(ev.block_hashes), images))  # type: ignore[union-attr]
+            elif ev.kind == "removed":
+                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "removed",
+                             len(ev.block_hashes), None,  # type: ignore[union-attr]
+                             _enc.encode(ev.block_hashes), None))  # type: ignore[union-attr]
+            else:
+                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None))
+        with self.db:
+            self.db.executemany("INSERT INTO kv_events VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        return len(rows)
+
+    def set_kv_state(self, summary: dict[str, dict[str, Any]], ts: float) -> None:
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO kv_state VALUES (?,?,?,?)",
+                [(s["worker"], s["rank"], ts, json.dumps(s)) for s in summary.values()])
+
+    def add_traces(self, traces: Iterable[RequestTrace]) -> int:
+        rows = [(t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str))
+                for t in traces]
+        with self.db:
+            self.db.executemany("INSERT INTO traces VALUES (?,?,?,?)", rows)
+        return len(rows)
+
+    def set_health(self, items: Iterable[CollectorHealth], ts: float | None = None) -> None:
+        ts = time.time() if ts is None else ts
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO health VALUES (?,?,?,?,?,?,?,?)",
+                [(h.collector, h.target, ts, h.last_success, h.last_error, h.last_error_ts,
+                  json.dumps(h.errors), json.dumps(h.counters)) for h in items])
+
+    def prune(self, retention_s: float, max_bytes: float, now: float | None = None) -> int:
+        """Drop rows older than ``retention_s``; then, while the live data is larger than
+        ``max_bytes``, the oldest tenth of samples and KV events. Returns rows deleted."""
+        now = time.time() if now is None else now
+        cutoff = now - retention_s
+        deleted = 0
+        with self.db:
+            for table in ("samples", "kv_events", "traces"):
+                deleted += self.db.execute(f"DELETE FROM {table} WHERE ts < ?", (cutoff,)).rowcount
+        for _ in range(20):
+            if self.used_bytes() <= max_bytes:
+                break
+            with self.db:
+                for table in ("samples", "kv_events", "traces"):
+                    n = self.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                    if n:
+                        deleted += self.db.execute(
+                            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
+                            "ORDER BY ts LIMIT ?)", (max(1, n // 10),)).rowcount
+        return deleted
+
+    def used_bytes(self) -> int:
+        page_size = self.db.execute("PRAGMA page_size").fetchone()[0]
+        pages = self.db.execute("PRAGMA page_count").fetchone()[0]
+        free = self.db.execute("PRAGMA freelist_count").fetchone()[0]
+        return int((pages - free) * page_size)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def samples_since(self, since: float, names: Sequence[str] | None = None,
+                      ) -> list[MetricSample]:
+        sql = "SELECT ts, target, name, labels, value FROM samples WHERE ts >= ?"
+        args: list[Any] = [since]
+        if names:
+            sql += f" AND name IN ({','.join('?' * len(names))})"
+            args += list(names)
+        return [MetricSample(target, name, tuple(sorted(json.loads(labels).items())), value, ts)
+                for ts, target, name, labels, value in self.db.execute(sql, args)]
+
+    def latest_sample_ts(self) -> float | None:
+        row = self.db.execute("SELECT max(ts) FROM samples").fetchone()
+        return row[0] if row else None
+
+    def kv_state(self) -> list[dict[str, Any]]:
+        return [json.loads(s) | {"updated": ts} for ts, s in
+                self.db.execute("SELECT ts, summary FROM kv_state ORDER BY worker, rank")]
+
+    def kv_event_rows(self, limit: int = 100) -> list[dict[str, Any]]:
+        out = []
+        for ts, worker, rank, seq, kind, n, parent, hashes, images in self.db.execute(
+                "SELECT * FROM kv_events ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,)):
+            out.append({"ts": ts, "worker": worker, "rank": rank, "seq": seq, "kind": kind,
+                        "n_blocks": n, "parent": parent,
+                        "block_hashes": _dec.decode(hashes) if hashes else [],
+                        "images": json.loads(images) if images else []})
+        return out
+
+    def kv_event_counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for worker, kind, n, blocks in self.db.execute(
+                "SELECT worker, kind, count(*), sum(n_blocks) FROM kv_events "
+                "GROUP BY worker, kind"):
+            w = out.setdefault(worker, {})
+            w[f"{kind}_events"] = n
+            w[f"{kind}_blocks"] = blocks or 0
+        return out
+
+    def traces(self, limit: int = 20) -> list[dict[str, Any]]:
+        return [json.loads(body) for (body,) in self.db.execute(
+            "SELECT body FROM traces ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,))]
+
+    def health(self) -> list[dict[str, Any]]:
+        cols = ("collector", "target", "updated", "last_success", "last_error", "last_error_ts")
+        out = []
+        for row in self.db.execute("SELECT * FROM health ORDER BY collector, target"):
+            item = dict(zip(cols, row[:6], strict=True))
+            item["errors"] = json.loads(row[6])
+            item["counters"] = json.loads(row[7])
+            out.append(item)
+        return out
+
+    def meta(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
