@@ -61,8 +61,8 @@ def qwen_smart_resize(
 
     640×480 at factor 28 → (476, 644); 224×224 at factor 32, min 65536 → (256, 256).
     """
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
+    h_bar = round(height / factor) * factor  # may be 0 for a side < factor/2: then upscaled
+    w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)

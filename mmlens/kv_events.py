@@ -406,12 +406,15 @@ class KVIngest:
         self.events = 0
 
     def ingest(self, worker: str, seq: int, payload: bytes, default_rank: int = 0,
-               ) -> list[KVEvent]:
+               errors: dict[str, int] | None = None) -> list[KVEvent]:
+        """Decode, normalize and index one batch; bad input is counted in ``errors`` (default
+        ``self.errors``) by kind and skipped."""
+        errors = self.errors if errors is None else errors
         try:
             _, _, events = normalize_batch(
-                decode_payload(payload), worker, seq, default_rank, self.errors)
+                decode_payload(payload), worker, seq, default_rank, errors)
         except KVEventError as exc:
-            self.errors[exc.kind] = self.errors.get(exc.kind, 0) + 1
+            errors[exc.kind] = errors.get(exc.kind, 0) + 1
             return []
         self.index.apply(events)
         self.batches += 1
