@@ -1,0 +1,99 @@
+"""Router admin state: SMG ``/workers``, ``/get_loads``, ``/v1/models``, ``/readiness``;
+Dynamo ``/v1/models``, ``/health``. The API key (from the env var the config names) is sent
+as a bearer token and never recorded."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import httpx
+
+from mmlens.config import RouterTarget
+from mmlens.records import CollectorHealth, RouterWorker
+from mmlens.router_state import parse_get_loads, parse_models, parse_smg_workers
+
+SMG_PATHS = ("/workers", "/get_loads", "/v1/models", "/readiness")
+DYNAMO_PATHS = ("/v1/models", "/health")
+
+
+class RouterStateCollector:
+    def __init__(self, client: httpx.Client, timeout_s: float = 2.0) -> None:
+        self.client = client
+        self.timeout = httpx.Timeout(timeout_s)
+        self.health: dict[str, CollectorHealth] = {}
+
+    def _get(self, router: RouterTarget, path: str, h: CollectorHealth) -> Any:
+        headers = {}
+        key = router.api_key()
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        try:
+            resp = self.client.get(router.url.rstrip("/") + path, headers=headers,
+                                   timeout=self.timeout)
+        except httpx.TimeoutException:
+            h.error("timeout", path, time.time())
+            return None
+        except httpx.HTTPError as exc:
+            h.error("unreachable", f"{path}: {type(exc).__name__}", time.time())
+            return None
+        if "html" in resp.headers.get("content-type", ""):
+            h.error("html_answer", path, time.time())
+            return None
+        try:
+            body = resp.json()
+        except ValueError:
+            h.error("bad_json", f"{path}: HTTP {resp.status_code}", time.time())
+            return None
+        if resp.status_code >= 400 and path not in ("/health", "/readiness"):
+            h.error("http_status", f"{path}: HTTP {resp.status_code}", time.time())
+            return None
+        return body
+
+    def detect_kind(self, router: RouterTarget) -> str:
+        """``auto`` → smg when ``/workers`` answers in SMG's shape, else dynamo."""
+        if router.kind != "auto":
+            return router.kind
+        h = self.health.setdefault(router.name, CollectorHealth("router_state", router.name))
+        body = self._get(router, "/workers", h)
+        return "smg" if isinstance(body, dict) and "workers" in body else "dynamo"
+
+    def poll(self, router: RouterTarget) -> dict[str, Any]:
+        h = self.health.setdefault(router.name, CollectorHealth("router_state", router.name))
+        kind = self.detect_kind(router)
+        state: dict[str, Any] = {"router": router.name, "url": router.url, "kind": kind,
+                                 "ts": time.time()}
+        ok = True
+        if kind == "smg":
+            workers = self._get(router, "/workers", h)
+            if workers is None:
+                ok = False
+            else:
+                try:
+                    state["workers"] = [asdict(w) for w in parse_smg_workers(workers)]
+                except ValueError as exc:
+                    h.error("bad_shape", f"/workers: {exc}", time.time())
+                    ok = False
+            loads = self._get(router, "/get_loads", h)
+            if loads is not None:
+                try:
+                    state["loads"] = [asdict(x) for x in parse_get_loads(loads)]
+                except ValueError as exc:
+                    h.error("bad_shape", f"/get_loads: {exc}", time.time())
+                    ok = False
+            state["readiness"] = self._get(router, "/readiness", h)
+        else:
+            state["health"] = self._get(router, "/health", h)
+        models = self._get(router, "/v1/models", h)
+        try:
+            state["models"] = parse_models(models) if models is not None else []
+        except ValueError as exc:
+            h.error("bad_shape", f"/v1/models: {exc}", time.time())
+        if ok and (state.get("workers") is not None or state.get("health") is not None):
+            h.ok(time.time())
+        return state
+
+    @staticmethod
+    def workers_of(state: dict[str, Any]) -> list[RouterWorker]:
+        return [RouterWorker(**w) for w in state.get("workers", [])]

@@ -1,0 +1,203 @@
+"""Runs every collector of a config into the store: the headless ``mmlens collect`` loop, also
+usable in-process by the dashboard (``tick()`` on its own schedule)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from collectors.kv_subscriber import KVEventCollector
+from collectors.log_follow import LogFollower, StreamFollower
+from collectors.metrics_scrape import MetricsScraper
+from collectors.prometheus_source import PromQLSource
+from collectors.router_state import RouterStateCollector
+from mmlens import router_logs
+from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
+from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision
+from mmlens.store import Store
+
+log = logging.getLogger("mmlens.collect")
+
+MAX_DECISIONS = 50_000
+
+
+class CollectorRunner:
+    def __init__(self, cfg: Config, store: Store, http: httpx.Client | None = None,
+                 zmq_context: Any = None, prom: Any = None,
+                 log_streams: dict[str, Any] | None = None) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.http = http or httpx.Client(follow_redirects=False)
+        self.scraper = MetricsScraper(self.http, timeout_s=cfg.timeout_s)
+        self.router_state = RouterStateCollector(self.http, timeout_s=cfg.timeout_s)
+        self._kv_queue: queue.SimpleQueue[list[KVEvent]] = queue.SimpleQueue()
+        self.kv = KVEventCollector(context=zmq_context, sink=self._kv_queue.put)
+        self._kv_thread: threading.Thread | None = None
+        self._kv_stop = threading.Event()
+        self.promql = PromQLSource(prom) if prom is not None else None
+        self.followers: dict[str, LogFollower | StreamFollower] = dict(log_streams or {})
+        self.log_health: dict[str, CollectorHealth] = {}
+        self.decisions: dict[str, list[RoutingDecision]] = {}
+        self.pending_traces: list[tuple[float, RequestTrace]] = []
+        self.discovery_health = CollectorHealth("discovery", "config")
+        self.ticks = 0
+
+    # --- set-up ----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        if self.cfg.ready_file:
+            try:
+                apply_ready(self.cfg, read_ready_file(self.cfg.ready_file))
+            except (OSError, ValueError) as exc:
+                self.discovery_health.error("ready_file", str(exc), time.time())
+        for router in self.cfg.routers:
+            if router.log_file and router.name not in self.followers:
+                self.followers[router.name] = LogFollower(router.log_file)
+            if router.discover_workers:
+                state = self.router_state.poll(router)
+                for w in RouterStateCollector.workers_of(state):
+                    if self.cfg.add_worker(smg_worker_target(w.url, {"runtime_type": w.runtime})):
+                        self.discovery_health.count("discovered_workers")
+        for w in self.cfg.workers:
+            for rank, pub, replay in w.kv_endpoints():
+                self.kv.add_endpoint(w.router_url or w.name, rank, pub, replay, w.topic)
+        self.store.set_meta("targets", self.targets())
+        if self.promql is not None:
+            self.promql.instance_targets = {
+                urlsplit(url).netloc: name for name, url in self.metric_targets()}
+
+    def metric_targets(self) -> list[tuple[str, str]]:
+        out = [(r.name, r.metrics_url) for r in self.cfg.routers if r.metrics_url]
+        out += [(w.router_url or w.name, w.metrics_url) for w in self.cfg.workers if w.metrics_url]
+        return [(n, u) for n, u in out if u]
+
+    def targets(self) -> dict[str, Any]:
+        return {
+            "routers": [{"name": r.name, "kind": r.kind, "url": r.url,
+                         "metrics_url": r.metrics_url, "log_file": r.log_file,
+                         "api_key_env": r.api_key_env} for r in self.cfg.routers],
+            "workers": [{k: v for k, v in asdict(w).items()} for w in self.cfg.workers],
+            "prometheus": self.cfg.prometheus_url,
+        }
+
+    def start_kv(self) -> None:
+        if self.kv.endpoints and self._kv_thread is None:
+            self._kv_thread = threading.Thread(target=self.kv.run, args=(self._kv_stop,),
+                                               name="kv-events", daemon=True)
+            self._kv_thread.start()
+
+    # --- one round ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = time.time()
+        if self.promql is not None:
+            samples = self.promql.instant()
+        else:
+            samples = self.scraper.scrape_all(self.metric_targets())
+        self.store.add_samples(samples)
+
+        states = [self.router_state.poll(r) for r in self.cfg.routers]
+        self.store.set_meta("router_state", states)
+
+        self._read_logs()
+        self._flush_traces(now)
+        self._drain_kv(now)
+        self.store.set_health(self.all_health(), now)
+        self.ticks += 1
+        if self.ticks % 12 == 1:
+            self.store.prune(self.cfg.retention_s, self.cfg.max_mb * 1e6, now)
+
+    def _drain_kv(self, now: float) -> None:
+        events: list[KVEvent] = []
+        while True:
+            try:
+                events.extend(self._kv_queue.get_nowait())
+            except queue.Empty:
+                break
+        if events:
+            self.store.add_kv_events(events)
+        if self.kv.endpoints:
+            self.store.set_kv_state(self.kv.summary(), now)
+
+    def _read_logs(self) -> None:
+        for name, follower in self.followers.items():
+            h = self.log_health.setdefault(name, CollectorHealth("router_logs", name))
+            lines = follower.read_new()
+            if not lines:
+                continue
+            found = router_logs.parse_lines(lines, h.errors)
+            h.ok(time.time())
+            h.count("lines", len(lines))
+            h.count("decisions", len(found))
+            for d in found:
+                self.decisions.setdefault(d.request_id, []).append(d)
+        if len(self.decisions) > MAX_DECISIONS:
+            for key in list(self.decisions)[: len(self.decisions) - MAX_DECISIONS]:
+                del self.decisions[key]
+
+    def record_traces(self, traces: list[RequestTrace]) -> None:
+        """Traces wait one tick so log lines about them can be joined first."""
+        now = time.time()
+        self.pending_traces.extend((now, t) for t in traces)
+
+    def _flush_traces(self, now: float, hold_s: float = 1.0) -> None:
+        ready = [t for ts, t in self.pending_traces if now - ts >= hold_s]
+        self.pending_traces = [(ts, t) for ts, t in self.pending_traces if now - ts < hold_s]
+        if ready:
+            router_logs.join(ready, [d for ds in self.decisions.values() for d in ds])
+            self.store.add_traces(ready)
+
+    def flush(self) -> None:
+        self._read_logs()
+        self._flush_traces(time.time(), hold_s=0.0)
+        self._drain_kv(time.time())
+        self.store.set_health(self.all_health())
+
+    def all_health(self) -> list[CollectorHealth]:
+        items = list(self.scraper.health.values()) + list(self.router_state.health.values())
+        items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
+        items.append(self.discovery_health)
+        if self.promql is not None:
+            items.append(self.promql.health)
+        return items
+
+    # --- loop --------------------------------------------------------------------------------
+
+    def run(self, duration_s: float | None = None, stop: threading.Event | None = None,
+            on_tick: Callable[[CollectorRunner], None] | None = None) -> None:
+        stop = stop or threading.Event()
+        self.setup()
+        self.start_kv()
+        end = None if duration_s is None else time.monotonic() + duration_s
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                self.tick()
+                if on_tick is not None:
+                    on_tick(self)
+                if end is not None and time.monotonic() >= end:
+                    break
+                wait = self.cfg.interval_s - (time.monotonic() - started)
+                if end is not None:
+                    wait = min(wait, end - time.monotonic())
+                if wait > 0:
+                    stop.wait(wait)
+            self.tick()
+            self.flush()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._kv_stop.set()
+        if self._kv_thread is not None:
+            self._kv_thread.join(timeout=2.0)
+        self.kv.close()
+        self.scraper.close()
