@@ -1,0 +1,291 @@
+"""Start and stop the demo cluster: N simulated workers, then the real SMG router.
+
+Every process gets its own process group and is stopped by PID. Everything binds 127.0.0.1.
+Port layout from `port_base` B: router B, router metrics B+1; worker i (0-based) uses
+B+10+10i (gRPC), +1 (HTTP, /metrics), +2 (ZMQ PUB), +3 (ZMQ replay).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from demo.model_dirs import MODELS, ensure_model_dir
+
+HOST = "127.0.0.1"
+SMG_DRAIN_S = 12.0
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class ClusterConfig:
+    family: str = "qwen3-vl"
+    workers: int = 2
+    connection: str = "grpc"  # grpc | http
+    port_base: int = 18400
+    mm_processing: str | None = None  # SMG --mm-processing: auto | router | worker
+    worker_mm_processor: bool = False  # workers advertise mm_processor (worker mode)
+    count_drift: list[int] = field(default_factory=list)  # per worker, default 0
+    legacy_kv_encoding: bool = False
+    block_size: int = 16
+    num_blocks: int = 2048
+    speed: float = 1.0
+    allow_private_media: bool = True
+    log_dir: Path | None = None
+    model_cache: Path | None = None
+    smg_log_level: str = "debug"
+    ready_timeout: float = 20.0
+    extra_smg_args: list[str] = field(default_factory=list)
+
+    def worker_ports(self, i: int) -> dict[str, int]:
+        base = self.port_base + 10 + 10 * i
+        return {"grpc": base, "http": base + 1, "kv": base + 2, "replay": base + 3}
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def ports_needed(cfg: ClusterConfig) -> list[int]:
+    ports = [cfg.port_base, cfg.port_base + 1]
+    for i in range(cfg.workers):
+        ports += list(cfg.worker_ports(i).values())
+    return ports
+
+
+def smg_command() -> list[str]:
+    script = Path(sys.executable).with_name("smg")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "smg"]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+
+
+class Cluster:
+    def __init__(self, cfg: ClusterConfig) -> None:
+        if cfg.connection not in ("grpc", "http"):
+            raise ValueError("connection must be grpc or http")
+        if cfg.family not in MODELS:
+            raise ValueError(f"unknown demo model {cfg.family!r}; choose from {sorted(MODELS)}")
+        self.cfg = cfg
+        self.model = MODELS[cfg.family]
+        self.procs: list[Proc] = []
+        self.log_dir = cfg.log_dir or Path(tempfile.mkdtemp(prefix="mmlens-demo-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.model_dir: Path | None = None
+        self.smg: Proc | None = None
+
+    # -- URLs ----------------------------------------------------------------------------
+    @property
+    def router_url(self) -> str:
+        return f"http://{HOST}:{self.cfg.port_base}"
+
+    @property
+    def router_metrics_url(self) -> str:
+        return f"http://{HOST}:{self.cfg.port_base + 1}/metrics"
+
+    def worker_url(self, i: int) -> str:
+        p = self.cfg.worker_ports(i)
+        scheme = self.cfg.connection
+        return f"{scheme}://{HOST}:{p['grpc'] if scheme == 'grpc' else p['http']}"
+
+    def ready_info(self) -> dict[str, Any]:
+        workers = []
+        for i in range(self.cfg.workers):
+            p = self.cfg.worker_ports(i)
+            workers.append({
+                "name": f"w{i + 1}",
+                "url": self.worker_url(i),
+                "grpc": f"grpc://{HOST}:{p['grpc']}",
+                "http": f"http://{HOST}:{p['http']}",
+                "metrics": f"http://{HOST}:{p['http']}/metrics",
+                "kv_events": f"tcp://{HOST}:{p['kv']}",
+                "kv_replay": f"tcp://{HOST}:{p['replay']}",
+                "kv_topic": "kv-events",
+                "kv_encoding": "array" if self.cfg.legacy_kv_encoding else "map",
+                "mm_processor": "inprocess" if self.cfg.worker_mm_processor else "",
+                "count_drift": self._drift(i),
+                "pid": self.procs[i].popen.pid if i < len(self.procs) else None,
+            })
+        return {
+            "event": "ready",
+            "router": self.router_url,
+            "router_metrics": self.router_metrics_url,
+            "connection": self.cfg.connection,
+            "mm_processing": self.cfg.mm_processing or "auto",
+            "block_size": self.cfg.block_size,
+            "workers": workers,
+            "models": [{"id": self.model.served_name, "family": self.model.family,
+                        "model_type": self.model.model_type, "path": str(self.model_dir)}],
+            "logs": str(self.log_dir),
+            "router_pid": self.smg.popen.pid if self.smg else None,
+        }
+
+    def _drift(self, i: int) -> int:
+        return self.cfg.count_drift[i] if i < len(self.cfg.count_drift) else 0
+
+    # -- processes -----------------------------------------------------------------------
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> Proc:
+        log_path = self.log_dir / f"{name}.log"
+        log = log_path.open("wb")
+        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = Proc(name, popen, log_path, log)
+        self.procs.append(proc)
+        return proc
+
+    def _worker_cmd(self, i: int) -> list[str]:
+        p = self.cfg.worker_ports(i)
+        cmd = [sys.executable, "-m", "demo.worker", "--name", f"w{i + 1}",
+               "--family", self.cfg.family, "--model-dir", str(self.model_dir),
+               "--grpc-port", str(p["grpc"]), "--http-port", str(p["http"]),
+               "--kv-port", str(p["kv"]), "--replay-port", str(p["replay"]),
+               "--block-size", str(self.cfg.block_size),
+               "--num-blocks", str(self.cfg.num_blocks), "--speed", str(self.cfg.speed),
+               "--count-drift", str(self._drift(i)), "--allowed-media-hosts", HOST]
+        if self.cfg.worker_mm_processor:
+            cmd += ["--mm-processor", "inprocess"]
+        if self.cfg.legacy_kv_encoding:
+            cmd.append("--legacy-kv-encoding")
+        return cmd
+
+    def _smg_cmd(self) -> list[str]:
+        cfg = self.cfg
+        urls = [self.worker_url(i) for i in range(cfg.workers)]
+        cmd = [*smg_command(), "launch", "--host", HOST, "--port", str(cfg.port_base),
+               "--prometheus-host", HOST, "--prometheus-port", str(cfg.port_base + 1),
+               "--worker-urls", *urls, "--policy", "cache_aware",
+               "--model-path", str(self.model_dir), "--log-level", cfg.smg_log_level,
+               "--log-json"]
+        if cfg.mm_processing:
+            cmd += ["--mm-processing", cfg.mm_processing]
+        if cfg.allow_private_media:
+            cmd.append("--mm-allow-private-media-hosts")
+        return cmd + cfg.extra_smg_args
+
+    def start(self) -> dict[str, Any]:
+        busy = [p for p in ports_needed(self.cfg) if not port_free(p)]
+        if busy:
+            raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
+        deadline = time.monotonic() + self.cfg.ready_timeout
+        self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        for i in range(self.cfg.workers):
+            self._spawn(f"worker-w{i + 1}", self._worker_cmd(i), env)
+        for i, proc in enumerate(list(self.procs)):
+            self._wait_worker(proc, self.cfg.worker_ports(i)["http"], deadline)
+        smg_env = dict(os.environ)
+        smg_env.setdefault("SMG_CACHE_TRACE", "1")
+        smg_env.setdefault("SMG_CACHE_TRACE_HEADER", "1")
+        smg_env.setdefault("SMG_LOG_MM_TIMING", "1")
+        smg_env.setdefault("HF_HUB_OFFLINE", "1")
+        self.smg = self._spawn("smg", self._smg_cmd(), smg_env)
+        self._wait_router(deadline)
+        return self.ready_info()
+
+    def _wait_worker(self, proc: Proc, http_port: int, deadline: float) -> None:
+        url = f"http://{HOST}:{http_port}/health"
+        while time.monotonic() < deadline:
+            if proc.popen.poll() is not None:
+                raise ClusterError(f"{proc.name} exited ({proc.popen.returncode}); see "
+                                   f"{proc.log_path}:\n{self.tail(proc)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=0.5).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise ClusterError(f"{proc.name} not ready in time; see {proc.log_path}")
+
+    def _wait_router(self, deadline: float) -> None:
+        assert self.smg is not None
+        n = self.cfg.workers
+        want_stream = self.cfg.connection == "grpc"
+        while time.monotonic() < deadline:
+            if self.smg.popen.poll() is not None:
+                raise ClusterError(f"smg exited ({self.smg.popen.returncode}):\n"
+                                   f"{self.tail(self.smg)}")
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                r = httpx.get(self.router_url + "/readiness", timeout=0.5)
+                if r.status_code == 200 and r.json().get("healthy_workers") == n:
+                    if not want_stream or self._streams_connected() >= n:
+                        return
+            time.sleep(0.1)
+        raise ClusterError(f"router not ready in time; see {self.smg.log_path}:\n"
+                           f"{self.tail(self.smg)}")
+
+    def _streams_connected(self) -> int:
+        # A worker's KV stream is live once SMG has counted a heartbeat from it.
+        text = httpx.get(self.router_metrics_url, timeout=0.5).text
+        return sum(1 for line in text.splitlines()
+                   if line.startswith("smg_kv_event_batches_total{")
+                   and 'disposition="load_only"' in line)
+
+    @staticmethod
+    def tail(proc: Proc, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(proc.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> None:
+        """SIGTERM everything; give SMG its drain, then SIGKILL what is left."""
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGTERM)
+        for proc in self.procs:
+            timeout = SMG_DRAIN_S if proc is self.smg else 5.0
+            try:
+                proc.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=5)
+            # Children left in the group (none expected) go too.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.log.close()
+        self.procs.clear()
+
+    def __enter__(self) -> Cluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def write_ready(path: Path, info: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(info, indent=1))
+    tmp.replace(path)

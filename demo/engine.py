@@ -1,0 +1,156 @@
+"""The simulated engine: admission, prefix-cache lookup, latency model, deterministic output.
+
+Both front ends (gRPC and HTTP) hand it an already expanded prompt plus the images' spans and
+iterate over its token stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from demo.kv_publisher import KvPublisher
+from demo.prefix_cache import Event, MediaSpan, PrefixCache
+from demo.worker_metrics import WorkerMetrics
+
+
+@dataclass
+class LatencyModel:
+    """TTFT = base + uncached tokens / prefill rate; one decode step per output token."""
+
+    base_s: float = 0.003
+    prefill_tokens_per_s: float = 40_000.0
+    decode_tokens_per_s: float = 400.0
+    speed: float = 1.0
+
+    def ttft(self, uncached: int) -> float:
+        return (self.base_s + uncached / self.prefill_tokens_per_s) / self.speed
+
+    def tpot(self) -> float:
+        return 1.0 / self.decode_tokens_per_s / self.speed
+
+
+@dataclass
+class RequestResult:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: str = "stop"
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+class Engine:
+    def __init__(self, cache: PrefixCache, publisher: KvPublisher, metrics: WorkerMetrics,
+                 answer_ids: Sequence[int], latency: LatencyModel | None = None,
+                 max_model_len: int = 131072, mm_cache_items: int = 256) -> None:
+        self.cache = cache
+        self.publisher = publisher
+        self.metrics = metrics
+        self.answer_ids = list(answer_ids)
+        self.latency = latency or LatencyModel()
+        self.max_model_len = max_model_len
+        self.running = 0
+        self.waiting = 0
+        self.aborted: set[str] = set()
+        self.gen_tokens_total = 0
+        self.query_tokens_total = 0
+        self.hit_tokens_total = 0
+        self._mm_seen: OrderedDict[str, None] = OrderedDict()
+        self._mm_cache_items = mm_cache_items
+
+    def _mm_lookup(self, media: Sequence[MediaSpan]) -> None:
+        for m in media:
+            self.metrics.lv(self.metrics.mm_queries).inc()
+            if m.identifier in self._mm_seen:
+                self.metrics.lv(self.metrics.mm_hits).inc()
+                self._mm_seen.move_to_end(m.identifier)
+            else:
+                self._mm_seen[m.identifier] = None
+                if len(self._mm_seen) > self._mm_cache_items:
+                    self._mm_seen.popitem(last=False)
+
+    def _answer(self, prompt: Sequence[int], max_tokens: int) -> tuple[list[int], str]:
+        digest = hashlib.blake2b(repr(list(prompt)).encode(), digest_size=8).digest()
+        start = int.from_bytes(digest, "big") % max(1, len(self.answer_ids) // 2)
+        natural = self.answer_ids[start : start + 12] or self.answer_ids[:12]
+        if max_tokens < len(natural):
+            return natural[:max_tokens], "length"
+        return natural, "stop"
+
+    def cache_hit_rate(self) -> float:
+        return self.hit_tokens_total / self.query_tokens_total if self.query_tokens_total else 0.0
+
+    def _gauges(self) -> None:
+        m = self.metrics
+        m.lv(m.running).set(self.running)
+        m.lv(m.waiting).set(self.waiting)
+        m.lv(m.kv_usage).set(self.cache.usage())
+
+    async def run(self, request_id: str, prompt: Sequence[int], media: Sequence[MediaSpan],
+                  max_tokens: int) -> AsyncIterator[tuple[list[int], RequestResult]]:
+        """Yield (new token ids, running result) per decode step; the last has finish set."""
+        if not prompt:
+            raise EngineError("prompt is empty")
+        if len(prompt) + max_tokens > self.max_model_len:
+            raise EngineError(
+                f"prompt of {len(prompt)} tokens plus max_tokens {max_tokens} exceeds "
+                f"max_model_len {self.max_model_len}")
+        t0 = time.monotonic()
+        events: list[Event] = []
+        try:
+            alloc = self.cache.allocate(prompt, media, events)
+        except MemoryError as exc:
+            raise EngineError(str(exc)) from exc
+        await self.publisher.publish(events)
+        m = self.metrics
+        self._mm_lookup(media)
+        self.running += 1
+        self._gauges()
+        result = RequestResult(prompt_tokens=len(prompt), cached_tokens=alloc.cached_tokens)
+        self.query_tokens_total += len(prompt)
+        self.hit_tokens_total += alloc.cached_tokens
+        m.lv(m.prefix_queries).inc(len(prompt))
+        m.lv(m.prefix_hits).inc(alloc.cached_tokens)
+        m.lv(m.prompt_tokens).inc(len(prompt))
+        m.lv(m.prompt_tokens_cached).inc(alloc.cached_tokens)
+        m.lv(m.request_prompt_tokens).observe(len(prompt))
+        try:
+            await asyncio.sleep(self.latency.ttft(len(prompt) - alloc.cached_tokens))
+            events = []
+            self.cache.commit(alloc, events)
+            await self.publisher.publish(events)
+            m.lv(m.ttft).observe(time.monotonic() - t0)
+            output, finish = self._answer(prompt, max_tokens)
+            for i, tok in enumerate(output):
+                if request_id in self.aborted:
+                    result.finish_reason = "abort"
+                    break
+                if i:
+                    await asyncio.sleep(self.latency.tpot())
+                events = []
+                self.cache.extend(alloc, [tok], events)
+                await self.publisher.publish(events)
+                result.output_ids.append(tok)
+                self.gen_tokens_total += 1
+                m.lv(m.generation_tokens).inc()
+                last = i == len(output) - 1
+                if last:
+                    result.finish_reason = finish
+                yield [tok], result
+            if not output or result.finish_reason == "abort":
+                yield [], result
+            m.success.labels(model_name=m._lv["model_name"], engine="0",
+                             finished_reason=result.finish_reason).inc()
+            m.lv(m.e2e).observe(time.monotonic() - t0)
+        finally:
+            self.cache.release(alloc)
+            self.aborted.discard(request_id)
+            self.running -= 1
+            self._gauges()

@@ -1,0 +1,237 @@
+"""The vLLM gRPC engine service (`vllm.grpc.engine.VllmEngine` of smg-grpc-proto).
+
+Router mode: `tokenized.input_ids` are already expanded and `mm_inputs` carries SMG's hashes
+and placeholder ranges, which become the blocks' extra keys. Worker mode (`media_refs`): the
+worker fetches, decodes and expands the images itself, with its own identifiers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
+
+from demo.engine import EngineError
+from demo.expansion import PlaceholderMismatch
+from demo.kv_publisher import PublishedBatch
+from demo.media import MediaError
+from demo.prefix_cache import AllCleared, Event, MediaSpan, RemovedBlocks, StoredBlocks
+
+if TYPE_CHECKING:
+    from demo.worker import WorkerState
+
+HEARTBEAT_S = 1.0
+
+
+def _i64(h: int) -> int:
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def _proto_event(event: Event, event_id: int) -> common_pb2.KvCacheEvent:
+    if isinstance(event, StoredBlocks):
+        bs = event.block_size
+        blocks = []
+        for i, h in enumerate(event.block_hashes):
+            extras = [
+                common_pb2.KvBlockExtraKey(
+                    multimodal=common_pb2.KvMultimodalKey(identifier=ident, offset=off))
+                for ident, off in (event.extra_keys[i] or [])
+            ]
+            blocks.append(common_pb2.KvBlock(block_hash=_i64(h),
+                                             token_ids=event.token_ids[i * bs : (i + 1) * bs],
+                                             block_size=bs, extra_keys=extras))
+        stored = common_pb2.KvBlocksStored(blocks=blocks, medium="GPU", group_idx=0,
+                                           kv_cache_spec_kind="full_attention")
+        if event.parent_block_hash is not None:
+            stored.parent_block_hash = _i64(event.parent_block_hash)
+        return common_pb2.KvCacheEvent(event_id=event_id, stored=stored)
+    if isinstance(event, RemovedBlocks):
+        return common_pb2.KvCacheEvent(event_id=event_id, removed=common_pb2.KvBlocksRemoved(
+            block_hashes=[_i64(h) for h in event.block_hashes], medium="GPU", group_idx=0))
+    if isinstance(event, AllCleared):
+        return common_pb2.KvCacheEvent(event_id=event_id, cleared=common_pb2.KvCacheCleared())
+    raise TypeError(event)
+
+
+class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
+    def __init__(self, state: WorkerState) -> None:
+        self.s = state
+        self._event_id = 0
+        self._load_sample = 0
+
+    # -- loads ---------------------------------------------------------------------------
+    def _engine_load(self, load_only: bool) -> common_pb2.EngineLoad:
+        e = self.s.engine
+        self._load_sample += 1
+        return common_pb2.EngineLoad(
+            running_requests=e.running, waiting_requests=e.waiting, waiting_uncached_tokens=0,
+            token_usage=e.cache.usage(), gen_throughput=self.s.gen_throughput(),
+            max_running_requests=self.s.max_num_seqs, sample=self._load_sample,
+            load_only=load_only, cache_hit_rate=e.cache_hit_rate(),
+            num_used_tokens=int(e.cache.usage() * e.cache.num_blocks * e.cache.block_size),
+            max_total_num_tokens=e.cache.num_blocks * e.cache.block_size)
+
+    def _proto_batch(self, b: PublishedBatch) -> common_pb2.KvEventBatch:
+        events = []
+        for ev in b.events:
+            self._event_id += 1
+            events.append(_proto_event(ev, self._event_id))
+        return common_pb2.KvEventBatch(sequence_number=b.seq + 1, timestamp=b.ts,
+                                       events=events, dp_rank=0,
+                                       load=self._engine_load(False))
+
+    async def SubscribeKvEvents(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        # SMG vetoes a worker whose stream does not answer within 2 s: headers go out at once.
+        await context.send_initial_metadata(())
+        pub = self.s.publisher
+        queue: asyncio.Queue[PublishedBatch] = asyncio.Queue()
+        pub.subscribers.add(queue)
+        last = 0
+        try:
+            if request.start_sequence_number > 0:
+                for b in pub.since(request.start_sequence_number - 1):
+                    yield self._proto_batch(b)
+                    last = b.seq + 1
+            while True:
+                try:
+                    b = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+                except TimeoutError:
+                    yield common_pb2.KvEventBatch(sequence_number=last, timestamp=time.time(),
+                                                  dp_rank=0, load=self._engine_load(True))
+                    continue
+                if b.seq + 1 <= last:
+                    continue
+                yield self._proto_batch(b)
+                last = b.seq + 1
+        finally:
+            pub.subscribers.discard(queue)
+
+    async def GetLoads(self, request: Any, context: Any) -> Any:
+        e = self.s.engine
+        used = int(e.cache.usage() * e.cache.num_blocks * e.cache.block_size)
+        load = vllm_engine_pb2.SchedulerLoad(
+            dp_rank=0, num_running_reqs=e.running, num_waiting_reqs=e.waiting,
+            num_total_reqs=e.running + e.waiting, num_used_tokens=used,
+            max_total_num_tokens=e.cache.num_blocks * e.cache.block_size,
+            token_usage=e.cache.usage(), gen_throughput=self.s.gen_throughput(),
+            cache_hit_rate=e.cache_hit_rate(), utilization=e.cache.usage(),
+            max_running_requests=self.s.max_num_seqs)
+        return vllm_engine_pb2.GetLoadsResponse(
+            timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            version=self.s.vllm_version, dp_rank_count=1, loads=[load])
+
+    # -- info ----------------------------------------------------------------------------
+    async def HealthCheck(self, request: Any, context: Any) -> Any:
+        return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="Health check passed")
+
+    async def GetModelInfo(self, request: Any, context: Any) -> Any:
+        m = self.s.model
+        cfg = m.config
+        return vllm_engine_pb2.GetModelInfoResponse(
+            model_path=m.served_name, is_generation=True,
+            max_context_length=self.s.max_model_len, vocab_size=cfg["vocab_size"],
+            supports_vision=True, served_model_name=m.served_name,
+            tokenizer_path=str(self.s.model_dir), model_type=m.model_type,
+            architectures=cfg["architectures"], eos_token_ids=[cfg["eos_token_id"]],
+            pad_token_id=cfg.get("pad_token_id", cfg["eos_token_id"]),
+            bos_token_id=cfg.get("bos_token_id", 0),
+            max_req_input_len=self.s.max_model_len)
+
+    async def GetServerInfo(self, request: Any, context: Any) -> Any:
+        s = self.s
+        info = vllm_engine_pb2.GetServerInfoResponse(
+            active_requests=s.engine.running, is_paused=False,
+            last_receive_timestamp=s.last_receive, uptime_seconds=time.time() - s.started,
+            server_type="vllm-grpc", data_parallel_size=1, kv_cache_dtype="auto",
+            block_size=s.engine.cache.block_size, model_dtype="torch.bfloat16",
+            max_num_seqs=s.max_num_seqs, mm_item_limits="image=10",
+            multimodal_encoder_dtype="bfloat16")
+        if s.mm_processor:
+            info.mm_processor = s.mm_processor
+            info.mm_media_ref_schemes = "http,https,data"
+            info.mm_processor_source = "flag"
+        return info
+
+    async def Abort(self, request: Any, context: Any) -> Any:
+        self.s.engine.aborted.update(request.request_ids)
+        return vllm_engine_pb2.AbortResponse()
+
+    async def FlushCache(self, request: Any, context: Any) -> Any:
+        events: list[Event] = []
+        self.s.engine.cache.reset(events)
+        await self.s.publisher.publish(events)
+        return common_pb2.FlushCacheResponse(success=True, message="flushed")
+
+    # -- generate ------------------------------------------------------------------------
+    async def _prompt(self, request: Any) -> tuple[list[int], list[MediaSpan]]:
+        if request.WhichOneof("input") != "tokenized":
+            raise EngineError("this engine accepts tokenized input only")
+        ids = list(request.tokenized.input_ids)
+        vocab = self.s.model.config["vocab_size"]
+        bad = [t for t in ids if t >= vocab]
+        if bad:
+            raise EngineError(f"token id {bad[0]} out of vocabulary (size {vocab})")
+        if request.HasField("media_refs") and request.media_refs.items:
+            if request.HasField("mm_inputs"):
+                raise EngineError("media_refs and mm_inputs are mutually exclusive")
+            if not self.s.mm_processor:
+                raise EngineError("this worker does not accept media_refs (mm_processor off)")
+            urls = [item.url for item in request.media_refs.items]
+            images = await asyncio.gather(*(self.s.decode(u) for u in urls))
+            return self.s.expander.expand(ids, images)
+        media: list[MediaSpan] = []
+        for mm in [request.mm_inputs, *request.extra_mm_inputs] if request.HasField(
+                "mm_inputs") else []:
+            for i, ph in enumerate(mm.mm_placeholders):
+                ident = mm.mm_hashes[i] if i < len(mm.mm_hashes) else f"anon-{ph.offset}"
+                if ph.offset + ph.length > len(ids):
+                    raise EngineError("mm placeholder range outside the prompt")
+                media.append(MediaSpan(ident, ph.offset, ph.length))
+        return ids, media
+
+    async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        s = self.s
+        s.last_receive = time.time()
+        try:
+            prompt, media = await self._prompt(request)
+        except (EngineError, MediaError, PlaceholderMismatch) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return
+        sp = request.sampling_params
+        max_tokens = sp.max_tokens if sp.HasField("max_tokens") else 16
+        s.log_request("grpc", request.request_id, prompt, media, request)
+        try:
+            async for new, res in s.engine.run(request.request_id, prompt, media, max_tokens):
+                if request.stream and new:
+                    yield vllm_engine_pb2.GenerateResponse(
+                        chunk=vllm_engine_pb2.GenerateStreamChunk(
+                            token_ids=new, prompt_tokens=res.prompt_tokens,
+                            completion_tokens=len(res.output_ids),
+                            cached_tokens=res.cached_tokens))
+            yield vllm_engine_pb2.GenerateResponse(complete=vllm_engine_pb2.GenerateComplete(
+                output_ids=[] if request.stream else res.output_ids,
+                finish_reason=res.finish_reason, prompt_tokens=res.prompt_tokens,
+                completion_tokens=len(res.output_ids), cached_tokens=res.cached_tokens))
+        except EngineError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+async def start_grpc_server(state: WorkerState, host: str, port: int) -> grpc.aio.Server:
+    opts = [("grpc.max_receive_message_length", 1 << 30),
+            ("grpc.max_send_message_length", 64 << 20)]
+    server = grpc.aio.server(options=opts)
+    vllm_engine_pb2_grpc.add_VllmEngineServicer_to_server(VllmEngineService(state), server)
+    if server.add_insecure_port(f"{host}:{port}") == 0:
+        raise OSError(f"cannot bind gRPC port {port}")
+    await server.start()
+    return server
+
+
+async def stop_grpc_server(server: grpc.aio.Server) -> None:
+    with contextlib.suppress(Exception):
+        await server.stop(grace=0.5)

@@ -1,0 +1,111 @@
+"""vLLM's KV-event wire format (msgspec msgpack) in both generations.
+
+- current (default): each event is a msgpack map tagged `"type"` (vLLM PR #42892), with
+  fields equal to their default omitted; the batch stays a positional array
+  `[ts, events, data_parallel_rank]`.
+- legacy: events are positional arrays whose first element is the tag (`array_like=True`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from demo.prefix_cache import AllCleared, Event, RemovedBlocks, StoredBlocks
+
+MEDIUM_GPU = "GPU"
+
+
+class _MapEvent(msgspec.Struct, tag=True, omit_defaults=True):
+    pass
+
+
+class BlockStored(_MapEvent):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[list[tuple[str, int]] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+
+
+class BlockRemoved(_MapEvent):
+    block_hashes: list[int]
+    medium: str | None
+    group_idx: int | None = None
+
+
+class AllBlocksCleared(_MapEvent):
+    pass
+
+
+class _ArrayEvent(msgspec.Struct, tag=True, array_like=True):
+    pass
+
+
+class LegacyBlockStored(_ArrayEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[list[tuple[str, int]] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+
+
+class LegacyBlockRemoved(_ArrayEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None
+    group_idx: int | None = None
+
+
+class LegacyAllBlocksCleared(_ArrayEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True):
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def to_wire(event: Event, legacy: bool) -> msgspec.Struct:
+    if isinstance(event, StoredBlocks):
+        cls_s = LegacyBlockStored if legacy else BlockStored
+        return cls_s(
+            block_hashes=event.block_hashes,
+            parent_block_hash=event.parent_block_hash,
+            token_ids=event.token_ids,
+            block_size=event.block_size,
+            lora_id=None,
+            medium=MEDIUM_GPU,
+            lora_name=None,
+            extra_keys=event.extra_keys,
+            group_idx=0,
+            kv_cache_spec_kind="full_attention",
+        )
+    if isinstance(event, RemovedBlocks):
+        cls_r = LegacyBlockRemoved if legacy else BlockRemoved
+        return cls_r(block_hashes=event.block_hashes, medium=MEDIUM_GPU, group_idx=0)
+    if isinstance(event, AllCleared):
+        return LegacyAllBlocksCleared() if legacy else AllBlocksCleared()
+    raise TypeError(f"unknown event {event!r}")
+
+
+def encode_batch(ts: float, events: list[Event], legacy: bool, dp_rank: int = 0) -> bytes:
+    batch = KVEventBatch(ts=ts, events=[to_wire(e, legacy) for e in events],
+                         data_parallel_rank=dp_rank)
+    return _encoder.encode(batch)
