@@ -7,6 +7,7 @@ real ids, how many images a request may carry, and how SMG 1.13 and Dynamo 1.6.1
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -40,6 +41,28 @@ class ChatFormat:
         """`parts` in order: text strings, and None where an image goes."""
         body = "".join(self.image if p is None else p for p in parts)
         return f"{self.bos}{self.user_prefix}{body}{self.user_suffix}{self.assistant_prefix}"
+
+    def jinja(self) -> str:
+        """The same rendering as a chat template for a model directory's tokenizer config.
+
+        Content may be a string or OpenAI-style parts (text, image, image_url)."""
+        def lit(text: str) -> str:
+            return "{{- " + json.dumps(text) + " -}}"
+
+        content = (
+            "{%- if message.content is string -%}{{- message.content -}}{%- else -%}"
+            "{%- for part in message.content -%}"
+            "{%- if part.type in ('image', 'image_url') -%}" + lit(self.image)
+            + "{%- elif part.type == 'text' -%}{{- part.text -}}{%- endif -%}"
+            "{%- endfor -%}{%- endif -%}"
+        )
+        return (
+            lit(self.bos) + "{%- for message in messages -%}"
+            "{%- if message.role == 'assistant' -%}" + lit(self.assistant_prefix) + content
+            + "{%- else -%}" + lit(self.user_prefix) + content + lit(self.user_suffix)
+            + "{%- endif -%}{%- endfor -%}"
+            "{%- if add_generation_prompt -%}" + lit(self.assistant_prefix) + "{%- endif -%}"
+        )
 
 
 @dataclass(frozen=True)

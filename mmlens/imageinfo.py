@@ -54,7 +54,7 @@ def probe_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES) -> ImageInfo:
             Image.DecompressionBombError) as exc:
         raise ImageError(f"not a readable image ({len(data)} bytes): {exc}") from exc
     except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageError(f"corrupt image header: {exc}") from exc
+        raise ImageError(f"truncated or corrupt image header: {exc}") from exc
     if fmt not in FORMATS:
         raise ImageError(f"unsupported image format {fmt}; accepted: {', '.join(sorted(FORMATS))}")
     check_truncation(data, fmt)
