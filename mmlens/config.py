@@ -123,6 +123,10 @@ def _reject_secrets(table: dict[str, Any], where: str) -> None:
                               f"name the variable with {key}_env")
         if isinstance(value, dict):
             _reject_secrets(value, f"{where}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    _reject_secrets(item, f"{where}.{key}[{i}]")
 
 
 def _str(table: dict[str, Any], key: str, where: str, required: bool = False) -> str | None:

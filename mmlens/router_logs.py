@@ -118,7 +118,7 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
     if m:
         return RoutingDecision(rid, "dynamo", "log:routing_best", worker=m.group(1),
                                overlap_blocks=int(m.group(3)), request_blocks=int(m.group(4)))
-    if msg.startswith("Selected worker") or "Selected worker" in msg[:40]:
+    if "Selected worker" in msg:
         wid = obj.get("worker_id")
         return RoutingDecision(rid, "dynamo", "log:selected_worker",
                                worker=None if wid is None else str(wid))

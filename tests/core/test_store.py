@@ -1,0 +1,102 @@
+"""The SQLite store: WAL, schema version, round trips, retention, a reader beside the writer."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from mmlens.records import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    CollectorHealth,
+    ImageRef,
+    MetricSample,
+    RequestTrace,
+    RoutingDecision,
+)
+from mmlens.store import SCHEMA_VERSION, Store, StoreError
+
+BIG = (1 << 64) - 1
+
+
+def test_wal_schema_and_round_trips(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    store = Store(db)
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.schema_version() == SCHEMA_VERSION
+    store.add_samples([MetricSample("t", "x_total", (("a", "1"),), 3.0, 10.0)])
+    img = "c" * 64
+    store.add_kv_events([
+        BlockStored("w", 0, 1, 11.0, [BIG, "ab" * 32], None, [1] * 32, 16,
+                    images=[(ImageRef(img, 4),), None]),
+        BlockRemoved("w", 0, 2, 12.0, [BIG]),
+        AllBlocksCleared("w", 0, 3, 13.0)])
+    trace = RequestTrace("r1", "http://r", "smg", "m", 14.0, False, cached_tokens=80,
+                         predictions=[RoutingDecision("r1", "smg", "header", branch="event_hit")])
+    store.add_traces([trace])
+    h = CollectorHealth("metrics", "t")
+    h.error("timeout", "slow", 9.0)
+    h.ok(10.0)
+    store.set_health([h], 15.0)
+    store.set_kv_state({"w#0": {"worker": "w", "rank": 0, "resident_blocks": 5,
+                                "images": {img: 2}}}, 16.0)
+
+    reader = Store(db, readonly=True)
+    (s,) = reader.samples_since(0)
+    assert (s.target, s.name, s.labels, s.value, s.ts) == ("t", "x_total", (("a", "1"),), 3.0,
+                                                           10.0)
+    rows = reader.kv_event_rows()
+    assert [r["kind"] for r in rows] == ["cleared", "removed", "stored"]
+    assert rows[2]["block_hashes"] == [BIG, "ab" * 32] and rows[2]["images"] == [img]
+    assert reader.kv_event_counts() == {"w": {
+        "stored_events": 1, "stored_blocks": 2, "removed_events": 1, "removed_blocks": 1,
+        "cleared_events": 1, "cleared_blocks": 0}}
+    (t,) = reader.traces()
+    assert t["cached_tokens"] == 80 and t["predictions"][0]["branch"] == "event_hit"
+    (hh,) = reader.health()
+    assert hh["errors"] == {"timeout": 1} and hh["last_success"] == 10.0
+    (k,) = reader.kv_state()
+    assert k["resident_blocks"] == 5 and k["updated"] == 16.0
+    with pytest.raises(sqlite3.OperationalError):
+        reader.add_samples([MetricSample("t", "y", (), 1.0, 1.0)])
+    reader.close()
+    store.close()
+
+
+def test_schema_version_mismatch_is_refused(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    Store(db).set_meta("x", 1)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="schema 99"):
+        Store(db)
+    with pytest.raises(StoreError):
+        Store(tmp_path / "missing.db", readonly=True)
+
+
+def test_retention_by_age_and_size(tmp_path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.add_samples(MetricSample("t", "old", (), 1.0, 100.0) for _ in range(10))
+    store.add_samples(MetricSample("t", "new", (), 1.0, 1000.0) for _ in range(10))
+    assert store.prune(retention_s=500, max_bytes=1e9, now=1100.0) == 10
+    assert {s.name for s in store.samples_since(0)} == {"new"}
+    store.add_samples(MetricSample("t", "bulk", (("pad", "x" * 200),), 1.0, 1050.0 + i)
+                      for i in range(5000))
+    big = store.used_bytes()
+    store.prune(retention_s=1e9, max_bytes=big / 3, now=1100.0)
+    assert store.used_bytes() <= big / 3
+    left = store.samples_since(0)
+    assert left and min(s.ts for s in left) > 1050.0  # the oldest went first
+
+
+def test_reader_sees_writer_commits_while_open(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    writer = Store(db)
+    reader = Store(db, readonly=True)
+    for i in range(3):
+        writer.add_samples([MetricSample("t", "x", (), float(i), float(i))])
+        assert len(reader.samples_since(0)) == i + 1
