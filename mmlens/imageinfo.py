@@ -95,3 +95,10 @@ def decode_data_url(url: str, max_bytes: int = MAX_IMAGE_BYTES) -> bytes:
 def to_data_url(data: bytes, fmt: str) -> str:
     mime = "image/jpeg" if fmt.upper() == "JPEG" else f"image/{fmt.lower()}"
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def decoded_rgb(data: bytes) -> bytes:
+    """Raw RGB pixels, what Dynamo's frontend-decoding mode hashes for an image's identity."""
+    probe_image(data)
+    with Image.open(io.BytesIO(data)) as img:
+        return img.convert("RGB").tobytes()

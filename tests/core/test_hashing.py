@@ -106,3 +106,24 @@ def test_identity_count_must_match_images():
         dynamo_routing(layout, [1, 2])
     with pytest.raises(LayoutError):
         vllm_extra_keys(layout.router, [], 16)
+
+
+def test_frontend_decoding_identity_follows_pixels_not_encoding():
+    import io
+
+    from PIL import Image
+
+    from mmlens.hashing import dynamo_mm_hash_decoded
+    from mmlens.imageinfo import decoded_rgb, to_data_url
+
+    img = Image.new("RGB", (32, 16), (9, 99, 199))
+    png, bmp = io.BytesIO(), io.BytesIO()
+    img.save(png, format="PNG")
+    img.save(bmp, format="BMP")
+    # URL passthrough: two encodings of one picture are two identities...
+    assert (dynamo_mm_hash_url(to_data_url(png.getvalue(), "PNG"))
+            != dynamo_mm_hash_url(to_data_url(bmp.getvalue(), "BMP")))
+    # ...frontend decoding hashes the pixels, so they agree; blake3 of raw bytes does not.
+    assert (dynamo_mm_hash_decoded(decoded_rgb(png.getvalue()))
+            == dynamo_mm_hash_decoded(decoded_rgb(bmp.getvalue())))
+    assert smg_identifier(png.getvalue()) != smg_identifier(bmp.getvalue())
