@@ -243,10 +243,14 @@ FAMILIES: tuple[Family, ...] = (
                      ("glm5_next",)),
         chat=GLM_CHAT, anchor="<|image|>", pad="<|image|>",
         structural=("<|begin_of_image|>", "<|end_of_image|>"), special_ids=GLM_IDS,
-        expansion=Expansion.PAD_RUN, max_images=10, default_params=QWEN2_DEFAULTS,
-        params_from=pc.qwen_params, count=qwen_count, tokenizer="synthetic",
+        expansion=Expansion.PAD_RUN, max_images=10, default_params=GLM4V_DEFAULTS,
+        params_from=pc.glm53_params, count=it.glm_tokens, tokenizer="synthetic",
         smg_spec="glm53_flash", smg_worker_expandable=True, dynamo_prompt_kind=None,
         requires_processor_config=True,
+        notes=("SMG 1.13 resizes GLM-5.3-Flash images like GLM-4V but rounds each side up to "
+               "the 28-px grid: 640×480 gives 414 where HF's GLM-4V gives 391.",
+               "SMG ignores a processor config with one wrongly typed value and falls back to "
+               "its defaults; mmlens refuses it instead."),
     ),
     Family(
         name="llava-1.5", display="LLaVA-1.5",

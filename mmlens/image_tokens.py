@@ -91,6 +91,7 @@ class GlmParams:
     temporal_patch_size: int
     min_pixels: int
     max_pixels: int
+    round_up: bool = False  # SMG 1.13's GLM-5.3-Flash rounds sides up, HF's GLM-4V to nearest
 
 
 def glm_smart_resize(
@@ -103,8 +104,9 @@ def glm_smart_resize(
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
+    to_grid = math.ceil if p.round_up else round
+    h_bar = to_grid(height / factor) * factor
+    w_bar = to_grid(width / factor) * factor
     t_bar = round(frames / t) * t
     if t_bar * h_bar * w_bar > p.max_pixels:
         beta = math.sqrt(frames * height * width / p.max_pixels)

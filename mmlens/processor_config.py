@@ -82,6 +82,19 @@ def glm_params(cfg: Config, defaults: GlmParams) -> GlmParams:
     )
 
 
+def glm53_params(cfg: Config, defaults: GlmParams) -> GlmParams:
+    """SMG 1.13 reads top-level min_pixels, max_pixels and patch_size; a `size` object has
+    no effect there, so it is not read here either. All three must be present."""
+    return GlmParams(
+        patch_size=get_int(cfg, None, "patch_size"),
+        merge_size=get_int(cfg, defaults.merge_size, "merge_size"),
+        temporal_patch_size=get_int(cfg, defaults.temporal_patch_size, "temporal_patch_size"),
+        min_pixels=get_int(cfg, None, "min_pixels"),
+        max_pixels=get_int(cfg, None, "max_pixels"),
+        round_up=True,
+    )
+
+
 def kimi_params(cfg: Config, defaults: KimiParams) -> KimiParams:
     media = lookup(cfg, "media_proc_cfg")
     src: Config = media if isinstance(media, Mapping) else cfg
