@@ -1,0 +1,328 @@
+"""Start and stop the Dynamo demo: the real Dynamo 1.6.1 frontend (KV router) in front of
+simulated vLLM workers registered with the Dynamo runtime, all on 127.0.0.1.
+
+- Discovery through files (`--discovery-backend file`), TCP request plane, ZMQ event plane in
+  broker mode against the demo's loopback XSUB/XPUB relay (direct mode binds 0.0.0.0).
+- HOME, XDG_CACHE_HOME, HF_HOME, the discovery store and TMPDIR live in a scratch folder the
+  demo owns and removes; the Hub is offline.
+- The frontend logs JSON lines (`DYN_LOGGING_JSONL`) with the routing and mm_routing targets
+  at debug to `frontend.log` in the log folder, for mmlens' log collector.
+- The block size comes from the model: the workers register it and the frontend reads it
+  from their model card (no `--kv-cache-block-size`).
+
+Port layout from `port_base` B: frontend B, broker XSUB B+2 / XPUB B+3; worker i (0-based):
+system server (/metrics) B+10+10i, vLLM-format ZMQ KV events +1, replay +2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from demo.cluster import ClusterError, Proc, port_free
+from demo.dynamo_broker import broker_url
+from demo.model_dirs import MODELS, ensure_model_dir
+
+HOST = "127.0.0.1"
+ROUTING_LOG_FILTER = ("info,mm_routing=debug,dynamo_kv_router::scheduling=debug,"
+                      "dynamo_llm::kv_router=debug")
+STOP_GRACE_S = 5.0
+
+
+def dynamo_available() -> str | None:
+    """None when the Dynamo extra is importable, else the reason it is not."""
+    try:
+        if importlib.util.find_spec("dynamo.frontend") is None:
+            return "Dynamo is not installed (no dynamo.frontend); see requirements-dynamo.txt"
+        importlib.import_module("dynamo.llm")  # loads the native runtime
+    except Exception as exc:  # ImportError, or a broken native module
+        return f"Dynamo is not installed ({type(exc).__name__}: {exc}); see requirements-dynamo.txt"
+    return None
+
+
+@dataclass
+class DynamoClusterConfig:
+    family: str = "qwen3-vl"
+    workers: int = 2
+    port_base: int = 18500
+    router_kv_events: bool = True  # False: frontend --no-router-kv-events (approximate mode)
+    count_drift: list[int] = field(default_factory=list)  # per worker, default 0
+    block_size: int = 16  # what the workers register; the frontend takes it from them
+    num_blocks: int = 4096
+    speed: float = 1.0
+    zmq_kv_events: bool = True  # workers also publish vLLM-format ZMQ events for mmlens
+    log_dir: Path | None = None
+    scratch_dir: Path | None = None
+    model_cache: Path | None = None
+    ready_timeout: float = 40.0
+    extra_frontend_args: list[str] = field(default_factory=list)
+
+    @property
+    def frontend_port(self) -> int:
+        return self.port_base
+
+    @property
+    def broker_ports(self) -> tuple[int, int]:
+        return self.port_base + 2, self.port_base + 3
+
+    def worker_ports(self, i: int) -> dict[str, int]:
+        base = self.port_base + 10 + 10 * i
+        return {"system": base, "kv": base + 1, "replay": base + 2}
+
+    def drift(self, i: int) -> int:
+        return self.count_drift[i] if i < len(self.count_drift) else 0
+
+
+def ports_needed(cfg: DynamoClusterConfig) -> list[int]:
+    ports = [cfg.frontend_port, *cfg.broker_ports]
+    for i in range(cfg.workers):
+        p = cfg.worker_ports(i)
+        ports += [p["system"]] + ([p["kv"], p["replay"]] if cfg.zmq_kv_events else [])
+    return ports
+
+
+def loopback_env(scratch: Path, broker: str, base: dict[str, str] | None = None,
+                 ) -> dict[str, str]:
+    """The environment every Dynamo process of the demo runs with."""
+    env = dict(os.environ if base is None else base)
+    home = scratch / "home"
+    for d in (home / ".cache", home / "hf", scratch / "kv", scratch / "tmp"):
+        d.mkdir(parents=True, exist_ok=True)
+    env.update({
+        "DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": str(scratch / "kv"),
+        "DYN_REQUEST_PLANE": "tcp", "DYN_EVENT_PLANE": "zmq", "DYN_ZMQ_BROKER_URL": broker,
+        "DYN_TCP_RPC_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": HOST,
+        "DYN_EVENT_PLANE_HOST": HOST, "DYN_SYSTEM_HOST": HOST,
+        "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+        "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "TMPDIR": str(scratch / "tmp"),
+        "DYN_MM_ALLOW_INTERNAL": "1", "DYN_LOGGING_JSONL": "true", "DYN_LOG": ROUTING_LOG_FILTER,
+    })
+    env.pop("DYN_SYSTEM_PORT", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+    return env
+
+
+_READY = re.compile(r'\{"event": "worker_ready".*\}')
+
+
+class DynamoCluster:
+    def __init__(self, cfg: DynamoClusterConfig) -> None:
+        if cfg.family not in MODELS:
+            raise ValueError(f"unknown demo model {cfg.family!r}; choose from {sorted(MODELS)}")
+        self.cfg = cfg
+        self.model = MODELS[cfg.family]
+        self.procs: list[Proc] = []
+        self.log_dir = cfg.log_dir or Path(tempfile.mkdtemp(prefix="mmlens-dynamo-logs-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._own_scratch = cfg.scratch_dir is None
+        self.scratch = cfg.scratch_dir or Path(tempfile.mkdtemp(prefix="mmlens-dynamo-"))
+        self.model_dir: Path | None = None
+        self.frontend: Proc | None = None
+        self.workers: list[Proc] = []
+        self.worker_info: list[dict[str, Any]] = []
+
+    # -- URLs ----------------------------------------------------------------------------
+    @property
+    def router_url(self) -> str:
+        return f"http://{HOST}:{self.cfg.frontend_port}"
+
+    @property
+    def frontend_log(self) -> Path:
+        return self.log_dir / "frontend.log"
+
+    def ready_info(self) -> dict[str, Any]:
+        xsub, xpub = self.cfg.broker_ports
+        workers = []
+        for i, info in enumerate(self.worker_info):
+            p = self.cfg.worker_ports(i)
+            w: dict[str, Any] = {
+                "name": info.get("name", f"w{i + 1}"),
+                "worker_id": str(info.get("worker_id")),
+                "metrics": f"http://{HOST}:{p['system']}/metrics",
+                "count_drift": self.cfg.drift(i),
+                "log": str(self.workers[i].log_path),
+                "pid": self.workers[i].popen.pid,
+            }
+            if self.cfg.zmq_kv_events:
+                w.update(kv_events=f"tcp://{HOST}:{p['kv']}",
+                         kv_replay=f"tcp://{HOST}:{p['replay']}", kv_topic="kv-events",
+                         kv_encoding="map")
+            workers.append(w)
+        return {
+            "event": "ready",
+            "router_kind": "dynamo",
+            "router": self.router_url,
+            "router_metrics": f"{self.router_url}/metrics",
+            "router_log": str(self.frontend_log),
+            "router_kv_events": self.cfg.router_kv_events,
+            "block_size": self.cfg.block_size,
+            "broker": {"xsub": f"tcp://{HOST}:{xsub}", "xpub": f"tcp://{HOST}:{xpub}"},
+            "workers": workers,
+            "models": [{"id": self.model.served_name, "family": self.model.family,
+                        "model_type": self.model.model_type, "path": str(self.model_dir)}],
+            "logs": str(self.log_dir),
+            "router_pid": self.frontend.popen.pid if self.frontend else None,
+        }
+
+    # -- processes -----------------------------------------------------------------------
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> Proc:
+        log_path = self.log_dir / f"{name}.log"
+        log = log_path.open("wb")
+        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                 cwd=self.scratch)
+        proc = Proc(name, popen, log_path, log)
+        self.procs.append(proc)
+        return proc
+
+    def _worker_cmd(self, i: int) -> list[str]:
+        cfg = self.cfg
+        p = cfg.worker_ports(i)
+        cmd = [sys.executable, "-m", "demo.dynamo_engine", "--name", f"w{i + 1}",
+               "--family", cfg.family, "--model-dir", str(self.model_dir),
+               "--block-size", str(cfg.block_size), "--num-blocks", str(cfg.num_blocks),
+               "--speed", str(cfg.speed), "--count-drift", str(cfg.drift(i)),
+               "--allowed-media-hosts", HOST]
+        if cfg.zmq_kv_events:
+            cmd += ["--zmq-kv-port", str(p["kv"]), "--zmq-replay-port", str(p["replay"])]
+        if not cfg.router_kv_events:
+            cmd.append("--no-kv-events")
+        return cmd
+
+    def _frontend_cmd(self) -> list[str]:
+        cmd = [sys.executable, "-m", "dynamo.frontend", "--http-host", HOST,
+               "--http-port", str(self.cfg.frontend_port), "--router-mode", "kv",
+               "--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
+        if not self.cfg.router_kv_events:
+            cmd.append("--no-router-kv-events")
+        return cmd + self.cfg.extra_frontend_args
+
+    def start(self) -> dict[str, Any]:
+        reason = dynamo_available()
+        if reason:
+            raise ClusterError(reason)
+        busy = [p for p in ports_needed(self.cfg) if not port_free(p)]
+        if busy:
+            raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
+        deadline = time.monotonic() + self.cfg.ready_timeout
+        self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
+        xsub, xpub = self.cfg.broker_ports
+        env = loopback_env(self.scratch, broker_url(xsub, xpub))
+        broker = self._spawn("broker", [sys.executable, "-m", "demo.dynamo_broker",
+                                        "--xsub-port", str(xsub), "--xpub-port", str(xpub)],
+                             env)
+        self._wait_line(broker, '"broker_ready"', deadline)
+        for i in range(self.cfg.workers):
+            wenv = dict(env, DYN_SYSTEM_PORT=str(self.cfg.worker_ports(i)["system"]))
+            self.workers.append(self._spawn(f"worker-w{i + 1}", self._worker_cmd(i), wenv))
+        self.frontend = self._spawn("frontend", self._frontend_cmd(), env)
+        self.worker_info = [self._worker_ready(w, deadline) for w in self.workers]
+        self._wait_frontend(deadline)
+        return self.ready_info()
+
+    def _check_alive(self, proc: Proc) -> None:
+        if proc.popen.poll() is not None:
+            raise ClusterError(f"{proc.name} exited ({proc.popen.returncode}); see "
+                               f"{proc.log_path}:\n{self.tail(proc)}")
+
+    def _wait_line(self, proc: Proc, marker: str, deadline: float) -> str:
+        while time.monotonic() < deadline:
+            self._check_alive(proc)
+            with contextlib.suppress(OSError):
+                for line in proc.log_path.read_text(errors="replace").splitlines():
+                    if marker in line:
+                        return line
+            time.sleep(0.05)
+        raise ClusterError(f"{proc.name} not ready in time; see {proc.log_path}:\n"
+                           f"{self.tail(proc)}")
+
+    def _worker_ready(self, proc: Proc, deadline: float) -> dict[str, Any]:
+        line = self._wait_line(proc, '"event": "worker_ready"', deadline)
+        m = _READY.search(line)
+        return json.loads(m.group(0)) if m else {}
+
+    def _registered_workers(self) -> int:
+        text = httpx.get(f"{self.router_url}/metrics", timeout=1.0).text
+        ids = {str(w.get("worker_id")) for w in self.worker_info}
+        seen = set(re.findall(
+            r'^dynamo_component_router_worker_registered\{[^}]*router_worker_id="(\d+)"[^}]*\}'
+            r"\s+1(?:\.0)?\s*$", text, flags=re.M))
+        return len(ids & seen)
+
+    def _wait_frontend(self, deadline: float) -> None:
+        assert self.frontend is not None
+        name = self.model.served_name
+        while time.monotonic() < deadline:
+            self._check_alive(self.frontend)
+            for w in self.workers:
+                self._check_alive(w)
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                r = httpx.get(f"{self.router_url}/v1/models", timeout=1.0)
+                listed = r.status_code == 200 and any(
+                    m.get("id") == name for m in r.json().get("data", []))
+                if listed and self._registered_workers() >= self.cfg.workers:
+                    return
+            time.sleep(0.1)
+        raise ClusterError(f"frontend not ready in time; see {self.frontend_log}:\n"
+                           f"{self.tail(self.frontend)}")
+
+    @staticmethod
+    def tail(proc: Proc, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            text = proc.log_path.read_text(errors="replace").splitlines()[-lines:]
+            return "\n".join(line[:400] for line in text)
+        return ""
+
+    def stop(self) -> None:
+        """SIGTERM every process group (frontend first), then SIGKILL what is left."""
+        order = ([self.frontend] if self.frontend else []) + [
+            p for p in self.procs if p is not self.frontend]
+        for proc in order:
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in order:
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                # Dynamo's runtime can linger after its shutdown phases; its group goes.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=5)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.log.close()
+        self.procs.clear()
+        self.workers.clear()
+        self.frontend = None
+        if self._own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> DynamoCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
