@@ -49,6 +49,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-blocks", type=int, default=2048, help="KV blocks per worker")
     p.add_argument("--speed", type=float, default=1.0, help="worker latency divisor")
+    p.add_argument("--max-image-bytes", type=int, help="workers refuse larger images")
     p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
     p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary dir)")
     p.add_argument("--model-cache", type=Path, help="where model directories are generated")
@@ -66,7 +67,8 @@ def config_from(args: argparse.Namespace) -> ClusterConfig:
         port_base=args.port_base, mm_processing=args.mm_processing,
         worker_mm_processor=args.worker_processing, count_drift=drift,
         legacy_kv_encoding=args.legacy_kv_encoding, block_size=args.block_size,
-        num_blocks=args.num_blocks, speed=args.speed, log_dir=args.log_dir,
+        num_blocks=args.num_blocks, speed=args.speed,
+        max_image_bytes=args.max_image_bytes, log_dir=args.log_dir,
         model_cache=args.model_cache, ready_timeout=args.ready_timeout,
         smg_log_level=args.smg_log_level)
 

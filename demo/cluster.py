@@ -45,6 +45,7 @@ class ClusterConfig:
     block_size: int = 16
     num_blocks: int = 2048
     speed: float = 1.0
+    max_image_bytes: int | None = None
     allow_private_media: bool = True
     log_dir: Path | None = None
     model_cache: Path | None = None
@@ -173,6 +174,8 @@ class Cluster:
             cmd += ["--mm-processor", "inprocess"]
         if self.cfg.legacy_kv_encoding:
             cmd.append("--legacy-kv-encoding")
+        if self.cfg.max_image_bytes:
+            cmd += ["--max-image-bytes", str(self.cfg.max_image_bytes)]
         return cmd
 
     def _smg_cmd(self) -> list[str]:

@@ -113,6 +113,7 @@ class Engine:
         self._mm_lookup(media)
         self.running += 1
         self._gauges()
+        self.publisher.load_changed()
         result = RequestResult(prompt_tokens=len(prompt), cached_tokens=alloc.cached_tokens)
         self.query_tokens_total += len(prompt)
         self.hit_tokens_total += alloc.cached_tokens
@@ -154,3 +155,4 @@ class Engine:
             self.aborted.discard(request_id)
             self.running -= 1
             self._gauges()
+            self.publisher.load_changed()

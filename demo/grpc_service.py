@@ -89,7 +89,7 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
         # SMG vetoes a worker whose stream does not answer within 2 s: headers go out at once.
         await context.send_initial_metadata(())
         pub = self.s.publisher
-        queue: asyncio.Queue[PublishedBatch] = asyncio.Queue()
+        queue: asyncio.Queue[PublishedBatch | None] = asyncio.Queue()
         pub.subscribers.add(queue)
         last = 0
         try:
@@ -101,6 +101,12 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
                 try:
                     b = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
                 except TimeoutError:
+                    b = None  # idle: heartbeat
+                if b is None:
+                    # Load-only record: a heartbeat, or the load changed without a KV event
+                    # (admission, completion). Coalesced: pending changes make one record.
+                    while not queue.empty() and queue._queue[0] is None:  # type: ignore[attr-defined]
+                        queue.get_nowait()
                     yield common_pb2.KvEventBatch(sequence_number=last, timestamp=time.time(),
                                                   dp_rank=0, load=self._engine_load(True))
                     continue

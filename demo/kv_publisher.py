@@ -40,7 +40,8 @@ class KvPublisher:
         self.buffer: deque[PublishedBatch] = deque(maxlen=buffer_steps)
         self.next_seq = 0
         self.drop_next = 0  # batches to keep off the PUB socket (replay still has them)
-        self.subscribers: set[asyncio.Queue[PublishedBatch]] = set()
+        # gRPC subscribers get each batch, or None: "the load changed without a KV event".
+        self.subscribers: set[asyncio.Queue[PublishedBatch | None]] = set()
         self._ctx = zmq.asyncio.Context()
         self._pub: zmq.asyncio.Socket | None = None
         self._replay: zmq.asyncio.Socket | None = None
@@ -75,6 +76,10 @@ class KvPublisher:
                 await self._pub.send_multipart([self.topic, seq, batch.payload])
         for q in list(self.subscribers):
             q.put_nowait(batch)
+
+    def load_changed(self) -> None:
+        for q in list(self.subscribers):
+            q.put_nowait(None)
 
     def since(self, seq: int) -> list[PublishedBatch]:
         return [b for b in self.buffer if b.seq >= seq]

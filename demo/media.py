@@ -83,7 +83,9 @@ def decode_image(
             if width * height > max_pixels:
                 raise MediaError(f"image of {width}x{height} pixels exceeds {max_pixels}")
             rgba = img.convert("RGBA").tobytes()
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
+    except UnidentifiedImageError as exc:
+        raise MediaError("cannot decode image: unrecognized image data") from exc
+    except (OSError, Image.DecompressionBombError) as exc:
         raise MediaError(f"cannot decode image: {exc}") from exc
     h = blake3.blake3(model_id.encode())
     h.update(f"{width}x{height}".encode())

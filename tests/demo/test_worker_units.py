@@ -1,0 +1,172 @@
+"""The simulated worker's pieces without processes: prefix cache, wire encodings, expansion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from demo.expansion import Expander, PlaceholderMismatch
+from demo.kv_wire import encode_batch
+from demo.media import DecodedImage, MediaError, decode_image
+from demo.model_dirs import MODELS
+from demo.prefix_cache import (
+    AllCleared,
+    MediaSpan,
+    PrefixCache,
+    RemovedBlocks,
+    StoredBlocks,
+    block_extra_keys,
+)
+from tests.demo.support import decode_payload, png_data_url
+
+BS = 4
+
+
+def prompt_with_image(identifier: str) -> tuple[list[int], list[MediaSpan]]:
+    head = [1, 2, 3, 4]
+    ids = head + [99] * 8 + [5, 6, 7, 8, 9]
+    return ids, [MediaSpan(identifier, len(head), 8)]
+
+
+def test_extra_keys_follow_vllm_offsets() -> None:
+    # image at 4..67 (64 tokens), block 16: block 0 gets (id, 4), block 1 (id, -12) ...
+    media = [MediaSpan("img", 4, 64)]
+    assert block_extra_keys(0, 16, media) == [("img", 4)]
+    assert block_extra_keys(16, 32, media) == [("img", -12)]
+    assert block_extra_keys(64, 80, media) == [("img", -60)]
+    assert block_extra_keys(80, 96, media) is None
+
+
+def test_repeat_hits_all_full_blocks_but_the_last_token() -> None:
+    cache = PrefixCache(block_size=BS, num_blocks=64)
+    ids, media = prompt_with_image("a")
+    events: list = []
+    first = cache.allocate(ids, media, events)
+    assert first.cached_tokens == 0 and events == []
+    cache.commit(first, events)
+    cache.release(first)
+    assert len(events) == 1 and isinstance(events[0], StoredBlocks)
+    assert len(events[0].block_hashes) == len(ids) // BS  # only full blocks
+    assert events[0].parent_block_hash is None
+    events.clear()
+    again = cache.allocate(ids, media, events)
+    assert again.cached_tokens == 16  # 17 tokens: 4 full blocks, the tail is not cached
+    cache.commit(again, events)
+    assert events == []  # a hit announces nothing
+
+
+def test_prompt_fully_cached_recomputes_last_block() -> None:
+    cache = PrefixCache(block_size=BS, num_blocks=64)
+    ids = list(range(16))
+    events: list = []
+    a = cache.allocate(ids, [], events)
+    cache.commit(a, events)
+    cache.release(a)
+    b = cache.allocate(ids, [], events)
+    assert b.cached_tokens == 12  # vLLM never hits the last prompt token
+
+
+def test_different_images_same_ids_do_not_share_blocks() -> None:
+    cache = PrefixCache(block_size=BS, num_blocks=64)
+    events: list = []
+    ids, media_a = prompt_with_image("a")
+    _, media_b = prompt_with_image("b")
+    a = cache.allocate(ids, media_a, events)
+    cache.commit(a, events)
+    cache.release(a)
+    b = cache.allocate(ids, media_b, events)
+    assert b.cached_tokens == 4  # only the text block before the image
+    ha, hb = cache.hashes_for(ids, media_a)[0], cache.hashes_for(ids, media_b)[0]
+    assert ha[0] == hb[0] and ha[1] != hb[1]
+
+
+def test_lru_eviction_emits_block_removed_lazily() -> None:
+    cache = PrefixCache(block_size=BS, num_blocks=4)
+    events: list = []
+    a = cache.allocate(list(range(16)), [], events)
+    cache.commit(a, events)
+    cache.release(a)
+    assert not any(isinstance(e, RemovedBlocks) for e in events)  # finishing removes nothing
+    events.clear()
+    b = cache.allocate(list(range(100, 108)), [], events)
+    removed = [h for e in events if isinstance(e, RemovedBlocks) for h in e.block_hashes]
+    assert len(removed) == 2 and set(removed) <= set(a.hashes)
+    # the tail blocks of the finished request go first, the shared prefix survives longest
+    assert removed == [a.hashes[3], a.hashes[2]]
+    cache.release(b)
+    cache.reset(events)
+    assert isinstance(events[-1], AllCleared)
+
+
+def test_wire_encodings_decode_with_an_independent_decoder() -> None:
+    events = [StoredBlocks([2**64 - 5], None, [1, 2], 2, [[("ab12", 0)]]),
+              RemovedBlocks([2**64 - 5]), AllCleared()]
+    for legacy in (False, True):
+        ts, decoded, rank = decode_payload(encode_batch(1.5, events, legacy))
+        assert ts == 1.5 and rank == 0
+        assert [e["type"] for e in decoded] == ["BlockStored", "BlockRemoved", "AllBlocksCleared"]
+        stored = decoded[0]
+        assert stored["block_hashes"] == [2**64 - 5]  # unsigned 64-bit, as vLLM sends
+        assert stored["token_ids"] == [1, 2] and stored["block_size"] == 2
+        assert stored["extra_keys"] == [[["ab12", 0]]]
+        assert stored["medium"] == "GPU"
+
+
+def expander(family: str, drift: int = 0) -> Expander:
+    model = MODELS[family]
+    return Expander(model, model.processor_config, lambda t: [ord(c) for c in t], drift)
+
+
+def test_kimi_k3_worker_expansion_builds_the_dims_block() -> None:
+    e = expander("kimi-k3")
+    tid = MODELS["kimi-k3"].token_id
+    ids = [7, tid("<|media_pad|>"), 8]
+    out, spans = e.expand(ids, [DecodedImage(640, 480, "x", 0)])
+    dims = [ord(c) for c in "image 640x480"]
+    assert out[:3] == [7, tid("<|media_begin|>"), *dims[:1]]
+    assert out.count(tid("<|media_pad|>")) == 414
+    assert spans == [MediaSpan("x", 1, 414 + 3 + len(dims))]
+    assert out[-2:] == [tid("<|media_end|>"), 8]
+
+
+def test_count_drift_changes_the_workers_n() -> None:
+    pad = MODELS["qwen3-vl"].token_id("<|image_pad|>")
+    out, _ = expander("qwen3-vl", drift=3).expand([1, pad, 2], [DecodedImage(640, 480, "x", 0)])
+    assert out.count(pad) == 303
+    with pytest.raises(PlaceholderMismatch):
+        expander("qwen3-vl").expand([1, 2], [DecodedImage(64, 64, "x", 0)])
+
+
+def test_media_identifiers_and_refusals() -> None:
+    red = decode_image(png_data_url(64, 64, (255, 0, 0)), "m")
+    blue = decode_image(png_data_url(64, 64, (0, 0, 255)), "m")
+    assert (red.width, red.height) == (64, 64)
+    assert len(red.identifier) == 64 and red.identifier != blue.identifier
+    with pytest.raises(MediaError, match="decode"):
+        decode_image("data:image/png;base64,aGVsbG8=", "m")
+    with pytest.raises(MediaError, match="larger"):
+        decode_image(png_data_url(64, 64, (1, 2, 3)), "m", max_bytes=10)
+    with pytest.raises(MediaError, match="allowed"):
+        decode_image("http://example.com/a.png", "m")
+    with pytest.raises(MediaError, match="exceeds"):
+        decode_image(png_data_url(300, 300, (1, 2, 3)), "m", max_pixels=1000)
+
+
+def test_model_dirs_render_each_familys_anchor(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import jinja2
+    from tokenizers import Tokenizer
+
+    from demo.model_dirs import ensure_model_dir
+
+    for family, model in MODELS.items():
+        d = ensure_model_dir(family, tmp_path)
+        cfg = json.loads((d / "tokenizer_config.json").read_text())
+        text = jinja2.Environment().from_string(cfg["chat_template"]).render(
+            messages=[{"role": "user", "content": [{"type": "image_url"},
+                                                   {"type": "text", "text": "hi"}]}],
+            add_generation_prompt=True)
+        ids = Tokenizer.from_file(str(d / "tokenizer.json")).encode(
+            text, add_special_tokens=False).ids
+        assert ids.count(model.token_id(model.core.anchor)) == 1, family
+        assert json.loads((d / "config.json").read_text())["model_type"] == model.model_type
