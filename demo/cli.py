@@ -30,6 +30,9 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="mmlens demo", description=__doc__)
+    p.add_argument("--router", choices=["smg", "dynamo"], default="smg",
+                   help="real router in front of the workers (default smg; for dynamo's own "
+                        "options see `mmlens demo --router dynamo --help`)")
     p.add_argument("--model", choices=sorted(MODELS), default="qwen3-vl",
                    help="demo model family (default qwen3-vl)")
     p.add_argument("--workers", type=int, default=2, help="simulated workers (default 2)")
@@ -73,7 +76,20 @@ def config_from(args: argparse.Namespace) -> ClusterConfig:
         smg_log_level=args.smg_log_level)
 
 
+def _router_of(argv: Sequence[str]) -> str:
+    for i, arg in enumerate(argv):
+        if arg == "--router" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--router="):
+            return arg.split("=", 1)[1]
+    return "smg"
+
+
 def main(argv: list[str]) -> int:
+    if _router_of(argv) == "dynamo":
+        from demo.dynamo_cli import main as dynamo_main
+
+        return dynamo_main(argv)
     args = parse_args(argv)
     if args.workers < 1:
         print("mmlens demo: --workers must be at least 1", file=sys.stderr)

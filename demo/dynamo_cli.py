@@ -1,0 +1,111 @@
+"""`mmlens demo --router dynamo`: the real Dynamo frontend in front of simulated vLLM workers.
+
+Prints one JSON line `{"event": "ready", "router_kind": "dynamo", ...}` when the frontend
+lists the model and has registered every worker; Ctrl-C or SIGTERM stops every process it
+started and removes the demo's scratch folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from demo.cluster import ClusterError, write_ready
+from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, dynamo_available
+from demo.model_dirs import MODELS
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="mmlens demo --router dynamo", description=__doc__)
+    p.add_argument("--router", choices=["dynamo"], default="dynamo")
+    p.add_argument("--model", choices=sorted(MODELS), default="qwen3-vl",
+                   help="demo model family (default qwen3-vl; Dynamo routes images exactly "
+                        "for Qwen3-VL and Kimi-K3, text-prefix only for GLM)")
+    p.add_argument("--workers", type=int, default=2, help="simulated workers (default 2)")
+    p.add_argument("--port-base", type=int, default=18500,
+                   help="frontend on BASE, broker BASE+2/+3, worker i on BASE+10+10i.. "
+                        "(default 18500)")
+    p.add_argument("--no-router-kv-events", action="store_true",
+                   help="approximate mode: the router predicts cache state from its own "
+                        "decisions; workers publish no KV events to Dynamo")
+    p.add_argument("--count-drift", default="0",
+                   help="add N to the workers' image-token count; one value or one per worker")
+    p.add_argument("--block-size", type=int, default=16,
+                   help="KV block size the workers register (the frontend reads it)")
+    p.add_argument("--num-blocks", type=int, default=4096, help="KV blocks per worker")
+    p.add_argument("--speed", type=float, default=1.0, help="worker latency divisor")
+    p.add_argument("--no-zmq-kv-events", action="store_true",
+                   help="workers do not also publish vLLM-format ZMQ KV events for mmlens")
+    p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
+    p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary dir)")
+    p.add_argument("--model-cache", type=Path, help="where model directories are generated")
+    p.add_argument("--ready-timeout", type=float, default=40.0)
+    return p.parse_args(list(argv))
+
+
+def config_from(args: argparse.Namespace) -> DynamoClusterConfig:
+    drift = [int(v) for v in str(args.count_drift).split(",") if v.strip()]
+    if len(drift) == 1:
+        drift = drift * args.workers
+    return DynamoClusterConfig(
+        family=args.model, workers=args.workers, port_base=args.port_base,
+        router_kv_events=not args.no_router_kv_events, count_drift=drift,
+        block_size=args.block_size, num_blocks=args.num_blocks, speed=args.speed,
+        zmq_kv_events=not args.no_zmq_kv_events, log_dir=args.log_dir,
+        model_cache=args.model_cache, ready_timeout=args.ready_timeout)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    if args.workers < 1:
+        print("mmlens demo: --workers must be at least 1", file=sys.stderr)
+        return 2
+    reason = dynamo_available()
+    if reason:
+        print(f"mmlens demo: {reason}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, _raise_stop)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    cluster = DynamoCluster(config_from(args))
+    t0 = time.monotonic()
+    code = 0
+    try:
+        info = cluster.start()
+        info["startup_seconds"] = round(time.monotonic() - t0, 2)
+        if args.ready_file:
+            write_ready(args.ready_file, info)
+        print(json.dumps(info), flush=True)
+        while True:
+            time.sleep(0.5)
+            dead = [p.name for p in cluster.procs if p.popen.poll() is not None]
+            if dead:
+                print(f"mmlens demo: {', '.join(dead)} exited; stopping", file=sys.stderr)
+                code = 1
+                break
+    except _Stop:
+        pass
+    except ClusterError as exc:
+        print(f"mmlens demo: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        cluster.stop()
+        if args.ready_file and args.ready_file.exists():
+            args.ready_file.unlink()
+        print(json.dumps({"event": "stopped"}), flush=True)
+    return code
