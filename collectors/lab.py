@@ -1,0 +1,77 @@
+"""The Lab's request sender: traced chat requests through the collectors' TraceClient, each
+trace recorded in the store with an expected layout that keeps the prompt text and model, so
+the inspector can rebuild every view's token ids later."""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from collectors.traces import ImagePart, LayoutHook, TraceClient, model_layout_hook
+from mmlens.records import RequestTrace
+from mmlens.store import Store
+
+
+def layout_hook_with_text(layout_model: str, block_size: int = 16) -> LayoutHook:
+    inner = model_layout_hook(layout_model, block_size)
+
+    def hook(text: str, images: Sequence[ImagePart], model: str) -> dict[str, Any] | None:
+        summary = inner(text, images, model)
+        if summary is not None:
+            summary = {**summary, "text": text, "layout_model": layout_model}
+        return summary
+
+    return hook
+
+
+def synthetic_png(kind: str, width: int, height: int, seed: int = 0,
+                  rgb: tuple[int, int, int] = (200, 30, 30)) -> bytes:
+    """``solid``, ``noise`` or ``gradient`` test images; the seed varies noise and tint."""
+    from PIL import Image
+
+    if kind == "solid":
+        img = Image.new("RGB", (width, height), rgb)
+    elif kind == "noise":
+        rnd = random.Random(seed)
+        img = Image.frombytes("RGB", (width, height),
+                              bytes(rnd.getrandbits(8) for _ in range(width * height * 3)))
+    elif kind == "gradient":
+        img = Image.linear_gradient("L").resize((width, height)).convert("RGB")
+        tint = Image.new("RGB", (width, height), rgb)
+        img = Image.blend(img, tint, 0.35 + (seed % 5) * 0.1)
+    else:
+        raise ValueError(f"unknown synthetic image kind {kind!r}")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+class LabSender:
+    def __init__(self, db_path: str | Path, client: httpx.Client | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self.db_path = str(db_path)
+        self.client = client or httpx.Client()
+        self.timeout_s = timeout_s
+
+    def send(self, router_url: str, model: str, text: str, images: Sequence[ImagePart] = (),
+             *, router_kind: str = "auto", layout_model: str | None = None,
+             block_size: int = 16, stream: bool = False, max_tokens: int = 8,
+             api_key: str | None = None) -> RequestTrace:
+        hook = layout_hook_with_text(layout_model or model, block_size)
+        tracer = TraceClient(self.client, timeout_s=self.timeout_s, layout_hook=hook)
+        trace = tracer.send(router_url, model, text, images, router_kind=router_kind,
+                            stream=stream, max_tokens=max_tokens, api_key=api_key)
+        store = Store(self.db_path)
+        try:
+            store.add_traces([trace])
+        finally:
+            store.close()
+        return trace
+
+    def close(self) -> None:
+        self.client.close()

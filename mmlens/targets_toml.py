@@ -1,0 +1,44 @@
+"""``mmlens.toml`` text for the Targets view: generated from a demo ready line, validated
+before it is saved."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any
+
+from mmlens.config import Config, ConfigError, parse_config
+
+
+def _q(value: Any) -> str:
+    return json.dumps(value)  # a JSON string literal is a valid TOML basic string
+
+
+def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0) -> str:
+    lines = [f"interval_s = {interval_s}", "timeout_s = 2", "",
+             "[store]", "retention_s = 86400", "max_mb = 512", ""]
+    lines += ["[[router]]", 'name = "demo"', f"kind = {_q(ready.get('router_kind', 'smg'))}",
+              f"url = {_q(ready['router'])}"]
+    if ready.get("router_metrics"):
+        lines.append(f"metrics_url = {_q(ready['router_metrics'])}")
+    lines += ["discover_workers = false", ""]
+    for w in ready.get("workers") or []:
+        lines += ["[[worker]]", f"name = {_q(w['name'])}", 'engine = "vllm"',
+                  f"router_url = {_q(w.get('url') or w.get('grpc') or w.get('http'))}"]
+        for key, field in (("metrics", "metrics_url"), ("kv_events", "kv_events"),
+                           ("kv_replay", "kv_replay")):
+            if w.get(key):
+                lines.append(f"{field} = {_q(w[key])}")
+        if w.get("kv_topic"):
+            lines.append(f"topic = {_q(w['kv_topic'])}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def validate_toml(text: str) -> Config:
+    """The parsed config, or ConfigError with the reason (syntax, secrets, bad fields)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"TOML syntax: {exc}") from None
+    return parse_config(doc)

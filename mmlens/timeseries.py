@@ -1,0 +1,85 @@
+"""Counter samples → per-interval series for the time-series panels.
+
+Counters are differenced with reset semantics (a drop means the counter restarted and the new
+value counts whole), so a rate per interval is ``Δhits / Δqueries`` over that interval, never
+a gauge read at one instant.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from mmlens.records import MetricSample
+
+Point = tuple[float, float]
+
+
+def deltas(points: list[Point]) -> list[Point]:
+    """``[(0, 10), (5, 14), (10, 3)]`` → ``[(5, 4), (10, 3)]``."""
+    out: list[Point] = []
+    prev: float | None = None
+    for ts, v in points:
+        if v != v:  # NaN
+            continue
+        if prev is not None:
+            out.append((ts, v - prev if v >= prev else v))
+        prev = v
+    return out
+
+
+def bucket_sum(points: Iterable[Point], step: float) -> dict[float, float]:
+    out: dict[float, float] = defaultdict(float)
+    for ts, v in points:
+        out[ts - ts % step] += v
+    return out
+
+
+def ratio_series(num: list[Point], den: list[Point], step: float) -> list[Point]:
+    """Per bucket: Σ Δnum / Σ Δden of two counters (buckets without queries are skipped)."""
+    n = bucket_sum(deltas(num), step)
+    d = bucket_sum(deltas(den), step)
+    return [(t, n.get(t, 0.0) / d[t]) for t in sorted(d) if d[t] > 0]
+
+
+def group_points(samples: Iterable[MetricSample], key_labels: tuple[str, ...],
+                 ) -> dict[tuple[str, ...], list[Point]]:
+    """Points per (target, *labels), sorted by time; series with the same key are summed
+    when their timestamps coincide (one scrape)."""
+    acc: dict[tuple[str, ...], dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for s in samples:
+        key = (s.target, *(s.label(k) for k in key_labels))
+        acc[key][s.ts] += s.value
+    return {k: sorted(v.items()) for k, v in acc.items()}
+
+
+def worker_hit_rate_series(samples: Iterable[MetricSample], step: float = 10.0,
+                           ) -> dict[str, list[Point]]:
+    """Token-weighted prefix hit rate per worker per ``step`` seconds, from vLLM counters."""
+    hits: list[MetricSample] = []
+    queries: list[MetricSample] = []
+    for s in samples:
+        if s.name == "vllm:prefix_cache_hits_total":
+            hits.append(s)
+        elif s.name == "vllm:prefix_cache_queries_total":
+            queries.append(s)
+    h = group_points(hits, ("worker_addr", "engine"))
+    q = group_points(queries, ("worker_addr", "engine"))
+    out: dict[str, list[Point]] = {}
+    for key, qpoints in sorted(q.items()):
+        target, addr, engine = key
+        name = addr or target
+        if engine not in ("", "0"):
+            name = f"{name}#{engine}"
+        series = ratio_series(h.get(key, []), qpoints, step)
+        if series:
+            out[name] = series
+    return out
+
+
+def counter_increase_series(samples: Iterable[MetricSample], name: str,
+                            key_labels: tuple[str, ...], step: float = 10.0,
+                            ) -> dict[tuple[str, ...], list[Point]]:
+    """Increase per ``step`` of one counter, per (target, *labels)."""
+    grouped = group_points((s for s in samples if s.name == name), key_labels)
+    return {k: sorted(bucket_sum(deltas(p), step).items()) for k, p in grouped.items()}

@@ -1,0 +1,74 @@
+"""Cache: per-worker hit rate over time, predicted vs realized per request, KV-event timeline,
+resident blocks, and the prefix tree of recent blocks."""
+
+import streamlit as st
+
+from mmlens.figures_cache import (
+    hit_rate_figure,
+    kv_event_timeline_figure,
+    predicted_vs_realized_figure,
+    prefix_tree_figure,
+    resident_blocks_figure,
+)
+from mmlens.records import MetricSample
+from mmlens.timeseries import worker_hit_rate_series
+from pages import shared
+
+st.title("Cache")
+r = shared.reader()
+if r is None:
+    st.stop()
+path = r.path
+window = st.sidebar.select_slider("Window", [300, 900, 3600], value=900,
+                                  format_func=lambda s: f"{s // 60} min", key="cache_window")
+HIT_NAMES = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+
+
+@st.fragment(run_every=shared.REFRESH_S)
+def live() -> None:
+    with shared.page_guard("Cache"):
+        rows = shared.samples_json(path, HIT_NAMES, float(window))
+        samples = [MetricSample(t, n, lb, v, ts) for t, n, lb, v, ts in rows]
+        series = worker_hit_rate_series(samples, step=max(10.0, window / 60))
+        if series:
+            st.plotly_chart(hit_rate_figure(series), key="hit_rate", width="stretch")
+        else:
+            st.info("No prefix-cache traffic in this window (vLLM counters unchanged).")
+        c1, c2 = st.columns(2)
+        with c1:
+            timeline = shared.kv_timeline(path, float(window), max(5.0, window / 60))
+            if timeline:
+                st.plotly_chart(kv_event_timeline_figure(timeline), key="kv_timeline",
+                                width="stretch")
+            else:
+                st.info("No KV events in this window.")
+        with c2:
+            state = shared.kv_state(path)
+            if state:
+                st.plotly_chart(resident_blocks_figure(state), key="resident", width="stretch")
+            else:
+                st.info("No resident-block state yet.")
+        events = shared.recent_kv_events(path, 200)
+        if events:
+            st.plotly_chart(prefix_tree_figure(events), key="prefix_tree", width="stretch")
+
+
+live()
+
+st.subheader("Predicted vs realized, per request")
+with shared.page_guard("Cache"):
+    traces = shared.recent_traces(path, 500)
+    fig = predicted_vs_realized_figure(traces)
+    if len(fig.data[1].x or ()) == 0:
+        st.info("No traced request with a router prediction yet.")
+    else:
+        event = st.plotly_chart(fig, key="pred_vs_real", on_select="rerun",
+                                selection_mode="points", width="stretch")
+        points = (event or {}).get("selection", {}).get("points", []) if event else []
+        picked = [p.get("customdata") for p in points if p.get("customdata")]
+        if picked:
+            st.page_link("pages/inspector.py", label=f"Open {picked[0]} in the inspector",
+                         icon="🧩", query_params={"request": picked[0]})
+        else:
+            st.caption("Click a point to open that request in the inspector. Points below the "
+                       "diagonal: the router expected more cache than the engine found.")

@@ -1,0 +1,175 @@
+"""Request inspector: one request's token layout — router and worker views, the block grid,
+hashes on hover, counts side by side, and where router and worker part ways."""
+
+import time
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from collectors.lab import synthetic_png
+from mmlens.families import FAMILIES
+from mmlens.figures_layout import layout_figure
+from mmlens.hashing import smg_identifier
+from mmlens.imageinfo import parse_size, probe_image
+from mmlens.layout import ImageInput, Layout
+from mmlens.modeldir import Model, resolve_model
+from mmlens.request_view import RequestView, from_layout, from_trace, rebuild_parts
+from pages import shared
+
+st.title("Request inspector")
+
+
+@st.cache_resource(show_spinner="Loading the model's tokenizer…", max_entries=16)
+def model_for(name: str) -> Model:
+    return resolve_model(name)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> Layout:
+    parts = [ImageInput(w, h) if kind == "image" else w for kind, w, h in parts_key]
+    return model_for(model).layout(parts, block_size=block_size)
+
+
+def show(rv: RequestView, title: str) -> None:
+    c = rv.counts
+    cols = st.columns(5)
+    cols[0].metric("Anchor view", c.get("anchor_view") or "—",
+                   help="rendered prompt, one anchor token per image")
+    cols[1].metric("Router view", c.get("router_view") or "—",
+                   help="router-mode expansion: what a router hashes into blocks")
+    cols[2].metric("Worker view", c.get("worker_view") or "—",
+                   help="what the router forwards in worker mode (anchors unexpanded)")
+    cols[3].metric("Engine expected", c.get("engine_expected") or "—",
+                   help="the engine's own expansion: its usage.prompt_tokens")
+    observed = c.get("engine_prompt_tokens")
+    delta = (observed - c["engine_expected"]) if observed is not None and c.get(
+        "engine_expected") is not None else None
+    cols[4].metric("Engine prompt_tokens", "—" if observed is None else observed,
+                   delta=None if not delta else f"{delta:+d} vs expected", delta_color="inverse")
+    if rv.rows:
+        st.plotly_chart(layout_figure(rv, title), key="layout_figure", width="stretch")
+    for d in rv.divergences:
+        st.warning(f"**First divergent block {d.block}** ({d.reason}): {d.detail}")
+    if rv.rows and not rv.divergences:
+        st.success("Router and engine layouts agree block for block.")
+    for note in rv.notes:
+        st.caption(note)
+
+
+def captured(path: str) -> None:
+    traces = shared.recent_traces(path)
+    wanted = st.query_params.get("request")
+    by_id = {t["request_id"]: t for t in traces}
+    if wanted and wanted not in by_id:
+        t = shared.trace_by_id(path, wanted)
+        if t is None:
+            st.warning(f"Request {wanted} is not in the store (pruned, or from another store).")
+        else:
+            by_id = {wanted: t, **by_id}
+    if not by_id:
+        st.info("No captured requests yet. Send some from the Lab page, or compose one here.")
+        return
+    ids = list(by_id)
+
+    def label(rid: str) -> str:
+        t = by_id[rid]
+        when = time.strftime("%H:%M:%S", time.gmtime(t.get("ts") or 0))
+        outcome = (f"error {t.get('error_code')}" if t.get("error") else
+                   f"cached {t.get('cached_tokens') or 0}/{t.get('prompt_tokens')}")
+        return f"{when} · {rid} · {shared.short_worker(t.get('worker'))} · {outcome}"
+
+    index = ids.index(wanted) if wanted in ids else 0
+    rid = st.selectbox("Request", ids, index=index, format_func=label, key="inspector_request")
+    if rid != wanted:
+        st.query_params["request"] = rid
+    trace = by_id[rid]
+    layout = None
+    rebuild = rebuild_parts(trace)
+    if rebuild is not None:
+        model, parts, bs = rebuild
+        key = tuple(("image", p.width, p.height) if isinstance(p, ImageInput) else ("text", p, 0)
+                    for p in parts)
+        try:
+            layout = rebuilt_layout(model, key, bs)
+        except ValueError as exc:
+            st.caption(f"layout not rebuilt: {exc}")
+    rv = from_trace(trace, layout)
+    show(rv, f"{rid} → {shared.short_worker(trace.get('worker'))}")
+    st.subheader("Routing")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Worker", shared.short_worker(trace.get("worker")))
+    c2.metric("Router predicted (tokens)", "—" if rv.predicted_tokens is None
+              else rv.predicted_tokens)
+    c3.metric("Engine cached (tokens)", trace.get("cached_tokens") or 0)
+    if trace.get("error"):
+        st.error(f"The router answered {trace.get('status')} {trace.get('error_code')}: "
+                 f"{trace['error']}")
+    preds = [{k: p.get(k) for k in ("source", "worker", "branch", "overlap_blocks",
+                                     "request_blocks", "block_size", "kv_hit_rate",
+                                     "original_tokens", "expanded_tokens")}
+             | {"warnings": "; ".join(p.get("warnings") or [])}
+             for p in trace.get("predictions") or []]
+    if preds:
+        st.dataframe(pd.DataFrame(preds), hide_index=True, width="stretch")
+    else:
+        st.caption("The router said nothing about this decision (no cache-trace header, no "
+                   "matching log line).")
+    images = [{"image": i, "size": f"{im.get('width')}x{im.get('height')}",
+               "bytes": im.get("byte_size"), "url": im.get("url_kind"),
+               **{k: v[:16] for k, v in (im.get("identities") or {}).items()}}
+              for i, im in enumerate(trace.get("images") or [])]
+    if images:
+        st.dataframe(pd.DataFrame(images), hide_index=True, width="stretch")
+    st.caption(f"latency {trace.get('latency_s') or 0:.3f} s · TTFT "
+               f"{(trace.get('ttft_s') or 0):.3f} s · stream {trace.get('stream')} · "
+               f"model {trace.get('model')}")
+
+
+def compose() -> None:
+    names = [f.name for f in FAMILIES]
+    c1, c2, c3 = st.columns([2, 1, 1])
+    model = c1.selectbox("Model family", names, index=names.index("qwen3-vl"),
+                         key="compose_model")
+    block_size = int(c2.number_input("Block size", 1, 1024, 16, key="compose_block"))
+    drift = int(c3.number_input("Engine count drift", -64, 64, 0, key="compose_drift",
+                                help="make the engine expand each image by N more tokens"))
+    text = st.text_area("Text", "Describe this image in detail please.", key="compose_text")
+    sizes = st.text_input("Generated images (WxH, comma-separated)", "640x480",
+                          key="compose_sizes")
+    uploads = st.file_uploader("Upload images", accept_multiple_files=True,
+                               key="compose_uploads") or []
+    images: list[ImageInput] = []
+    identities: list[str] = []
+    for up in uploads:
+        data = up.getvalue()
+        try:
+            info = probe_image(data)
+        except ValueError as exc:
+            st.error(f"{up.name} refused: {exc}")
+            continue
+        images.append(ImageInput(info.width, info.height, data=data, format=info.format))
+        identities.append(smg_identifier(data))
+    for i, item in enumerate(s for s in sizes.split(",") if s.strip()):
+        try:
+            w, h = parse_size(item)
+        except ValueError as exc:
+            st.error(str(exc))
+            continue
+        data = synthetic_png("solid", w, h, rgb=(40 * i % 255, 120, 200))
+        images.append(ImageInput(w, h, data=data, format="PNG"))
+        identities.append(smg_identifier(data))
+    layout = model_for(model).layout([*images, text], block_size=block_size,
+                                     engine_count_drift=drift)
+    show(from_layout(layout, identities), f"{model}: {len(images)} image(s)")
+
+
+r = shared.reader()
+with shared.page_guard("Request inspector"):
+    mode = st.radio("Source", ["Captured request", "Compose"], horizontal=True,
+                    key="inspector_mode",
+                    index=0 if r is not None or st.query_params.get("request") else 1)
+    if mode == "Compose":
+        compose()
+    elif r is not None:
+        captured(r.path)

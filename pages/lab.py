@@ -1,0 +1,137 @@
+"""Lab: send test image requests through a router and see what each one got; compare the
+router-mode and worker-mode prompt token counts of the same request."""
+
+import pandas as pd
+import streamlit as st
+
+from collectors.lab import LabSender, synthetic_png
+from collectors.traces import ImagePart
+from mmlens.config import RouterTarget
+from mmlens.families import get_family
+from mmlens.imageinfo import parse_size, probe_image
+from mmlens.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
+from pages import shared
+
+st.title("Lab")
+r = shared.reader()
+if r is None:
+    st.stop()
+path = r.path
+
+
+@st.cache_resource(show_spinner=False)
+def sender(db: str) -> LabSender:
+    return LabSender(db)
+
+
+def routers(snap: dict) -> list[dict]:
+    return list((snap.get("targets") or {}).get("routers") or [])
+
+
+def models_of(snap: dict, router_name: str) -> list[str]:
+    for s in snap.get("router_state") or []:
+        if s.get("router") == router_name:
+            return list(s.get("models") or [])
+    return []
+
+
+with shared.page_guard("Lab"):
+    snap = shared.snapshot(path)
+    known = routers(snap)
+    if not known:
+        st.info("No router configured yet: add one on the Targets page (or start "
+                "`mmlens dashboard --demo`).")
+        st.stop()
+    c1, c2 = st.columns(2)
+    urls = {x["name"]: x["url"] for x in known}
+    name = c1.selectbox("Router", list(urls), key="lab_router",
+                        format_func=lambda n: f"{n} · {urls[n]}")
+    router = next(x for x in known if x["name"] == name)
+    models = models_of(snap, name)
+    if models:
+        model = c2.selectbox("Model", models, key="lab_model")
+    else:
+        model = c2.text_input("Model", key="lab_model_text",
+                              help="the router listed no models (is it down?)")
+    try:
+        layout_model = get_family(model).name if model else ""
+    except ValueError:
+        layout_model = ""
+    layout_model = st.text_input("Layout model (family or model directory, for expected "
+                                 "layouts)", layout_model or "qwen3-vl", key="lab_layout_model")
+
+    text = st.text_area("Text", "Describe this image in detail please.", key="lab_text")
+    st.markdown("**Images**")
+    g1, g2, g3, g4 = st.columns(4)
+    kind = g1.selectbox("Synthetic", ["solid", "noise", "gradient", "none"], key="lab_kind")
+    size = g2.text_input("Size (WxH)", "640x480", key="lab_size")
+    count = int(g3.number_input("How many", 0, 8, 1, key="lab_count"))
+    seed = int(g4.number_input("Seed / tint", 0, 1000, 0, key="lab_seed"))
+    uploads = st.file_uploader("Upload images", accept_multiple_files=True,
+                               key="lab_uploads") or []
+    url = st.text_input("Image URL (passed through to the router)", key="lab_url")
+
+    parts: list[ImagePart] = []
+    for up in uploads:
+        data = up.getvalue()
+        try:
+            info = probe_image(data)
+        except ValueError as exc:
+            st.error(f"{up.name} refused: {exc}")
+            continue
+        parts.append(ImagePart(data, mime=f"image/{info.format.lower()}"))
+    if kind != "none" and count:
+        w, h = parse_size(size)
+        tint = ((seed * 37) % 256, (seed * 91 + 60) % 256, (seed * 53 + 120) % 256)
+        parts += [ImagePart(synthetic_png(kind, w, h, seed=seed + i, rgb=tint))
+                  for i in range(count)]
+    if url.strip():
+        parts.append(ImagePart(url=url.strip()))
+
+    s1, s2, s3 = st.columns([2, 1, 1])
+    sequence = s1.selectbox("Run", list(SEQUENCES), key="lab_sequence",
+                            format_func=lambda k: SEQUENCES[k])
+    stream = s2.toggle("Stream", key="lab_stream")
+    compare = s3.toggle("Compare across routers", key="lab_compare",
+                        help="send the same request to every configured router, e.g. one in "
+                             "router mode and one in worker mode")
+    go = st.button("Send", type="primary", key="lab_send")
+
+    if go:
+        steps = plan_steps(sequence, parts, text)
+        targets = known if compare else [router]
+        results = []
+        bar = st.progress(0.0, text="sending…")
+        total = len(steps) * len(targets)
+        done = 0
+        for tgt in targets:
+            rt = RouterTarget(tgt["name"], tgt["kind"], tgt["url"],
+                              api_key_env=tgt.get("api_key_env"))
+            for label, step_text, step_parts in steps:
+                trace = sender(path).send(
+                    rt.url, model or "default", step_text, step_parts, router_kind=rt.kind,
+                    layout_model=layout_model, stream=stream, api_key=rt.api_key())
+                results.append(result_row(label, tgt["name"], trace))
+                done += 1
+                bar.progress(done / total, text=f"{label} → {tgt['name']}")
+        bar.empty()
+        st.session_state["lab_results"] = results
+        shared.recent_traces.clear()
+        shared.snapshot.clear()
+
+    results = st.session_state.get("lab_results") or []
+    if results:
+        st.subheader("Results")
+        df = pd.DataFrame(results)
+        df["inspect"] = [shared.inspector_link(rid) for rid in df["request"]]
+        st.dataframe(df, hide_index=True, width="stretch", column_config={
+            "inspect": st.column_config.LinkColumn("inspect", display_text="open")})
+        st.subheader("Router mode vs worker mode: prompt tokens")
+        st.dataframe(pd.DataFrame(comparison_rows(results)), hide_index=True, width="stretch")
+        st.caption("Router mode: the router expands each image and routes on the router view. "
+                   "Worker mode: it forwards one anchor per image and the worker expands with "
+                   "its own processor; the engine's prompt_tokens should equal the expected "
+                   "count in both.")
+    else:
+        st.caption("Compose a request and press Send: each step's worker, prompt and cached "
+                   "tokens, the router's prediction and TTFT appear here.")

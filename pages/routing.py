@@ -1,0 +1,69 @@
+"""Routing: processing mode and reason over time, cache-aware branches, Dynamo event
+statuses, recent decisions, strict-mode errors with what to change."""
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from mmlens.figures_routing import branches_figure, dynamo_events_figure, mode_reason_figure
+from mmlens.records import MetricSample
+from mmlens.routing_table import decision_rows, strict_mode_rows
+from mmlens.timeseries import counter_increase_series
+from pages import shared
+
+st.title("Routing")
+r = shared.reader()
+if r is None:
+    st.stop()
+path = r.path
+window = st.sidebar.select_slider("Window", [300, 900, 3600], value=900,
+                                  format_func=lambda s: f"{s // 60} min", key="routing_window")
+
+
+@st.fragment(run_every=shared.REFRESH_S)
+def live() -> None:
+    with shared.page_guard("Routing"):
+        snap = shared.snapshot(path)
+        rows = shared.samples_json(path, ("smg_mm_processing_total",), float(window))
+        samples = [MetricSample(t, n, lb, v, ts) for t, n, lb, v, ts in rows]
+        series = counter_increase_series(samples, "smg_mm_processing_total",
+                                         ("model", "mode", "reason"), step=30.0)
+        series = {k: v for k, v in series.items() if any(p[1] for p in v)}
+        if series:
+            st.plotly_chart(mode_reason_figure(series), key="mode_reason", width="stretch")
+        elif snap.get("mm_processing"):
+            st.info("No image requests in this window; totals since the router started: "
+                    + ", ".join(f"{m['mode']}/{m['reason']} {m['count']:.0f}"
+                                for m in snap["mm_processing"]))
+        else:
+            st.info("No `smg_mm_processing_total` yet: no image request has reached an SMG "
+                    "router (or the router's metrics are not scraped).")
+        if snap.get("cache_aware_branches"):
+            st.plotly_chart(branches_figure(snap["cache_aware_branches"]), key="branches",
+                            width="stretch")
+        applied = {t: h["events_applied"] for t, h in
+                   (snap.get("router_kv_event_health") or {}).items() if h.get("events_applied")}
+        if applied:
+            st.plotly_chart(dynamo_events_figure(applied), key="dynamo_events", width="stretch")
+
+        st.subheader("Recent decisions")
+        decisions = decision_rows(snap["traces"])
+        if decisions:
+            df = pd.DataFrame(decisions)
+            df["time"] = [time.strftime("%H:%M:%S", time.gmtime(t)) for t in df.pop("ts")]
+            df["inspect"] = [shared.inspector_link(rid) for rid in df["request"]]
+            st.dataframe(df, hide_index=True, width="stretch", column_config={
+                "inspect": st.column_config.LinkColumn("inspect", display_text="open")})
+        else:
+            st.info("No traced requests yet: send some from the Lab page.")
+
+        st.subheader("Strict-mode and routing errors")
+        errors = strict_mode_rows(snap["traces"])
+        if errors:
+            st.dataframe(pd.DataFrame(errors), hide_index=True, width="stretch")
+        else:
+            st.caption("No request failed with a routing or multimodal-processing error.")
+
+
+live()

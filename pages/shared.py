@@ -1,0 +1,116 @@
+"""What every page shares: the store reader, cached queries, clear empty/error states."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import streamlit as st
+
+from mmlens.store import StoreError
+from mmlens.store_queries import StoreReader, open_reader
+
+ENV_DB = "MMLENS_DB"
+TTL_S = 3
+REFRESH_S = 5
+
+
+def db_path() -> str | None:
+    return st.session_state.get("db_path") or os.environ.get(ENV_DB)
+
+
+@st.cache_resource(show_spinner=False)
+def _reader(path: str) -> StoreReader:
+    return open_reader(path)
+
+
+def reader() -> StoreReader | None:
+    """The shared read-only store, or None after telling the user why there is none."""
+    path = db_path()
+    if not path:
+        st.info("No store configured. Start the dashboard with `mmlens dashboard --demo` (or "
+                "set `MMLENS_DB` to the store `mmlens collect` writes).")
+        return None
+    if not os.path.exists(path):
+        st.info("No data yet: the collectors have not created the store. It appears within "
+                "a few seconds of `mmlens collect` starting.")
+        return None
+    try:
+        return _reader(path)
+    except StoreError as exc:
+        st.warning(f"The store cannot be read: {exc}")
+        return None
+
+
+@contextlib.contextmanager
+def page_guard(what: str) -> Iterator[None]:
+    """No page ever shows a traceback: failures become one clear message."""
+    try:
+        yield
+    except (StoreError, ValueError, OSError, KeyError) as exc:
+        st.error(f"{what}: {exc}")
+    except Exception as exc:  # the last line of defence: say what failed, not where
+        st.error(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+# --- cached queries (keyed by store path; the reader is not hashed) --------------------------
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def snapshot(path: str, n_traces: int = 200) -> dict[str, Any]:
+    return _reader(path).snapshot(n_traces=n_traces)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def recent_traces(path: str, limit: int = 300) -> list[dict[str, Any]]:
+    return _reader(path).recent_traces(limit)
+
+
+@st.cache_data(ttl=60, show_spinner=False, max_entries=256)
+def trace_by_id(path: str, request_id: str) -> dict[str, Any] | None:
+    return _reader(path).trace(request_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def samples_json(path: str, names: tuple[str, ...], window_s: float) -> list[tuple[Any, ...]]:
+    r = _reader(path)
+    latest = r.latest_sample_ts()
+    if latest is None:
+        return []
+    return [(s.target, s.name, s.labels, s.value, s.ts)
+            for s in r.samples(latest - window_s, names)]
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float, str, str, int]]:
+    return _reader(path).kv_timeline(window_s, bucket_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def recent_kv_events(path: str, limit: int) -> list[dict[str, Any]]:
+    return _reader(path).recent_kv_events(limit)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def kv_state(path: str) -> list[dict[str, Any]]:
+    return _reader(path).kv_state()
+
+
+def ago(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    s = max(0.0, time.time() - ts)
+    return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago"
+
+
+def short_worker(url: str | None) -> str:
+    if not url:
+        return "—"
+    return url.split("://", 1)[-1]
+
+
+def inspector_link(request_id: str) -> str:
+    return f"/inspector?request={request_id}"

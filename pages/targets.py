@@ -1,0 +1,59 @@
+"""Targets: the collectors' mmlens.toml — view, edit, validate, save — and what they found."""
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from mmlens.config import ENV_CONFIG, ConfigError
+from mmlens.targets_toml import validate_toml
+from pages import shared
+
+st.title("Targets")
+
+with shared.page_guard("Targets"):
+    cfg_path = os.environ.get(ENV_CONFIG)
+    if cfg_path and Path(cfg_path).is_file():
+        original = Path(cfg_path).read_text()
+        st.caption(f"Config file: `{Path(cfg_path).name}` (from ${ENV_CONFIG})")
+    else:
+        original = ('interval_s = 5\n\n[[router]]\nname = "smg"\nkind = "smg"\n'
+                    'url = "http://127.0.0.1:30000"\n'
+                    'metrics_url = "http://127.0.0.1:29000/metrics"\n')
+        st.info(f"No config file (${ENV_CONFIG} unset): edit this example and save it where "
+                "`mmlens collect --config` will read it.")
+    text = st.text_area("mmlens.toml", original, height=360, key="targets_toml")
+    try:
+        cfg = validate_toml(text)
+    except ConfigError as exc:
+        st.error(f"Not valid: {exc}")
+        cfg = None
+    if cfg is not None:
+        st.success(f"Valid: {len(cfg.routers)} router(s), {len(cfg.workers)} worker(s), "
+                   f"Prometheus {'at ' + cfg.prometheus_url if cfg.prometheus_url else 'off'}.")
+        if cfg.routers:
+            st.dataframe(pd.DataFrame([{"name": x.name, "kind": x.kind, "url": x.url,
+                                        "metrics": x.metrics_url or "—",
+                                        "api key from": x.api_key_env or "—"}
+                                       for x in cfg.routers]), hide_index=True, width="stretch")
+        if cfg.workers:
+            st.dataframe(pd.DataFrame([{"name": w.name, "engine": w.engine,
+                                        "router url": w.router_url or "—",
+                                        "metrics": w.metrics_url or "—",
+                                        "kv events": w.kv_events or "—"}
+                                       for w in cfg.workers]), hide_index=True, width="stretch")
+        can_save = bool(cfg_path) and text != original
+        if st.button("Save", disabled=not can_save, key="targets_save",
+                     help="writes the file; restart `mmlens collect` to apply it"):
+            Path(cfg_path).write_text(text)  # type: ignore[arg-type]
+            st.success("Saved. The collectors read targets at start: restart them to apply.")
+
+    st.subheader("What the collectors use now")
+    r = shared.reader()
+    if r is not None:
+        targets = r.meta("targets")
+        if not targets:
+            st.info("No data yet: the collectors have not started.")
+        else:
+            st.json(targets, expanded=False)
