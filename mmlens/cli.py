@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("mmlens.dashboard_cli", "serve the Streamlit dashboard on 127.0.0.1"),
     "collect": ("collectors.cli", "run all collectors headless into the store"),
     "snapshot": ("collectors.snapshot_cli", "print the current normalized state of a store"),
+    "check": ("collectors.check_cli", "run routing scenarios against a live router"),
+    "explain": ("mmlens.explain_cli", "explain why a recorded request missed the cache"),
 }
 
 

@@ -120,3 +120,22 @@ def vllm_extra_keys(view: View, identifiers: Sequence[str], block_size: int) -> 
                         key=lambda kv: kv[1][0]) if a < end and b > start)
         keys.append(entries or None)
     return keys
+
+
+def content_block_keys(view: View, identities: Sequence[str], block_size: int) -> list[str]:
+    """Chained per-block keys over token ids and the identities of images in the block, as
+    an engine that keys image blocks by content sees them: equal keys up to block k mean
+    a cache holding the first request could serve the second's first k blocks."""
+    keys: list[str] = []
+    parent = 0
+    extra = vllm_extra_keys(view, identities, block_size)
+    ids = view.token_ids
+    for i, entries in enumerate(extra):
+        h = xxhash.xxh3_64()
+        h.update(parent.to_bytes(8, "little"))
+        h.update(np.asarray(ids[i * block_size:(i + 1) * block_size], dtype="<u4").tobytes())
+        for ident, offset in entries or ():
+            h.update(f"{ident}@{offset}".encode())
+        parent = h.intdigest()
+        keys.append(f"{parent:016x}")
+    return keys

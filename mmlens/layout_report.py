@@ -6,7 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from mmlens.families import Family
-from mmlens.hashing import dynamo_mm_hash_url, dynamo_routing, smg_identifier
+from mmlens.hashing import (
+    content_block_keys,
+    dynamo_mm_hash_url,
+    dynamo_routing,
+    smg_identifier,
+)
 from mmlens.layout import ImageInput, Layout
 
 
@@ -17,6 +22,16 @@ def image_identity(image: ImageInput) -> dict[str, Any]:
     if image.url is not None:
         ident["dynamo_mm_hash"] = dynamo_mm_hash_url(image.url)
     return ident
+
+
+def content_identity(image: ImageInput, index: int) -> str:
+    """An engine-side identity: the bytes when known, else the URL, else a per-request label
+    (two size-only images are never assumed equal)."""
+    if image.data is not None:
+        return smg_identifier(image.data)
+    if image.url is not None:
+        return f"url:{image.url}"
+    return f"unknown:{image.width}x{image.height}#{index}"
 
 
 def layout_summary(layout: Layout, family: Family, images: Sequence[ImageInput]) -> dict[str, Any]:
@@ -49,6 +64,8 @@ def layout_summary(layout: Layout, family: Family, images: Sequence[ImageInput])
                        "exact_mm_routing": family.dynamo_prompt_kind is not None},
         },
     }
+    summary["block_keys"] = content_block_keys(
+        layout.engine, [content_identity(i, n) for n, i in enumerate(images)], layout.block_size)
     hashes = [image_identity(i)["dynamo_mm_hash"] for i in images]
     if family.dynamo_prompt_kind is not None and all(h is not None for h in hashes):
         routing = dynamo_routing(layout, hashes)
