@@ -79,7 +79,7 @@ class Engine:
     def _answer(self, prompt: Sequence[int], max_tokens: int) -> tuple[list[int], str]:
         digest = hashlib.blake2b(repr(list(prompt)).encode(), digest_size=8).digest()
         start = int.from_bytes(digest, "big") % max(1, len(self.answer_ids) // 2)
-        natural = self.answer_ids[start : start + 12] or self.answer_ids[:12]
+        natural = self.answer_ids[start : start + 24] or self.answer_ids[:24]
         if max_tokens < len(natural):
             return natural[:max_tokens], "length"
         return natural, "stop"

@@ -137,6 +137,11 @@ def metric_value(url: str, name: str, **labels: str) -> float:
                if all(lab.get(k) == val for k, val in labels.items()))
 
 
+def worker_http(info: dict[str, Any], url: str) -> str:
+    """The HTTP base of the worker SMG names by its (grpc:// or http://) URL."""
+    return next(w["http"] for w in info["workers"] if url in (w["url"], w["http"]))
+
+
 def worker_requests(worker_http: str, last: int = 50) -> list[dict[str, Any]]:
     return httpx.get(f"{worker_http}/demo/requests?last={last}", timeout=10).json()
 

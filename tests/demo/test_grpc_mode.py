@@ -26,6 +26,7 @@ from tests.demo.support import (
     metric_value,
     png_data_url,
     running_cluster,
+    worker_http,
     worker_requests,
 )
 
@@ -44,10 +45,6 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def info(cluster: Cluster) -> dict:
     return cluster.ready_info()
-
-
-def worker_http(info: dict, url: str) -> str:
-    return next(w["http"] for w in info["workers"] if w["url"] == url)
 
 
 def test_ready_line_lists_loopback_endpoints(info: dict) -> None:

@@ -1,0 +1,110 @@
+"""Router vs worker multimodal processing on the real SMG 1.13.0 binary, per demo model.
+
+Workers advertise `mm_processor=inprocess`; SMG then forwards media to workers only for the
+models it opts in (`smg_mm_processing_total{mode="worker",reason="auto_uniform"}`) and keeps
+the others on its own pipeline (`mode="router",reason="model_not_opted_in"`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from mmlens.families import get_family
+from tests.demo.support import (
+    TEXT,
+    chat,
+    image_messages,
+    metric_value,
+    noisy_png_data_url,
+    png_data_url,
+    running_cluster,
+    worker_http,
+    worker_requests,
+)
+
+pytestmark = pytest.mark.live
+QWEN = "Qwen/Qwen3-VL-2B-Instruct"
+DRIFT = 3
+
+
+@pytest.fixture(scope="module")
+def qwen_worker_mode() -> Iterator[dict]:
+    with running_cluster(family="qwen3-vl", workers=2, worker_mm_processor=True,
+                         count_drift=[DRIFT, DRIFT], max_image_bytes=200_000) as c:
+        yield c.ready_info()
+
+
+def test_qwen_images_go_to_the_workers_processor(qwen_worker_mode: dict) -> None:
+    info = qwen_worker_mode
+    before = metric_value(info["router_metrics"], "smg_mm_processing_total", model=QWEN,
+                          mode="worker", reason="auto_uniform")
+    url = png_data_url(640, 480, (30, 60, 90))
+    results = [chat(info["router"], QWEN, image_messages(url)) for _ in range(2)]
+    after = metric_value(info["router_metrics"], "smg_mm_processing_total", model=QWEN,
+                         mode="worker", reason="auto_uniform")
+    assert after - before == 2
+    assert metric_value(info["router_metrics"], "smg_mm_processing_total",
+                        mode="router") == 0
+    n_router = get_family("qwen3-vl").image_token_count(640, 480)  # what SMG would expand to
+    for r in results:
+        assert r.status == 200
+        # The worker expanded with its own settings (+DRIFT): usage differs from router mode.
+        assert r.prompt_tokens == 18 - 1 + n_router + DRIFT
+    seen = worker_requests(worker_http(info, results[-1].worker), 1)[-1]
+    assert seen["media_refs"] == 1 and "mm_hashes" not in seen  # no mm_inputs from SMG
+    assert seen["prompt_ids"].count(151655) == n_router + DRIFT
+    assert re.fullmatch(r"[0-9a-f]{64}", seen["media"][0]["identifier"])
+    # SMG routes worker-mode requests on the 18 unexpanded ids, not the 320 the worker ran.
+    for r in results:
+        p = r.prediction
+        assert p.get("input_units", 18) == 18 and p.get("request_blocks", 1) == 1
+
+
+def test_worker_mode_bad_images_come_back_through_the_router(qwen_worker_mode: dict) -> None:
+    info = qwen_worker_mode
+    undecodable = chat(info["router"], QWEN, image_messages("data:image/png;base64,aGVsbG8="))
+    assert undecodable.status == 400
+    assert "cannot decode image" in undecodable.body["error"]["message"]
+    oversize = chat(info["router"], QWEN, image_messages(noisy_png_data_url(400, 400)))
+    assert oversize.status == 400
+    assert "larger than 200000 bytes" in oversize.body["error"]["message"]
+    ok = chat(info["router"], QWEN, image_messages(png_data_url(64, 64, (1, 1, 1)), TEXT))
+    assert ok.status == 200 and ok.prompt_tokens == 18 - 1 + 64 + DRIFT
+
+
+def test_kimi_k3_is_not_opted_in() -> None:
+    with running_cluster(family="kimi-k3", workers=1, worker_mm_processor=True) as c:
+        info = c.ready_info()
+        model = info["models"][0]["id"]
+        r = chat(info["router"], model, image_messages(png_data_url(640, 480, (5, 6, 7))))
+        assert r.status == 200
+        m = info["router_metrics"]
+        assert metric_value(m, "smg_mm_processing_total", model=model, mode="router",
+                            reason="model_not_opted_in") == 1
+        assert metric_value(m, "smg_mm_processing_total", mode="worker") == 0
+        seen = worker_requests(info["workers"][0]["http"], 1)[-1]
+    assert seen["media_refs"] == 0 and seen["im_token_id"] == 163605
+    ids = seen["prompt_ids"]
+    begin, end = ids.index(163602), ids.index(163604)
+    assert ids.count(163605) == 414 and 163603 in ids[begin:end]
+    # SMG's placeholder range covers the whole media block, dims text included.
+    assert seen["media"][0]["offset"] == begin
+    assert seen["media"][0]["length"] == end + 1 - begin
+    assert r.prompt_tokens == len(ids)
+
+
+def test_glm_5_3_flash_is_opted_in() -> None:
+    with running_cluster(family="glm-5.3-flash", workers=1, worker_mm_processor=True) as c:
+        info = c.ready_info()
+        model = info["models"][0]["id"]
+        r = chat(info["router"], model, image_messages(png_data_url(640, 480, (7, 6, 5))))
+        assert r.status == 200
+        assert metric_value(info["router_metrics"], "smg_mm_processing_total", model=model,
+                            mode="worker", reason="auto_uniform") == 1
+        seen = worker_requests(info["workers"][0]["http"], 1)[-1]
+    assert seen["media_refs"] == 1
+    n = get_family("glm-5.3-flash").image_token_count(640, 480, c.model.processor_config)
+    assert seen["prompt_ids"].count(151363) == n
