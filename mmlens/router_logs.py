@@ -126,9 +126,22 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
         tokens = _int(obj.get("tokens"))
         return RoutingDecision(rid, "dynamo", "log:mm_image_tokens",
                                image_tokens=[] if tokens is None else [tokens])
-    if any(marker in msg for marker in _DYN_FALLBACK_MARKERS):
-        return RoutingDecision(rid, "dynamo", "log:mm_fallback", warnings=[msg[:300]])
+    if any(marker in msg or marker in str(obj.get("error", "")) for marker in
+           _DYN_FALLBACK_MARKERS):
+        return RoutingDecision(rid, "dynamo", "log:mm_fallback",
+                               warnings=[_with_fields(msg, obj)[:300]])
     return None
+
+
+_DYN_REASON_FIELDS = ("error", "placeholder_count", "image_count", "resolved", "expected")
+
+
+def _with_fields(msg: str, obj: dict[str, Any]) -> str:
+    """A fallback warning plus its reason fields: JSONL lines keep them apart from the
+    message (e.g. ``error="… expected 206 Partial Content, got HTTP 200 OK"``)."""
+    extra = [f"{k}={obj[k]}" for k in _DYN_REASON_FIELDS
+             if k in obj and str(obj[k]) not in msg]
+    return f"{msg}; {', '.join(extra)}" if extra else msg
 
 
 def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
@@ -169,13 +182,19 @@ def parse_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
 
 def join(traces: Iterable[RequestTrace], decisions: Iterable[RoutingDecision]) -> int:
     """Attach decisions to traces by request id (also matching SMG's gRPC response ids,
-    ``chatcmpl-<rid>-<uuid>``). Returns the number attached."""
+    ``chatcmpl-<rid>-<uuid>``, and Dynamo's internal id inside ``chatcmpl-<id>``). Returns the
+    number attached."""
     by_id: dict[str, list[RoutingDecision]] = {}
     for d in decisions:
         by_id.setdefault(d.request_id, []).append(d)
     attached = 0
     for t in traces:
-        for key in {t.request_id, t.response_id or ""}:
+        keys = {t.request_id, t.response_id or ""}
+        if t.response_id and t.response_id.startswith("chatcmpl-"):
+            # Dynamo: lines without `x_request_id` (e.g. "Selected worker") carry only its
+            # internal request id, which the response id repeats as `chatcmpl-<id>`.
+            keys.add(t.response_id.removeprefix("chatcmpl-"))
+        for key in keys:
             for d in by_id.get(key, []):
                 if d not in t.predictions:
                     t.predictions.append(d)
