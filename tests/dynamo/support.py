@@ -1,0 +1,90 @@
+"""Helpers for the Dynamo tests: a running demo cluster on free ports, the frontend's JSON log
+read through mmlens' own collectors, and listener checks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from collectors.log_follow import LogFollower
+from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, ports_needed
+from mmlens.records import RoutingDecision
+from mmlens.router_logs import parse_lines
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_config(**kwargs: Any) -> DynamoClusterConfig:
+    """A config whose ports are all free, below the ephemeral range (32768+)."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        cfg = DynamoClusterConfig(port_base=rng.randrange(20000, 32000 - 60, 10), **kwargs)
+        if all(_free(p) for p in ports_needed(cfg)):
+            return cfg
+    raise RuntimeError("no free port range found")
+
+
+@contextlib.contextmanager
+def running_dynamo(**kwargs: Any) -> Iterator[DynamoCluster]:
+    for attempt in range(3):
+        cluster = DynamoCluster(free_config(**kwargs))
+        try:
+            cluster.start()
+        except Exception:
+            cluster.stop()
+            if attempt == 2:
+                raise
+            continue
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+        return
+
+
+def frontend_decisions(log: Path, errors: dict[str, int] | None = None,
+                       ) -> list[RoutingDecision]:
+    """Every routing decision mmlens parses from the frontend's JSON log so far."""
+    return parse_lines(LogFollower(str(log)).read_new(), errors)
+
+
+def wait_for(probe: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def listeners(pids: Iterable[int]) -> list[tuple[str, int, int]]:
+    """(address, port, pid) of every listening TCP socket owned by `pids` (from `ss`)."""
+    wanted = set(pids)
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) < 4:
+            continue
+        addr, _, port = cols[3].rpartition(":")
+        for pid in map(int, re.findall(r"pid=(\d+)", line)):
+            if pid in wanted:
+                found.append((addr.strip("[]"), int(port), pid))
+    return found

@@ -1,0 +1,265 @@
+"""The real Dynamo 1.6.1 frontend and KV router in front of mmlens' simulated vLLM workers.
+
+Every assertion is checked against Dynamo's own outputs: `nvext.worker_id` in responses, the
+frontend's JSON log (`image-token count`, `[ROUTING] Best … X/Y`, `Selected worker`,
+`mm_routing` fallback warnings) and its `/metrics`; mmlens' side is what its collectors
+(`TraceClient`, router-log parser, metrics scraper + normalizer) recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from collectors.metrics_scrape import MetricsScraper
+from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from demo.dynamo_cluster import DynamoCluster, dynamo_available
+from mmlens.metrics_normalize import detect_flavors, normalize_samples
+from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.router_logs import join
+from tests.dynamo.media_server import MediaServer, media_server
+from tests.dynamo.support import frontend_decisions, listeners, running_dynamo, wait_for
+
+UNAVAILABLE = dynamo_available()
+pytestmark = [pytest.mark.live, pytest.mark.dynamo,
+              pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
+
+MODEL = "Qwen/Qwen3-VL-2B-Instruct"
+TEXT = "Describe this image in detail please."
+BLOCK = 16
+
+# 24 sizes: tiny (upscaled to the 65536-pixel floor), odd, extreme aspect, rounding-half
+# cases (720/32 = 22.5) and large ones.
+SIZES = [(17, 29), (64, 64), (100, 100), (224, 224), (256, 256), (257, 255), (336, 336),
+         (500, 37), (37, 500), (640, 480), (480, 640), (800, 600), (1000, 300), (1023, 769),
+         (1024, 768), (1024, 1024), (1280, 720), (720, 1280), (1366, 768), (1600, 900),
+         (1920, 1080), (2048, 2048), (3000, 1000), (4000, 3000)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("dynamo")
+    with running_dynamo(log_dir=root / "logs", model_cache=root / "models") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def raw_bodies() -> dict[str, dict[str, Any]]:
+    return {}
+
+
+@pytest.fixture(scope="module")
+def client(cluster: DynamoCluster, raw_bodies: dict[str, dict[str, Any]]) -> Any:
+    """mmlens' trace client; a response hook keeps Dynamo's raw JSON per x-request-id."""
+
+    def keep(resp: httpx.Response) -> None:
+        rid = resp.request.headers.get("x-request-id")
+        if rid and resp.request.url.path.endswith("/chat/completions"):
+            resp.read()
+            try:
+                raw_bodies[rid] = resp.json()
+            except ValueError:
+                raw_bodies[rid] = {"undecodable": resp.text[:200]}
+
+    with httpx.Client(event_hooks={"response": [keep]}) as http:
+        yield TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", BLOCK))
+
+
+@pytest.fixture(scope="module")
+def media() -> Any:
+    with media_server() as srv:
+        yield srv
+
+
+def send(cluster: DynamoCluster, client: TraceClient, images: list[ImagePart], rid: str,
+         max_tokens: int = 2, text: str = TEXT) -> RequestTrace:
+    t = client.send(cluster.router_url, MODEL, text, images, router_kind="dynamo",
+                    max_tokens=max_tokens, request_id=rid)
+    assert t.status == 200, (t.status, t.error)
+    return t
+
+
+def decisions_for(cluster: DynamoCluster, trace: RequestTrace,
+                  need: tuple[str, ...] = ("log:routing_best",)) -> list[RoutingDecision]:
+    """Join the frontend log into the trace (waiting for the lines `need` names)."""
+
+    def probe() -> list[RoutingDecision] | None:
+        ds = frontend_decisions(cluster.frontend_log)
+        trace.predictions = [p for p in trace.predictions if not p.source.startswith("log:")]
+        join([trace], ds)
+        have = {p.source for p in trace.predictions}
+        return trace.predictions if all(n in have for n in need) else None
+
+    return wait_for(probe, 10.0, f"{need} in the frontend log for {trace.request_id}")
+
+
+def one(trace: RequestTrace, source: str) -> RoutingDecision:
+    found = [p for p in trace.predictions if p.source == source]
+    assert len(found) == 1, (source, trace.predictions)
+    return found[0]
+
+
+def worker_records(cluster: DynamoCluster) -> dict[str, dict[str, Any]]:
+    """The simulated workers' own per-request records, keyed by Dynamo's request id."""
+    import json
+
+    out: dict[str, dict[str, Any]] = {}
+    for w in cluster.workers:
+        for line in w.log_path.read_text(errors="replace").splitlines():
+            if line.startswith('{"event": "request"'):
+                rec = json.loads(line)
+                out[rec["request_id"]] = rec
+    return out
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+
+def test_every_listener_is_loopback(cluster: DynamoCluster) -> None:
+    socks = listeners(p.popen.pid for p in cluster.procs)
+    ports = {port for _, port, _ in socks}
+    assert cluster.cfg.frontend_port in ports and set(cluster.cfg.broker_ports) <= ports
+    for i in range(cluster.cfg.workers):
+        assert cluster.cfg.worker_ports(i)["system"] in ports
+    assert socks and all(addr == "127.0.0.1" for addr, _, _ in socks), socks
+
+
+def test_abab_affinity_with_kv_events(cluster: DynamoCluster, client: TraceClient) -> None:
+    a = ImagePart(solid_png(640, 480, (10, 180, 40)))
+    b = ImagePart(solid_png(640, 480, (180, 40, 200)))
+    # Seeds overlap in time, so the router's load accounting spreads them over both workers.
+    with ThreadPoolExecutor(2) as pool:
+        fa = pool.submit(send, cluster, client, [a], "aff-A-seed", 48)
+        time.sleep(0.05)
+        fb = pool.submit(send, cluster, client, [b], "aff-B-seed", 48)
+        seeds = [fa.result(), fb.result()]
+    time.sleep(1.0)  # KV events reach the router's index
+    replays = []
+    for rid, img in (("aff-A-2", a), ("aff-B-2", b), ("aff-A-3", a), ("aff-B-3", b)):
+        replays.append(send(cluster, client, [img], rid))
+    sa, sb = seeds
+    assert sa.worker and sb.worker and sa.worker != sb.worker
+    for t in replays:
+        seed = sa if "-A-" in t.request_id else sb
+        assert t.worker == seed.worker, (t.request_id, t.worker, seed.worker)
+        # Warm: all full blocks of the 317-token expanded prompt (18 − 1 + 300).
+        assert t.prompt_tokens == 317
+        assert t.cached_tokens == 304 > t.prompt_tokens // 2
+        best = one(t, "log:routing_best") if decisions_for(cluster, t) else None
+        assert best and (best.overlap_blocks, best.request_blocks) == (19, 20)
+        timing = one(t, "nvext.timing")
+        assert timing.kv_hit_rate == pytest.approx(19 / 20)
+    for t in seeds:
+        best = decisions_for(cluster, t) and one(t, "log:routing_best")
+        assert best.overlap_blocks == 0 and best.request_blocks == 20
+        assert t.cached_tokens == 0
+
+
+def test_worker_attribution_equals_nvext(cluster: DynamoCluster, client: TraceClient,
+                                         raw_bodies: dict[str, dict[str, Any]]) -> None:
+    img = ImagePart(solid_png(224, 224, (90, 90, 20)))
+    traces = [send(cluster, client, [img], f"attr-{i}") for i in range(3)]
+    traces.append(send(cluster, client, [], "attr-text"))
+    records = worker_records(cluster)
+    ids = {str(w["worker_id"]) for w in cluster.ready_info()["workers"]}
+    for t in traces:
+        nvext = raw_bodies[t.request_id]["nvext"]["worker_id"]
+        assert t.worker == str(nvext["decode_worker_id"]) == str(nvext["prefill_worker_id"])
+        assert t.worker in ids
+        # The engine that really served it logged the same id under Dynamo's request id.
+        internal = t.response_id.removeprefix("chatcmpl-")
+        assert str(records[internal]["worker_id"]) == t.worker
+        decisions_for(cluster, t, ("log:routing_best", "log:selected_worker"))
+        assert one(t, "log:selected_worker").worker == t.worker
+        assert one(t, "log:routing_best").worker == t.worker
+
+
+def test_image_token_counts_equal_dynamo_log(cluster: DynamoCluster,
+                                             client: TraceClient) -> None:
+    rows = []
+    for i, (w, h) in enumerate(SIZES):
+        img = ImagePart(solid_png(w, h, (i * 9 % 256, 200, 17)))
+        t = send(cluster, client, [img], f"count-{w}x{h}", max_tokens=1)
+        decisions_for(cluster, t, ("log:mm_image_tokens", "log:routing_best"))
+        expected = t.expected_layout
+        assert expected and "error" not in expected, expected
+        mine = expected["images"][0]["tokens"]
+        logged = one(t, "log:mm_image_tokens").image_tokens
+        best = one(t, "log:routing_best")
+        rows.append((w, h, mine, logged, t.prompt_tokens, best.request_blocks))
+        assert logged == [mine], rows[-1]
+        # mmlens' engine length = rendered − 1 + N = what the worker reported; the router's
+        # view is that length rounded up to whole blocks.
+        assert t.prompt_tokens == expected["engine_prompt_tokens"], rows[-1]
+        assert best.request_blocks == math.ceil(t.prompt_tokens / BLOCK), rows[-1]
+    assert len(rows) >= 20
+
+
+def test_http_url_needs_range_and_200_falls_back(cluster: DynamoCluster, client: TraceClient,
+                                                 media: MediaServer) -> None:
+    png = solid_png(640, 480, (1, 2, 250))
+    media.files["blue.png"] = png
+    good = send(cluster, client, [ImagePart(url=media.url("blue.png"))], "url-range")
+    decisions_for(cluster, good, ("log:mm_image_tokens", "log:routing_best"))
+    assert one(good, "log:mm_image_tokens").image_tokens == [300]
+    assert one(good, "log:routing_best").request_blocks == 20
+    assert not [p for p in good.predictions if p.source == "log:mm_fallback"]
+    assert any(path.startswith("/range/") and status == 206
+               for path, _, status in media.requests)
+
+    bad = send(cluster, client, [ImagePart(url=media.url("blue.png", range_capable=False))],
+               "url-plain")
+    decisions_for(cluster, bad, ("log:mm_fallback", "log:routing_best"))
+    fallback = [p for p in bad.predictions if p.source == "log:mm_fallback"]
+    reasons = " | ".join(w for p in fallback for w in p.warnings)
+    assert "failed to fetch image dims" in reasons
+    assert "expected 206 Partial Content" in reasons
+    assert not [p for p in bad.predictions if p.source == "log:mm_image_tokens"]
+    # Text-prefix routing: 18 rendered ids, one placeholder, no expansion → 2 blocks.
+    assert one(bad, "log:routing_best").request_blocks == 2
+    # The worker still fetched and expanded the image itself (as vLLM would).
+    assert bad.prompt_tokens == 317
+
+
+def test_dynamo_metrics_normalize(cluster: DynamoCluster, client: TraceClient) -> None:
+    img = ImagePart(solid_png(336, 336, (77, 7, 177)))
+    for i in range(2):
+        send(cluster, client, [img], f"metrics-{i}")
+    info = cluster.ready_info()
+    targets = [("frontend", info["router_metrics"])] + [
+        (w["name"], w["metrics"]) for w in info["workers"]]
+    with httpx.Client() as http:
+        scraper = MetricsScraper(http)
+        samples = scraper.scrape_all(targets)
+    names = {s.name for s in samples if s.target == "frontend"}
+    assert "dynamo_frontend" in detect_flavors(names)
+    assert any(n.startswith("dynamo_router_overhead_") for n in names)
+    assert any(n.startswith("dynamo_component_router_") for n in names)
+    worker_names = {s.name for s in samples if s.target == "w1"}
+    assert {"dynamo_worker", "vllm"} <= set(detect_flavors(worker_names))
+
+    norm = normalize_samples(samples)
+    fe = norm.dynamo["frontend"]
+    assert fe["block_size"][MODEL] == BLOCK
+    backend_ids = {w["worker_id"] for w in info["workers"]}
+    assert {w["worker_id"] for w in fe["registered_workers"]} == backend_ids
+    assert fe["cached_tokens_sum"][MODEL] > 0
+    assert norm.kv_event_health["frontend"]["events_flowing"] is True
+    # Label trap: `worker_id` on dynamo_component_* at the frontend is the frontend's own id
+    # (hex of router_id), never a backend worker.
+    for s in samples:
+        if s.target == "frontend" and s.name.startswith("dynamo_component_router_requests"):
+            own = s.label("worker_id")
+            assert own and str(int(own, 16)) == s.label("router_id")
+            assert str(int(own, 16)) not in backend_ids
+    per_worker = {s.label("worker_id") for s in samples
+                  if s.name == "dynamo_frontend_worker_active_decode_blocks"}
+    assert per_worker == backend_ids
+    hits = [s.value for s in samples
+            if s.name == "vllm:prefix_cache_hits_total" and s.target.startswith("w")]
+    assert sum(hits) > 0
