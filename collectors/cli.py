@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from collectors.log_follow import StreamFollower
+from collectors.log_follow import LogFollower, StreamFollower
 from collectors.runner import CollectorRunner
 from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
 from mmlens.config import Config, ConfigError, load_config
@@ -30,7 +30,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--interval", type=float, help="override interval_s")
     ap.add_argument("--ready-file", help="add targets from a `mmlens demo --ready-file` file")
     ap.add_argument("--router-log", action="append", default=[],
-                    help="NAME=PATH of a router log to follow; NAME=- reads stdin")
+                    help="[NAME=]PATH of a router JSON log to follow; PATH - reads stdin")
     ap.add_argument("--workload", type=int, default=0,
                     help="send N traced image requests through the first router")
     ap.add_argument("--model", help="model for --workload (default: router's first model)")
@@ -78,15 +78,12 @@ def main(argv: Sequence[str]) -> int:
     except (StoreError, OSError) as exc:
         print(f"mmlens collect: {exc}", file=sys.stderr)
         return 2
-    streams = {}
+    streams: dict[str, LogFollower | StreamFollower] = {}
     for spec in args.router_log:
-        name, _, path = spec.partition("=")
-        if path == "-":
-            streams[name] = StreamFollower(sys.stdin)
-        else:
-            for r in cfg.routers:
-                if r.name == name:
-                    r.log_file = path
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = "router-log", spec
+        streams[name] = StreamFollower(sys.stdin) if path == "-" else LogFollower(path)
     client = httpx.Client()
     runner = CollectorRunner(cfg, store, http=client, log_streams=streams,
                              prom=_prometheus(cfg))

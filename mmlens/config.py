@@ -199,7 +199,8 @@ def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
     router = ready.get("router")
     if router and not any(r.url == router for r in cfg.routers):
         cfg.routers.append(RouterTarget(name="demo", kind=str(ready.get("router_kind", "smg")),
-                                        url=router, metrics_url=ready.get("router_metrics")))
+                                        url=router, metrics_url=ready.get("router_metrics"),
+                                        log_file=ready.get("router_log")))
     for w in ready.get("workers", []):
         cfg.add_worker(WorkerTarget(
             name=str(w.get("name")), engine=str(w.get("engine", "vllm")),
@@ -210,6 +211,12 @@ def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
 
 def read_ready_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     text = Path(path).read_text().strip()
+    try:
+        whole = json.loads(text)  # the demo pretty-prints its ready file
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict) and whole.get("event") == "ready":
+        return whole
     for line in reversed(text.splitlines()):
         line = line.strip()
         if line.startswith("{"):

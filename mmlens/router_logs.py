@@ -199,4 +199,7 @@ def join(traces: Iterable[RequestTrace], decisions: Iterable[RoutingDecision]) -
                 if d not in t.predictions:
                     t.predictions.append(d)
                     attached += 1
+                    if d.expanded_tokens is not None and t.processing_mode is None:
+                        # SMG logs the expansion only when the router expanded the images.
+                        t.processing_mode = "router"
     return attached

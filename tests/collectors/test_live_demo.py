@@ -1,0 +1,149 @@
+"""Collectors against the embedded demo: the real SMG 1.13.0 router and simulated vLLM workers.
+
+Starts `mmlens demo` on free loopback ports, runs `mmlens collect` (discovery from the ready
+file, a short traced workload, the router's JSON log) and checks `mmlens snapshot --json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from collectors import cli as collect_cli
+from collectors import snapshot_cli
+from collectors.runner import CollectorRunner
+from mmlens.config import Config, RouterTarget
+from mmlens.store import Store
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_base(span: int = 50) -> int:
+    import random
+
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - span, 10)
+        ok = True
+        for port in range(base, base + span):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+@pytest.fixture(scope="module", params=["grpc", "http"])
+def demo(request, tmp_path_factory) -> Iterator[dict]:
+    tmp = tmp_path_factory.mktemp(f"demo-{request.param}")
+    ready = tmp / "ready.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmlens", "demo", "--port-base", str(_free_base()),
+         "--connection", request.param, "--ready-file", str(ready), "--log-dir",
+         str(tmp / "logs"), "--smg-log-level", "debug"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        t0 = time.monotonic()
+        while not ready.exists():
+            if proc.poll() is not None:
+                pytest.fail(proc.stderr.read().decode() if proc.stderr else "demo exited")
+            assert time.monotonic() - t0 < 60, "demo not ready within 60 s"
+            time.sleep(0.2)
+        time.sleep(0.2)
+        info = json.loads(ready.read_text())
+        info["_tmp"], info["_ready"], info["_mode"] = tmp, ready, request.param
+        yield info
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_collect_then_snapshot(demo, capsys) -> None:
+    tmp: Path = demo["_tmp"]
+    (tmp / "mmlens.toml").write_text(f'interval_s = 1\n[demo]\nready_file = "{demo["_ready"]}"\n')
+    db = tmp / "live.db"
+    rc = collect_cli.main(["--config", str(tmp / "mmlens.toml"), "--db", str(db),
+                           "--duration", "5", "--workload", "8",
+                           "--router-log", f"smg={tmp / 'logs' / 'smg.log'}"])
+    assert rc == 0
+    capsys.readouterr()
+    assert snapshot_cli.main(["--db", str(db), "--json"]) == 0
+    snap = json.loads(capsys.readouterr().out)
+
+    workers = {w["grpc"] if demo["_mode"] == "grpc" else w["http"] for w in demo["workers"]}
+    assert {w["url"] for w in snap["router_state"][0]["workers"]} == workers
+    assert snap["flavors"]["demo"] == ["smg"]
+    rates = [h["hit_rate"] for h in snap["hit_rates"] if h["source"] == "vllm"]
+    assert rates and max(r or 0 for r in rates) > 0
+    served = {r["worker"]: r["count"] for r in snap["worker_requests"]}
+    assert set(served) == workers and sum(served.values()) >= 8
+    branches = snap["cache_aware_branches"]["demo"]
+    assert sum(branches.values()) >= 8
+
+    traces = snap["traces"]
+    assert len(traces) == 8
+    assert all(t["status"] == 200 and t["worker"] in workers for t in traces)
+    assert all(t["prompt_tokens"] == 81 for t in traces)
+    assert any(t["cached_tokens"] > 0 for t in traces)
+    assert any(t["stream"] and t["ttft_s"] is not None for t in traces)
+    sources = {p["source"] for t in traces for p in t["predictions"]}
+
+    resident = snap["resident_blocks"]
+    assert sum(r["blocks"] for r in resident.values()) > 0
+    assert any(r["images"] for r in resident.values())
+    endpoints = snap["kv_event_health"]["endpoints"]
+    assert sum(e["batches"] for e in endpoints.values()) > 0
+    assert all(not e["errors"] for e in endpoints.values())
+
+    if demo["_mode"] == "grpc":
+        assert snap["mm_processing"] and snap["mm_processing"][0]["count"] >= 8
+        assert (snap["mm_processing"][0]["mode"], snap["mm_processing"][0]["reason"]) == (
+            "router", "auto_mixed")
+        assert branches.get("event_hit", 0) > 0
+        assert {"header:x-smg-cache-trace", "log:Event-driven routing", "log:mm_timing"} <= sources
+        assert all(t["processing_mode"] == "router" for t in traces)
+        kv = snap["router_kv_event_health"]["demo"]["workers"]
+        assert sum(w.get("batches", {}).get("applied", 0) for w in kv.values()) > 0
+    else:
+        # HTTP mode: the router routes on text only and sends no cache trace.
+        assert "log:Cache-aware selection" in sources
+        assert "header:x-smg-cache-trace" not in sources
+    health = {(h["collector"], h["target"]): h for h in snap["health"]}
+    assert health[("metrics", "demo")]["errors"] == {}
+    assert health[("router_state", "demo")]["last_success"]
+
+
+def test_discovery_from_smg_workers(demo, tmp_path) -> None:
+    cfg = Config(routers=[RouterTarget("smg", "auto", demo["router"],
+                                       metrics_url=demo["router_metrics"])])
+    store = Store(tmp_path / "d.db")
+    with httpx.Client() as client:
+        runner = CollectorRunner(cfg, store, http=client)
+        runner.setup()
+        runner.tick()
+        runner.close()
+    expected = {w["url"] for w in demo["workers"]}
+    assert {w.router_url for w in cfg.workers} == expected
+    assert runner.discovery_health.counters["discovered_workers"] == 2
+    assert store.meta("router_state")[0]["kind"] == "smg"
+    store.close()
