@@ -34,6 +34,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--salt", type=int, help="colour salt (default: random per run)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--report", help="write a self-contained HTML report here")
+    p.add_argument("--db", help="also record every request's trace in this store")
     p.add_argument("--strict", action="store_true", help="inconclusive also exits 1")
     p.add_argument("--timeout", type=float, default=60.0)
     return p.parse_args(list(argv))
@@ -103,6 +104,14 @@ def main(argv: Sequence[str]) -> int:
     meta = {"router": args.router, "kind": args.kind, "model": args.model,
             "family": model.family.name, "block size": str(block), "salt": str(salt),
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if args.db:
+        from mmlens.store import Store
+
+        store = Store(args.db)
+        try:
+            store.add_traces(runner.sent)
+        finally:
+            store.close()
     if args.report:
         from mmlens.report_html import render
 

@@ -1,0 +1,107 @@
+"""`mmlens check` and `mmlens explain` against the embedded demo (real SMG 1.13, gRPC mode),
+driven as a user would: the demo and the CLI as separate processes."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.demo.support import free_port_base
+
+pytestmark = pytest.mark.live
+MODEL = "Qwen/Qwen3-VL-2B-Instruct"
+
+
+@contextlib.contextmanager
+def demo(tmp_path, *extra):
+    ready = tmp_path / f"ready-{len(extra)}.json"
+    base = free_port_base(50)
+    proc = subprocess.Popen([sys.executable, "-m", "mmlens", "demo", "--port-base", str(base),
+                             "--ready-file", str(ready), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and ready.stat().st_size):
+            assert proc.poll() is None, "demo exited before it was ready"
+            assert time.monotonic() < deadline, "demo not ready in 60 s"
+            time.sleep(0.2)
+        yield json.loads(ready.read_text())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def check(router, *args):
+    proc = subprocess.run([sys.executable, "-m", "mmlens", "check", "--router", router,
+                           "--kind", "smg", "--model", MODEL, "--json", *args],
+                          capture_output=True, text=True, timeout=240)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def grpc_demo(tmp_path_factory):
+    with demo(tmp_path_factory.mktemp("demo")) as info:
+        yield info
+
+
+def test_all_scenarios_against_real_smg(grpc_demo, tmp_path):
+    db, report = tmp_path / "check.db", tmp_path / "report.html"
+    code, out = check(grpc_demo["router"], "--all", "--db", str(db), "--report", str(report))
+    verdicts = {s["name"]: s for s in out["scenarios"]}
+    assert set(verdicts) == {"repeat", "affinity", "isolation", "straddle", "staircase",
+                             "identity", "parity"}
+    for name in ("repeat", "affinity", "staircase", "straddle", "parity"):
+        assert verdicts[name]["verdict"] == "pass", verdicts[name]
+    assert code == 0
+    # SMG routes on token ids only: B (another image, same size) is predicted as a hit on the
+    # worker that holds A, and the engine finds nothing.
+    iso = verdicts["isolation"]
+    assert iso["verdict"] == "pass"
+    assert iso["evidence"]["content_blind_false_hit"] is True
+    assert iso["evidence"]["router_predicted_overlap_blocks"] >= 10
+    assert iso["evidence"]["b_cached_tokens"] == 0
+    # SMG keys engine-side identity by content: the same bytes by URL hit the data-URI seed.
+    assert "image content" in verdicts["identity"]["evidence"]["keyed_by"]
+    html = report.read_text()
+    assert "isolation" in html and "<script" in html
+
+    b = next(r for r in iso["requests"] if r["label"] == "B")
+    proc = subprocess.run([sys.executable, "-m", "mmlens", "explain", "--db", str(db),
+                           "--request", b["request_id"], "--json"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    explanation = json.loads(proc.stdout)
+    assert explanation["category"] == "false_hit"
+    assert explanation["evidence"]["predicted_blocks"] >= 10
+    warm = next(r for r in verdicts["repeat"]["requests"] if r["label"] == "A#2")
+    proc = subprocess.run([sys.executable, "-m", "mmlens", "explain", "--db", str(db),
+                           "--request", warm["request_id"], "--json"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(proc.stdout)["category"] == "hit"
+
+
+def test_parity_fails_with_an_explanation_when_workers_drift(tmp_path):
+    with demo(tmp_path, "--worker-processing", "--count-drift", "8") as info:
+        code, out = check(info["router"], "--scenario", "parity")
+    (parity,) = out["scenarios"]
+    assert code == 1 and parity["verdict"] == "fail"
+    assert "+8 tokens" in parity["summary"] and "count drift" in parity["summary"]
+    row = parity["evidence"]["rows"][0]
+    assert row["engine_prompt_tokens"] - row["expected_prompt_tokens"] == 8
+
+
+def test_unreachable_router_is_a_setup_error():
+    proc = subprocess.run([sys.executable, "-m", "mmlens", "check", "--router",
+                           "http://127.0.0.1:9", "--model", MODEL, "--all"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unreachable" in proc.stderr
