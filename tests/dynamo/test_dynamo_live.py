@@ -263,3 +263,48 @@ def test_dynamo_metrics_normalize(cluster: DynamoCluster, client: TraceClient) -
     hits = [s.value for s in samples
             if s.name == "vllm:prefix_cache_hits_total" and s.target.startswith("w")]
     assert sum(hits) > 0
+
+
+def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_path: Any) -> None:
+    """mmlens' headless collector, pointed only at the demo's ready line, sees the frontend
+    (metrics + JSON log), both workers (metrics + vLLM-format KV events) and joined traces."""
+    from collectors.runner import CollectorRunner
+    from demo.cluster import write_ready
+    from mmlens.config import Config
+    from mmlens.snapshot import build_snapshot
+    from mmlens.store import Store
+
+    ready = tmp_path / "ready.json"
+    write_ready(ready, cluster.ready_info())
+    store = Store(tmp_path / "mmlens.db")
+    runner = CollectorRunner(Config(ready_file=str(ready), interval_s=0.5), store)
+    try:
+        runner.setup()
+        runner.start_kv()
+        runner.tick()
+        time.sleep(0.5)  # ZMQ subscriptions settle before events flow
+        with httpx.Client() as http:
+            tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", BLOCK))
+            img = ImagePart(solid_png(1024, 768, (33, 66, 99)))
+            traces = [send(cluster, tc, [img], f"collect-{i}") for i in range(2)]
+        time.sleep(1.0)
+        runner.record_traces(traces)
+        runner.tick()
+        runner.flush()
+    finally:
+        runner.close()
+    snap = build_snapshot(store)
+    store.close()
+    assert snap["dynamo"]["demo"]["block_size"][MODEL] == BLOCK
+    assert snap["router_kv_event_health"]["demo"]["events_flowing"] is True
+    served = traces[0].worker
+    name = next(w["name"] for w in cluster.ready_info()["workers"] if w["worker_id"] == served)
+    assert snap["resident_blocks"][f"{name}#0"]["blocks"] > 0
+    stored = {t["request_id"]: t for t in snap["traces"]}
+    warm = stored["collect-1"]
+    assert warm["worker"] == served
+    assert (warm["prompt_tokens"], warm["cached_tokens"]) == (785, 784)
+    best = [p for p in warm["predictions"] if p["source"] == "log:routing_best"]
+    assert (best[0]["overlap_blocks"], best[0]["request_blocks"]) == (49, 50)
+    counts = [p for p in warm["predictions"] if p["source"] == "log:mm_image_tokens"]
+    assert counts[0]["image_tokens"] == [768]
