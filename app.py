@@ -2,22 +2,25 @@
 
 import streamlit as st
 
-st.set_page_config(page_title="mmlens", page_icon="🔎", layout="wide")
+st.set_page_config(page_title="mmlens", page_icon=":material/search:", layout="wide")
+
+
+def page(path: str, title: str, icon: str, url: str, default: bool = False) -> st.Page:
+    return st.Page(path, title=title, icon=f":material/{icon}:", url_path=url, default=default)
+
 
 PAGES = {
     "mmlens": [
-        st.Page("pages/overview.py", title="Overview", icon="📊", url_path="overview",
-                default=True),
-        st.Page("pages/inspector.py", title="Request inspector", icon="🧩",
-                url_path="inspector"),
-        st.Page("pages/routing.py", title="Routing", icon="🔀", url_path="routing"),
-        st.Page("pages/affinity.py", title="Affinity", icon="🖼️", url_path="affinity"),
-        st.Page("pages/cache.py", title="Cache", icon="🗄️", url_path="cache"),
-        st.Page("pages/lab.py", title="Lab", icon="🧪", url_path="lab"),
+        page("pages/overview.py", "Overview", "dashboard", "overview", default=True),
+        page("pages/inspector.py", "Request inspector", "view_timeline", "inspector"),
+        page("pages/routing.py", "Routing", "alt_route", "routing"),
+        page("pages/affinity.py", "Affinity", "image", "affinity"),
+        page("pages/cache.py", "Cache", "memory", "cache"),
+        page("pages/lab.py", "Lab", "science", "lab"),
     ],
     "Settings": [
-        st.Page("pages/targets.py", title="Targets", icon="🎯", url_path="targets"),
-        st.Page("pages/home.py", title="About", icon="🏠", url_path="about"),
+        page("pages/targets.py", "Targets", "settings", "targets"),
+        page("pages/home.py", "About", "info", "about"),
     ],
 }
 

@@ -75,3 +75,35 @@ class LabSender:
 
     def close(self) -> None:
         self.client.close()
+
+
+def run_scenario(db_path: str | Path, router_url: str, model: str, layout_model: str,
+                 name: str, *, router_kind: str = "auto", block_size: int = 16,
+                 worker_mode_router_url: str | None = None, api_key: str | None = None,
+                 progress: Any = None, salt: int | None = None) -> Any:
+    """One scenario of ``mmlens.scenarios`` through ``ScenarioRunner``; its traces are recorded
+    in the store (with text, so the inspector rebuilds them). Returns the scenario Result."""
+    from collectors.scenario_runner import ScenarioRunner
+    from mmlens import scenarios as sc
+    from mmlens.modeldir import resolve_model
+
+    resolved = resolve_model(layout_model)
+    ctx = sc.Context(block_size=block_size, model_family=resolved.family.name,
+                     count_of=lambda w, h: resolved.family.image_token_count(
+                         w, h, resolved.processor_config))
+    plans = {s.name: s for s in sc.build(ctx, random.randrange(256) if salt is None else salt)}
+    with httpx.Client(timeout=60.0) as client:
+        runner = ScenarioRunner(client, router_url, model, router_kind=router_kind,
+                                layout_hook=layout_hook_with_text(layout_model, block_size),
+                                worker_mode_router_url=worker_mode_router_url,
+                                api_key=api_key, progress=progress)
+        try:
+            result = runner.run(plans[name], ctx)
+        finally:
+            if runner.sent:
+                store = Store(str(db_path))
+                try:
+                    store.add_traces(runner.sent)
+                finally:
+                    store.close()
+    return result

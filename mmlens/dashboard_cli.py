@@ -22,6 +22,18 @@ from types import FrameType
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
+# Streamlit treats an app with a `pages/` folder as a legacy multipage app until some session
+# has run `st.navigation`, so a first visit to a deep link (/inspector?request=…) would run
+# that page alone, without app.py. Declaring the app navigation-based up front avoids that.
+LAUNCH_STREAMLIT = (
+    "import sys\n"
+    "from streamlit.runtime.pages_manager import PagesManager\n"
+    "PagesManager.uses_pages_directory = False\n"
+    "from streamlit.web.cli import main\n"
+    "sys.argv[0] = 'streamlit'\n"
+    "sys.exit(main())\n"
+)
+
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="mmlens dashboard", description=__doc__)
@@ -134,7 +146,7 @@ def main(argv: Sequence[str]) -> int:
                 children.start("warmup", [py, "-m", "collectors.warmup", "--ready-file",
                                           env["MMLENS_DEMO_READY"], "--db", str(db)], env)
         cmd = [
-            py, "-m", "streamlit", "run", str(APP),
+            py, "-c", LAUNCH_STREAMLIT, "run", str(APP),
             "--server.address", "127.0.0.1",
             "--server.port", str(args.port),
             "--server.headless", "true",

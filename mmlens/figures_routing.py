@@ -21,7 +21,8 @@ def mode_reason_figure(series: Mapping[tuple[str, ...], Sequence[Point]]) -> go.
         fig.add_trace(go.Bar(name=f"{mode} / {reason} · {model.split('/')[-1]}",
                              x=_clock([p[0] for p in points]), y=[p[1] for p in points],
                              hovertext=f"{target}: {model}", legendgroup=mode))
-    fig.update_layout(barmode="stack", title="Image requests by processing mode / reason "
+    fig.update_layout(barmode="stack", showlegend=True,
+                      title="Image requests by processing mode / reason "
                       "(smg_mm_processing_total, per interval, UTC)", height=320,
                       margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig
@@ -32,7 +33,8 @@ def branches_figure(branches: Mapping[str, Mapping[str, float]]) -> go.Figure:
     for target, counts in sorted(branches.items()):
         names = sorted(counts)
         fig.add_trace(go.Bar(name=target, x=names, y=[counts[n] for n in names]))
-    fig.update_layout(title="Cache-aware policy branches (since router start)", height=300,
+    fig.update_layout(showlegend=True, title="Cache-aware policy branches (since router start)",
+                      height=300,
                       margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig
 

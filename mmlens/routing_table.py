@@ -27,12 +27,13 @@ def decision_rows(traces: Sequence[dict[str, Any]], limit: int = 100) -> list[di
     for t in traces[:limit]:
         pred = (t.get("predictions") or [{}])[0]
         rows.append({
-            "ts": t.get("ts") or 0.0, "request": t["request_id"], "model": t.get("model"),
+            "ts": t.get("ts") or 0.0, "request": t["request_id"],
             "worker": t.get("worker") or "—", "branch": pred.get("branch") or "—",
             "overlap": (f"{pred['overlap_blocks']}/{pred.get('request_blocks')}"
                         if pred.get("overlap_blocks") is not None else "—"),
             "predicted": predicted_tokens(t), "cached": t.get("cached_tokens") or 0,
-            "prompt": t.get("prompt_tokens"), "mode": t.get("processing_mode") or "—",
+            "prompt": t.get("prompt_tokens"), "model": t.get("model"),
+            "mode": t.get("processing_mode") or "—",
             "warnings": "; ".join(w for p in t.get("predictions") or []
                                   for w in p.get("warnings") or []),
             "status": t.get("error_code") or t.get("status"),

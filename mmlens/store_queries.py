@@ -61,6 +61,11 @@ class StoreReader:
         return [json.loads(body) for (body,) in self._rows(
             "SELECT body FROM traces ORDER BY ts DESC LIMIT ?", (limit,))]
 
+    def traces_before(self, ts: float, limit: int = 500) -> list[dict[str, Any]]:
+        """The ``limit`` traces recorded just before ``ts`` (a request's history)."""
+        return [json.loads(body) for (body,) in self._rows(
+            "SELECT body FROM traces WHERE ts < ? ORDER BY ts DESC LIMIT ?", (ts, limit))]
+
     def trace(self, request_id: str) -> dict[str, Any] | None:
         rows = self._rows("SELECT body FROM traces WHERE request_id = ? "
                           "ORDER BY ts DESC LIMIT 1", (request_id,))

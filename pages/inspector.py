@@ -8,6 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from collectors.lab import synthetic_png
+from mmlens.explain import explain
+from mmlens.explain_cli import block_size_of, events_unavailable, removals
 from mmlens.families import FAMILIES
 from mmlens.figures_layout import layout_figure
 from mmlens.hashing import smg_identifier
@@ -18,6 +20,7 @@ from mmlens.request_view import RequestView, from_layout, from_trace, rebuild_pa
 from pages import shared
 
 st.title("Request inspector")
+HISTORY = 500
 
 
 @st.cache_resource(show_spinner="Loading the model's tokenizer…", max_entries=16)
@@ -29,6 +32,20 @@ def model_for(name: str) -> Model:
 def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> Layout:
     parts = [ImageInput(w, h) if kind == "image" else w for kind, w, h in parts_key]
     return model_for(model).layout(parts, block_size=block_size)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+def explanation(path: str, request_id: str) -> dict[str, Any] | None:
+    reader = shared.reader()
+    trace = shared.trace_by_id(path, request_id)
+    if reader is None or trace is None:
+        return None
+    ts = float(trace.get("ts") or time.time())
+    history = reader.traces_before(ts, HISTORY)
+    since = min((float(t.get("ts") or ts) for t in history), default=ts)
+    return explain(trace, history, block_size_of(trace),
+                   removed_events=removals(reader, since, ts),
+                   events_unavailable=events_unavailable(reader, ts)).as_json()
 
 
 def show(rv: RequestView, title: str) -> None:
@@ -96,6 +113,14 @@ def captured(path: str) -> None:
             st.caption(f"layout not rebuilt: {exc}")
     rv = from_trace(trace, layout)
     show(rv, f"{rid} → {shared.short_worker(trace.get('worker'))}")
+    expl = explanation(path, rid)
+    if expl is not None:
+        st.subheader("Why this many cached tokens")
+        box = st.success if expl["category"] == "hit" else st.warning
+        box(f"**{expl['category']}** — {expl['headline']} (realized {expl['realized_tokens']} "
+            f"tokens; the best any worker could have served: {expl['best_tokens']})")
+        if expl["evidence"]:
+            st.json(expl["evidence"], expanded=False)
     st.subheader("Routing")
     c1, c2, c3 = st.columns(3)
     c1.metric("Worker", shared.short_worker(trace.get("worker")))

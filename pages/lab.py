@@ -4,12 +4,13 @@ router-mode and worker-mode prompt token counts of the same request."""
 import pandas as pd
 import streamlit as st
 
-from collectors.lab import LabSender, synthetic_png
+from collectors.lab import LabSender, run_scenario, synthetic_png
 from collectors.traces import ImagePart
 from mmlens.config import RouterTarget
 from mmlens.families import get_family
 from mmlens.imageinfo import parse_size, probe_image
 from mmlens.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
+from mmlens.scenarios import NAMES as SCENARIOS
 from pages import shared
 
 st.title("Lab")
@@ -89,15 +90,33 @@ with shared.page_guard("Lab"):
         parts.append(ImagePart(url=url.strip()))
 
     s1, s2, s3 = st.columns([2, 1, 1])
-    sequence = s1.selectbox("Run", list(SEQUENCES), key="lab_sequence",
-                            format_func=lambda k: SEQUENCES[k])
+    choices = list(SEQUENCES) + [f"scenario:{n}" for n in SCENARIOS]
+    sequence = s1.selectbox(
+        "Run", choices, key="lab_sequence",
+        format_func=lambda k: (f"scenario {k.split(':', 1)[1]} (mmlens check; its own images)"
+                               if k.startswith("scenario:") else SEQUENCES[k]))
     stream = s2.toggle("Stream", key="lab_stream")
     compare = s3.toggle("Compare across routers", key="lab_compare",
                         help="send the same request to every configured router, e.g. one in "
                              "router mode and one in worker mode")
     go = st.button("Send", type="primary", key="lab_send")
 
-    if go:
+    if go and sequence.startswith("scenario:"):
+        bar = st.progress(0.0, text="starting…")
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.progress(min(1.0, done / max(total, 1)), text=what)
+
+        others = [x["url"] for x in known if x["name"] != name]
+        result = run_scenario(
+            path, router["url"], model or "default", layout_model, sequence.split(":", 1)[1],
+            router_kind=router["kind"], worker_mode_router_url=others[0] if others else None,
+            progress=progress)
+        bar.empty()
+        st.session_state["lab_scenario"] = result.as_json()
+        shared.recent_traces.clear()
+        shared.snapshot.clear()
+    elif go:
         steps = plan_steps(sequence, parts, text)
         targets = known if compare else [router]
         results = []
@@ -118,6 +137,15 @@ with shared.page_guard("Lab"):
         st.session_state["lab_results"] = results
         shared.recent_traces.clear()
         shared.snapshot.clear()
+
+    scenario = st.session_state.get("lab_scenario")
+    if scenario:
+        st.subheader(f"Scenario {scenario['name']}")
+        box = {"pass": st.success, "fail": st.error}.get(scenario["verdict"], st.warning)
+        box(f"**{scenario['verdict']}** — {scenario['summary']}")
+        if scenario["requests"]:
+            st.dataframe(pd.DataFrame(scenario["requests"]), hide_index=True, width="stretch")
+        st.json(scenario["evidence"], expanded=False)
 
     results = st.session_state.get("lab_results") or []
     if results:

@@ -51,7 +51,7 @@ def live() -> None:
         decisions = decision_rows(snap["traces"])
         if decisions:
             df = pd.DataFrame(decisions)
-            df["time"] = [time.strftime("%H:%M:%S", time.gmtime(t)) for t in df.pop("ts")]
+            df.insert(0, "time", [time.strftime("%H:%M:%S", time.gmtime(t)) for t in df.pop("ts")])
             df["inspect"] = [shared.inspector_link(rid) for rid in df["request"]]
             st.dataframe(df, hide_index=True, width="stretch", column_config={
                 "inspect": st.column_config.LinkColumn("inspect", display_text="open")})
