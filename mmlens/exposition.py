@@ -89,7 +89,9 @@ def _parse_series(series_text: str, value: str) -> _SeriesKey | None:
     if len(families) != 1 or len(families[0].samples) != 1:
         return None
     sample = families[0].samples[0]
-    return sample.name, tuple(sorted(sample.labels.items()))
+    # An empty label value is the same as no label (Prometheus drops it at ingestion), so
+    # direct scrapes and PromQL results name the same series.
+    return sample.name, tuple(sorted((k, v) for k, v in sample.labels.items() if v != ""))
 
 
 def parse_exposition(text: str, target: str, ts: float,

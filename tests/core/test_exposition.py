@@ -13,7 +13,9 @@ CAPTURES = ["smg_http_metrics.txt", "smg_grpc_metrics_kv.txt", "dyn_frontend_met
 
 
 def _reference(text: str) -> list[tuple]:
-    return sorted((s.name, tuple(sorted(s.labels.items())), float(s.value))
+    # Empty label values are dropped (Prometheus semantics; see test_empty_labels_dropped).
+    return sorted((s.name, tuple(sorted((k, v) for k, v in s.labels.items() if v)),
+                   float(s.value))
                   for fam in text_string_to_metric_families(text) for s in fam.samples)
 
 
@@ -71,3 +73,8 @@ def test_special_values_and_cache_reuse() -> None:
 ])
 def test_html_detection(text: str, ctype: str, html: bool) -> None:
     assert looks_like_html(text, ctype) is html
+
+
+def test_empty_labels_dropped_like_prometheus() -> None:
+    (s,) = parse_exposition('smg_http_responses_total{path="/v1",error_code=""} 7\n', "t", 0)
+    assert s.labels == (("path", "/v1"),)
