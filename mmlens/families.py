@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -164,40 +164,30 @@ def qwen_count(width: int, height: int, p: it.QwenParams) -> int:
     return it.qwen_tokens(width, height, p)
 
 
+QWEN2_VL = Family(
+    name="qwen2-vl", display="Qwen2-VL",
+    model_types=("qwen2_vl",), id_patterns=(("qwen2-vl",), ("qwen2_vl",)),
+    chat=QWEN_CHAT, anchor="<|image_pad|>", pad="<|image_pad|>",
+    structural=("<|vision_start|>", "<|vision_end|>"), special_ids=QWEN_IDS,
+    expansion=Expansion.PAD_RUN, max_images=10, default_params=QWEN2_DEFAULTS,
+    params_from=pc.qwen_params, count=qwen_count, tokenizer="qwen",
+    smg_spec="qwen_vl", smg_worker_expandable=False, dynamo_prompt_kind="RepeatedPad",
+    router_pad="<|vision_pad|>",
+    notes=("SMG and Dynamo fill Qwen2-VL image runs with vision_token_id 151654, the "
+           "HF processor with image_token_id 151655.",),
+)
+
+
 FAMILIES: tuple[Family, ...] = (
-    Family(
-        name="qwen2-vl", display="Qwen2-VL",
-        model_types=("qwen2_vl",), id_patterns=(("qwen2-vl",), ("qwen2_vl",)),
-        chat=QWEN_CHAT, anchor="<|image_pad|>", pad="<|image_pad|>",
-        structural=("<|vision_start|>", "<|vision_end|>"), special_ids=QWEN_IDS,
-        expansion=Expansion.PAD_RUN, max_images=10, default_params=QWEN2_DEFAULTS,
-        params_from=pc.qwen_params, count=qwen_count, tokenizer="qwen",
-        smg_spec="qwen_vl", smg_worker_expandable=False, dynamo_prompt_kind="RepeatedPad",
-        router_pad="<|vision_pad|>",
-        notes=("SMG and Dynamo fill Qwen2-VL image runs with vision_token_id 151654, the "
-               "HF processor with image_token_id 151655.",),
-    ),
-    Family(
-        name="qwen2.5-vl", display="Qwen2.5-VL",
-        model_types=("qwen2_5_vl",), id_patterns=(("qwen2.5-vl",), ("qwen2_5_vl",)),
-        chat=QWEN_CHAT, anchor="<|image_pad|>", pad="<|image_pad|>",
-        structural=("<|vision_start|>", "<|vision_end|>"), special_ids=QWEN_IDS,
-        expansion=Expansion.PAD_RUN, max_images=10, default_params=QWEN2_DEFAULTS,
-        params_from=pc.qwen_params, count=qwen_count, tokenizer="qwen",
-        smg_spec="qwen_vl", smg_worker_expandable=False, dynamo_prompt_kind="RepeatedPad",
-        router_pad="<|vision_pad|>",
-    ),
-    Family(
-        name="qwen3-vl", display="Qwen3-VL",
-        model_types=("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen3_6",
-                     "qwen3_6_moe"),
-        id_patterns=(("qwen3", "vl"), ("qwen3.5",), ("qwen3.6",)),
-        chat=QWEN_CHAT, anchor="<|image_pad|>", pad="<|image_pad|>",
-        structural=("<|vision_start|>", "<|vision_end|>"), special_ids=QWEN_IDS,
-        expansion=Expansion.PAD_RUN, max_images=10, default_params=QWEN3_DEFAULTS,
-        params_from=pc.qwen_params, count=qwen_count, tokenizer="qwen",
-        smg_spec="qwen3_vl", smg_worker_expandable=True, dynamo_prompt_kind="RepeatedPad",
-    ),
+    QWEN2_VL,
+    replace(QWEN2_VL, name="qwen2.5-vl", display="Qwen2.5-VL", model_types=("qwen2_5_vl",),
+            id_patterns=(("qwen2.5-vl",), ("qwen2_5_vl",)), notes=()),
+    replace(QWEN2_VL, name="qwen3-vl", display="Qwen3-VL",
+            model_types=("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen3_6",
+                         "qwen3_6_moe"),
+            id_patterns=(("qwen3", "vl"), ("qwen3.5",), ("qwen3.6",)),
+            default_params=QWEN3_DEFAULTS, smg_spec="qwen3_vl", smg_worker_expandable=True,
+            router_pad=None, notes=()),
     Family(
         name="kimi-k2.5", display="Kimi-K2.5",
         model_types=("kimi_k25", "kimi_k2_5", "kimi_k2_6"),
