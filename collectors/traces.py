@@ -247,8 +247,8 @@ class TraceClient:
         with self.client.stream("POST", url, json=body, headers=headers,
                                 timeout=self.timeout) as resp:
             self._headers(trace, resp)
-            if resp.status_code >= 400:
-                resp.read()
+            if resp.status_code >= 400 or "json" in resp.headers.get("content-type", ""):
+                resp.read()  # an error, or a router that answered a stream request in one piece
                 trace.latency_s = time.perf_counter() - t0
                 self._body(trace, resp, self._json(resp))
                 return
