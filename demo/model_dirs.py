@@ -8,7 +8,6 @@ Directories are cached under a version key, so a warm start costs a stat.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -146,8 +145,7 @@ MODELS: dict[str, DemoModel] = {
 
 
 def default_cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mmlens" / "demo-models"
+    return tokenizers.cache_dir() / "demo-models"
 
 
 def _write(model: DemoModel, out: Path) -> None:
