@@ -5,19 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mmlens.explain import ERROR_HINTS
 from mmlens.request_view import predicted_tokens
 
-STRICT_MODE_ADVICE = {
-    "multimodal_worker_processing_unsupported_model": (
-        "SMG was told to let workers expand images (--mm-processing worker) for a model it "
-        "does not opt in: use --mm-processing auto or router for this model"),
-    "no_media_ref_capable_worker": (
-        "strict worker mode needs workers that advertise mm_processor: start them with "
-        "multimodal processing enabled, or use --mm-processing auto"),
-    "multimodal_processing_failed": (
-        "the router could not fetch or decode the image: loopback/private URLs need "
-        "--mm-allow-private-media-hosts; check the URL and format"),
-    "timeout": "the router did not answer in time: check its load and the worker health",
+# The router's error codes and their fixes live with the miss explainer; transport failures
+# are the trace client's own codes.
+ADVICE = {
+    **ERROR_HINTS,
+    "timeout": "the router did not answer in time: check its load and the workers' health",
     "unreachable": "the router is down or unreachable: check its URL on the Targets page",
 }
 
@@ -36,7 +31,7 @@ def decision_rows(traces: Sequence[dict[str, Any]], limit: int = 100) -> list[di
             "mode": t.get("processing_mode") or "—",
             "warnings": "; ".join(w for p in t.get("predictions") or []
                                   for w in p.get("warnings") or []),
-            "status": t.get("error_code") or t.get("status"),
+            "status": str(t.get("error_code") or t.get("status") or "—"),
         })
     return rows
 
@@ -49,5 +44,5 @@ def strict_mode_rows(traces: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         rows.append({"request": t["request_id"], "status": t.get("status"),
                      "error_code": code or "—", "message": (t.get("error") or "")[:200],
-                     "what to change": STRICT_MODE_ADVICE.get(code or "", "see the message")})
+                     "what to change": ADVICE.get(code or "", "see the message")})
     return rows

@@ -1,0 +1,223 @@
+"""Every page on a store of constructed records: renders without a traceback, the charts carry
+the right traces, the widgets drive the page, and empty or missing stores give clear states."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from mmlens.store import Store
+from tests.pages.apptest_util import (
+    PAGES,
+    assert_clean,
+    figure_titled,
+    figures,
+    messages,
+    open_page,
+    trace_names,
+)
+from tests.pages.recorded_store import W1, W2, Recorded, fill
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    return fill(tmp_path_factory.mktemp("store") / "mmlens.db", time.time())
+
+
+@pytest.fixture
+def db(recorded: Recorded, monkeypatch: pytest.MonkeyPatch) -> Recorded:
+    monkeypatch.setenv("MMLENS_DB", str(recorded.path))
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    return recorded
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_without_traceback(db: Recorded, page: str) -> None:
+    at = open_page(page)
+    assert_clean(at)
+    assert at.title, f"{page} has no title"
+
+
+def test_overview_headline_and_alerts_name_their_cause(db: Recorded) -> None:
+    at = open_page("overview")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    # W1 40/100 and W2 10/80 tokens per scrape: (40+10)/(100+80) over the window.
+    assert metrics["Engine hit rate (token-weighted)"] == "28%"
+    assert metrics["Image requests in router mode"] == "100%"
+    text = messages(at)
+    assert any("kv_events_silent" in m and W2 in m for m in text["error"])
+    assert any("false_hits" in m and "req-false-hit" in m for m in text["warning"])
+    fig = figure_titled(at, "hit rate per worker")
+    assert fig["data"][0]["type"] == "bar"
+    assert sorted(fig["data"][0]["x"]) == sorted([W1, W2])
+
+
+def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> None:
+    at = open_page("inspector", {"request": db.hit_id})
+    assert_clean(at)
+    assert at.selectbox(key="inspector_request").value == db.hit_id
+    fig = figures(at)[0]
+    names = trace_names(fig)
+    assert {"text", "special", "structural", "cached (engine)", "router predicted"} <= set(names)
+    image = [t for t in fig["data"] if (t.get("name") or "").startswith("image 0")]
+    assert len(image) == 1 and image[0]["type"] == "bar"
+    assert image[0]["y"] == ["router view (81)"]  # 18 rendered − 1 anchor + 64
+    anchors = [t for t in fig["data"] if t.get("name") == "anchor"]
+    assert anchors[0]["y"] == ["worker view (18)"]
+    hover = next(t for t in fig["data"] if t.get("name") == "blocks")
+    assert any("hash " in h for h in hover["hovertext"])
+    assert any("extra_keys" in h for h in hover["hovertext"])
+    assert {m.label: m.value for m in at.metric}["Engine prompt_tokens"] == "81"
+
+
+def test_inspector_choosing_a_request_changes_the_figure(db: Recorded) -> None:
+    at = open_page("inspector", {"request": db.hit_id})
+    before = trace_names(figures(at)[0])
+    at.selectbox(key="inspector_request").set_value(db.two_image_id).run()
+    assert_clean(at)
+    after = trace_names(figures(at)[0])
+    assert before != after
+    assert sum(1 for n in after if n.startswith("image ")) == 2
+    assert at.query_params["request"] in (db.two_image_id, [db.two_image_id])
+
+
+def test_inspector_marks_count_drift_and_false_hit(db: Recorded) -> None:
+    at = open_page("inspector", {"request": db.drift_id})
+    warnings = messages(at)["warning"]
+    assert any("First divergent block" in w and "count_drift" in w for w in warnings)
+    fig = figures(at)[0]
+    annotations = [a["text"] for a in fig["layout"].get("annotations", [])]
+    assert any("count_drift" in a for a in annotations)
+
+    at = open_page("inspector", {"request": db.false_hit_id})
+    warnings = messages(at)["warning"]
+    assert any("image_identity" in w and "content-blind" in w for w in warnings)
+
+
+def test_inspector_compose_mode_follows_its_widgets(db: Recorded) -> None:
+    at = open_page("inspector")
+    at.radio(key="inspector_mode").set_value("Compose").run()
+    assert_clean(at)
+    router_row = next(t for t in figures(at)[0]["data"] if t.get("name", "").startswith(
+        "image 0"))["y"][0]
+    assert router_row.startswith("router view (")
+    at.text_input(key="compose_sizes").set_value("1280x720").run()
+    image = next(t for t in figures(at)[0]["data"] if t.get("name", "").startswith("image 0"))
+    assert image["x"] == [880]  # Qwen3-VL 1280×720
+    at.number_input(key="compose_drift").set_value(3).run()
+    assert any("count_drift" in w for w in messages(at)["warning"])
+    at.text_input(key="compose_sizes").set_value("banana").run()
+    assert_clean(at)
+    assert any("not an image size" in e for e in messages(at)["error"])
+
+
+def test_routing_page_charts_and_tables(db: Recorded) -> None:
+    at = open_page("routing")
+    assert_clean(at)
+    modes = figure_titled(at, "processing mode")
+    assert all(t["type"] == "bar" for t in modes["data"])
+    assert any("router / auto_mixed" in n for n in trace_names(modes))
+    branches = figure_titled(at, "branches")
+    assert set(branches["data"][0]["x"]) == {"event_hit", "expected_wait_fallback"}
+    decisions, errors = at.dataframe[0].value, at.dataframe[1].value
+    assert db.hit_id in set(decisions["request"])
+    row = errors[errors["request"] == db.error_id].iloc[0]
+    assert row["error_code"] == "no_media_ref_capable_worker"
+    assert "mm_processor" in row["what to change"]
+
+
+def test_affinity_sankey_counts_requests_per_image(db: Recorded) -> None:
+    at = open_page("affinity")
+    assert_clean(at)
+    sankey = figures(at)[0]["data"][0]
+    assert sankey["type"] == "sankey"
+    # 5 successful traces, one with two images → 6 image→worker requests.
+    assert sum(sankey["link"]["value"]) == 6
+    assert W1 in sankey["node"]["label"] and W2 in sankey["node"]["label"]
+    assert any("more than one worker" in w for w in messages(at)["warning"])
+
+
+def test_cache_page_figures(db: Recorded) -> None:
+    at = open_page("cache")
+    assert_clean(at)
+    hit = figure_titled(at, "hit rate per worker")
+    assert sorted(trace_names(hit)) == sorted([W1, W2])
+    assert max(hit["data"][0]["y"]) == pytest.approx(0.4)
+    timeline = figure_titled(at, "KV events")
+    assert f"{W1} stored" in trace_names(timeline)
+    resident = figure_titled(at, "Resident blocks")
+    assert resident["data"][0]["y"] == [12, 5]
+    tree = figure_titled(at, "Prefix tree")["data"][0]
+    assert tree["type"] == "icicle"
+    # The chained event (parent 1004) hangs under block 1004 of its worker.
+    assert tree["parents"][tree["ids"].index(f"{W1}/9001")] == f"{W1}/1004"
+    scatter = figure_titled(at, "Predicted vs realized")
+    points = scatter["data"][1]
+    assert db.false_hit_id in points["customdata"]
+    i = points["customdata"].index(db.false_hit_id)
+    assert (points["x"][i], points["y"][i]) == (80, 0)
+
+
+def test_lab_page_lists_router_model_and_sequences(db: Recorded) -> None:
+    at = open_page("lab")
+    assert_clean(at)
+    assert at.selectbox(key="lab_router").value == "smg"
+    assert at.selectbox(key="lab_model").value == "Qwen/Qwen3-VL-2B-Instruct"
+    options = at.selectbox(key="lab_sequence").options
+    assert any("A, B, A, B" in o for o in options)
+    assert any(o.startswith("scenario isolation") for o in options)
+    at.text_input(key="lab_size").set_value("0x0").run()
+    assert_clean(at)
+    assert messages(at)["error"]
+
+
+def test_targets_page_validates_toml(db: Recorded, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "mmlens.toml"
+    cfg.write_text('[[router]]\nname = "smg"\nkind = "smg"\nurl = "http://127.0.0.1:30000"\n')
+    monkeypatch.setenv("MMLENS_CONFIG", str(cfg))
+    at = open_page("targets")
+    assert_clean(at)
+    assert any("1 router(s)" in s for s in messages(at)["success"])
+    at.text_area(key="targets_toml").set_value(
+        at.text_area(key="targets_toml").value + 'api_key = "sk-secret"\n').run()
+    assert any("secrets come from environment variables" in e for e in messages(at)["error"])
+    at.text_area(key="targets_toml").set_value("[[router]\n").run()
+    assert any("TOML syntax" in e for e in messages(at)["error"])
+    assert_clean(at)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_store_configured(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MMLENS_DB", raising=False)
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    at = open_page(page)
+    assert_clean(at)
+    if page not in ("inspector", "targets"):
+        assert any("No store configured" in i for i in messages(at)["info"])
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_store_not_created_yet(page: str, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMLENS_DB", str(tmp_path / "absent.db"))
+    at = open_page(page)
+    assert_clean(at)
+    if page not in ("inspector", "targets"):
+        assert any("No data yet" in i for i in messages(at)["info"])
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_empty_store_gives_clear_states(page: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "empty.db"
+    Store(path).close()
+    monkeypatch.setenv("MMLENS_DB", str(path))
+    at = open_page(page)
+    assert_clean(at)
+    assert not figures(at) or page == "inspector"
+    if page in ("overview", "affinity", "lab"):
+        assert messages(at)["info"], f"{page} says nothing on an empty store"
