@@ -64,3 +64,41 @@ def test_text_line_fallback_reason() -> None:
     (d,) = parse_lines([line])
     assert d.request_id == "r1" and d.source == "log:mm_fallback"
     assert "expected 206 Partial Content" in d.warnings[0]
+
+
+# --- model-level MM routing support and per-image counts (mmlens.dynamo_logs) ---------------
+
+SUPPORT = FIXTURE.with_name("dynamo_frontend_mm_support_1.6.1.jsonl")
+
+
+def test_model_level_mm_routing_verdicts() -> None:
+    from mmlens.dynamo_logs import ANY_MODEL, model_mm_routing, support_for
+
+    table = model_mm_routing(SUPPORT.read_text().splitlines())
+    qwen = support_for(table, "Qwen/Qwen3-VL-2B-Instruct")
+    assert qwen and qwen.exact is True and qwen.spec == "qwen3_vl"
+    assert qwen.image_token_id == 151655 and not qwen.reasons
+    # Kimi-K3 resolves its placeholder, but its prompt block needs segmented encoding, which
+    # the HuggingFace tokenizer backend lacks: exact routing off, text-prefix only.
+    k3 = support_for(table, "moonshotai/Kimi-K3")
+    assert k3 and k3.exact is False and k3.spec == "kimi_k3" and k3.image_token_id == 163605
+    assert any("does not support segmented encoding" in r for r in k3.reasons)
+    glm = support_for(table, "zai-org/GLM-5.3-Flash")
+    assert glm and glm.exact is False
+    assert any('no image processor registered' in r and "glm53_flash" in r
+               for r in glm.reasons)
+    assert table[ANY_MODEL].exact is False
+    assert "fastokens tokenizer backend is active" in table[ANY_MODEL].reasons[0]
+    assert support_for({}, "x") is None
+
+
+def test_image_token_counts_keep_size_hash_and_source() -> None:
+    from mmlens.dynamo_logs import image_token_counts
+
+    counts = image_token_counts(FIXTURE.read_text().splitlines())
+    by_rid = {c.x_request_id: c for c in counts}
+    c = by_rid["count-640x480"]
+    assert (c.width, c.height, c.tokens) == (640, 480, 300)
+    assert c.source == "url_passthrough_header_fetch" and c.mm_hash and c.mm_hash > 0
+    assert c.model == "Qwen/Qwen3-VL-2B-Instruct"
+    assert "url-plain" not in by_rid  # dims failed: no count
