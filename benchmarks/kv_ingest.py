@@ -23,7 +23,7 @@ import tracemalloc
 import msgspec
 
 from mmlens.kv_events import KVIngest, ResidentIndex
-from mmlens.records import BlockStored
+from mmlens.records import BlockStored, ImageRef
 
 BLOCK = 16
 
@@ -120,14 +120,21 @@ def bench_memory(n_blocks: int) -> None:
     while done < n_blocks:
         n = min(32, n_blocks - done)
         hashes = [rng.getrandbits(64) for _ in range(n)]
-        index.apply([BlockStored("w0", 0, 0, 0.0, hashes, parent, tokens, BLOCK)])
+        images = None
+        if done % 128 == 0:  # a quarter of the events carry one image over all their blocks
+            ident = f"{rng.getrandbits(256):064x}"
+            images = [(ImageRef(ident, 4 - 16 * i),) for i in range(n)]
+        index.apply([BlockStored("w0", 0, 0, 0.0, hashes, parent, tokens, BLOCK,
+                                 images=images)])
         parent = hashes[-1]
         done += n
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     gc.collect()
     resident = sum(len(r.blocks) for r in index.workers.values())
-    print(f"resident index: {resident} blocks; RSS growth {rss_mb() - base:.0f} MB; "
+    imaged = sum(len(r.block_images) for r in index.workers.values())
+    print(f"resident index: {resident} blocks ({imaged} with an image); "
+          f"RSS growth {rss_mb() - base:.0f} MB; "
           f"tracemalloc peak {peak / 1e6:.0f} MB ({peak / resident:.0f} B/block)")
 
 
