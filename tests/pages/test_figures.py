@@ -1,0 +1,181 @@
+"""The pure pieces behind the pages: request views, figures (inspected as go.Figure / JSON),
+time series, affinity, overview alerts, lab plans, targets TOML."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mmlens.affinity import image_affinity, multi_resident, sankey_links
+from mmlens.figures_affinity import affinity_sankey
+from mmlens.figures_cache import (
+    kv_event_timeline_figure,
+    predicted_vs_realized_figure,
+    prefix_tree_figure,
+)
+from mmlens.figures_layout import layout_figure
+from mmlens.figures_routing import mode_reason_figure
+from mmlens.lab_plan import comparison_rows, plan_steps
+from mmlens.layout import ImageInput, Span, SpanKind
+from mmlens.modeldir import resolve_model
+from mmlens.overview import alerts, headline
+from mmlens.request_view import fold_images, from_layout, from_trace
+from mmlens.targets_toml import config_toml_from_ready, validate_toml
+from mmlens.timeseries import deltas, ratio_series
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return resolve_model("qwen3-vl")
+
+
+def test_fold_images_turns_each_run_into_one_anchor() -> None:
+    spans = (Span(SpanKind.TEXT, 0, 4), Span(SpanKind.IMAGE, 4, 64, 0),
+             Span(SpanKind.TEXT, 68, 13))
+    assert fold_images(spans) == (Span(SpanKind.TEXT, 0, 4), Span(SpanKind.ANCHOR, 4, 1, 0),
+                                  Span(SpanKind.TEXT, 5, 13))
+
+
+def test_layout_figure_rows_blocks_and_hashes(qwen3) -> None:
+    layout = qwen3.layout([ImageInput(640, 480), "hi"], block_size=16)
+    rv = from_layout(layout, ["f" * 64])
+    fig = layout_figure(rv)
+    rows = {t.name: t for t in fig.data}
+    assert rows["image 0 · ffffffff"].x == (300,)
+    assert rows["image 0 · ffffffff"].y == ("router view (311)",)
+    assert rows["anchor"].y == ("worker view (12)",)
+    # One grid line per full block of the router view (311 → 19 full blocks).
+    assert len(fig.layout.shapes) == 19
+    hover = rows["blocks"].hovertext
+    assert sum("router view block" in h for h in hover) == 20
+    assert "partial, 7/16: never cached" in hover[19]
+    assert "extra_keys ffffffff@-12" in hover[1]  # image starts at 4: block 1 offset 4−16
+    json.loads(fig.to_json())
+
+
+def test_engine_drift_marks_first_divergent_block(qwen3) -> None:
+    layout = qwen3.layout([ImageInput(640, 480), "hi"], block_size=16, engine_count_drift=2)
+    rv = from_layout(layout)
+    assert [(d.block, d.reason) for d in rv.divergences] == [(19, "count_drift")]
+    fig = layout_figure(rv)
+    assert any("block 19: count_drift" in a.text for a in fig.layout.annotations)
+
+
+def test_trace_without_text_uses_summary_spans() -> None:
+    trace = {"request_id": "r", "prompt_tokens": 84, "cached_tokens": 0, "worker": "w",
+             "images": [{"width": 64, "height": 64, "identities": {"smg_blake3": "ab" * 32}}],
+             "predictions": [{"overlap_blocks": 5, "block_size": 16}],
+             "expected_layout": {"block_size": 16, "images": [{}],
+                                 "anchor_view": {"token_count": 18},
+                                 "router_view": {"token_count": 81},
+                                 "worker_view": {"token_count": 18},
+                                 "engine_prompt_tokens": 81,
+                                 "spans": [{"kind": "text", "start": 0, "length": 4},
+                                           {"kind": "image", "start": 4, "length": 64,
+                                            "image_index": 0},
+                                           {"kind": "text", "start": 68, "length": 13}]}}
+    rv = from_trace(trace)
+    assert [r.name for r in rv.rows] == ["router view (81)", "worker view (18)"]
+    reasons = {d.reason: d for d in rv.divergences}
+    # 84 observed vs 81 expected: the image run differs, so from block (4+64)//16 = 4 on.
+    assert reasons["count_drift"].block == 4
+    assert "content-blind" in reasons["image_identity"].detail
+    assert rv.notes
+
+
+def test_predicted_vs_realized_carries_request_ids() -> None:
+    traces = [{"request_id": "a", "cached_tokens": 80, "prompt_tokens": 81,
+               "predictions": [{"overlap_blocks": 5, "block_size": 16}]},
+              {"request_id": "b", "cached_tokens": 0, "prompt_tokens": 81,
+               "predictions": []}]
+    fig = predicted_vs_realized_figure(traces)
+    assert fig.data[1].customdata == ("a",)
+    assert (fig.data[1].x, fig.data[1].y) == ((80,), (80,))
+
+
+def test_kv_timeline_removed_blocks_point_down() -> None:
+    fig = kv_event_timeline_figure([(0.0, "w1", "stored", 10), (0.0, "w1", "removed", 4)])
+    by_name = {t.name: t.y for t in fig.data}
+    assert by_name == {"w1 removed": (-4,), "w1 stored": (10,)}
+    assert fig.layout.barmode == "relative"
+
+
+def test_prefix_tree_links_chains_and_marks_images() -> None:
+    events = [{"ts": 1.0, "seq": 0, "kind": "stored", "worker": "w", "parent": None,
+               "block_hashes": [1, 2], "images": ["x"]},
+              {"ts": 2.0, "seq": 1, "kind": "stored", "worker": "w", "parent": 2,
+               "block_hashes": [3], "images": []}]
+    tree = prefix_tree_figure(events).data[0]
+    parent = dict(zip(tree.ids, tree.parents, strict=True))
+    assert parent == {"worker w": "", "w/1": "worker w", "w/2": "w/1", "w/3": "w/2"}
+    colors = dict(zip(tree.ids, tree.marker.colors, strict=True))
+    assert colors["w/1"] != colors["w/3"]
+
+
+def test_affinity_and_sankey() -> None:
+    img = {"identities": {"smg_blake3": "aa" * 32}, "width": 64, "height": 64}
+    other = {"identities": {"smg_blake3": "bb" * 32}}
+    traces = [{"worker": "w1", "ts": 1.0, "images": [img]},
+              {"worker": "w1", "ts": 2.0, "images": [img]},
+              {"worker": "w2", "ts": 3.0, "images": [img, other]},
+              {"worker": None, "ts": 4.0, "images": [img], "error": "x"}]
+    aff = image_affinity(traces)
+    assert aff[0].requests == 3 and aff[0].stuck_ratio == pytest.approx(2 / 3)
+    assert (aff[0].first_seen, aff[0].last_seen) == (1.0, 3.0)
+    links = sankey_links(aff)
+    sankey = affinity_sankey(links).data[0]
+    assert sum(sankey.link.value) == 4
+    assert multi_resident([{"worker": "w1", "rank": 0, "images": {"x": 1}},
+                           {"worker": "w2", "rank": 0, "images": {"x": 2, "y": 0}}]) == {
+        "x": ["w1", "w2"]}
+
+
+def test_ratio_series_handles_resets() -> None:
+    assert deltas([(0, 10), (5, 14), (10, 3)]) == [(5, 4), (10, 3)]
+    hits = [(0, 0), (10, 5), (20, 1)]
+    queries = [(0, 0), (10, 10), (20, 4)]
+    assert ratio_series(hits, queries, 10) == [(10, 0.5), (20, 0.25)]
+
+
+def test_mode_reason_figure_one_trace_per_mode_reason() -> None:
+    fig = mode_reason_figure({("smg", "m", "router", "auto_mixed"): [(0.0, 3.0)],
+                              ("smg", "m", "worker", "auto_uniform"): [(0.0, 2.0)]})
+    assert [t.name for t in fig.data] == ["router / auto_mixed · m", "worker / auto_uniform · m"]
+    assert fig.layout.barmode == "stack"
+
+
+def test_overview_alerts_block_size_and_unhealthy() -> None:
+    snap = {"router_state": [{"router": "smg", "workers": [
+        {"url": "w1", "kv_block_size": 16, "healthy": True},
+        {"url": "w2", "kv_block_size": 64, "healthy": False, "status": "failed"}]}],
+        "hit_rates": [{"source": "vllm", "hits_increase": 30.0, "queries_increase": 60.0}],
+        "mm_processing": [{"mode": "worker", "count": 3.0}, {"mode": "router", "count": 1.0}]}
+    causes = {a.cause for a in alerts(snap, [], 0.0)}
+    assert {"block_size_mismatch", "worker_unhealthy"} <= causes
+    head = headline(snap, [])
+    assert head.engine_hit_rate == 0.5 and head.worker_mode_share == 0.75
+
+
+def test_lab_plans() -> None:
+    assert [s[0] for s in plan_steps("abab", ["A", "B"], "t")] == ["A", "B", "A again",
+                                                                  "B again"]
+    assert [len(s[2]) for s in plan_steps("staircase", ["A"], "t")] == [1, 2, 3]
+    with pytest.raises(ValueError, match="two images"):
+        plan_steps("isolation", ["A"], "t")
+    rows = comparison_rows([{"step": "s", "router": "r", "prompt_tokens": 84,
+                             "expected_engine": 81, "expected_router_view": 81,
+                             "expected_worker_view": 18}])
+    assert rows[0]["verdict"].startswith("engine counted +3")
+
+
+def test_targets_toml_from_ready_round_trips() -> None:
+    ready = {"event": "ready", "router": "http://127.0.0.1:1", "router_metrics":
+             "http://127.0.0.1:2/metrics", "workers": [
+                 {"name": "w1", "url": "grpc://127.0.0.1:3", "metrics":
+                  "http://127.0.0.1:4/metrics", "kv_events": "tcp://127.0.0.1:5",
+                  "kv_replay": "tcp://127.0.0.1:6", "kv_topic": "kv-events"}]}
+    cfg = validate_toml(config_toml_from_ready(ready))
+    assert cfg.routers[0].url == "http://127.0.0.1:1"
+    assert cfg.workers[0].router_url == "grpc://127.0.0.1:3"
+    assert cfg.workers[0].topic == "kv-events"
