@@ -102,7 +102,8 @@ class HitRate:
     window_s: float
     rate: float | None  # over the window; None when no query tokens in the window
     cumulative_rate: float | None  # since the counters started (last values)
-    hit_rate: float | None  # rate when defined, else cumulative
+    hit_rate: float | None  # rate when defined, else cumulative; None when not a hit rate
+    warning: str | None = None
 
     @classmethod
     def build(cls, target: str, worker: str, model: str, source: str,
@@ -204,12 +205,22 @@ def _hit_rates(idx: _Index, out: NormalizedMetrics) -> None:
         out.hit_rates.append(HitRate.build(target, worker, model, "sglang",
                                            cached.get(key, []), prompt[key]))
     # Dynamo frontend: per model, token-weighted from the two histogram sums.
+    # Observed with Dynamo 1.6.1: `input_sequence_tokens` is the prompt before image
+    # expansion (18 for a one-image Qwen3-VL chat) while `cached_tokens` comes from the engine
+    # and counts expanded tokens (80), so the ratio exceeds 1 once images are cached. It is a
+    # hit rate only for text traffic.
     cached = _grouped(idx, "dynamo_frontend_cached_tokens_sum", ("model",))
     isl = _grouped(idx, "dynamo_frontend_input_sequence_tokens_sum", ("model",))
+    images = _grouped(idx, "dynamo_frontend_images_per_request_sum", ("model",))
     for key in sorted(isl):
         target, model = key
-        out.hit_rates.append(HitRate.build(target, "(frontend)", model, "dynamo_frontend",
-                                           cached.get(key, []), isl[key]))
+        hr = HitRate.build(target, "(frontend)", model, "dynamo_frontend",
+                           cached.get(key, []), isl[key])
+        if any(latest(p) > 0 for p in images.get(key, [])) or (hr.hit_rate or 0) > 1:
+            hr.warning = ("image requests: input_sequence_tokens excludes image tokens that "
+                          "cached_tokens includes; use the workers' token counters")
+            hr.hit_rate = None
+        out.hit_rates.append(hr)
 
 
 # --- SMG ----------------------------------------------------------------------------------

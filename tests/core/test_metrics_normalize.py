@@ -172,3 +172,15 @@ def test_engine_metrics_fanout_names_workers_by_addr() -> None:
     n = normalize_samples(parse_exposition(text, "smg-engine", 0))
     (hr,) = n.hit_rates
     assert (hr.worker, hr.hit_rate) == ("http://127.0.0.1:18002", 0.5)
+
+
+def test_dynamo_frontend_ratio_is_not_a_hit_rate_for_image_requests() -> None:
+    # Observed with the real Dynamo 1.6.1 frontend in the demo: 8 one-image requests, ISL 18
+    # each (unexpanded), engine-reported cached tokens 80 on 5 of them.
+    model = (("model", "Qwen/Qwen3-VL-2B-Instruct"),)
+    samples = [MetricSample("fe", "dynamo_frontend_cached_tokens_sum", model, 400.0, 1.0),
+               MetricSample("fe", "dynamo_frontend_input_sequence_tokens_sum", model, 144.0, 1.0),
+               MetricSample("fe", "dynamo_frontend_images_per_request_sum", model, 8.0, 1.0)]
+    (hr,) = normalize_samples(samples).hit_rates
+    assert hr.cumulative_rate == pytest.approx(400 / 144)
+    assert hr.hit_rate is None and "image" in hr.warning
