@@ -204,7 +204,10 @@ def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
     for w in ready.get("workers", []):
         cfg.add_worker(WorkerTarget(
             name=str(w.get("name")), engine=str(w.get("engine", "vllm")),
-            router_url=w.get("grpc") or w.get("http"), metrics_url=w.get("metrics"),
+            # SMG names a worker by its URL, Dynamo by its decimal worker id.
+            router_url=w.get("url") or w.get("grpc") or w.get("http") or (
+                str(w["worker_id"]) if w.get("worker_id") is not None else None),
+            metrics_url=w.get("metrics"),
             kv_events=w.get("kv_events"), kv_replay=w.get("kv_replay"),
             dp_size=int(w.get("dp_size", 1)), topic=str(w.get("kv_topic", ""))))
 
