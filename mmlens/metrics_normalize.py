@@ -8,7 +8,7 @@ increases with Prometheus reset semantics, never read as instantaneous ratios.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -317,6 +317,8 @@ def _dynamo(idx: _Index, out: NormalizedMetrics) -> None:
             "worker_id": _label(labels, "router_worker_id"), "dp_rank": _label(labels, "dp_rank"),
             "worker_type": _label(labels, "worker_type"), "registered": latest(points) == 1})
 
+    _dynamo_mm_and_overhead(idx, entry)
+
     # Event-plane health. `kv_cache_events_applied` also rises in approximate mode, so the
     # ZMQ ingress counters are reported beside it and `events_flowing` needs both.
     for target, labels, points in idx.get("dynamo_component_kv_cache_events_applied"):
@@ -337,6 +339,40 @@ def _dynamo(idx: _Index, out: NormalizedMetrics) -> None:
             applied_ok = sum(v for k, v in h.get("events_applied", {}).items()
                              if k.endswith("/ok"))
             h["events_flowing"] = bool(applied_ok and h.get("zmq_ingress_batches", 0) > 0)
+
+
+def _dynamo_mm_and_overhead(idx: _Index, entry: Callable[[str], dict[str, Any]]) -> None:
+    """Per model: image-bearing requests (``images_per_request`` count minus its ``le="0"``
+    bucket) and those Dynamo counted image tokens for (``image_tokens_per_request`` count,
+    recorded only when every image's dims resolved); the difference is requests that fell
+    back to text-prefix routing for want of image dims. Per stage: mean router overhead."""
+    zero: dict[tuple[str, str], float] = {}
+    for target, labels, points in idx.get("dynamo_frontend_images_per_request_bucket"):
+        if _label(labels, "le") in ("0", "0.0"):
+            zero[(target, _label(labels, "model"))] = latest(points)
+    for target, labels, points in idx.get("dynamo_frontend_images_per_request_count"):
+        model = _label(labels, "model")
+        mm = entry(target).setdefault("image_requests", {}).setdefault(model, {})
+        mm["with_images"] = latest(points) - zero.get((target, model), 0.0)
+    for target, labels, points in idx.get("dynamo_frontend_image_tokens_per_request_count"):
+        model = _label(labels, "model")
+        mm = entry(target).setdefault("image_requests", {}).setdefault(model, {})
+        mm["counted"] = latest(points)
+    for e in [entry(t) for t in {t for t, _, _ in
+                                 idx.get("dynamo_frontend_images_per_request_count")}]:
+        for mm in e.get("image_requests", {}).values():
+            if "with_images" in mm and "counted" in mm:
+                mm["uncounted"] = max(0.0, mm["with_images"] - mm["counted"])
+    prefix, suffix = "dynamo_router_overhead_", "_ms_sum"
+    for name in [n for n in idx.by_name if n.startswith(prefix) and n.endswith(suffix)]:
+        stage = name[len(prefix):-len(suffix)]
+        counts = {t: latest(p) for t, _, p in idx.get(f"{prefix}{stage}_ms_count")}
+        totals: dict[str, float] = {}
+        for target, _, points in idx.get(name):
+            totals[target] = totals.get(target, 0.0) + latest(points)
+        for target, total in totals.items():
+            entry(target).setdefault("router_overhead_ms_mean", {})[stage] = _ratio(
+                total, counts.get(target, 0.0))
 
 
 # --- worker health and load ---------------------------------------------------------------------
