@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mmlens.records import RequestTrace
 from mmlens.router_logs import join, parse_lines
 
@@ -102,3 +104,19 @@ def test_image_token_counts_keep_size_hash_and_source() -> None:
     assert c.source == "url_passthrough_header_fetch" and c.mm_hash and c.mm_hash > 0
     assert c.model == "Qwen/Qwen3-VL-2B-Instruct"
     assert "url-plain" not in by_rid  # dims failed: no count
+
+
+# --- metrics: image-request accounting and router overhead (real 1.6.1 capture) --------------
+
+
+def test_capture_image_requests_and_router_overhead() -> None:
+    from mmlens.exposition import parse_exposition
+    from mmlens.metrics_normalize import normalize_samples
+    from tests.fixtures_path import capture
+
+    samples = parse_exposition(capture("dyn_frontend_metrics_text.txt"), "fe", 0.0)
+    fe = normalize_samples(samples).dynamo["fe"]
+    # A text-only workload: 13 requests, all in the le="0" bucket of images_per_request.
+    assert fe["image_requests"]["Qwen/Qwen3-0.6B"] == {
+        "with_images": 0.0, "counted": 0.0, "uncounted": 0.0}
+    assert fe["router_overhead_ms_mean"]["total"] == pytest.approx(12.94209 / 13)
