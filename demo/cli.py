@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -95,8 +96,9 @@ def main(argv: list[str]) -> int:
         print("mmlens demo: --workers must be at least 1", file=sys.stderr)
         return 2
     # Set explicitly: a background launch may have inherited SIGINT as ignored.
-    signal.signal(signal.SIGINT, _raise_stop)
-    signal.signal(signal.SIGTERM, _raise_stop)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_stop)
+    parent = os.getppid()
     cluster = Cluster(config_from(args))
     t0 = time.monotonic()
     code = 0
@@ -108,6 +110,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(info), flush=True)
         while True:
             time.sleep(0.5)
+            if os.getppid() != parent:  # whoever started us is gone: do not outlive it
+                print("mmlens demo: parent process exited; stopping", file=sys.stderr)
+                break
             dead = [p.name for p in cluster.procs if p.popen.poll() is not None]
             if dead:
                 print(f"mmlens demo: {', '.join(dead)} exited; stopping", file=sys.stderr)
@@ -119,8 +124,8 @@ def main(argv: list[str]) -> int:
         print(f"mmlens demo: {exc}", file=sys.stderr)
         code = 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         cluster.stop()
         if args.ready_file and args.ready_file.exists():
             args.ready_file.unlink()

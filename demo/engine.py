@@ -58,6 +58,7 @@ class Engine:
         self.max_model_len = max_model_len
         self.running = 0
         self.waiting = 0
+        self.active: set[str] = set()
         self.aborted: set[str] = set()
         self.gen_tokens_total = 0
         self.query_tokens_total = 0
@@ -83,6 +84,9 @@ class Engine:
         if max_tokens < len(natural):
             return natural[:max_tokens], "length"
         return natural, "stop"
+
+    def abort(self, request_ids: list[str]) -> None:
+        self.aborted.update(r for r in request_ids if r in self.active)
 
     def cache_hit_rate(self) -> float:
         return self.hit_tokens_total / self.query_tokens_total if self.query_tokens_total else 0.0
@@ -112,6 +116,7 @@ class Engine:
         m = self.metrics
         self._mm_lookup(media)
         self.running += 1
+        self.active.add(request_id)
         self._gauges()
         self.publisher.load_changed()
         result = RequestResult(prompt_tokens=len(prompt), cached_tokens=alloc.cached_tokens)
@@ -153,6 +158,7 @@ class Engine:
         finally:
             self.cache.release(alloc)
             self.aborted.discard(request_id)
+            self.active.discard(request_id)
             self.running -= 1
             self._gauges()
             self.publisher.load_changed()

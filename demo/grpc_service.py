@@ -164,7 +164,7 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
         return info
 
     async def Abort(self, request: Any, context: Any) -> Any:
-        self.s.engine.aborted.update(request.request_ids)
+        self.s.engine.abort(list(request.request_ids))
         return vllm_engine_pb2.AbortResponse()
 
     async def FlushCache(self, request: Any, context: Any) -> Any:

@@ -299,3 +299,27 @@ def test_bad_grpc_requests_get_errors_and_the_worker_keeps_serving(info: dict) -
     assert r.headers["x-smg-error-code"] == "multimodal_processing_failed"
     good = chat(info["router"], MODEL, image_messages(png_data_url(64, 64, (4, 4, 4)), TEXT))
     assert good.status == 200
+
+
+def test_info_loads_and_abort_over_grpc(info: dict) -> None:
+    w = info["workers"][1]
+    with grpc.insecure_channel(w["grpc"].removeprefix("grpc://")) as channel:
+        stub = vllm_engine_pb2_grpc.VllmEngineStub(channel)
+        model = stub.GetModelInfo(vllm_engine_pb2.GetModelInfoRequest(), timeout=5)
+        assert model.served_model_name == MODEL and model.model_type == "qwen3_vl"
+        assert model.supports_vision and list(model.eos_token_ids) == [151645]
+        server = stub.GetServerInfo(vllm_engine_pb2.GetServerInfoRequest(), timeout=5)
+        assert server.server_type == "vllm-grpc" and server.block_size == 16
+        assert server.mm_processor == ""  # this cluster keeps images on the router
+        loads = stub.GetLoads(vllm_engine_pb2.GetLoadsRequest(), timeout=5)
+        assert loads.dp_rank_count == 1 and loads.loads[0].max_total_num_tokens == 2048 * 16
+        stream = stub.Generate(vllm_engine_pb2.GenerateRequest(
+            request_id="to-abort", stream=True,
+            tokenized=vllm_engine_pb2.TokenizedInput(input_ids=list(range(100, 140))),
+            sampling_params=vllm_engine_pb2.SamplingParams(max_tokens=20)), timeout=10)
+        first = next(stream)
+        assert first.chunk.prompt_tokens == 40 and len(first.chunk.token_ids) == 1
+        stub.Abort(vllm_engine_pb2.AbortRequest(request_ids=["to-abort"]), timeout=5)
+        rest = list(stream)
+    assert rest[-1].complete.finish_reason == "abort"
+    assert rest[-1].complete.completion_tokens < 20
