@@ -20,6 +20,7 @@ from mmlens.kv_events import END_SEQ, KVEventError, KVIngest, SequenceTracker, p
 from mmlens.records import CollectorHealth, KVEvent
 
 EventSink = Callable[[list[KVEvent]], None]
+MAX_SEQ = (1 << 63) - 1
 
 
 @dataclass(slots=True)
@@ -94,8 +95,28 @@ class KVEventCollector:
 
     def run(self, stop: threading.Event | None = None, timeout_ms: int = 100) -> None:
         stop = stop or self._stop
+        self.initial_sync()
         while not stop.is_set():
             self.poll(timeout_ms)
+
+    def initial_sync(self) -> None:
+        """Replay each worker's buffer from seq 0 before listening.
+
+        vLLM announces a block once, when it is first stored (never on a cache hit), so a
+        collector that starts after the cache warmed up would otherwise never learn what is
+        resident. The publisher keeps its last ``buffer_steps`` batches for replay.
+        """
+        for ep in self.endpoints:
+            if ep.replay is None or (ep.worker, ep.rank) in self.tracker.last:
+                continue
+            got = self.replay(ep, 0, MAX_SEQ)
+            ep.health.count("initial_sync_batches", len(got))
+            if got and got[0][0] != 0:
+                ep.health.count("initial_sync_partial")  # the buffer no longer starts at 0
+            for seq, payload in got:
+                if self.tracker.observe((ep.worker, ep.rank), seq).status == "stale":
+                    continue
+                self._apply(ep, seq, payload, time.time())
 
     def handle(self, ep: Endpoint, frames: list[bytes]) -> None:
         now = time.time()

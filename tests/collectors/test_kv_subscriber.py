@@ -141,3 +141,26 @@ def test_dp_ranks_are_separate_streams(ctx) -> None:
     col.close()
     for p in pubs:
         p.close()
+
+
+def test_initial_sync_learns_blocks_stored_before_the_collector_started(ctx) -> None:
+    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub = Publisher(ctx, pub_ep, replay_ep)
+    pub.publish([1.0, [stored([1, 2], image=True)], 0])  # nobody listening yet
+    pub.publish([1.1, [stored([3], parent=2)], 0])
+    col = KVEventCollector(context=ctx, replay_timeout_s=2.0)
+    ep = col.add_endpoint("w1", 0, pub_ep, replay_ep)
+    col.initial_sync()
+    assert col.summary()["w1#0"]["resident_blocks"] == 3
+    assert ep.health.counters["initial_sync_batches"] == 2
+    assert col.tracker.last[("w1", 0)] == 1
+    seq2 = pub.publish([1.2, [stored([4], parent=3)], 0])  # continues the stream
+    payload = pub.buffer[-1][1]
+    deadline = time.monotonic() + 5
+    while ep.health.counters.get("last_seq") != seq2 and time.monotonic() < deadline:
+        pub.send_frames([b"", seq2.to_bytes(8, "big"), payload])  # slow joiner: resend
+        col.poll(50)
+    assert col.summary()["w1#0"]["resident_blocks"] == 4
+    assert ep.health.errors == {} and "gaps" not in ep.health.counters
+    col.close()
+    pub.close()
