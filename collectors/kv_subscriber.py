@@ -116,7 +116,7 @@ class KVEventCollector:
             for seq, payload in got:
                 if self.tracker.observe((ep.worker, ep.rank), seq).status == "stale":
                     continue
-                self._apply(ep, seq, payload, time.time())
+                self._apply(ep, seq, payload, time.time(), live=False)
 
     def handle(self, ep: Endpoint, frames: list[bytes]) -> None:
         now = time.time()
@@ -143,7 +143,8 @@ class KVEventCollector:
             self._fill_gap(ep, verdict.missing_from, verdict.missing_to)
         self._apply(ep, seq, frames[2], now)
 
-    def _apply(self, ep: Endpoint, seq: int, payload: bytes, now: float) -> None:
+    def _apply(self, ep: Endpoint, seq: int, payload: bytes, now: float,
+               live: bool = True) -> None:
         h = ep.health
         before = sum(h.errors.values())
         with self.lock:
@@ -156,7 +157,7 @@ class KVEventCollector:
         if events:
             h.ok(now)
             lag = now - events[0].ts
-            if 0 <= lag < 3600:
+            if live and 0 <= lag < 3600:  # replayed batches are old by design
                 ep.lag_sum += lag
                 ep.lag_n += 1
                 h.counters["mean_lag_s"] = ep.lag_sum / ep.lag_n
@@ -178,7 +179,7 @@ class KVEventCollector:
         h.count("replays")
         h.count("replayed_batches", len(got))
         for seq, payload in got:
-            self._apply(ep, seq, payload, time.time())
+            self._apply(ep, seq, payload, time.time(), live=False)
         if len(got) < missing:
             h.error("unrecovered_gap", f"replay returned {len(got)}/{missing}", time.time())
 
