@@ -99,21 +99,20 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
                     last = b.seq + 1
             while True:
                 try:
-                    b = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+                    items = [await asyncio.wait_for(queue.get(), HEARTBEAT_S)]
                 except TimeoutError:
-                    b = None  # idle: heartbeat
-                if b is None:
-                    # Load-only record: a heartbeat, or the load changed without a KV event
-                    # (admission, completion). Coalesced: pending changes make one record.
-                    while not queue.empty() and queue._queue[0] is None:  # type: ignore[attr-defined]
-                        queue.get_nowait()
+                    items = [None]  # idle: heartbeat
+                while not queue.empty():
+                    items.append(queue.get_nowait())
+                for b in items:
+                    if b is not None and b.seq + 1 > last:
+                        yield self._proto_batch(b)
+                        last = b.seq + 1
+                if None in items:
+                    # One load-only record for a heartbeat or for load changes without a KV
+                    # event (admission, completion), coalesced and sent after the batches.
                     yield common_pb2.KvEventBatch(sequence_number=last, timestamp=time.time(),
                                                   dp_rank=0, load=self._engine_load(True))
-                    continue
-                if b.seq + 1 <= last:
-                    continue
-                yield self._proto_batch(b)
-                last = b.seq + 1
         finally:
             pub.subscribers.discard(queue)
 

@@ -7,6 +7,7 @@ the others on its own pipeline (`mode="router",reason="model_not_opted_in"`).
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 
@@ -108,3 +109,39 @@ def test_glm_5_3_flash_is_opted_in() -> None:
     assert seen["media_refs"] == 1
     n = get_family("glm-5.3-flash").image_token_count(640, 480, c.model.processor_config)
     assert seen["prompt_ids"].count(151363) == n
+
+
+def test_worker_fetches_http_images_only_from_allowed_hosts(qwen_worker_mode: dict) -> None:
+    import http.server
+    import threading
+
+    png = base64.b64decode(png_data_url(224, 224, (70, 80, 90)).split(",", 1)[1])
+    fetched: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetched.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "image/png")
+            self.send_header("content-length", str(len(png)))
+            self.end_headers()
+            self.wfile.write(png)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        info = qwen_worker_mode
+        ok = chat(info["router"], QWEN, image_messages(f"http://127.0.0.1:{port}/a.png"))
+        assert ok.status == 200 and ok.prompt_tokens == 18 - 1 + 64 + DRIFT
+        assert fetched == ["/a.png"]  # fetched once, by the worker (SMG forwarded the URL)
+        refused = chat(info["router"], QWEN, image_messages(f"http://localhost:{port}/b.png"))
+        assert refused.status == 400
+        assert "not in the allowed hosts" in refused.body["error"]["message"]
+        assert fetched == ["/a.png"]
+    finally:
+        server.shutdown()
+        server.server_close()
