@@ -145,6 +145,7 @@ class Cluster:
             "models": [{"id": self.model.served_name, "family": self.model.family,
                         "model_type": self.model.model_type, "path": str(self.model_dir)}],
             "logs": str(self.log_dir),
+            "router_log": str(self.log_dir / "smg.log"),
             "router_pid": self.smg.popen.pid if self.smg else None,
         }
 
