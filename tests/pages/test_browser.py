@@ -1,0 +1,65 @@
+"""A real browser (Debian's headless Chromium driven by Playwright) on the running app against
+the demo: every page loads, shows its content, and leaves a screenshot in artifacts/."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.pages.conftest import REPO, LiveDashboard
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = REPO / "artifacts" / "screenshots"
+
+# page url → text that must be visible once it has rendered
+EXPECTED = {
+    "overview": ["Overview", "Engine hit rate", "Alerts", "Targets", "hit rate per worker"],
+    "inspector": ["Request inspector", "Router view", "router view (", "worker view ("],
+    "routing": ["Routing", "processing mode", "Recent decisions"],
+    "affinity": ["Affinity", "Image identity → worker", "Per image"],
+    "cache": ["Cache", "Engine prefix hit rate per worker", "KV events", "Prefix tree"],
+    "lab": ["Lab", "Router", "Send"],
+    "targets": ["Targets", "mmlens.toml", "Valid:"],
+}
+
+
+@pytest.fixture(scope="module")
+def browser_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no chromium (scripts/test installs it with apt when run as root)")
+    profile = tempfile.mkdtemp(dir=tmp_path_factory.mktemp("chromium"))
+    with sync_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, args=FLAGS, headless=True,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            yield ctx.new_page()
+        finally:
+            ctx.close()
+
+
+@pytest.mark.parametrize("page", list(EXPECTED))
+def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any,
+                                page: str) -> None:
+    browser_page.goto(f"{live_dashboard.url}/{page}", wait_until="domcontentloaded")
+    browser_page.wait_for_selector("h1", timeout=30_000)
+    body = browser_page.locator("[data-testid='stMain']")
+    for text in EXPECTED[page]:
+        body.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=30_000)
+    if page in ("overview", "inspector", "routing", "affinity", "cache"):
+        browser_page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=30_000)
+    # Nothing on the page may be a traceback.
+    assert browser_page.locator("[data-testid='stException']").count() == 0
+    browser_page.wait_for_timeout(1500)  # let Plotly finish drawing before the screenshot
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser_page.screenshot(path=str(SHOTS / f"{page}.png"), full_page=True)
