@@ -33,8 +33,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="mmlens demo --router dynamo", description=__doc__)
     p.add_argument("--router", choices=["dynamo"], default="dynamo")
     p.add_argument("--model", choices=sorted(MODELS), default="qwen3-vl",
-                   help="demo model family (default qwen3-vl; Dynamo routes images exactly "
-                        "for Qwen3-VL and Kimi-K3, text-prefix only for GLM)")
+                   help="demo model family (default qwen3-vl; Dynamo 1.6.1 routes images "
+                        "exactly for Qwen3-VL and Kimi-K3, on the text prefix only for GLM)")
     p.add_argument("--workers", type=int, default=2, help="simulated workers (default 2)")
     p.add_argument("--port-base", type=int, default=18500,
                    help="frontend on BASE, broker BASE+2/+3, worker i on BASE+10+10i.. "
@@ -42,6 +42,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-router-kv-events", action="store_true",
                    help="approximate mode: the router predicts cache state from its own "
                         "decisions; workers publish no KV events to Dynamo")
+    p.add_argument("--tokenizer", choices=["default", "fastokens", "basetenkenizer"],
+                   help="frontend tokenizer backend (default: basetenkenizer for kimi-k3, "
+                        "which Dynamo needs for exact Kimi-K3 routing; else Dynamo's default)")
     p.add_argument("--count-drift", default="0",
                    help="add N to the workers' image-token count; one value or one per worker")
     p.add_argument("--block-size", type=int, default=16,
@@ -65,7 +68,8 @@ def config_from(args: argparse.Namespace) -> DynamoClusterConfig:
         family=args.model, workers=args.workers, port_base=args.port_base,
         router_kv_events=not args.no_router_kv_events, count_drift=drift,
         block_size=args.block_size, num_blocks=args.num_blocks, speed=args.speed,
-        zmq_kv_events=not args.no_zmq_kv_events, log_dir=args.log_dir,
+        zmq_kv_events=not args.no_zmq_kv_events, tokenizer_backend=args.tokenizer,
+        log_dir=args.log_dir,
         model_cache=args.model_cache, ready_timeout=args.ready_timeout)
 
 

@@ -42,6 +42,11 @@ HOST = "127.0.0.1"
 ROUTING_LOG_FILTER = ("info,mm_routing=debug,dynamo_kv_router::scheduling=debug,"
                       "dynamo_llm::kv_router=debug")
 STOP_GRACE_S = 5.0
+# Dynamo 1.6.1 builds Kimi-K3's dims-bearing media block only with a tokenizer backend that
+# can encode segments: with the default (HuggingFace) backend it logs "tokenizer backend does
+# not support segmented encoding" and with fastokens "MM-aware KV routing disabled", and routes
+# on the text prefix only; basetenkenizer enables exact routing for the demo's K3 directory.
+FAMILY_TOKENIZER = {"kimi-k3": "basetenkenizer"}
 
 
 def dynamo_available() -> str | None:
@@ -70,6 +75,8 @@ class DynamoClusterConfig:
     scratch_dir: Path | None = None
     model_cache: Path | None = None
     ready_timeout: float = 40.0
+    # Frontend tokenizer backend (`--tokenizer`); None: per family (`FAMILY_TOKENIZER`).
+    tokenizer_backend: str | None = None
     extra_frontend_args: list[str] = field(default_factory=list)
 
     @property
@@ -172,6 +179,8 @@ class DynamoCluster:
             "router_metrics": f"{self.router_url}/metrics",
             "router_log": str(self.frontend_log),
             "router_kv_events": self.cfg.router_kv_events,
+            "tokenizer_backend": (self.cfg.tokenizer_backend
+                                  or FAMILY_TOKENIZER.get(self.cfg.family, "default")),
             "block_size": self.cfg.block_size,
             "broker": {"xsub": f"tcp://{HOST}:{xsub}", "xpub": f"tcp://{HOST}:{xpub}"},
             "workers": workers,
@@ -212,6 +221,9 @@ class DynamoCluster:
                "--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
         if not self.cfg.router_kv_events:
             cmd.append("--no-router-kv-events")
+        backend = self.cfg.tokenizer_backend or FAMILY_TOKENIZER.get(self.cfg.family)
+        if backend and backend != "default":
+            cmd += ["--tokenizer", backend]
         return cmd + self.cfg.extra_frontend_args
 
     def start(self) -> dict[str, Any]:
