@@ -1,0 +1,118 @@
+"""The founding Dynamo cases on the real 1.6.1 frontend: Kimi-K3 routing-side expansion with
+two-worker A/B/A/B affinity, and GLM-5.3-Flash falling back to text-prefix routing."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from demo.dynamo_cluster import DynamoCluster, dynamo_available
+from mmlens.dynamo_logs import model_mm_routing, support_for
+from mmlens.records import RequestTrace
+from mmlens.router_logs import join
+from tests.dynamo.support import frontend_decisions, running_dynamo, wait_for
+
+UNAVAILABLE = dynamo_available()
+pytestmark = [pytest.mark.live, pytest.mark.dynamo,
+              pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
+
+TEXT = "Describe this image in detail please."
+
+
+def _send(cluster: DynamoCluster, tc: TraceClient, img: ImagePart, rid: str,
+          max_tokens: int = 2, need: tuple[str, ...] = ("log:routing_best",)) -> RequestTrace:
+    t = tc.send(cluster.router_url, cluster.model.served_name, TEXT, [img],
+                router_kind="dynamo", max_tokens=max_tokens, request_id=rid)
+    assert t.status == 200, (t.status, t.error)
+
+    def joined() -> bool:
+        t.predictions = [p for p in t.predictions if not p.source.startswith("log:")]
+        join([t], frontend_decisions(cluster.frontend_log))
+        have = {p.source for p in t.predictions}
+        return all(n in have for n in need)
+
+    wait_for(joined, 10.0, f"{need} for {rid}")
+    return t
+
+
+def _one(t: RequestTrace, source: str) -> Any:
+    found = [p for p in t.predictions if p.source == source]
+    assert len(found) == 1, (source, t.predictions)
+    return found[0]
+
+
+def _worker_requests(cluster: DynamoCluster) -> list[dict[str, Any]]:
+    return [json.loads(line) for w in cluster.workers
+            for line in w.log_path.read_text(errors="replace").splitlines()
+            if line.startswith('{"event": "request"')]
+
+
+def _verdict(cluster: DynamoCluster) -> Any:
+    lines = cluster.frontend_log.read_text(errors="replace").splitlines()
+    return support_for(model_mm_routing(lines), cluster.model.served_name)
+
+
+def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
+    with running_dynamo(family="kimi-k3", log_dir=tmp_path / "logs",
+                        model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
+        assert "basetenkenizer" in cluster._frontend_cmd()
+        tc = TraceClient(http, layout_hook=model_layout_hook("kimi-k3", 16))
+        a = ImagePart(solid_png(640, 480, (200, 30, 30)))
+        b = ImagePart(solid_png(640, 480, (30, 30, 200)))
+        with ThreadPoolExecutor(2) as pool:
+            fa = pool.submit(_send, cluster, tc, a, "k3-A-seed", 48)
+            time.sleep(0.05)
+            fb = pool.submit(_send, cluster, tc, b, "k3-B-seed", 48)
+            seeds = {"A": fa.result(), "B": fb.result()}
+        time.sleep(1.0)
+        replays = [(k, _send(cluster, tc, img, f"k3-{k}-{i}"))
+                   for i, (k, img) in enumerate((("A", a), ("B", b), ("A", a), ("B", b)))]
+        sizes = [(224, 224), (640, 480), (1024, 768), (1920, 1080), (4000, 3000)]
+        counted = [_send(cluster, tc, ImagePart(solid_png(w, h, (9, 99, 199))), f"k3-{w}x{h}",
+                         1, ("log:mm_image_tokens", "log:routing_best")) for w, h in sizes]
+        verdict = _verdict(cluster)
+        records = _worker_requests(cluster)
+    assert verdict and verdict.exact is True and verdict.spec == "kimi_k3"
+    # Router-side expansion: the dims-bearing media block the router built is exactly the
+    # one the simulated engine built (N = 414 pads for 640x480, plus the dims text).
+    assert records and all(r["matches_router_view"] is True for r in records)
+    assert seeds["A"].worker != seeds["B"].worker
+    for key, t in replays:
+        seed = seeds[key]
+        assert t.worker == seed.worker, (t.request_id, t.worker, seed.worker)
+        overlap = _one(t, "log:routing_best")
+        assert overlap.request_blocks is not None and overlap.overlap_blocks is not None
+        assert overlap.overlap_blocks == t.prompt_tokens // 16 == overlap.request_blocks - 1
+        assert t.cached_tokens == (t.prompt_tokens - 1) // 16 * 16 > t.prompt_tokens // 2
+    # mmlens' Kimi-K3 formula equals Dynamo's logged count (and SMG's, per the family).
+    for (w, h), t in zip(sizes, counted, strict=True):
+        mine = (t.expected_layout or {}).get("images", [{}])[0].get("tokens")
+        assert _one(t, "log:mm_image_tokens").image_tokens == [mine], (w, h)
+
+
+def test_glm_falls_back_to_text_prefix_with_reasons(tmp_path: Any) -> None:
+    with running_dynamo(family="glm-5.3-flash", log_dir=tmp_path / "logs",
+                        model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
+        tc = TraceClient(http, layout_hook=model_layout_hook("glm-5.3-flash", 16))
+        img = ImagePart(solid_png(640, 480, (5, 150, 5)))
+        t = _send(cluster, tc, img, "glm-1", need=("log:routing_best", "log:mm_fallback"))
+        verdict = _verdict(cluster)
+        records = _worker_requests(cluster)
+    assert verdict and verdict.exact is False
+    assert any("no image processor registered" in r and "glm53_flash" in r
+               for r in verdict.reasons)
+    reasons = " | ".join(w for p in t.predictions if p.source == "log:mm_fallback"
+                         for w in p.warnings)
+    assert "skipping mm_hashes forwarding" in reasons
+    assert not [p for p in t.predictions if p.source == "log:mm_image_tokens"]
+    # The router saw only the rendered text; the engine expanded the image itself.
+    best = _one(t, "log:routing_best")
+    rendered = records[0]["rendered_tokens"]
+    assert best.request_blocks == -(-rendered // 16)
+    assert records[0]["mm_hashes"] == [] and t.prompt_tokens > rendered
