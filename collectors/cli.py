@@ -109,5 +109,8 @@ def _prometheus(cfg: Config) -> object | None:
     if not cfg.prometheus_url:
         return None
     from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
 
-    return PrometheusConnect(url=cfg.prometheus_url, disable_ssl=True)
+    # One quick retry: the client's default backs off for seconds, stalling every tick.
+    return PrometheusConnect(url=cfg.prometheus_url, disable_ssl=True,
+                             retry=Retry(total=1, backoff_factor=0.1))
