@@ -19,7 +19,7 @@ r = shared.reader()
 if r is None:
     st.stop()
 path = r.path
-window = st.sidebar.select_slider("Window", [300, 900, 3600], value=900,
+window = st.sidebar.select_slider("Window", [300, 900, 3600], value=300,
                                   format_func=lambda s: f"{s // 60} min", key="cache_window")
 HIT_NAMES = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
 
@@ -29,14 +29,14 @@ def live() -> None:
     with shared.page_guard("Cache"):
         rows = shared.samples_json(path, HIT_NAMES, float(window))
         samples = [MetricSample(t, n, lb, v, ts) for t, n, lb, v, ts in rows]
-        series = worker_hit_rate_series(samples, step=max(10.0, window / 60))
+        series = worker_hit_rate_series(samples, step=shared.bucket_of(samples))
         if series:
             st.plotly_chart(hit_rate_figure(series), key="hit_rate", width="stretch")
         else:
             st.info("No prefix-cache traffic in this window (vLLM counters unchanged).")
         c1, c2 = st.columns(2)
         with c1:
-            timeline = shared.kv_timeline(path, float(window), max(5.0, window / 60))
+            timeline = shared.kv_timeline(path, float(window), window / 60)
             if timeline:
                 st.plotly_chart(kv_event_timeline_figure(timeline), key="kv_timeline",
                                 width="stretch")

@@ -28,7 +28,8 @@ def live() -> None:
         rows = shared.samples_json(path, ("smg_mm_processing_total",), float(window))
         samples = [MetricSample(t, n, lb, v, ts) for t, n, lb, v, ts in rows]
         series = counter_increase_series(samples, "smg_mm_processing_total",
-                                         ("model", "mode", "reason"), step=30.0)
+                                         ("model", "mode", "reason"),
+                                         step=shared.bucket_of(samples, 30))
         series = {k: v for k, v in series.items() if any(p[1] for p in v)}
         if series:
             st.plotly_chart(mode_reason_figure(series), key="mode_reason", width="stretch")

@@ -10,6 +10,7 @@ from typing import Any
 
 import streamlit as st
 
+from mmlens.records import MetricSample
 from mmlens.store import StoreError
 from mmlens.store_queries import StoreReader, open_reader
 
@@ -97,6 +98,14 @@ def recent_kv_events(path: str, limit: int) -> list[dict[str, Any]]:
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def kv_state(path: str) -> list[dict[str, Any]]:
     return _reader(path).kv_state()
+
+
+def bucket_of(samples: list[MetricSample], points: int = 40) -> float:
+    """About ``points`` buckets over the data actually present (a young store has little)."""
+    if not samples:
+        return 10.0
+    span = max(s.ts for s in samples) - min(s.ts for s in samples)
+    return max(2.0, span / points)
 
 
 def ago(ts: float | None) -> str:

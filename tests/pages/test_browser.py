@@ -41,7 +41,7 @@ def browser_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with sync_api.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             profile, executable_path=CHROMIUM, args=FLAGS, headless=True,
-            viewport={"width": 1400, "height": 1000})
+            viewport={"width": 1400, "height": 2000})
         try:
             yield ctx.new_page()
         finally:
@@ -51,15 +51,18 @@ def browser_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.mark.parametrize("page", list(EXPECTED))
 def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any,
                                 page: str) -> None:
-    browser_page.goto(f"{live_dashboard.url}/{page}", wait_until="domcontentloaded")
+    # The default page (Overview) lives at the root URL.
+    path = "" if page == "overview" else page
+    browser_page.goto(f"{live_dashboard.url}/{path}", wait_until="domcontentloaded")
     browser_page.wait_for_selector("h1", timeout=30_000)
     body = browser_page.locator("[data-testid='stMain']")
     for text in EXPECTED[page]:
         body.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=30_000)
     if page in ("overview", "inspector", "routing", "affinity", "cache"):
         browser_page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=30_000)
-    # Nothing on the page may be a traceback.
+    # Nothing on the page may be a traceback, and the URL must have resolved to its page.
     assert browser_page.locator("[data-testid='stException']").count() == 0
+    assert browser_page.get_by_text("Page not found").count() == 0
     browser_page.wait_for_timeout(1500)  # let Plotly finish drawing before the screenshot
     SHOTS.mkdir(parents=True, exist_ok=True)
     browser_page.screenshot(path=str(SHOTS / f"{page}.png"), full_page=True)

@@ -1,0 +1,209 @@
+"""Server-side render time of each dashboard page on a large store.
+
+Fills a store through its own write API with 100k request traces and 10M KV-event blocks
+(plus an hour of metric samples, KV state and health), then renders every page through
+AppTest several times and prints the median per page: cold (query caches cleared before each
+run, as after a ttl expiry) and warm (caches hot). Target: ≤ 300 ms median per page.
+
+    python benchmarks/pages_bench.py [--db PATH] [--traces 100000] [--blocks 10000000] [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from collectors.lab import layout_hook_with_text, synthetic_png  # noqa: E402
+from collectors.traces import ImagePart  # noqa: E402
+from mmlens.hashing import smg_identifier  # noqa: E402
+from mmlens.records import (  # noqa: E402
+    BlockRemoved,
+    BlockStored,
+    CollectorHealth,
+    ImageInfo,
+    ImageRef,
+    MetricSample,
+    RequestTrace,
+    RoutingDecision,
+    labels_of,
+)
+from mmlens.store import Store  # noqa: E402
+from mmlens.store_queries import ensure_read_indexes  # noqa: E402
+
+MODEL = "Qwen/Qwen3-VL-2B-Instruct"
+ROUTER = "http://127.0.0.1:30000"
+WORKERS = [f"grpc://127.0.0.1:{50051 + i}" for i in range(4)]
+PAGES = ("overview", "inspector", "routing", "affinity", "cache", "lab", "targets")
+
+
+def template_traces(n_images: int = 24) -> list[RequestTrace]:
+    """A few dozen traces with real expected layouts, cloned to make the 100k."""
+    hook = layout_hook_with_text("qwen3-vl")
+    out = []
+    sizes = [(64, 64), (224, 224), (640, 480), (1280, 720)]
+    for i in range(n_images):
+        w, h = sizes[i % len(sizes)]
+        data = synthetic_png("solid", w, h, rgb=(i * 10 % 256, 80, 160))
+        images = [ImagePart(data)] * (1 + i % 2)
+        layout = hook("Describe this image in detail please.", images, MODEL)
+        t = RequestTrace(f"tmpl-{i}", ROUTER, "smg", MODEL, 0.0, False,
+                         images=[ImageInfo("data", len(data), w, h,
+                                           {"smg_blake3": smg_identifier(data)})
+                                 for _ in images], expected_layout=layout, status=200)
+        t.prompt_tokens = layout["engine_prompt_tokens"]
+        out.append(t)
+    return out
+
+
+def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
+    rng = random.Random(7)
+    store = Store(path)
+    t0 = time.perf_counter()
+    templates = template_traces()
+    batch: list[RequestTrace] = []
+    for i in range(n_traces):
+        t = copy.copy(templates[i % len(templates)])
+        t.request_id = f"bench-{i:06d}"
+        t.ts = now - 3600 + 3600 * i / n_traces
+        t.worker = WORKERS[rng.randrange(len(WORKERS))]
+        prompt = t.prompt_tokens or 0
+        t.cached_tokens = rng.choice([0, prompt // 16 * 16])
+        t.predictions = [RoutingDecision(t.request_id, "smg", "header:x-smg-cache-trace",
+                                         worker=t.worker, branch="event_hit",
+                                         overlap_blocks=rng.randrange(prompt // 16 + 1),
+                                         request_blocks=prompt // 16, block_size=16)]
+        t.latency_s, t.ttft_s, t.completion_tokens = 0.05, 0.02, 8
+        batch.append(t)
+        if len(batch) == 5000:
+            store.add_traces(batch)
+            batch = []
+    store.add_traces(batch)
+    t1 = time.perf_counter()
+
+    per_event = 64
+    events: list[BlockStored | BlockRemoved] = []
+    seq = {w: 0 for w in WORKERS}
+    written = 0
+    i = 0
+    while written < n_blocks:
+        w = WORKERS[i % len(WORKERS)]
+        ts = now - 3600 + 3600 * written / n_blocks
+        hashes = [rng.getrandbits(64) for _ in range(per_event)]
+        if i % 5 == 4:
+            events.append(BlockRemoved(w, 0, seq[w], ts, hashes))
+        else:
+            images = [(ImageRef(f"{i % 500:064x}", 0),)] * per_event if i % 2 else None
+            events.append(BlockStored(w, 0, seq[w], ts, hashes, rng.getrandbits(64), [], 16,
+                                      images=images))
+        seq[w] += 1
+        written += per_event
+        i += 1
+        if len(events) == 10_000:
+            store.add_kv_events(events)
+            events = []
+    store.add_kv_events(events)
+    t2 = time.perf_counter()
+
+    samples: list[MetricSample] = []
+    for k in range(720):  # an hour of 5 s scrapes
+        ts = now - 3600 + 5 * k
+        for j, w in enumerate(WORKERS):
+            lb = labels_of({"model_name": MODEL, "engine": "0"})
+            scale = float(k * (j + 1))
+            samples += [MetricSample(w, "vllm:prefix_cache_hits_total", lb, 300 * scale, ts),
+                        MetricSample(w, "vllm:prefix_cache_queries_total", lb, 500 * scale, ts)]
+            samples += [MetricSample(w, f"vllm:other_{m}", lb, float(k), ts) for m in range(60)]
+        samples += [MetricSample("smg", "smg_mm_processing_total", labels_of(
+            {"model": MODEL, "mode": "router", "reason": "auto_mixed"}), 4.0 * k, ts)]
+        samples += [MetricSample("smg", "smg_cache_aware_policy_branch_total",
+                                 labels_of({"branch": b}), float(k * (n + 1)), ts)
+                    for n, b in enumerate(("event_hit", "event_miss", "expected_wait_fallback"))]
+        samples += [MetricSample("smg", "smg_worker_requests_total",
+                                 labels_of({"worker": w, "model": MODEL}), float(k), ts)
+                    for w in WORKERS]
+        samples += [MetricSample("smg", "smg_http_requests_total",
+                                 labels_of({"route": f"/r{m}", "status": "200"}), float(k), ts)
+                    for m in range(150)]
+        if len(samples) > 50_000:
+            store.add_samples(samples)
+            samples = []
+    store.add_samples(samples)
+    store.set_kv_state({w: {"worker": w, "rank": 0, "resident_blocks": n_blocks // 8,
+                            "images": {f"{m:064x}": 40 for m in range(120)}}
+                        for w in WORKERS}, now)
+    store.set_health([CollectorHealth("metrics", w, last_success=now) for w in WORKERS]
+                     + [CollectorHealth("kv_events", f"{w}#0", last_success=now,
+                                        counters={"batches": 1000.0}) for w in WORKERS], now)
+    store.set_meta("targets", {"routers": [{"name": "smg", "kind": "smg", "url": ROUTER,
+                                            "metrics_url": None, "api_key_env": None}],
+                               "workers": [], "prometheus": None})
+    store.set_meta("router_state", [{"router": "smg", "url": ROUTER, "kind": "smg",
+                                     "models": [MODEL], "workers": [
+        {"url": w, "model": MODEL, "healthy": True, "status": "ready", "load": 0,
+         "kv_block_size": 16, "mm_processor": None} for w in WORKERS]}])
+    store.close()
+    ensure_read_indexes(path)
+    print(f"filled {path.name}: {n_traces} traces in {t1 - t0:.1f} s, {written} KV blocks "
+          f"({i} events) in {t2 - t1:.1f} s, {path.stat().st_size / 1e6:.0f} MB", flush=True)
+
+
+def time_pages(runs: int) -> dict[str, tuple[float, float]]:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    out = {}
+    for page in PAGES:
+        cold, warm = [], []
+        for i in range(runs + 1):
+            at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+            if page == "inspector":
+                at.query_params["request"] = "bench-050000"
+            at.run()
+            at.switch_page(f"pages/{page}.py")
+            st.cache_data.clear()
+            t = time.perf_counter()
+            at.run()
+            c = time.perf_counter() - t
+            assert not at.exception, (page, [e.value for e in at.exception])
+            t = time.perf_counter()
+            at.run()
+            w = time.perf_counter() - t
+            if i:  # the first round loads tokenizers and imports
+                cold.append(c)
+                warm.append(w)
+        out[page] = (statistics.median(cold), statistics.median(warm))
+        print(f"{page:<10} cold median {out[page][0] * 1000:6.0f} ms   "
+              f"warm median {out[page][1] * 1000:6.0f} ms", flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--db", help="reuse or create the store here (default: a temp file)")
+    ap.add_argument("--traces", type=int, default=100_000)
+    ap.add_argument("--blocks", type=int, default=10_000_000)
+    ap.add_argument("--runs", type=int, default=7)
+    args = ap.parse_args()
+    path = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "bench.db"
+    if not path.exists():
+        fill(path, args.traces, args.blocks, time.time())
+    os.environ["MMLENS_DB"] = str(path)
+    os.environ.pop("MMLENS_CONFIG", None)
+    results = time_pages(args.runs)
+    worst = max(c for c, _ in results.values())
+    print(f"worst cold median {worst * 1000:.0f} ms (target 300 ms)")
+    return 0 if worst <= 0.3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
