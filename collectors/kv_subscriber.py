@@ -89,7 +89,10 @@ class KVEventCollector:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                self.handle(ep, frames)
+                try:
+                    self.handle(ep, frames)
+                except Exception as exc:  # one odd batch must not stop every worker's stream
+                    ep.health.error("internal_error", f"{type(exc).__name__}: {exc}", time.time())
                 handled += 1
         return handled
 

@@ -14,6 +14,8 @@ from mmlens.records import Labels, MetricSample
 
 _SeriesKey = tuple[str, Labels]
 _CACHE_LIMIT = 500_000
+_NON_NEGATIVE = ("_total", "_count", "_bucket")
+_INFINITE = (float("inf"), float("-inf"))
 
 
 class ExpositionError(ValueError):
@@ -41,7 +43,7 @@ class ExpositionParser:
         cache = self._series
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
-        bad = 0
+        bad = bad_numbers = 0
         for raw in text.splitlines():
             line = raw.strip()
             if not line or line[0] == "#":
@@ -68,9 +70,16 @@ class ExpositionParser:
             except ValueError:
                 bad += 1
                 continue
+            if (value < 0 and key[0].endswith(_NON_NEGATIVE)) or (
+                    value in _INFINITE and not rest[0].lstrip("+-").lower().startswith("inf")):
+                bad_numbers += 1  # a negative counter, or a literal beyond float range
+                continue
             out.append(MetricSample(target, key[0], key[1], value, ts))
-        if bad and errors is not None:
-            errors["malformed_exposition"] = errors.get("malformed_exposition", 0) + bad
+        if errors is not None:
+            if bad:
+                errors["malformed_exposition"] = errors.get("malformed_exposition", 0) + bad
+            if bad_numbers:
+                errors["bad_number"] = errors.get("bad_number", 0) + bad_numbers
         return out
 
 

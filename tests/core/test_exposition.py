@@ -78,3 +78,12 @@ def test_html_detection(text: str, ctype: str, html: bool) -> None:
 def test_empty_labels_dropped_like_prometheus() -> None:
     (s,) = parse_exposition('smg_http_responses_total{path="/v1",error_code=""} 7\n', "t", 0)
     assert s.labels == (("path", "/v1"),)
+
+
+def test_negative_counters_and_overflowing_literals_are_counted() -> None:
+    text = ("a_total -3\nb_count -1\nc_bucket{le=\"1\"} -2\ng -5\n"
+            "h_sum -1.5\ni 1e999\nj +Inf\nk -Inf\n")
+    errors: dict[str, int] = {}
+    kept = {s.name: s.value for s in parse_exposition(text, "t", 0, errors)}
+    assert kept == {"g": -5.0, "h_sum": -1.5, "j": float("inf"), "k": float("-inf")}
+    assert errors == {"bad_number": 4}
