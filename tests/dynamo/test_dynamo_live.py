@@ -318,3 +318,24 @@ def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_pa
     assert (best[0]["overlap_blocks"], best[0]["request_blocks"]) == (49, 50)
     counts = [p for p in warm["predictions"] if p["source"] == "log:mm_image_tokens"]
     assert counts[0]["image_tokens"] == [768]
+
+
+def test_streaming_trace(cluster: DynamoCluster, client: TraceClient) -> None:
+    """SSE: every chunk carries nvext.worker_id, timing comes with the finish chunk and usage
+    in a last chunk without choices; the trace must still name the engine that served."""
+    img = ImagePart(solid_png(256, 256, (250, 250, 0)))
+    traces = [client.send(cluster.router_url, MODEL, TEXT, [img], router_kind="dynamo",
+                          stream=True, max_tokens=6, request_id=f"stream-{i}")
+              for i in range(2)]
+    records = worker_records(cluster)
+    for t in traces:
+        assert t.status == 200 and t.error is None, t.error
+        assert t.response_id and t.response_id.startswith("chatcmpl-")
+        served = records[t.response_id.removeprefix("chatcmpl-")]
+        assert t.worker == str(served["worker_id"])
+        assert t.prompt_tokens == served["prompt_tokens"] == 18 - 1 + 64
+        assert t.completion_tokens == 6 and t.ttft_s is not None
+        assert any(p.source == "nvext.timing" and p.kv_hit_rate is not None
+                   for p in t.predictions)
+    assert traces[1].worker == traces[0].worker
+    assert traces[1].cached_tokens == 80
