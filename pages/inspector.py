@@ -12,7 +12,7 @@ from mmlens.explain import explain
 from mmlens.explain_cli import block_size_of, events_unavailable, removals
 from mmlens.families import FAMILIES
 from mmlens.figures_layout import layout_figure
-from mmlens.hashing import smg_identifier
+from mmlens.hashing import dynamo_mm_hash_url, smg_identifier
 from mmlens.imageinfo import parse_size, probe_image
 from mmlens.layout import ImageInput, Layout
 from mmlens.modeldir import Model, resolve_model
@@ -184,6 +184,16 @@ def compose() -> None:
         data = synthetic_png("solid", w, h, rgb=(40 * i % 255, 120, 200))
         images.append(ImageInput(w, h, data=data, format="PNG"))
         identities.append(smg_identifier(data))
+    u1, u2 = st.columns([3, 1])
+    url = u1.text_input("Image by URL (not fetched: give its size)", key="compose_url")
+    url_size = u2.text_input("URL image size", "640x480", key="compose_url_size")
+    if url.strip():
+        try:
+            w, h = parse_size(url_size)
+            images.append(ImageInput(w, h, url=url.strip()))
+            identities.append(f"{dynamo_mm_hash_url(url.strip()):016x}")
+        except ValueError as exc:
+            st.error(str(exc))
     layout = model_for(model).layout([*images, text], block_size=block_size,
                                      engine_count_drift=drift)
     show(from_layout(layout, identities), f"{model}: {len(images)} image(s)")

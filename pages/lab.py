@@ -25,20 +25,19 @@ def sender(db: str) -> LabSender:
     return LabSender(db)
 
 
-def routers(snap: dict) -> list[dict]:
-    return list((snap.get("targets") or {}).get("routers") or [])
+def routers(targets: dict | None) -> list[dict]:
+    return list((targets or {}).get("routers") or [])
 
 
-def models_of(snap: dict, router_name: str) -> list[str]:
-    for s in snap.get("router_state") or []:
+def models_of(states: list | None, router_name: str) -> list[str]:
+    for s in states or []:
         if s.get("router") == router_name:
             return list(s.get("models") or [])
     return []
 
 
 with shared.page_guard("Lab"):
-    snap = shared.snapshot(path)
-    known = routers(snap)
+    known = routers(shared.meta(path, "targets"))
     if not known:
         st.info("No router configured yet: add one on the Targets page (or start "
                 "`mmlens dashboard --demo`).")
@@ -48,7 +47,7 @@ with shared.page_guard("Lab"):
     name = c1.selectbox("Router", list(urls), key="lab_router",
                         format_func=lambda n: f"{n} · {urls[n]}")
     router = next(x for x in known if x["name"] == name)
-    models = models_of(snap, name)
+    models = models_of(shared.meta(path, "router_state"), name)
     if models:
         model = c2.selectbox("Model", models, key="lab_model")
     else:

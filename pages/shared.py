@@ -65,6 +65,11 @@ def snapshot(path: str, n_traces: int = 200) -> dict[str, Any]:
     return _reader(path).snapshot(n_traces=n_traces)
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=16)
+def meta(path: str, key: str) -> Any:
+    return _reader(path).meta(key)
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def recent_traces(path: str, limit: int = 300) -> list[dict[str, Any]]:
     return _reader(path).recent_traces(limit)

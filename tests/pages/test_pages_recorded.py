@@ -109,6 +109,9 @@ def test_inspector_compose_mode_follows_its_widgets(db: Recorded) -> None:
     assert image["x"] == [880]  # Qwen3-VL 1280×720
     at.number_input(key="compose_drift").set_value(3).run()
     assert any("count_drift" in w for w in messages(at)["warning"])
+    at.text_input(key="compose_url").set_value("http://127.0.0.1:9/cat.png").run()
+    names = trace_names(figures(at)[0])
+    assert sum(n.startswith("image ") for n in names) == 2  # generated + URL image
     at.text_input(key="compose_sizes").set_value("banana").run()
     assert_clean(at)
     assert any("not an image size" in e for e in messages(at)["error"])
