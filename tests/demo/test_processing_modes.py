@@ -11,6 +11,7 @@ import base64
 import re
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from mmlens.families import get_family
@@ -87,6 +88,14 @@ def test_kimi_k3_is_not_opted_in() -> None:
                             reason="model_not_opted_in") == 1
         assert metric_value(m, "smg_mm_processing_total", mode="worker") == 0
         seen = worker_requests(info["workers"][0]["http"], 1)[-1]
+        # The worker's own expansion (its HTTP API, as vLLM serving the raw request) builds
+        # the same ids as SMG's router-side expansion.
+        direct = httpx.post(info["workers"][0]["http"] + "/v1/chat/completions", timeout=30,
+                            json={"messages": image_messages(png_data_url(640, 480, (5, 6, 7))),
+                                  "max_tokens": 1})
+        assert direct.status_code == 200
+        own = worker_requests(info["workers"][0]["http"], 1)[-1]
+    assert own["transport"] == "http" and own["prompt_ids"] == seen["prompt_ids"]
     assert seen["media_refs"] == 0 and seen["im_token_id"] == 163605
     ids = seen["prompt_ids"]
     begin, end = ids.index(163602), ids.index(163604)
