@@ -105,3 +105,21 @@ def test_unreachable_router_is_a_setup_error():
                            "http://127.0.0.1:9", "--model", MODEL, "--all"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unreachable" in proc.stderr
+
+
+@pytest.mark.dynamo
+def test_all_scenarios_against_real_dynamo(tmp_path):
+    pytest.importorskip("dynamo.frontend", reason="the Dynamo extra is not installed")
+    with demo(tmp_path, "--router", "dynamo") as info:
+        proc = subprocess.run([sys.executable, "-m", "mmlens", "check", "--router",
+                               info["router"], "--kind", "dynamo", "--model", MODEL, "--all",
+                               "--json"], capture_output=True, text=True, timeout=240)
+    verdicts = {s["name"]: s for s in json.loads(proc.stdout)["scenarios"]}
+    assert proc.returncode == 0, verdicts
+    assert all(v["verdict"] == "pass" for v in verdicts.values()), verdicts
+    # Dynamo replaces each image's run by a pad value from its hash: no content-blind hit...
+    assert verdicts["isolation"]["evidence"]["content_blind_false_hit"] is False
+    # ...and that hash is XXH3-64 of the URL string, so the same bytes by another URL miss.
+    assert "URL string" in verdicts["identity"]["evidence"]["keyed_by"]
+    workers = {r["worker"] for s in verdicts.values() for r in s["requests"] if "worker" in r}
+    assert all(w and w.isdigit() for w in workers)  # nvext.worker_id, Dynamo's instance ids
