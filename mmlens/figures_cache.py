@@ -126,6 +126,8 @@ def prefix_tree_figure(events: Sequence[dict[str, Any]], max_nodes: int = 1500) 
             break
     fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels,
                               marker={"colors": colors}, maxdepth=12,
+                              textfont={"color": ["#ffffff" if c == IMAGE_COLORS[2]
+                                                  else "#1f2933" for c in colors]},
                               hovertemplate="%{label}<extra></extra>"))
     fig.update_layout(title="Prefix tree of recent blocks (purple: blocks with image keys)",
                       height=420, margin={"l": 10, "r": 10, "t": 40, "b": 10})

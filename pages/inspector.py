@@ -120,7 +120,8 @@ def captured(path: str) -> None:
         box(f"**{expl['category']}** — {expl['headline']} (realized {expl['realized_tokens']} "
             f"tokens; the best any worker could have served: {expl['best_tokens']})")
         if expl["evidence"]:
-            st.json(expl["evidence"], expanded=False)
+            with st.expander("Evidence"):
+                st.json(expl["evidence"])
     st.subheader("Routing")
     c1, c2, c3 = st.columns(3)
     c1.metric("Worker", shared.short_worker(trace.get("worker")))
@@ -146,8 +147,9 @@ def captured(path: str) -> None:
               for i, im in enumerate(trace.get("images") or [])]
     if images:
         st.dataframe(pd.DataFrame(images), hide_index=True, width="stretch")
+    ttft = trace.get("ttft_s")
     st.caption(f"latency {trace.get('latency_s') or 0:.3f} s · TTFT "
-               f"{(trace.get('ttft_s') or 0):.3f} s · stream {trace.get('stream')} · "
+               f"{'—' if ttft is None else f'{ttft:.3f} s'} · stream {trace.get('stream')} · "
                f"model {trace.get('model')}")
 
 

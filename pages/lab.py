@@ -144,7 +144,8 @@ with shared.page_guard("Lab"):
         box(f"**{scenario['verdict']}** — {scenario['summary']}")
         if scenario["requests"]:
             st.dataframe(pd.DataFrame(scenario["requests"]), hide_index=True, width="stretch")
-        st.json(scenario["evidence"], expanded=False)
+        with st.expander("Evidence"):
+            st.json(scenario["evidence"])
 
     results = st.session_state.get("lab_results") or []
     if results:

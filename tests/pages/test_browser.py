@@ -63,6 +63,10 @@ def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any
     # Nothing on the page may be a traceback, and the URL must have resolved to its page.
     assert browser_page.locator("[data-testid='stException']").count() == 0
     assert browser_page.get_by_text("Page not found").count() == 0
+    if page == "lab":  # a real click: one request through the demo router
+        browser_page.get_by_role("button", name="Send").click()
+        body.get_by_text("Router mode vs worker mode", exact=False).first.wait_for(
+            state="visible", timeout=60_000)
     browser_page.wait_for_timeout(1500)  # let Plotly finish drawing before the screenshot
     SHOTS.mkdir(parents=True, exist_ok=True)
     browser_page.screenshot(path=str(SHOTS / f"{page}.png"), full_page=True)
