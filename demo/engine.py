@@ -59,6 +59,7 @@ class Engine:
         self.running = 0
         self.waiting = 0
         self.active: set[str] = set()
+        self._freed = asyncio.Event()  # replaced each time a request releases its blocks
         self.aborted: set[str] = set()
         self.gen_tokens_total = 0
         self.query_tokens_total = 0
@@ -108,10 +109,23 @@ class Engine:
                 f"max_model_len {self.max_model_len}")
         t0 = time.monotonic()
         events: list[Event] = []
-        try:
-            alloc = self.cache.allocate(prompt, media, events)
-        except MemoryError as exc:
-            raise EngineError(str(exc)) from exc
+        while True:
+            try:
+                alloc = self.cache.allocate(prompt, media, events)
+                break
+            except MemoryError as exc:
+                if self.running == 0:
+                    raise EngineError(
+                        f"prompt of {len(prompt)} tokens does not fit in the KV cache "
+                        f"({self.cache.num_blocks} blocks of {self.cache.block_size})") from exc
+                # Wait, as vLLM's scheduler does, until a running request frees blocks.
+                freed = self._freed
+                self.waiting += 1
+                self._gauges()
+                try:
+                    await freed.wait()
+                finally:
+                    self.waiting -= 1
         await self.publisher.publish(events)
         m = self.metrics
         self._mm_lookup(media)
@@ -141,7 +155,11 @@ class Engine:
                 if i:
                     await asyncio.sleep(self.latency.tpot())
                 events = []
-                self.cache.extend(alloc, [tok], events)
+                try:
+                    self.cache.extend(alloc, [tok], events)
+                except MemoryError:  # no block for the next token: stop here
+                    result.finish_reason = "length"
+                    break
                 await self.publisher.publish(events)
                 result.output_ids.append(tok)
                 self.gen_tokens_total += 1
@@ -150,8 +168,8 @@ class Engine:
                 if last:
                     result.finish_reason = finish
                 yield [tok], result
-            if not output or result.finish_reason == "abort":
-                yield [], result
+            if len(result.output_ids) < len(output) or not output:
+                yield [], result  # ended early (abort, no room) or nothing to say
             m.success.labels(model_name=m._lv["model_name"], engine="0",
                              finished_reason=result.finish_reason).inc()
             m.lv(m.e2e).observe(time.monotonic() - t0)
@@ -162,3 +180,5 @@ class Engine:
             self.running -= 1
             self._gauges()
             self.publisher.load_changed()
+            self._freed.set()
+            self._freed = asyncio.Event()

@@ -170,3 +170,45 @@ def test_model_dirs_render_each_familys_anchor(tmp_path) -> None:  # type: ignor
             text, add_special_tokens=False).ids
         assert ids.count(model.token_id(model.core.anchor)) == 1, family
         assert json.loads((d / "config.json").read_text())["model_type"] == model.model_type
+
+
+def test_engine_queues_requests_when_the_cache_is_full() -> None:
+    import asyncio
+
+    from demo.engine import Engine, EngineError, LatencyModel
+    from demo.worker_metrics import WorkerMetrics
+
+    class NoPublisher:
+        async def publish(self, events: list) -> None:
+            pass
+
+        def load_changed(self) -> None:
+            pass
+
+    async def scenario() -> tuple[int, list[str], str]:
+        engine = Engine(PrefixCache(block_size=4, num_blocks=6), NoPublisher(),  # type: ignore[arg-type]
+                        WorkerMetrics("m", 4, 6, 1000), list(range(500, 530)),
+                        LatencyModel(base_s=0.02))
+
+        async def consume(rid: str, prompt: list[int]) -> str:
+            finish = ""
+            async for _, step in engine.run(rid, prompt, [], 2):
+                finish = step.finish_reason
+            return finish
+
+        a = asyncio.create_task(consume("a", list(range(16))))  # 4 of 6 blocks
+        await asyncio.sleep(0.005)
+        b = asyncio.create_task(consume("b", list(range(100, 116))))  # must wait for a
+        await asyncio.sleep(0.005)
+        queued = engine.waiting
+        finishes = list(await asyncio.gather(a, b))
+        try:
+            await consume("c", list(range(200, 240)))  # 10 blocks can never fit
+        except EngineError as exc:
+            return queued, finishes, str(exc)
+        return queued, finishes, ""
+
+    queued, finishes, error = asyncio.run(scenario())
+    assert queued == 1  # b waited for a's blocks instead of failing
+    assert finishes == ["length", "length"]  # both ran, max_tokens 2
+    assert "does not fit" in error
