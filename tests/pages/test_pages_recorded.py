@@ -224,3 +224,29 @@ def test_empty_store_gives_clear_states(page: str, tmp_path: Path,
     assert not figures(at) or page == "inspector"
     if page in ("overview", "affinity", "lab"):
         assert messages(at)["info"], f"{page} says nothing on an empty store"
+
+
+def test_router_down_and_no_metrics_are_named(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from mmlens.records import CollectorHealth
+
+    path = tmp_path / "down.db"
+    store = Store(path)
+    h = CollectorHealth("router_state", "smg")
+    h.error("unreachable", "connection refused", time.time())
+    store.set_health([h])
+    store.set_meta("targets", {"routers": [{"name": "smg", "kind": "smg",
+                                            "url": "http://127.0.0.1:9"}], "prometheus": None})
+    store.set_meta("router_state", [{"router": "smg", "kind": "smg", "url": "http://127.0.0.1:9",
+                                     "models": []}])
+    store.close()
+    monkeypatch.setenv("MMLENS_DB", str(path))
+    at = open_page("overview")
+    assert_clean(at)
+    text = messages(at)
+    assert any("Router smg is down" in e for e in text["error"])
+    assert any("No metrics scraped yet" in w for w in text["warning"])
+    assert at.dataframe[0].value.iloc[0]["state"] == "down"
+    at = open_page("lab")
+    assert_clean(at)
+    assert at.text_input(key="lab_model_text") is not None  # no model list from a dead router
