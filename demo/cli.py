@@ -55,7 +55,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--speed", type=float, default=1.0, help="worker latency divisor")
     p.add_argument("--max-image-bytes", type=int, help="workers refuse larger images")
     p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
-    p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary dir)")
+    p.add_argument("--log-dir", type=Path,
+                   help="keep process logs here (default: a temporary dir removed at exit)")
     p.add_argument("--model-cache", type=Path, help="where model directories are generated")
     p.add_argument("--ready-timeout", type=float, default=20.0)
     p.add_argument("--smg-log-level", default="debug", choices=["debug", "info", "warn", "error"])

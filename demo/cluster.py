@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -97,6 +98,8 @@ class Cluster:
         self.cfg = cfg
         self.model = MODELS[cfg.family]
         self.procs: list[Proc] = []
+        # A log dir we made ourselves goes away with the cluster; pass one to keep the logs.
+        self._own_log_dir = cfg.log_dir is None
         self.log_dir = cfg.log_dir or Path(tempfile.mkdtemp(prefix="mmlens-demo-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.model_dir: Path | None = None
@@ -276,6 +279,8 @@ class Cluster:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
             proc.log.close()
         self.procs.clear()
+        if self._own_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
         try:
