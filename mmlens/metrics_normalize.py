@@ -129,6 +129,9 @@ class NormalizedMetrics:
     dynamo: dict[str, dict[str, Any]] = field(default_factory=dict)
     kv_event_health: dict[str, dict[str, Any]] = field(default_factory=dict)
     worker_health: list[dict[str, Any]] = field(default_factory=list)
+    # Dynamo worker targets: their own id, decimal as in nvext.worker_id and the frontend's
+    # `dynamo_frontend_worker_*{worker_id}` (their `/metrics` label carries it in hex).
+    dynamo_worker_ids: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,7 +160,19 @@ def normalize(series: Series) -> NormalizedMetrics:
     _smg(idx, out)
     _dynamo(idx, out)
     _health(idx, out)
+    _dynamo_worker_ids(idx, out)
     return out
+
+
+def _dynamo_worker_ids(idx: _Index, out: NormalizedMetrics) -> None:
+    for target, labels, _ in idx.get("dynamo_component_uptime_seconds"):
+        if "dynamo_frontend" in out.flavors.get(target, []):
+            continue  # a frontend's own id is no worker
+        hex_id = _label(labels, "worker_id")
+        try:
+            out.dynamo_worker_ids[target] = str(int(hex_id, 16))
+        except ValueError:
+            continue
 
 
 def normalize_samples(samples: Iterable[MetricSample]) -> NormalizedMetrics:

@@ -184,3 +184,14 @@ def test_dynamo_frontend_ratio_is_not_a_hit_rate_for_image_requests() -> None:
     (hr,) = normalize_samples(samples).hit_rates
     assert hr.cumulative_rate == pytest.approx(400 / 144)
     assert hr.hit_rate is None and "image" in hr.warning
+
+
+def test_dynamo_worker_metrics_name_the_worker_in_hex() -> None:
+    # The mocker's `worker_id="c347cdbc09683622"` is the decimal id the frontend returned as
+    # nvext.worker_id in the streaming capture of the same run.
+    n = _norm("dyn_mocker_metrics.txt", "dyn_frontend_metrics_text.txt")
+    assert n.dynamo_worker_ids == {"dyn_mocker_metrics.txt": "14071441768237774370"}
+    assert '"decode_worker_id":14071441768237774370' in capture("dyn_stream_sample.txt")
+    health = {r["target"]: r for r in n.worker_health}
+    assert (health["dyn_mocker_metrics.txt"]["token_usage"],
+            health["dyn_mocker_metrics.txt"]["running"]) == (0.0, 0.0)
