@@ -48,6 +48,7 @@ def build_snapshot(store: Store, window_s: float = 300.0, n_traces: int = 20,
         "worker_requests": norm["worker_requests"],
         "dynamo": norm["dynamo"],
         "worker_health": norm["worker_health"],
+        "dynamo_worker_ids": norm["dynamo_worker_ids"],
         "router_kv_event_health": norm["kv_event_health"],
         "kv_event_health": {"endpoints": kv_endpoints, "stored": store.kv_event_counts()},
         "resident_blocks": {f"{r['worker']}#{r['rank']}": {
