@@ -21,6 +21,7 @@ from collectors.prometheus_source import PromQLSource
 from collectors.router_state import RouterStateCollector
 from mmlens import router_logs
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
+from mmlens.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision
 from mmlens.store import Store
 
@@ -46,6 +47,7 @@ class CollectorRunner:
         self.followers: dict[str, LogFollower | StreamFollower] = dict(log_streams or {})
         self.log_health: dict[str, CollectorHealth] = {}
         self.decisions: dict[str, list[RoutingDecision]] = {}
+        self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
         self.pending_traces: list[tuple[float, RequestTrace]] = []
         self.discovery_health = CollectorHealth("discovery", "config")
         self.ticks = 0
@@ -134,6 +136,10 @@ class CollectorRunner:
             if not lines:
                 continue
             found = router_logs.parse_lines(lines, h.errors)
+            # Dynamo says once per model whether it routes images exactly, and why not.
+            if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
+                self.store.set_meta("dynamo_mm_routing", {
+                    m: asdict(v) for m, v in self.dynamo_mm_routing.items()})
             h.ok(time.time())
             h.count("lines", len(lines))
             h.count("decisions", len(found))

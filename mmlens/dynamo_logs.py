@@ -142,3 +142,23 @@ def image_token_counts(lines: Iterable[str]) -> list[ImageTokenCount]:
             tokens=_int(obj.get("tokens")), mm_hash=_int(obj.get("mm_hash")),
             source=obj.get("source")))
     return out
+
+
+def merge_mm_routing(into: dict[str, ModelMmRouting],
+                     new: dict[str, ModelMmRouting]) -> bool:
+    """Fold newly read verdicts into `into` (a later verdict wins); True when it changed."""
+    changed = False
+    for model, entry in new.items():
+        old = into.get(model)
+        if old is None:
+            into[model] = entry
+            changed = True
+            continue
+        before = (old.exact, old.spec, old.image_token_id, list(old.reasons))
+        if entry.exact is not None:
+            old.exact = entry.exact
+            old.reasons = list(entry.reasons) if entry.exact is False or entry.reasons else []
+        old.spec = entry.spec or old.spec
+        old.image_token_id = entry.image_token_id or old.image_token_id
+        changed |= before != (old.exact, old.spec, old.image_token_id, list(old.reasons))
+    return changed
