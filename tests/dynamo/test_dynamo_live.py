@@ -318,6 +318,9 @@ def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_pa
     assert (best[0]["overlap_blocks"], best[0]["request_blocks"]) == (49, 50)
     counts = [p for p in warm["predictions"] if p["source"] == "log:mm_image_tokens"]
     assert counts[0]["image_tokens"] == [768]
+    # The model-level verdict (logged once at registration, no request id) is kept too.
+    verdicts = list(snap["dynamo_mm_routing"].values())
+    assert any(v["exact"] is True and v["spec"] == "qwen3_vl" for v in verdicts), verdicts
 
 
 def test_streaming_trace(cluster: DynamoCluster, client: TraceClient) -> None:

@@ -120,3 +120,15 @@ def test_capture_image_requests_and_router_overhead() -> None:
     assert fe["image_requests"]["Qwen/Qwen3-0.6B"] == {
         "with_images": 0.0, "counted": 0.0, "uncounted": 0.0}
     assert fe["router_overhead_ms_mean"]["total"] == pytest.approx(12.94209 / 13)
+
+
+def test_merge_mm_routing_keeps_the_latest_verdict() -> None:
+    from mmlens.dynamo_logs import ModelMmRouting, merge_mm_routing
+
+    table: dict[str, ModelMmRouting] = {}
+    assert merge_mm_routing(table, {"m": ModelMmRouting("m", spec="qwen3_vl")})
+    assert merge_mm_routing(table, {"m": ModelMmRouting("m", exact=False, reasons=["r"])})
+    assert (table["m"].exact, table["m"].spec, table["m"].reasons) == (False, "qwen3_vl", ["r"])
+    assert not merge_mm_routing(table, {"m": ModelMmRouting("m", exact=False, reasons=["r"])})
+    assert merge_mm_routing(table, {"m": ModelMmRouting("m", exact=True)})
+    assert (table["m"].exact, table["m"].reasons) == (True, [])
