@@ -1,0 +1,43 @@
+"""Collectors running in-process on a thread while a reader opens the same store."""
+
+from __future__ import annotations
+
+import time
+
+from collectors.background import start_background
+from mmlens.config import Config, RouterTarget
+from mmlens.snapshot import build_snapshot
+from mmlens.store import Store
+from tests.collectors.loopback import Loopback, Route
+from tests.fixtures_path import capture
+
+
+def test_background_collectors_and_concurrent_reader(tmp_path) -> None:
+    routes = {"/metrics": Route(capture("smg_http_metrics.txt")),
+              "/workers": Route(capture("smg_http_workers.txt"), content_type="application/json"),
+              "/v1/models": Route(capture("smg_http_v1_models.txt"),
+                                  content_type="application/json")}
+    with Loopback(routes) as lb:
+        cfg = Config(routers=[RouterTarget("smg", "smg", lb.url, metrics_url=lb.url + "/metrics")],
+                     interval_s=0.2)
+        bg = start_background(cfg, tmp_path / "bg.db")
+        reader = None
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                if (tmp_path / "bg.db").exists():
+                    reader = reader or Store(tmp_path / "bg.db", readonly=True)
+                    snap = build_snapshot(reader)
+                    if snap["cache_aware_branches"] and snap["router_state"]:
+                        break
+                assert time.monotonic() < deadline and bg.running
+                time.sleep(0.1)
+            assert snap["cache_aware_branches"]["smg"] == {"tree_match": 5.0,
+                                                           "expected_wait_fallback": 2.0}
+            assert [w["url"] for w in snap["router_state"][0]["workers"]] == [
+                "http://127.0.0.1:18002", "http://127.0.0.1:18001"]
+        finally:
+            bg.stop()
+            if reader is not None:
+                reader.close()
+    assert not bg.running
