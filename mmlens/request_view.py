@@ -139,9 +139,13 @@ def _image_identities(trace: dict[str, Any]) -> list[str | None]:
 def predicted_tokens(trace: dict[str, Any]) -> int | None:
     """Tokens the router expected to find cached: overlap blocks × block size, or Dynamo's
     predicted ratio × prompt tokens."""
-    for p in trace.get("predictions") or []:
+    preds = trace.get("predictions") or []
+    # Block counts first: Dynamo's `nvext.timing` (a ratio) usually precedes the log line
+    # `[ROUTING] Best … X/Y` that says the same in whole blocks.
+    for p in preds:
         if p.get("overlap_blocks") is not None:
             return int(p["overlap_blocks"]) * int(p.get("block_size") or 16)
+    for p in preds:
         if p.get("kv_hit_rate") is not None and trace.get("prompt_tokens"):
             return round(float(p["kv_hit_rate"]) * int(trace["prompt_tokens"]))
     return None

@@ -20,7 +20,10 @@ ADVICE = {
 def decision_rows(traces: Sequence[dict[str, Any]], limit: int = 100) -> list[dict[str, Any]]:
     rows = []
     for t in traces[:limit]:
-        pred = (t.get("predictions") or [{}])[0]
+        preds = t.get("predictions") or [{}]
+        # The first prediction that counts blocks (for Dynamo the log's `[ROUTING] Best`,
+        # which follows `nvext.timing`).
+        pred = next((p for p in preds if p.get("overlap_blocks") is not None), preds[0])
         rows.append({
             "ts": t.get("ts") or 0.0, "request": t["request_id"],
             "worker": t.get("worker") or "—", "branch": pred.get("branch") or "—",

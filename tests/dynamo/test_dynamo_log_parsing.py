@@ -132,3 +132,19 @@ def test_merge_mm_routing_keeps_the_latest_verdict() -> None:
     assert not merge_mm_routing(table, {"m": ModelMmRouting("m", exact=False, reasons=["r"])})
     assert merge_mm_routing(table, {"m": ModelMmRouting("m", exact=True)})
     assert (table["m"].exact, table["m"].reasons) == (True, [])
+
+
+def test_routing_rows_use_dynamo_block_counts() -> None:
+    from mmlens.request_view import predicted_tokens
+    from mmlens.routing_table import decision_rows
+
+    trace = {"request_id": "r", "ts": 1.0, "worker": "7", "prompt_tokens": 317,
+             "cached_tokens": 304, "predictions": [
+                 {"source": "nvext.timing", "kv_hit_rate": 0.95, "overlap_blocks": None},
+                 {"source": "log:routing_best", "overlap_blocks": 19, "request_blocks": 20,
+                  "warnings": []},
+                 {"source": "log:mm_fallback", "warnings": ["mm-routing: x; error=y"]}]}
+    (row,) = decision_rows([trace])
+    assert row["overlap"] == "19/20" and row["predicted"] == 304
+    assert row["warnings"] == "mm-routing: x; error=y"
+    assert predicted_tokens({"prompt_tokens": 100, "predictions": [{"kv_hit_rate": 0.5}]}) == 50
