@@ -12,7 +12,13 @@ import httpx
 
 from mmlens.config import RouterTarget
 from mmlens.records import CollectorHealth, RouterWorker
-from mmlens.router_state import parse_get_loads, parse_models, parse_smg_workers
+from mmlens.router_state import (
+    parse_get_loads,
+    parse_indexer_scores,
+    parse_models,
+    parse_smg_workers,
+    summarize_indexer_dump,
+)
 
 SMG_PATHS = ("/workers", "/get_loads", "/v1/models", "/readiness")
 DYNAMO_PATHS = ("/v1/models", "/health")
@@ -85,6 +91,8 @@ class RouterStateCollector:
             state["readiness"] = self._get(router, "/readiness", h)
         else:
             state["health"] = self._get(router, "/health", h)
+            if router.indexer_url:
+                state["indexer"] = self.indexer_dump(router, h)
         models = self._get(router, "/v1/models", h)
         try:
             state["models"] = parse_models(models) if models is not None else []
@@ -97,3 +105,30 @@ class RouterStateCollector:
     @staticmethod
     def workers_of(state: dict[str, Any]) -> list[RouterWorker]:
         return [RouterWorker(**w) for w in state.get("workers", [])]
+
+    def indexer_dump(self, router: RouterTarget, h: CollectorHealth) -> dict[str, Any] | None:
+        assert router.indexer_url
+        target = RouterTarget(router.name, "dynamo", router.indexer_url,
+                              api_key_env=router.api_key_env)
+        doc = self._get(target, "/dump", h)
+        if doc is None:
+            return None
+        try:
+            return summarize_indexer_dump(doc)
+        except ValueError as exc:
+            h.error("bad_shape", f"indexer /dump: {exc}", time.time())
+            return None
+
+    def indexer_query(self, indexer_url: str, token_ids: list[int], model: str,
+                      tenant_id: str = "default", lora_name: str | None = None,
+                      ) -> dict[str, dict[int, int]]:
+        """Matched tokens per worker and DP rank for a token sequence (for image requests,
+        send the pad-value routing tokens: the indexer hashes raw ids without MM info)."""
+        body: dict[str, Any] = {"token_ids": token_ids, "model_name": model,
+                                "tenant_id": tenant_id}
+        if lora_name:
+            body["lora_name"] = lora_name
+        resp = self.client.post(indexer_url.rstrip("/") + "/query", json=body,
+                                timeout=self.timeout)
+        resp.raise_for_status()
+        return parse_indexer_scores(resp.json())

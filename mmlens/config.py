@@ -58,6 +58,7 @@ class RouterTarget:
     api_key_env: str | None = None
     discover_workers: bool = True
     log_file: str | None = None
+    indexer_url: str | None = None  # Dynamo standalone kv-indexer (GET /dump)
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -161,6 +162,7 @@ def parse_config(doc: dict[str, Any], base_dir: Path = Path(".")) -> Config:
             metrics_url=_str(r, "metrics_url", where),
             api_key_env=_str(r, "api_key_env", where),
             discover_workers=bool(r.get("discover_workers", True)),
+            indexer_url=_str(r, "indexer_url", where),
             log_file=str(base_dir / log_file) if log_file else None))
     for i, w in enumerate(doc.get("worker", [])):
         where = f"worker[{i}]"

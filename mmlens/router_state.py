@@ -71,3 +71,40 @@ def parse_models(doc: Any) -> list[str]:
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise ValueError("not an OpenAI /v1/models document")
     return [str(m["id"]) for m in doc["data"] if isinstance(m, dict) and "id" in m]
+
+
+def parse_indexer_scores(doc: Any) -> dict[str, dict[int, int]]:
+    """Dynamo standalone indexer ``POST /query`` → ``{worker_id: {dp_rank: matched tokens}}``
+    (``{"scores": {...}, "frequencies": [...], "tree_sizes": {...}}``; not verified live)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("scores"), dict):
+        raise ValueError("not a Dynamo indexer /query answer")
+    out: dict[str, dict[int, int]] = {}
+    for worker, ranks in doc["scores"].items():
+        if isinstance(ranks, dict):
+            out[str(worker)] = {int(r): int(v) for r, v in ranks.items()}
+        elif isinstance(ranks, int | float):
+            out[str(worker)] = {0: int(ranks)}
+    return out
+
+
+def summarize_indexer_dump(doc: Any) -> dict[str, dict[str, int]]:
+    """Dynamo indexer ``GET /dump`` (RouterEvents keyed by ``model:tenant``) → events and
+    stored blocks per key and worker. Tolerant: the event shape is not verified live."""
+    if not isinstance(doc, dict):
+        raise ValueError("not a Dynamo indexer /dump answer")
+    out: dict[str, dict[str, int]] = {}
+    for key, events in doc.items():
+        per: dict[str, int] = {}
+        for ev in events if isinstance(events, list) else []:
+            if not isinstance(ev, dict):
+                continue
+            worker = str(ev.get("worker_id", "?"))
+            per[f"{worker}:events"] = per.get(f"{worker}:events", 0) + 1
+            inner = ev.get("event")
+            data = inner.get("data") if isinstance(inner, dict) else None
+            stored = data.get("stored") if isinstance(data, dict) else None
+            if isinstance(stored, dict) and isinstance(stored.get("blocks"), list):
+                per[f"{worker}:stored_blocks"] = (per.get(f"{worker}:stored_blocks", 0)
+                                                  + len(stored["blocks"]))
+        out[str(key)] = per
+    return out

@@ -66,3 +66,35 @@ def test_html_and_broken_answers_are_counted() -> None:
     assert "workers" not in state
     assert col.health["smg"].errors == {"html_answer": 1, "bad_shape": 1, "bad_json": 1}
     assert col.health["smg"].last_success is None
+
+
+def test_dynamo_indexer_dump_and_query() -> None:
+    dump = {"Qwen/Qwen3-VL-2B-Instruct:default": [
+        {"worker_id": 7, "event": {"event_id": 1, "data": {"stored": {
+            "parent_hash": None, "blocks": [{"block_hash": 1, "tokens_hash": 2},
+                                            {"block_hash": 3, "tokens_hash": 4}]}}}},
+        {"worker_id": 7, "event": {"event_id": 2, "data": {"removed": {"block_hashes": [1]}}}},
+        {"worker_id": 9, "event": {"event_id": 1, "data": {"stored": {"blocks": [{}]}}}}]}
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/query":
+            return httpx.Response(200, json={"scores": {"7": {"0": 32}, "9": {"0": 0, "1": 16}},
+                                             "frequencies": [2, 1], "tree_sizes": {}})
+        if request.url.path == "/dump":
+            return httpx.Response(200, json=dump)
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "Qwen/Qwen3-VL-2B-Instruct"}]})
+        return httpx.Response(200, json={"status": "healthy"})
+
+    col = RouterStateCollector(httpx.Client(transport=httpx.MockTransport(handler)))
+    state = col.poll(RouterTarget("dyn", "dynamo", "http://dyn:8000",
+                                  indexer_url="http://idx:8090"))
+    assert state["indexer"] == {"Qwen/Qwen3-VL-2B-Instruct:default": {
+        "7:events": 2, "7:stored_blocks": 2, "9:events": 1, "9:stored_blocks": 1}}
+    scores = col.indexer_query("http://idx:8090", [1] * 48, "Qwen/Qwen3-VL-2B-Instruct")
+    assert scores == {"7": {0: 32}, "9": {0: 0, 1: 16}}
+    assert json.loads(seen[-1].content) == {"token_ids": [1] * 48,
+                                            "model_name": "Qwen/Qwen3-VL-2B-Instruct",
+                                            "tenant_id": "default"}
