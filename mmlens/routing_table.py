@@ -49,3 +49,19 @@ def strict_mode_rows(traces: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                      "error_code": code or "—", "message": (t.get("error") or "")[:200],
                      "what to change": ADVICE.get(code or "", "see the message")})
     return rows
+
+
+def dynamo_verdict_rows(verdicts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dynamo's per-model word on exact (pad-value) MM routing, from its frontend log."""
+    rows = []
+    for model, v in sorted(verdicts.items()):
+        exact = v.get("exact")
+        rows.append({
+            "model": model,
+            "image routing": ("exact (pad values)" if exact is True else
+                              "text prefix only" if exact is False else "unknown"),
+            "spec": v.get("spec") or "—",
+            "image token id": v.get("image_token_id"),
+            "why not": "; ".join(v.get("reasons") or []) or "—",
+        })
+    return rows

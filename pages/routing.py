@@ -8,7 +8,7 @@ import streamlit as st
 
 from mmlens.figures_routing import branches_figure, dynamo_events_figure, mode_reason_figure
 from mmlens.records import MetricSample
-from mmlens.routing_table import decision_rows, strict_mode_rows
+from mmlens.routing_table import decision_rows, dynamo_verdict_rows, strict_mode_rows
 from mmlens.timeseries import counter_increase_series
 from pages import shared
 
@@ -47,6 +47,14 @@ def live() -> None:
                    (snap.get("router_kv_event_health") or {}).items() if h.get("events_applied")}
         if applied:
             st.plotly_chart(dynamo_events_figure(applied), key="dynamo_events", width="stretch")
+
+        verdicts = shared.meta(path, "dynamo_mm_routing") or {}
+        if verdicts:
+            st.subheader("Dynamo: image-aware routing per model")
+            st.dataframe(pd.DataFrame(dynamo_verdict_rows(verdicts)), hide_index=True,
+                         width="stretch")
+            st.caption("From the frontend's `mm_routing` log at model registration. Per-request "
+                       "fallbacks (e.g. image dims not fetched) appear under warnings below.")
 
         st.subheader("Recent decisions")
         decisions = decision_rows(snap["traces"])
