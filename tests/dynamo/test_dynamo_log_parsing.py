@@ -148,3 +148,16 @@ def test_routing_rows_use_dynamo_block_counts() -> None:
     assert row["overlap"] == "19/20" and row["predicted"] == 304
     assert row["warnings"] == "mm-routing: x; error=y"
     assert predicted_tokens({"prompt_tokens": 100, "predictions": [{"kv_hit_rate": 0.5}]}) == 50
+
+
+def test_dynamo_verdict_rows() -> None:
+    from dataclasses import asdict
+
+    from mmlens.dynamo_logs import model_mm_routing
+    from mmlens.routing_table import dynamo_verdict_rows
+
+    table = model_mm_routing(SUPPORT.read_text().splitlines())
+    rows = {r["model"]: r for r in dynamo_verdict_rows({m: asdict(v) for m, v in table.items()})}
+    assert rows["/models/Qwen3-VL-2B-Instruct"]["image routing"] == "exact (pad values)"
+    glm = rows["/models/GLM-5.3-Flash"]
+    assert glm["image routing"] == "text prefix only" and "glm53_flash" in glm["why not"]
