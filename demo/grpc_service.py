@@ -211,8 +211,12 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
         max_tokens = sp.max_tokens if sp.HasField("max_tokens") else 16
         s.log_request("grpc", request.request_id, prompt, media, request)
         try:
-            async for new, res in s.engine.run(request.request_id, prompt, media, max_tokens):
-                if request.stream and new:
+            # aclosing: a cancelled RPC (client gone) releases the request's blocks at once.
+            async with contextlib.aclosing(
+                    s.engine.run(request.request_id, prompt, media, max_tokens)) as steps:
+                async for new, res in steps:
+                    if not (request.stream and new):
+                        continue
                     yield vllm_engine_pb2.GenerateResponse(
                         chunk=vllm_engine_pb2.GenerateStreamChunk(
                             token_ids=new, prompt_tokens=res.prompt_tokens,

@@ -9,6 +9,7 @@ N KV batches off the PUB socket, to force a gap that the replay socket then fill
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -101,8 +102,9 @@ def build_app(state: WorkerState) -> Starlette:
         if not stream:
             res = RequestResult()
             try:
-                async for _, step in gen:
-                    res = step
+                async with contextlib.aclosing(gen) as steps:
+                    async for _, step in steps:
+                        res = step
             except EngineError as exc:
                 return error(400, str(exc))
             return JSONResponse({
@@ -116,6 +118,7 @@ def build_app(state: WorkerState) -> Starlette:
         try:
             first = await gen.__anext__()
         except EngineError as exc:
+            await gen.aclose()
             return error(400, str(exc))
 
         async def sse() -> AsyncIterator[bytes]:
@@ -131,17 +134,16 @@ def build_app(state: WorkerState) -> Starlette:
             yield chunk({"role": "assistant", "content": ""}, None)
             sent = ""
             res = first[1]
-            pending = [first]
-            while True:
-                for _, res in pending:
+            async with contextlib.aclosing(gen) as steps:
+                while True:
                     text = state.detokenize(res.output_ids)
                     if len(text) > len(sent):
                         yield chunk({"content": text[len(sent):]}, None)
                         sent = text
-                try:
-                    pending = [await gen.__anext__()]
-                except StopAsyncIteration:
-                    break
+                    try:
+                        res = (await steps.__anext__())[1]
+                    except StopAsyncIteration:
+                        break
             yield chunk({}, res.finish_reason)
             if include_usage:
                 data = {"id": rid, "object": "chat.completion.chunk", "created": created,

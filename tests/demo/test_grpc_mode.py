@@ -313,13 +313,17 @@ def test_info_loads_and_abort_over_grpc(info: dict) -> None:
         assert server.mm_processor == ""  # this cluster keeps images on the router
         loads = stub.GetLoads(vllm_engine_pb2.GetLoadsRequest(), timeout=5)
         assert loads.dp_rank_count == 1 and loads.loads[0].max_total_num_tokens == 2048 * 16
+        # A long uncached prompt keeps the request in prefill (~0.6 s) while Abort arrives.
         stream = stub.Generate(vllm_engine_pb2.GenerateRequest(
             request_id="to-abort", stream=True,
-            tokenized=vllm_engine_pb2.TokenizedInput(input_ids=list(range(100, 140))),
-            sampling_params=vllm_engine_pb2.SamplingParams(max_tokens=20)), timeout=10)
-        first = next(stream)
-        assert first.chunk.prompt_tokens == 40 and len(first.chunk.token_ids) == 1
+            tokenized=vllm_engine_pb2.TokenizedInput(input_ids=list(range(1000, 25000))),
+            sampling_params=vllm_engine_pb2.SamplingParams(max_tokens=20)), timeout=20)
+        deadline = time.monotonic() + 10
+        while not any(r["request_id"] == "to-abort" for r in worker_requests(w["http"], 5)):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         stub.Abort(vllm_engine_pb2.AbortRequest(request_ids=["to-abort"]), timeout=5)
-        rest = list(stream)
-    assert rest[-1].complete.finish_reason == "abort"
-    assert rest[-1].complete.completion_tokens < 20
+        responses = list(stream)
+    done = responses[-1].complete
+    assert done.finish_reason == "abort" and done.completion_tokens == 0
+    assert done.prompt_tokens == 24000
