@@ -8,6 +8,7 @@ B+10+10i (gRPC), +1 (HTTP, /metrics), +2 (ZMQ PUB), +3 (ZMQ replay).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import httpx
 from demo.model_dirs import MODELS, ensure_model_dir
 
 HOST = "127.0.0.1"
+PR_SET_PDEATHSIG = 1
 SMG_DRAIN_S = 12.0
 
 
@@ -74,6 +76,14 @@ def ports_needed(cfg: ClusterConfig) -> list[int]:
     for i in range(cfg.workers):
         ports += list(cfg.worker_ports(i).values())
     return ports
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the process that started us dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def smg_command() -> list[str]:
@@ -160,7 +170,8 @@ class Cluster:
         log_path = self.log_dir / f"{name}.log"
         log = log_path.open("wb")
         popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                 preexec_fn=_die_with_parent)
         proc = Proc(name, popen, log_path, log)
         self.procs.append(proc)
         return proc
