@@ -71,3 +71,30 @@ def test_demo_cli_ready_request_and_clean_ctrl_c(tmp_path: Path) -> None:
     assert not ready.exists()
     assert not any(alive(pid) for pid in pids)
     assert not any(listening(p) for p in ports)
+
+
+def test_a_killed_demo_takes_its_processes_with_it(tmp_path: Path) -> None:
+    base = free_port_base(40)
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmlens", "demo", "--port-base", str(base), "--workers", "1",
+         "--connection", "http", "--ready-file", str(ready)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        info = json.loads(ready.read_text())
+        pids = [info["router_pid"], info["workers"][0]["pid"]]
+        proc.kill()  # SIGKILL: no cleanup code of the demo runs
+        proc.wait()
+        deadline = time.monotonic() + 15  # SMG still drains after its SIGTERM
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(p) for p in pids)
+        assert not listening(base) and not listening(base + 11)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
