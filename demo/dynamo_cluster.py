@@ -17,6 +17,7 @@ system server (/metrics) B+10+10i, vLLM-format ZMQ KV events +1, replay +2.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import importlib.util
 import json
@@ -127,6 +128,16 @@ def loopback_env(scratch: Path, broker: str, base: dict[str, str] | None = None,
 
 
 _READY = re.compile(r'\{"event": "worker_ready".*\}')
+PR_SET_PDEATHSIG = 1
+
+
+def _killed_with_parent() -> None:
+    """In the child: SIGKILL when the demo process dies, even by SIGKILL. (SIGKILL, not
+    SIGTERM: Dynamo 1.6.1 processes can linger after their graceful-shutdown phases.)"""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class DynamoCluster:
@@ -196,7 +207,7 @@ class DynamoCluster:
         log = log_path.open("wb")
         popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                 cwd=self.scratch)
+                                 cwd=self.scratch, preexec_fn=_killed_with_parent)
         proc = Proc(name, popen, log_path, log)
         self.procs.append(proc)
         return proc
