@@ -144,6 +144,15 @@ class KVEventCollector:
         elif verdict.status == "gap":
             assert verdict.missing_from is not None and verdict.missing_to is not None
             self._fill_gap(ep, verdict.missing_from, verdict.missing_to)
+        elif verdict.status == "first" and seq > 0:
+            # Joined a running publisher (or its first batches never reached us): fetch what
+            # it still buffers; blocks announced before that are unknowable.
+            h.count("late_join_missed", seq)
+            if ep.replay is not None:
+                got = self.replay(ep, 0, seq - 1)
+                h.count("replayed_batches", len(got))
+                for old_seq, payload in got:
+                    self._apply(ep, old_seq, payload, time.time(), live=False)
         self._apply(ep, seq, frames[2], now)
 
     def _apply(self, ep: Endpoint, seq: int, payload: bytes, now: float,

@@ -42,7 +42,7 @@ def _connect(col, pub, ctx, endpoint: str) -> None:
     """Slow-joiner: publish probes until the SUB side sees traffic, then reset."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        pub.send_frames([pub.topic, (2**63).to_bytes(8, "big"), b""])
+        pub.send_frames([pub.topic, (0).to_bytes(8, "big"), b""])
         if col.poll(50):
             break
     col.tracker.last.clear()
@@ -162,5 +162,25 @@ def test_initial_sync_learns_blocks_stored_before_the_collector_started(ctx) -> 
         col.poll(50)
     assert col.summary()["w1#0"]["resident_blocks"] == 4
     assert ep.health.errors == {} and "gaps" not in ep.health.counters
+    col.close()
+    pub.close()
+
+
+def test_late_join_fetches_what_the_publisher_still_buffers(ctx) -> None:
+    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub = Publisher(ctx, pub_ep, replay_ep)
+    col = KVEventCollector(context=ctx, replay_timeout_s=2.0)
+    ep = col.add_endpoint("w1", 0, pub_ep, replay_ep)
+    col.initial_sync()  # empty buffer: nothing learned, stream not yet tracked
+    pub.publish([1.0, [stored([1])], 0], send=False)  # never reaches the SUB socket
+    seq = pub.publish([1.1, [stored([2], parent=1)], 0], send=False)
+    payload = pub.buffer[-1][1]
+    deadline = time.monotonic() + 5
+    while ep.health.counters.get("last_seq") != seq and time.monotonic() < deadline:
+        pub.send_frames([b"", seq.to_bytes(8, "big"), payload])
+        col.poll(50)
+    assert ep.health.counters["late_join_missed"] == 1
+    assert ep.health.counters["replayed_batches"] == 1
+    assert col.summary()["w1#0"]["resident_blocks"] == 2
     col.close()
     pub.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,8 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_base(span: int = 50) -> int:
-    import random
-
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
     for _ in range(200):
         base = rng.randrange(20000, 32000 - span, 10)
@@ -146,4 +145,40 @@ def test_discovery_from_smg_workers(demo, tmp_path) -> None:
     assert {w.router_url for w in cfg.workers} == expected
     assert runner.discovery_health.counters["discovered_workers"] == 2
     assert store.meta("router_state")[0]["kind"] == "smg"
+    store.close()
+
+
+def test_live_gap_is_replayed_from_the_worker(demo, tmp_path) -> None:
+    """The demo worker keeps a batch off its PUB socket (`/demo/kv/drop`); the collector sees
+    the sequence gap and fetches the batch from the worker's ROUTER replay socket."""
+    from collectors.traces import ImagePart, TraceClient, solid_png
+    from mmlens.config import apply_ready
+
+    cfg = Config()
+    apply_ready(cfg, demo)
+    store = Store(tmp_path / "g.db")
+    with httpx.Client() as client:
+        runner = CollectorRunner(cfg, store, http=client)
+        runner.setup()
+        runner.start_kv()
+        time.sleep(0.5)  # SUB sockets join
+        for w in demo["workers"]:
+            client.post(w["http"] + "/demo/kv/drop", params={"count": 1}).raise_for_status()
+        tracer = TraceClient(client)
+        model = demo["models"][0]["id"]
+        rng = random.Random(time.time_ns())
+        for i in range(4):  # unseen image content each time: new blocks, a new batch each
+            color = (rng.randrange(256), rng.randrange(256), 40 * i)
+            tracer.send(demo["router"], model, "Describe this image in detail please.",
+                        [ImagePart(solid_png(64, 64, color))])
+        health = [ep.health for ep in runner.kv.endpoints]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if sum(h.counters.get("replayed_batches", 0) for h in health) >= 1:
+                break
+            time.sleep(0.2)
+        runner.close()
+    assert sum(h.counters.get("gaps", 0) for h in health) >= 1, [h.counters for h in health]
+    assert sum(h.counters.get("replayed_batches", 0) for h in health) >= 1
+    assert all("unrecovered_gap" not in h.errors for h in health)
     store.close()
