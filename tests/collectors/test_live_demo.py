@@ -82,7 +82,7 @@ def test_collect_then_snapshot(demo, capsys) -> None:
     (tmp / "mmlens.toml").write_text(f'interval_s = 1\n[demo]\nready_file = "{demo["_ready"]}"\n')
     db = tmp / "live.db"
     rc = collect_cli.main(["--config", str(tmp / "mmlens.toml"), "--db", str(db),
-                           "--duration", "5", "--workload", "8",
+                           "--duration", "5", "--workload", "8", "--layout-model", "qwen3-vl",
                            "--router-log", f"smg={tmp / 'logs' / 'smg.log'}"])
     assert rc == 0
     capsys.readouterr()
@@ -103,6 +103,10 @@ def test_collect_then_snapshot(demo, capsys) -> None:
     assert len(traces) == 8
     assert all(t["status"] == 200 and t["worker"] in workers for t in traces)
     assert all(t["prompt_tokens"] == 81 for t in traces)
+    # The core's expected layout agrees with what SMG + the engine reported.
+    assert all(t["expected_layout"]["engine_prompt_tokens"] == 81 for t in traces)
+    assert all(t["expected_layout"]["router_view"]["token_count"] == 81 for t in traces)
+    assert all(len(t["images"][0]["identities"]["smg_blake3"]) == 64 for t in traces)
     assert any(t["cached_tokens"] > 0 for t in traces)
     assert any(t["stream"] and t["ttft_s"] is not None for t in traces)
     sources = {p["source"] for t in traces for p in t["predictions"]}
