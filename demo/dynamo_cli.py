@@ -51,6 +51,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="KV block size the workers register (the frontend reads it)")
     p.add_argument("--num-blocks", type=int, default=4096, help="KV blocks per worker")
     p.add_argument("--speed", type=float, default=1.0, help="worker latency divisor")
+    p.add_argument("--kv-path", choices=["pad", "vllm-zmq"], default="pad",
+                   help="pad: workers push pad-value KV events through Dynamo's publisher "
+                        "(default); vllm-zmq: Dynamo relays the workers' raw vLLM-format ZMQ "
+                        "events and rewrites image runs itself, as with real vLLM workers")
     p.add_argument("--no-zmq-kv-events", action="store_true",
                    help="workers do not also publish vLLM-format ZMQ KV events for mmlens")
     p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
@@ -68,7 +72,8 @@ def config_from(args: argparse.Namespace) -> DynamoClusterConfig:
         family=args.model, workers=args.workers, port_base=args.port_base,
         router_kv_events=not args.no_router_kv_events, count_drift=drift,
         block_size=args.block_size, num_blocks=args.num_blocks, speed=args.speed,
-        zmq_kv_events=not args.no_zmq_kv_events, tokenizer_backend=args.tokenizer,
+        zmq_kv_events=not args.no_zmq_kv_events, kv_path=args.kv_path,
+        tokenizer_backend=args.tokenizer,
         log_dir=args.log_dir,
         model_cache=args.model_cache, ready_timeout=args.ready_timeout)
 

@@ -72,6 +72,10 @@ class DynamoClusterConfig:
     num_blocks: int = 4096
     speed: float = 1.0
     zmq_kv_events: bool = True  # workers also publish vLLM-format ZMQ events for mmlens
+    # "pad": workers push pad-value events through Dynamo's publisher; "vllm-zmq": Dynamo
+    # subscribes to the workers' raw vLLM-format ZMQ events and normalizes them itself.
+    kv_path: str = "pad"
+    zmq_legacy_encoding: bool = False
     log_dir: Path | None = None
     scratch_dir: Path | None = None
     model_cache: Path | None = None
@@ -144,6 +148,10 @@ class DynamoCluster:
     def __init__(self, cfg: DynamoClusterConfig) -> None:
         if cfg.family not in MODELS:
             raise ValueError(f"unknown demo model {cfg.family!r}; choose from {sorted(MODELS)}")
+        if cfg.kv_path not in ("pad", "vllm-zmq"):
+            raise ValueError("kv_path must be pad or vllm-zmq")
+        if cfg.kv_path == "vllm-zmq":
+            cfg.zmq_kv_events = True  # Dynamo reads the workers' ZMQ events
         self.cfg = cfg
         self.model = MODELS[cfg.family]
         self.procs: list[Proc] = []
@@ -220,8 +228,11 @@ class DynamoCluster:
                "--block-size", str(cfg.block_size), "--num-blocks", str(cfg.num_blocks),
                "--speed", str(cfg.speed), "--count-drift", str(cfg.drift(i)),
                "--allowed-media-hosts", HOST]
-        if cfg.zmq_kv_events:
+        if cfg.zmq_kv_events or cfg.kv_path == "vllm-zmq":
             cmd += ["--zmq-kv-port", str(p["kv"]), "--zmq-replay-port", str(p["replay"])]
+        cmd += ["--kv-path", cfg.kv_path]
+        if cfg.zmq_legacy_encoding:
+            cmd.append("--zmq-legacy-encoding")
         if not cfg.router_kv_events:
             cmd.append("--no-kv-events")
         return cmd

@@ -101,6 +101,7 @@ class SimulatedVllmEngine(LLMEngine):
         self.zmq: KvPublisher | None = None
         self.engine: Engine | None = None
         self.snapshots: Any = None
+        self.kv_relay: Any = None
         self.log = sys.stdout
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -126,11 +127,16 @@ class SimulatedVllmEngine(LLMEngine):
         self.allowed_hosts = frozenset(h for h in a.allowed_media_hosts.split(",") if h)
         self.metrics = WorkerMetrics(self.model.served_name, a.block_size, a.num_blocks,
                                      a.max_model_len)
-        sinks: list[Any] = [self.sink]
+        # kv-path "pad": events reach Dynamo through its Python publisher with image runs
+        # already in pad-value form. "vllm-zmq": as a real vLLM engine, raw image-token runs
+        # plus extra_keys (64-hex identifiers) on a ZMQ PUB socket that Dynamo's worker
+        # subscribes to and normalizes itself.
+        sinks: list[Any] = [] if a.kv_path == "vllm-zmq" else [self.sink]
         if a.zmq_kv_port:
             self.zmq = KvPublisher(f"tcp://{HOST}:{a.zmq_kv_port}",
                                    f"tcp://{HOST}:{a.zmq_replay_port}"
-                                   if a.zmq_replay_port else None, topic="kv-events")
+                                   if a.zmq_replay_port else None, topic="kv-events",
+                                   legacy=a.zmq_legacy_encoding)
             self.zmq.start()
             sinks.append(self.zmq)
         self.engine = Engine(
@@ -149,7 +155,28 @@ class SimulatedVllmEngine(LLMEngine):
                                 max_num_batched_tokens=8192))
 
     async def kv_event_sources(self) -> list[KvEventSource]:
+        if self.args.kv_path == "vllm-zmq":
+            return []  # relayed by our own publisher (`on_endpoint_ready`)
         return [PushSource(on_ready=self.sink.attach, dp_rank=0)]
+
+    async def on_endpoint_ready(self, endpoint: Any) -> None:
+        """vllm-zmq: relay the engine's ZMQ events as Dynamo's vLLM worker does, with the
+        image-placeholder id that lets the relay rewrite image runs to pad values.
+        (The backend framework's `ZmqSource` carries no image token id, so events relayed
+        through it keep raw image runs and never match the router's view.)"""
+        if self.args.kv_path != "vllm-zmq" or self.args.no_kv_events:
+            return
+        from dynamo._core import resolve_routing_image_token_id
+        from dynamo.llm import KvEventPublisher
+
+        image_token_id = resolve_routing_image_token_id(self.model.served_name,
+                                                        str(self.model_dir))
+        self.kv_relay = KvEventPublisher(
+            endpoint=endpoint, kv_block_size=self.args.block_size, dp_rank=0,
+            enable_local_indexer=True, zmq_endpoint=f"tcp://{HOST}:{self.args.zmq_kv_port}",
+            zmq_topic="kv-events", image_token_id=image_token_id)
+        self._emit({"event": "kv_relay", "image_token_id": image_token_id,
+                    "zmq_endpoint": f"tcp://{HOST}:{self.args.zmq_kv_port}"})
 
     def component_metrics_dp_ranks(self) -> list[int]:
         return [0]
@@ -165,6 +192,10 @@ class SimulatedVllmEngine(LLMEngine):
             self.engine.aborted.add(context.id())
 
     async def cleanup(self) -> None:
+        if self.kv_relay is not None:
+            with contextlib.suppress(Exception):
+                self.kv_relay.shutdown()
+            self.kv_relay = None
         if self.zmq is not None:
             self.zmq.close()
             self.zmq = None
@@ -218,7 +249,8 @@ class SimulatedVllmEngine(LLMEngine):
             expanded, spans = self.expander.expand(token_ids, images)
         except (MediaError, PlaceholderMismatch, OSError) as exc:
             raise ValueError(f"simulated vLLM worker refused the request: {exc}") from exc
-        prompt = normalize_image_runs(expanded, spans, self.pad_token, pads)
+        prompt = (expanded if self.args.kv_path == "vllm-zmq" else
+                  normalize_image_runs(expanded, spans, self.pad_token, pads))
         routing = request.get("mm_routing_info") or {}
         routing_ids = routing.get("routing_token_ids")
         routing_len = routing.get("expanded_prompt_len")
@@ -289,6 +321,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--zmq-kv-port", type=int, default=0,
                    help="also publish vLLM-format ZMQ KV events on 127.0.0.1:PORT (0: off)")
     p.add_argument("--zmq-replay-port", type=int, default=0)
+    p.add_argument("--kv-path", choices=["pad", "vllm-zmq"], default="pad",
+                   help="pad: pad-value events through Dynamo's publisher (default); "
+                        "vllm-zmq: raw vLLM-format ZMQ events that Dynamo normalizes itself")
+    p.add_argument("--zmq-legacy-encoding", action="store_true",
+                   help="ZMQ events as positional arrays (vLLM before PR #42892)")
     p.add_argument("--no-kv-events", action="store_true",
                    help="publish no KV events to Dynamo (for --no-router-kv-events runs)")
     return p.parse_args(list(argv))
