@@ -95,3 +95,24 @@ def test_engine_count_drift_is_visible(tmp_path: Any) -> None:
     overlap, total = _best(warm)
     assert total == math.ceil(length / 16)
     assert overlap == (4 + 300) // 16 < length // 16
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["map-events", "array-events"])
+def test_vllm_zmq_events_normalized_by_dynamo(tmp_path: Any, legacy: bool) -> None:
+    """Real vLLM's path: the engine publishes raw image-token runs with extra_keys
+    (64-hex identifiers) on ZMQ; Dynamo's relay rewrites them to pad values itself."""
+    with running_dynamo(workers=1, kv_path="vllm-zmq", zmq_legacy_encoding=legacy,
+                        log_dir=tmp_path / "logs", model_cache=tmp_path / "models",
+                        ) as cluster, httpx.Client() as http:
+        tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", 16))
+        img = ImagePart(solid_png(640, 480, (60, 60, 160)))
+        _send(cluster, tc, img, "zmq-1")
+        time.sleep(1.0)
+        warm = _send(cluster, tc, img, "zmq-2")
+        other = _send(cluster, tc, ImagePart(solid_png(640, 480, (160, 60, 60))), "zmq-3")
+        relay = [json.loads(line) for line in
+                 cluster.workers[0].log_path.read_text(errors="replace").splitlines()
+                 if line.startswith('{"event": "kv_relay"')]
+    assert relay and relay[0]["image_token_id"] == 151655
+    assert _best(warm) == (19, 20) and warm.cached_tokens == 304
+    assert _best(other) == (0, 20)
