@@ -2,6 +2,8 @@
 
 import streamlit as st
 
+from pages import shared
+
 st.set_page_config(page_title="mmlens", page_icon=":material/search:", layout="wide")
 
 
@@ -24,4 +26,6 @@ PAGES = {
     ],
 }
 
-st.navigation(PAGES).run()
+current = st.navigation(PAGES)
+shared.sidebar_status()
+current.run()

@@ -128,3 +128,17 @@ def short_worker(url: str | None) -> str:
 
 def inspector_link(request_id: str) -> str:
     return f"/inspector?request={request_id}"
+
+
+def sidebar_status() -> None:
+    """Which store the pages read and how fresh it is (shown under the navigation)."""
+    path = db_path()
+    if not path or not os.path.exists(path):
+        st.sidebar.caption("Store: none yet")
+        return
+    try:
+        snap_ts = _reader(path).latest_sample_ts()
+    except (StoreError, OSError, ValueError) as exc:
+        st.sidebar.caption(f"Store unreadable: {exc}")
+        return
+    st.sidebar.caption(f"Store `{os.path.basename(path)}` · last scrape {ago(snap_ts)}")
