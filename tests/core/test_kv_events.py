@@ -276,3 +276,17 @@ def test_restart_empties_the_worker() -> None:
     idx.restart("w", 0)
     assert idx.summary()["w#0"]["resident_blocks"] == 0
     assert idx.summary()["w#0"]["restarts"] == 1
+
+
+def test_sglang_map_batch_with_attn_dp_rank() -> None:
+    obj = {"ts": 3.0, "events": [{"type": "BlockRemoved", "block_hashes": [-2]}],
+           "attn_dp_rank": 2}
+    ts, rank, (ev,) = normalize_batch(decode_payload(ENC.encode(obj)), "sg", 0)
+    assert (ts, rank, ev.block_hashes) == (3.0, 2, [(1 << 64) - 2])
+
+
+def test_truncated_payload_is_undecodable() -> None:
+    payload = ENCODINGS["map/map"]()
+    ingest = KVIngest()
+    assert ingest.ingest("w", 0, payload[: len(payload) // 2]) == []
+    assert ingest.errors == {"undecodable_msgpack": 1}
