@@ -96,7 +96,7 @@ def test_missing_and_broken_files(tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize(("endpoint", "rank", "expected"), [
     ("tcp://*:5557", 0, "tcp://*:5557"),
     ("tcp://127.0.0.1:5557", 2, "tcp://127.0.0.1:5559"),
-    ("ipc:///tmp/kv", 1, "ipc:///tmp/kv_dp1"),
+    ("ipc://kv.sock", 1, "ipc://kv.sock_dp1"),
     ("inproc://kv", 3, "inproc://kv_dp3"),
 ])
 def test_dp_rank_offsets(endpoint, rank, expected) -> None:
