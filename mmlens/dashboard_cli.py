@@ -104,6 +104,24 @@ def _wait_for_file(path: Path, timeout: float) -> bool:
     return False
 
 
+def supervise(children: Children, ui: subprocess.Popen[bytes]) -> int:
+    """Serve until Streamlit exits; reap the finished warm-up, and stop when the demo or the
+    collectors die (the pages would silently go stale)."""
+    reported: set[str] = set()
+    while ui.poll() is None:
+        for name, proc in children.procs:
+            code = proc.poll()
+            if code is None or name in reported:
+                continue
+            reported.add(name)
+            if name in ("demo", "collect"):
+                print(f"mmlens dashboard: {name} exited with code {code}; stopping",
+                      file=sys.stderr, flush=True)
+                return 1
+        time.sleep(0.5)
+    return ui.returncode
+
+
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     env = dict(os.environ)
@@ -158,7 +176,7 @@ def main(argv: Sequence[str]) -> int:
             Path(args.ready_file).write_text(json.dumps({
                 "event": "ready", "dashboard": f"http://127.0.0.1:{args.port}",
                 "db": str(db), "config": str(config) if config else None}) + "\n")
-        return ui.wait()
+        return supervise(children, ui)
     except KeyboardInterrupt:
         return 0
     except RuntimeError as exc:
