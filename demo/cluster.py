@@ -200,7 +200,7 @@ class Cluster:
                "--prometheus-host", HOST, "--prometheus-port", str(cfg.port_base + 1),
                "--worker-urls", *urls, "--policy", "cache_aware",
                "--model-path", str(self.model_dir), "--log-level", cfg.smg_log_level,
-               "--log-json"]
+               "--log-json", "--log-mm-timing"]
         if cfg.mm_processing:
             cmd += ["--mm-processing", cfg.mm_processing]
         if cfg.allow_private_media:
@@ -223,7 +223,6 @@ class Cluster:
         smg_env = dict(os.environ)
         smg_env.setdefault("SMG_CACHE_TRACE", "1")
         smg_env.setdefault("SMG_CACHE_TRACE_HEADER", "1")
-        smg_env.setdefault("SMG_LOG_MM_TIMING", "1")
         smg_env.setdefault("HF_HUB_OFFLINE", "1")
         self.smg = self._spawn("smg", self._smg_cmd(), smg_env)
         self._wait_router(deadline)
@@ -272,23 +271,26 @@ class Cluster:
         return ""
 
     def stop(self) -> None:
-        """SIGTERM everything; give SMG its drain, then SIGKILL what is left."""
-        for proc in self.procs:
-            if proc.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGTERM)
-        for proc in self.procs:
-            timeout = SMG_DRAIN_S if proc is self.smg else 5.0
-            try:
-                proc.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
+        """Stop the router first (its drain lets in-flight requests finish on the workers),
+        then the workers; SIGKILL whatever outlives its grace period."""
+        first = [p for p in self.procs if p is self.smg]
+        rest = [p for p in self.procs if p is not self.smg]
+        for group, grace in ((first, SMG_DRAIN_S), (rest, 5.0)):
+            for proc in group:
+                if proc.popen.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.popen.pid, signal.SIGTERM)
+            for proc in group:
+                try:
+                    proc.popen.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.popen.pid, signal.SIGKILL)
+                    proc.popen.wait(timeout=5)
+                # Children left in the group (none expected) go too.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=5)
-            # Children left in the group (none expected) go too.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)
-            proc.log.close()
+                proc.log.close()
         self.procs.clear()
         if self._own_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
