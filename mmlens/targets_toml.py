@@ -14,6 +14,12 @@ def _q(value: Any) -> str:
     return json.dumps(value)  # a JSON string literal is a valid TOML basic string
 
 
+def router_name_of(worker: dict[str, Any]) -> str:
+    """How the router names a worker: SMG by URL, Dynamo by its numeric worker id."""
+    return str(worker.get("url") or worker.get("grpc") or worker.get("worker_id")
+               or worker.get("http") or worker["name"])
+
+
 def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0) -> str:
     lines = [f"interval_s = {interval_s}", "timeout_s = 2", "",
              "[store]", "retention_s = 86400", "max_mb = 512", ""]
@@ -21,10 +27,12 @@ def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0) -> st
               f"url = {_q(ready['router'])}"]
     if ready.get("router_metrics"):
         lines.append(f"metrics_url = {_q(ready['router_metrics'])}")
+    if ready.get("router_log"):
+        lines.append(f"log_file = {_q(ready['router_log'])}")
     lines += ["discover_workers = false", ""]
     for w in ready.get("workers") or []:
         lines += ["[[worker]]", f"name = {_q(w['name'])}", 'engine = "vllm"',
-                  f"router_url = {_q(w.get('url') or w.get('grpc') or w.get('http'))}"]
+                  f"router_url = {_q(router_name_of(w))}"]
         for key, field in (("metrics", "metrics_url"), ("kv_events", "kv_events"),
                            ("kv_replay", "kv_replay")):
             if w.get(key):

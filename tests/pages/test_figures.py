@@ -179,3 +179,14 @@ def test_targets_toml_from_ready_round_trips() -> None:
     assert cfg.routers[0].url == "http://127.0.0.1:1"
     assert cfg.workers[0].router_url == "grpc://127.0.0.1:3"
     assert cfg.workers[0].topic == "kv-events"
+
+
+def test_targets_toml_from_a_dynamo_ready_line() -> None:
+    ready = {"event": "ready", "router_kind": "dynamo", "router": "http://127.0.0.1:1",
+             "router_metrics": "http://127.0.0.1:1/metrics", "router_log": "frontend.log",
+             "workers": [{"name": "w1", "worker_id": "5064877435218370466",
+                          "metrics": "http://127.0.0.1:2/metrics"}]}
+    cfg = validate_toml(config_toml_from_ready(ready))
+    assert cfg.routers[0].kind == "dynamo"
+    assert cfg.routers[0].log_file and cfg.routers[0].log_file.endswith("frontend.log")
+    assert cfg.workers[0].router_url == "5064877435218370466"
