@@ -105,8 +105,11 @@ def normalize_hashes(values: Any) -> list[BlockHash]:
         return values
     try:
         lo, hi = min(values), max(values)
-        if lo >= 0 and hi <= MASK64 and type(lo) is int and type(hi) is int:
-            return values  # already unsigned ints: the common vLLM case, no copy
+        if type(lo) is int and type(hi) is int:
+            if lo >= 0 and hi <= MASK64:
+                return values  # already unsigned ints: the common vLLM case, no copy
+            if lo >= MIN_INT64 and hi <= MASK64:  # a float in between raises TypeError
+                return [v & MASK64 for v in values]  # SGLang's signed int64
     except TypeError:
         pass  # mixed or bytes: fall through to the per-item path
     return [normalize_hash(v) for v in values]
@@ -138,24 +141,29 @@ def _is_hex_id(text: str) -> bool:
 def image_refs(entry: Any) -> tuple[ImageRef, ...] | None:
     """Image refs of one block's ``extra_keys`` entry.
 
-    ``[["ab12…", 4]]`` → ``(ImageRef("ab12…", 4),)`` (vLLM main: identifier, offset of the item
+    ``[["ab12…", 4]]`` → ``(("ab12…", 4),)`` (vLLM main: identifier, offset of the item
     relative to the block start, negative when the image began in an earlier block);
-    ``["ab12…"]`` → ``(ImageRef("ab12…", None),)`` (older vLLM); LoRA names, cache salts and
-    other plain strings are not images.
+    ``["ab12…"]`` → ``(("ab12…", None),)`` (older vLLM); LoRA names, cache salts and other
+    plain strings are not images. Plain tuples, equal to ``ImageRef`` values.
     """
     if not entry:
         return None
     if not isinstance(entry, list):
         entry = [entry]
-    refs: list[ImageRef] = []
+    if len(entry) == 1:  # the common case: one image item in the block
+        item = entry[0]
+        if type(item) is list and len(item) == 2 and type(item[0]) is str and type(
+                item[1]) is int:
+            return ((item[0], item[1]),)  # type: ignore[return-value]
+    refs: list[Any] = []
     for item in entry:
         if isinstance(item, list) and item and isinstance(item[0], str):
             offset = item[1] if len(item) > 1 and isinstance(item[1], int) else None
-            refs.append(ImageRef(item[0], offset))
+            refs.append((item[0], offset))
         elif isinstance(item, str) and _is_hex_id(item):
-            refs.append(ImageRef(item, None))
+            refs.append((item, None))
         elif isinstance(item, bytes) and len(item) >= 8:
-            refs.append(ImageRef(item.hex(), None))
+            refs.append((item.hex(), None))
     return tuple(refs) or None
 
 
@@ -352,7 +360,8 @@ class ResidentIndex:
             for h, refs in zip(hashes, ev.images, strict=False):
                 if not refs or h in block_images:
                     continue
-                ids = tuple(dict.fromkeys(r.identifier for r in refs))
+                ids = (refs[0][0],) if len(refs) == 1 else tuple(dict.fromkeys(
+                    r[0] for r in refs))
                 block_images[h] = ids
                 for ident in ids:
                     image_blocks[ident] = image_blocks.get(ident, 0) + 1

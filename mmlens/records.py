@@ -7,7 +7,7 @@ cheap to build (KV events arrive at hundreds of thousands of blocks per second).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
 """Label pairs sorted by name; hashable so a series can be a dict key."""
@@ -42,15 +42,18 @@ class MetricSample:
 # --- KV events -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ImageRef:
-    """An image identifier found in a block's ``extra_keys`` and its offset in that block."""
+class ImageRef(NamedTuple):
+    """An image identifier found in a block's ``extra_keys`` and its offset in that block.
+
+    A NamedTuple: the hot decode path builds plain ``(identifier, offset)`` tuples, which
+    compare equal to ImageRef values.
+    """
 
     identifier: str
     offset: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BlockStored:
     worker: str
     rank: int
@@ -67,7 +70,7 @@ class BlockStored:
     kind: Literal["stored"] = "stored"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BlockRemoved:
     worker: str
     rank: int
@@ -78,7 +81,7 @@ class BlockRemoved:
     kind: Literal["removed"] = "removed"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AllBlocksCleared:
     worker: str
     rank: int
@@ -88,6 +91,8 @@ class AllBlocksCleared:
 
 
 KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
+"""Not frozen (a frozen dataclass sets each field through object.__setattr__, the largest
+per-event cost after decoding); treat them as immutable."""
 
 
 # --- Router state ----------------------------------------------------------------------

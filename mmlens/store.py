@@ -102,7 +102,7 @@ class Store:
             if ev.kind == "stored":
                 images = None
                 if ev.images:  # type: ignore[union-attr]
-                    images = json.dumps(sorted({r.identifier for refs in ev.images  # type: ignore[union-attr]
+                    images = json.dumps(sorted({r[0] for refs in ev.images  # type: ignore[union-attr]
                                                 if refs for r in refs}))
                 parent = ev.parent  # type: ignore[union-attr]
                 rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "stored",
