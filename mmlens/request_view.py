@@ -105,10 +105,11 @@ def from_layout(layout: Layout, identities: Sequence[str | int | None] = (),
     labels = [image_label(i, ident) for i, ident in enumerate(idents)]
     id_strs = [short_id(x, 64) for x in idents] if all(x is not None for x in idents) else None
     bs = layout.block_size
-    rows = [
-        _row(f"router view ({len(layout.router)})", layout.router, bs, id_strs),
-        _row(f"worker view ({len(layout.worker)})", layout.worker, bs, None),
-    ]
+    rows = [_row(f"router view ({len(layout.router)})", layout.router, bs, id_strs)]
+    if layout.engine.token_ids != layout.router.token_ids:
+        # Only when it differs: the engine's own expansion, to see where it parts ways.
+        rows.append(_row(f"engine view ({len(layout.engine)})", layout.engine, bs, id_strs))
+    rows.append(_row(f"worker view ({len(layout.worker)})", layout.worker, bs, None))
     rv = RequestView(request_id, bs, rows, labels, counts={
         "anchor_view": len(layout.anchor), "router_view": len(layout.router),
         "worker_view": len(layout.worker), "engine_expected": layout.engine_prompt_tokens,

@@ -60,6 +60,9 @@ def test_engine_drift_marks_first_divergent_block(qwen3) -> None:
     assert [(d.block, d.reason) for d in rv.divergences] == [(19, "count_drift")]
     fig = layout_figure(rv)
     assert any("block 19: count_drift" in a.text for a in fig.layout.annotations)
+    image = next(t for t in fig.data if t.name == "image 0 · ?")
+    assert dict(zip(image.y, image.x, strict=True)) == {"router view (311)": 300,
+                                                        "engine view (313)": 302}
 
 
 def test_trace_without_text_uses_summary_spans() -> None:
