@@ -88,3 +88,29 @@ def listeners(pids: Iterable[int]) -> list[tuple[str, int, int]]:
             if pid in wanted:
                 found.append((addr.strip("[]"), int(port), pid))
     return found
+
+
+def running_requests(cluster: DynamoCluster) -> float:
+    """Requests the simulated engines are running now (their `vllm:num_requests_running`)."""
+    import httpx
+
+    total = 0.0
+    for w in cluster.ready_info()["workers"]:
+        with contextlib.suppress(httpx.HTTPError):
+            for line in httpx.get(w["metrics"], timeout=1.0).text.splitlines():
+                if line.startswith("vllm:num_requests_running{"):
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def overlapping_seeds(send_a: Callable[[], Any], send_b: Callable[[], Any],
+                      cluster: DynamoCluster) -> tuple[Any, Any]:
+    """Send seed B while seed A is still running on its engine, so the router's load
+    accounting (not a random tie-break) decides where B goes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        fa = pool.submit(send_a)
+        wait_for(lambda: running_requests(cluster) >= 1 or fa.done(), 10.0, "seed A running")
+        fb = pool.submit(send_b)
+        return fa.result(), fb.result()

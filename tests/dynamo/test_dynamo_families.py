@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -16,7 +15,12 @@ from demo.dynamo_cluster import DynamoCluster, dynamo_available
 from mmlens.dynamo_logs import model_mm_routing, support_for
 from mmlens.records import RequestTrace
 from mmlens.router_logs import join
-from tests.dynamo.support import frontend_decisions, running_dynamo, wait_for
+from tests.dynamo.support import (
+    frontend_decisions,
+    overlapping_seeds,
+    running_dynamo,
+    wait_for,
+)
 
 UNAVAILABLE = dynamo_available()
 pytestmark = [pytest.mark.live, pytest.mark.dynamo,
@@ -59,17 +63,15 @@ def _verdict(cluster: DynamoCluster) -> Any:
 
 
 def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
-    with running_dynamo(family="kimi-k3", log_dir=tmp_path / "logs",
+    with running_dynamo(family="kimi-k3", speed=0.2, log_dir=tmp_path / "logs",
                         model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
         assert "basetenkenizer" in cluster._frontend_cmd()
         tc = TraceClient(http, layout_hook=model_layout_hook("kimi-k3", 16))
         a = ImagePart(solid_png(640, 480, (200, 30, 30)))
         b = ImagePart(solid_png(640, 480, (30, 30, 200)))
-        with ThreadPoolExecutor(2) as pool:
-            fa = pool.submit(_send, cluster, tc, a, "k3-A-seed", 48)
-            time.sleep(0.05)
-            fb = pool.submit(_send, cluster, tc, b, "k3-B-seed", 48)
-            seeds = {"A": fa.result(), "B": fb.result()}
+        sa, sb = overlapping_seeds(lambda: _send(cluster, tc, a, "k3-A-seed", 160),
+                                   lambda: _send(cluster, tc, b, "k3-B-seed", 16), cluster)
+        seeds = {"A": sa, "B": sb}
         time.sleep(1.0)
         replays = [(k, _send(cluster, tc, img, f"k3-{k}-{i}"))
                    for i, (k, img) in enumerate((("A", a), ("B", b), ("A", a), ("B", b)))]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -23,7 +22,13 @@ from mmlens.metrics_normalize import detect_flavors, normalize_samples
 from mmlens.records import RequestTrace, RoutingDecision
 from mmlens.router_logs import join
 from tests.dynamo.media_server import MediaServer, media_server
-from tests.dynamo.support import frontend_decisions, listeners, running_dynamo, wait_for
+from tests.dynamo.support import (
+    frontend_decisions,
+    listeners,
+    overlapping_seeds,
+    running_dynamo,
+    wait_for,
+)
 
 UNAVAILABLE = dynamo_available()
 pytestmark = [pytest.mark.live, pytest.mark.dynamo,
@@ -44,7 +49,8 @@ SIZES = [(17, 29), (64, 64), (100, 100), (224, 224), (256, 256), (257, 255), (33
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("dynamo")
-    with running_dynamo(log_dir=root / "logs", model_cache=root / "models") as c:
+    # speed 0.2: a seed stays on its engine long enough (~0.2 s) for the next to overlap it.
+    with running_dynamo(log_dir=root / "logs", model_cache=root / "models", speed=0.2) as c:
         yield c
 
 
@@ -133,11 +139,9 @@ def test_abab_affinity_with_kv_events(cluster: DynamoCluster, client: TraceClien
     a = ImagePart(solid_png(640, 480, (10, 180, 40)))
     b = ImagePart(solid_png(640, 480, (180, 40, 200)))
     # Seeds overlap in time, so the router's load accounting spreads them over both workers.
-    with ThreadPoolExecutor(2) as pool:
-        fa = pool.submit(send, cluster, client, [a], "aff-A-seed", 48)
-        time.sleep(0.05)
-        fb = pool.submit(send, cluster, client, [b], "aff-B-seed", 48)
-        seeds = [fa.result(), fb.result()]
+    seeds = list(overlapping_seeds(lambda: send(cluster, client, [a], "aff-A-seed", 160),
+                                   lambda: send(cluster, client, [b], "aff-B-seed", 16),
+                                   cluster))
     time.sleep(1.0)  # KV events reach the router's index
     replays = []
     for rid, img in (("aff-A-2", a), ("aff-B-2", b), ("aff-A-3", a), ("aff-B-3", b)):
