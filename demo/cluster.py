@@ -208,6 +208,14 @@ class Cluster:
         return cmd + cfg.extra_smg_args
 
     def start(self) -> dict[str, Any]:
+        """Start everything and return the ready info; on failure nothing is left running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> dict[str, Any]:
         busy = [p for p in ports_needed(self.cfg) if not port_free(p)]
         if busy:
             raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
@@ -296,11 +304,7 @@ class Cluster:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

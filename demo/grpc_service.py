@@ -93,6 +93,9 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
         pub.subscribers.add(queue)
         last = 0
         try:
+            # The stream's first record: the load right away, before any batch.
+            yield common_pb2.KvEventBatch(sequence_number=0, timestamp=time.time(), dp_rank=0,
+                                          load=self._engine_load(True))
             if request.start_sequence_number > 0:
                 for b in pub.since(request.start_sequence_number - 1):
                     yield self._proto_batch(b)

@@ -237,7 +237,9 @@ def test_grpc_stream_sends_metadata_heartbeats_and_the_same_events(info: dict) -
         call = stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(), timeout=10)
         call.initial_metadata()
         assert time.monotonic() - t0 < 1.0  # SMG gives a stream 2 s to answer
-        heartbeat = next(call)
+        first = next(call)  # the load at once, as the stream's first record
+        assert first.load.load_only and not first.events and first.sequence_number == 0
+        heartbeat = next(call)  # then about every second while idle
         assert heartbeat.load.load_only and not heartbeat.events
         assert 0.5 < time.monotonic() - t0 < 2.5
         sub = KvSubscriber(w["kv_events"], w["kv_replay"], w["kv_topic"])
