@@ -58,7 +58,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-zmq-kv-events", action="store_true",
                    help="workers do not also publish vLLM-format ZMQ KV events for mmlens")
     p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
-    p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary dir)")
+    p.add_argument("--log-dir", type=Path,
+                   help="process logs (default: a temporary dir, removed at exit)")
     p.add_argument("--model-cache", type=Path, help="where model directories are generated")
     p.add_argument("--ready-timeout", type=float, default=40.0)
     return p.parse_args(list(argv))

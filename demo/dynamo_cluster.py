@@ -155,6 +155,7 @@ class DynamoCluster:
         self.cfg = cfg
         self.model = MODELS[cfg.family]
         self.procs: list[Proc] = []
+        self._own_logs = cfg.log_dir is None  # a temporary log folder goes at stop
         self.log_dir = cfg.log_dir or Path(tempfile.mkdtemp(prefix="mmlens-dynamo-logs-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._own_scratch = cfg.scratch_dir is None
@@ -349,6 +350,8 @@ class DynamoCluster:
         self.frontend = None
         if self._own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        if self._own_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> DynamoCluster:
         try:
