@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmlens.hashing import block_hashes, vllm_extra_keys
+from mmlens.hashing import block_hashes, dynamo_routing, vllm_extra_keys
 from mmlens.layout import ImageInput, Layout, Span, SpanKind, View
 
 
@@ -99,13 +99,20 @@ def _row(name: str, view: View, block_size: int, identifiers: Sequence[str] | No
 
 
 def from_layout(layout: Layout, identities: Sequence[str | int | None] = (),
-                request_id: str | None = None) -> RequestView:
-    """A composed (or rebuilt) layout: every view's ids are known."""
+                request_id: str | None = None,
+                dynamo_mm_hashes: Sequence[int] | None = None) -> RequestView:
+    """A composed (or rebuilt) layout: every view's ids are known. With ``dynamo_mm_hashes``
+    the router row carries Dynamo's block hashes (image runs as per-image pad values)."""
     idents = list(identities) + [None] * (len(layout.images) - len(identities))
     labels = [image_label(i, ident) for i, ident in enumerate(idents)]
     id_strs = [short_id(x, 64) for x in idents] if all(x is not None for x in idents) else None
     bs = layout.block_size
-    rows = [_row(f"router view ({len(layout.router)})", layout.router, bs, id_strs)]
+    router_row = _row(f"router view ({len(layout.router)})", layout.router, bs, id_strs)
+    if dynamo_mm_hashes is not None and len(dynamo_mm_hashes) == len(layout.images):
+        routing = dynamo_routing(layout, dynamo_mm_hashes)
+        router_row = ViewRow(router_row.name, router_row.length, router_row.spans,
+                             routing.block_hashes, router_row.block_images)
+    rows = [router_row]
     if layout.engine.token_ids != layout.router.token_ids:
         # Only when it differs: the engine's own expansion, to see where it parts ways.
         rows.append(_row(f"engine view ({len(layout.engine)})", layout.engine, bs, id_strs))
@@ -137,6 +144,18 @@ def _image_identities(trace: dict[str, Any]) -> list[str | None]:
     return out
 
 
+def _dynamo_hashes(trace: dict[str, Any]) -> list[int] | None:
+    if trace.get("router_kind") != "dynamo":
+        return None
+    out = []
+    for im in trace.get("images") or []:
+        h = (im.get("identities") or {}).get("dynamo_mm_hash_url")
+        if not h:
+            return None
+        out.append(int(h, 16))
+    return out
+
+
 def predicted_tokens(trace: dict[str, Any]) -> int | None:
     """Tokens the router expected to find cached: overlap blocks × block size, or Dynamo's
     predicted ratio × prompt tokens."""
@@ -158,7 +177,12 @@ def from_trace(trace: dict[str, Any], layout: Layout | None = None) -> RequestVi
     summary = trace.get("expected_layout") or {}
     identities = _image_identities(trace)
     if layout is not None:
-        rv = from_layout(layout, identities, trace.get("request_id"))
+        rv = from_layout(layout, identities, trace.get("request_id"),
+                         dynamo_mm_hashes=_dynamo_hashes(trace))
+        if trace.get("router_kind") == "dynamo":
+            rv.notes.append("router-view block hashes follow Dynamo's scheme: each image run "
+                            "hashed as its pad value 1_000_000 + (mm_hash & 2^30−1), the "
+                            "prompt zero-padded to a block multiple")
     elif summary.get("spans"):
         spans = spans_from_summary(summary["spans"])
         bs = int(summary.get("block_size") or 16)
@@ -190,6 +214,9 @@ def from_trace(trace: dict[str, Any], layout: Layout | None = None) -> RequestVi
     rv.cached_tokens = trace.get("cached_tokens")
     rv.predicted_tokens = predicted_tokens(trace)
     rv.worker = trace.get("worker")
+    if trace.get("processing_mode") == "worker":
+        rv.notes.append("worker mode: the router forwarded the worker view (one anchor per "
+                        "image) and routed on it; the worker expanded the images itself")
     explain_observed(rv, trace)
     return rv
 

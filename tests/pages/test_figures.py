@@ -193,3 +193,15 @@ def test_targets_toml_from_a_dynamo_ready_line() -> None:
     assert cfg.routers[0].kind == "dynamo"
     assert cfg.routers[0].log_file and cfg.routers[0].log_file.endswith("frontend.log")
     assert cfg.workers[0].router_url == "5064877435218370466"
+
+
+def test_dynamo_trace_hashes_router_blocks_with_pad_values(qwen3) -> None:
+    from mmlens.hashing import dynamo_routing
+
+    layout = qwen3.layout([ImageInput(64, 64), "hi"], block_size=16)
+    trace = {"request_id": "d", "router_kind": "dynamo", "prompt_tokens": len(layout.engine),
+             "images": [{"width": 64, "height": 64,
+                         "identities": {"dynamo_mm_hash_url": "00000000000000ff"}}]}
+    rv = from_trace(trace, layout)
+    assert rv.rows[0].block_hashes == dynamo_routing(layout, [0xFF]).block_hashes
+    assert any("Dynamo" in n for n in rv.notes)
