@@ -78,7 +78,7 @@ def test_a_killed_demo_takes_its_processes_with_it(tmp_path: Path) -> None:
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmlens", "demo", "--port-base", str(base), "--workers", "1",
-         "--connection", "http", "--ready-file", str(ready)],
+         "--connection", "http", "--ready-file", str(ready), "--log-dir", str(tmp_path / "logs")],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
