@@ -12,9 +12,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from collectors.lab import LabSender, synthetic_png
+from collectors.lab import LabSender
 from collectors.traces import ImagePart
 from mmlens.config import read_ready_file
+from mmlens.synthetic_images import synthetic_png
 
 TEXT = "Describe this image in detail please."
 

@@ -7,7 +7,6 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from collectors.lab import synthetic_png
 from mmlens.explain import explain
 from mmlens.explain_cli import block_size_of, events_unavailable, removals
 from mmlens.families import FAMILIES
@@ -17,6 +16,7 @@ from mmlens.imageinfo import parse_size, probe_image
 from mmlens.layout import ImageInput, Layout
 from mmlens.modeldir import Model, resolve_model
 from mmlens.request_view import RequestView, from_layout, from_trace, rebuild_parts
+from mmlens.synthetic_images import synthetic_png
 from pages import shared
 
 st.title("Request inspector")

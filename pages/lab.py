@@ -4,13 +4,14 @@ router-mode and worker-mode prompt token counts of the same request."""
 import pandas as pd
 import streamlit as st
 
-from collectors.lab import LabSender, run_scenario, synthetic_png
+from collectors.lab import LabSender, run_scenario
 from collectors.traces import ImagePart
 from mmlens.config import RouterTarget
 from mmlens.families import get_family
 from mmlens.imageinfo import parse_size, probe_image
 from mmlens.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
 from mmlens.scenarios import NAMES as SCENARIOS
+from mmlens.synthetic_images import synthetic_png
 from pages import shared
 
 st.title("Lab")
