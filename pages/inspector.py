@@ -36,9 +36,9 @@ def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> L
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def explanation(path: str, request_id: str) -> dict[str, Any] | None:
-    reader = shared.reader()
+    reader = shared.reader_for(path)
     trace = shared.trace_by_id(path, request_id)
-    if reader is None or trace is None:
+    if trace is None:
         return None
     ts = float(trace.get("ts") or time.time())
     history = reader.traces_before(ts, HISTORY)

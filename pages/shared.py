@@ -28,6 +28,11 @@ def _reader(path: str) -> StoreReader:
     return open_reader(path)
 
 
+def reader_for(path: str) -> StoreReader:
+    """The shared reader of a store known to exist (no messages: safe in cached functions)."""
+    return _reader(path)
+
+
 def reader() -> StoreReader | None:
     """The shared read-only store, or None after telling the user why there is none."""
     path = db_path()
