@@ -329,3 +329,27 @@ def test_info_loads_and_abort_over_grpc(info: dict) -> None:
     done = responses[-1].complete
     assert done.finish_reason == "abort" and done.completion_tokens == 0
     assert done.prompt_tokens == 24000
+
+
+def test_grpc_subscription_resumes_from_a_sequence_number(info: dict) -> None:
+    w = info["workers"][0]
+    sub = KvSubscriber(w["kv_events"], w["kv_replay"], w["kv_topic"])
+    try:
+        body = {"model": MODEL, "max_tokens": 1,
+                "messages": image_messages(png_data_url(72, 72, (11, 22, 33)), "resume")}
+        httpx.post(w["http"] + "/v1/chat/completions", json=body, timeout=30)
+        zmq_msgs = sub.recv()
+    finally:
+        sub.close()
+    seq = zmq_msgs[0][0]
+    with grpc.insecure_channel(w["grpc"].removeprefix("grpc://")) as channel:
+        stub = vllm_engine_pb2_grpc.VllmEngineStub(channel)
+        call = stub.SubscribeKvEvents(
+            common_pb2.SubscribeKvEventsRequest(start_sequence_number=seq + 1), timeout=10)
+        first = next(call)
+        assert first.load.load_only
+        resumed = next(call)
+        call.cancel()
+    assert resumed.sequence_number == seq + 1 and resumed.events
+    zmq_hashes = decode_payload(zmq_msgs[0][1])[1][0]["block_hashes"]
+    assert [b.block_hash & (2**64 - 1) for b in resumed.events[0].stored.blocks] == zmq_hashes
