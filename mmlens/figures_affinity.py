@@ -21,6 +21,7 @@ def affinity_sankey(links: Sequence[tuple[str, str, int]],
     colors = [IMAGE_COLORS[n % len(IMAGE_COLORS)] for n in range(len(images))]
     colors += ["#52606d"] * len(workers)
     fig = go.Figure(go.Sankey(
+        textfont={"color": "#1f2933", "size": 12, "shadow": "none"},
         node={"label": labels, "color": colors, "pad": 12, "thickness": 14},
         link={"source": [index[("i", i)] for i, _, _ in links],
               "target": [index[("w", w)] for _, w, _ in links],
