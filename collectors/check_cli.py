@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import httpx
 
+from collectors.lab import layout_hook_with_text
 from collectors.scenario_runner import ScenarioRunner
-from collectors.traces import model_layout_hook
 from mmlens import scenarios as sc
 from mmlens.errors import LayoutError
 
@@ -96,7 +96,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"  {what} ({done}/{total})", file=sys.stderr)
 
     runner = ScenarioRunner(client, args.router, args.model, router_kind=args.kind,
-                            layout_hook=model_layout_hook(args.model_dir or args.model, block),
+                            layout_hook=layout_hook_with_text(args.model_dir or args.model, block),
                             worker_mode_router_url=args.worker_mode_router, api_key=api_key,
                             progress=progress)
     plans = {s.name: s for s in sc.build(ctx, salt)}
