@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS kv_state (
 CREATE TABLE IF NOT EXISTS traces (
     ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS traces_ts ON traces (ts);
+CREATE INDEX IF NOT EXISTS traces_request_id ON traces (request_id);
 CREATE TABLE IF NOT EXISTS health (
     collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
     last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
@@ -176,8 +177,14 @@ class Store:
         if names:
             sql += f" AND name IN ({','.join('?' * len(names))})"
             args += list(names)
-        return [MetricSample(target, name, tuple(sorted(json.loads(labels).items())), value, ts)
-                for ts, target, name, labels, value in self.db.execute(sql, args)]
+        parsed: dict[str, tuple[tuple[str, str], ...]] = {}
+        out = []
+        for ts, target, name, labels, value in self.db.execute(sql, args):
+            pairs = parsed.get(labels)
+            if pairs is None:
+                pairs = parsed[labels] = tuple(sorted(json.loads(labels).items()))
+            out.append(MetricSample(target, name, pairs, value, ts))
+        return out
 
     def latest_sample_ts(self) -> float | None:
         row = self.db.execute("SELECT max(ts) FROM samples").fetchone()

@@ -87,21 +87,8 @@ class StoreReader:
         return row[0][0] if row else None
 
     def samples(self, since: float, names: Sequence[str] | None = None) -> list[MetricSample]:
-        """Like ``Store.samples_since``, parsing each distinct label set once (a window holds
-        thousands of scrapes of the same few hundred series)."""
-        sql = "SELECT ts, target, name, labels, value FROM samples WHERE ts >= ?"
-        args: list[Any] = [since]
-        if names:
-            sql += f" AND name IN ({','.join('?' * len(names))})"
-            args += list(names)
-        parsed: dict[str, tuple[tuple[str, str], ...]] = {}
-        out = []
-        for ts, target, name, labels, value in self._rows(sql, args):
-            lb = parsed.get(labels)
-            if lb is None:
-                lb = parsed[labels] = tuple(sorted(json.loads(labels).items()))
-            out.append(MetricSample(target, name, lb, value, ts))
-        return out
+        with self.lock:
+            return self.store.samples_since(since, names)
 
     def normalized(self, window_s: float = 300.0) -> dict[str, Any]:
         latest = self.latest_sample_ts()
