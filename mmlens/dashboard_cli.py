@@ -131,7 +131,9 @@ def main(argv: Sequence[str]) -> int:
     config = Path(args.config).resolve() if args.config else None
     py = sys.executable
     children = Children()
+    # Explicit for SIGINT too: a shell that starts us in the background sets it to ignored.
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     try:
         if args.demo:
             from mmlens.targets_toml import config_toml_from_ready
