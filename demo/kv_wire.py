@@ -17,11 +17,9 @@ from demo.prefix_cache import AllCleared, Event, RemovedBlocks, StoredBlocks
 MEDIUM_GPU = "GPU"
 
 
-class _MapEvent(msgspec.Struct, tag=True, omit_defaults=True):
-    pass
-
-
-class BlockStored(_MapEvent):
+# Each event's fields are declared once, in vLLM's order (the legacy array layout); the two
+# wire generations below differ only in their msgspec options.
+class _StoredFields(msgspec.Struct):
     block_hashes: list[int]
     parent_block_hash: int | None
     token_ids: list[int]
@@ -35,42 +33,40 @@ class BlockStored(_MapEvent):
     kv_cache_spec_sliding_window: int | None = None
 
 
-class BlockRemoved(_MapEvent):
+class _RemovedFields(msgspec.Struct):
     block_hashes: list[int]
     medium: str | None
     group_idx: int | None = None
 
 
-class AllBlocksCleared(_MapEvent):
+class BlockStored(_StoredFields, tag=True, omit_defaults=True):
     pass
 
 
-class _ArrayEvent(msgspec.Struct, tag=True, array_like=True):
+class BlockRemoved(_RemovedFields, tag=True, omit_defaults=True):
     pass
 
 
-class LegacyBlockStored(_ArrayEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[list[tuple[str, int]] | None] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-
-
-class LegacyBlockRemoved(_ArrayEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None
-    group_idx: int | None = None
-
-
-class LegacyAllBlocksCleared(_ArrayEvent, tag="AllBlocksCleared"):
+class AllBlocksCleared(msgspec.Struct, tag=True, omit_defaults=True):
     pass
+
+
+class LegacyBlockStored(_StoredFields, tag="BlockStored", array_like=True):
+    pass
+
+
+class LegacyBlockRemoved(_RemovedFields, tag="BlockRemoved", array_like=True):
+    pass
+
+
+class LegacyAllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", array_like=True):
+    pass
+
+
+_GENERATIONS = {
+    False: (BlockStored, BlockRemoved, AllBlocksCleared),
+    True: (LegacyBlockStored, LegacyBlockRemoved, LegacyAllBlocksCleared),
+}
 
 
 class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -83,9 +79,9 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 def to_wire(event: Event, legacy: bool) -> msgspec.Struct:
+    stored, removed, cleared = _GENERATIONS[legacy]
     if isinstance(event, StoredBlocks):
-        cls_s = LegacyBlockStored if legacy else BlockStored
-        return cls_s(
+        return stored(
             block_hashes=event.block_hashes,
             parent_block_hash=event.parent_block_hash,
             token_ids=event.token_ids,
@@ -98,10 +94,9 @@ def to_wire(event: Event, legacy: bool) -> msgspec.Struct:
             kv_cache_spec_kind="full_attention",
         )
     if isinstance(event, RemovedBlocks):
-        cls_r = LegacyBlockRemoved if legacy else BlockRemoved
-        return cls_r(block_hashes=event.block_hashes, medium=MEDIUM_GPU, group_idx=0)
+        return removed(block_hashes=event.block_hashes, medium=MEDIUM_GPU, group_idx=0)
     if isinstance(event, AllCleared):
-        return LegacyAllBlocksCleared() if legacy else AllBlocksCleared()
+        return cleared()
     raise TypeError(f"unknown event {event!r}")
 
 
