@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -12,6 +15,8 @@ from prometheus_client import (
 )
 
 disable_created_metrics()
+
+_M = TypeVar("_M", Counter, Gauge, Histogram)
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -38,11 +43,18 @@ class WorkerMetrics:
         r = self.registry
         self._lv = {"model_name": model_name, "engine": "0"}
 
+        def zeroed(metric: _M) -> _M:
+            metric.labels(**self._lv)  # the worker's series exists (at zero) from the start
+            return metric
+
         def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, labels, registry=r)
+            return zeroed(Counter(name, doc, labels, registry=r))
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
+            return zeroed(Gauge(name, doc, labels, registry=r))
+
+        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+            return zeroed(Histogram(name, doc, labels, buckets=buckets, registry=r))
 
         self.prefix_queries = counter(
             "vllm:prefix_cache_queries",
@@ -66,15 +78,13 @@ class WorkerMetrics:
                              "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting",
                              "Number of requests waiting to be processed.")
-        self.ttft = Histogram("vllm:time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", labels,
-                              buckets=TTFT_BUCKETS, registry=r)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds",
-                             "Histogram of e2e request latency in seconds.", labels,
-                             buckets=LATENCY_BUCKETS, registry=r)
-        self.request_prompt_tokens = Histogram(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", labels,
-            buckets=_one_two_five(max_model_len), registry=r)
+        self.ttft = histogram("vllm:time_to_first_token_seconds",
+                              "Histogram of time to first token in seconds.", TTFT_BUCKETS)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds",
+                             "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS)
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+            _one_two_five(max_model_len))
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                      ["block_size", "num_gpu_blocks", "num_cpu_blocks", "cache_dtype",
                       "enable_prefix_caching", "prefix_caching_hash_algo",
@@ -83,11 +93,6 @@ class WorkerMetrics:
                     num_cpu_blocks="0", cache_dtype="auto", enable_prefix_caching="True",
                     prefix_caching_hash_algo="sha256", gpu_memory_utilization="0.9",
                     engine="0").set(1)
-        for m in (self.prefix_queries, self.prefix_hits, self.prompt_tokens,
-                  self.prompt_tokens_cached, self.generation_tokens, self.mm_queries,
-                  self.mm_hits, self.kv_usage, self.running, self.waiting, self.ttft,
-                  self.e2e, self.request_prompt_tokens):
-            m.labels(**self._lv)
 
     def lv(self, metric):  # type: ignore[no-untyped-def]
         return metric.labels(**self._lv)
