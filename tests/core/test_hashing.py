@@ -127,3 +127,17 @@ def test_frontend_decoding_identity_follows_pixels_not_encoding():
     assert (dynamo_mm_hash_decoded(decoded_rgb(png.getvalue()))
             == dynamo_mm_hash_decoded(decoded_rgb(bmp.getvalue())))
     assert smg_identifier(png.getvalue()) != smg_identifier(bmp.getvalue())
+
+
+def test_llava_routing_bos_worked_example():
+    # A 20-token rendered prompt with one <image>: 20 − 1 + 576 = 595 engine tokens; Dynamo's
+    # routing view prepends the BOS when add_bos_token is set: 596.
+    llava = get_family("llava-1.5")
+    tok = family_tokenizer("llava-1.5")
+    anchor = tok.token_id("<image>")
+    rendered = [5] * 9 + [anchor] + [6] * 10
+    layout = build_layout(llava, rendered, [ImageInput(640, 480)], tok)
+    assert layout.engine_prompt_tokens == 595
+    routing = dynamo_routing(layout, [42], bos_id=tok.token_id("<s>"))
+    assert routing.expanded_prompt_len == 596
+    assert routing.routing_ids[0] == 1 and len(routing.routing_ids) == 608
