@@ -140,11 +140,17 @@ class CollectorRunner:
             if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
                 self.store.set_meta("dynamo_mm_routing", {
                     m: asdict(v) for m, v in self.dynamo_mm_routing.items()})
-            h.ok(time.time())
+            now = time.time()
+            for d in found:
+                if d.ts is None:
+                    d.ts = now
+                self.decisions.setdefault(d.request_id, []).append(d)
+            # Stored on their own too: traces the Lab, the warm-up or `mmlens check` write
+            # straight to the store meet their decisions when read.
+            self.store.add_decisions(found)
+            h.ok(now)
             h.count("lines", len(lines))
             h.count("decisions", len(found))
-            for d in found:
-                self.decisions.setdefault(d.request_id, []).append(d)
         if len(self.decisions) > MAX_DECISIONS:
             for key in list(self.decisions)[: len(self.decisions) - MAX_DECISIONS]:
                 del self.decisions[key]

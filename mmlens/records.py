@@ -139,6 +139,48 @@ class ImageInfo:
 
 
 @dataclass(slots=True)
+class RoutingCandidate:
+    """A worker the router considered (SMG cache trace ``candidates``; Dynamo cost lines)."""
+
+    worker: str
+    load: float | None = None
+    healthy: bool | None = None
+    overloaded: bool | None = None
+
+
+@dataclass(slots=True)
+class RoutingScore:
+    """One score the router computed for a worker.
+
+    ``source`` is the router's own word: SMG ``policy_affinity`` (``value`` = effective score
+    in blocks) or ``expected_wait`` (``value`` in seconds); Dynamo ``cost`` (a ``Formula``
+    line, lower wins) or ``logit`` (the winner's cost on ``Selected worker``).
+    """
+
+    source: str
+    worker: str | None = None
+    value: float | None = None
+    unit: str | None = None
+    device_blocks: float | None = None
+    request_blocks: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SpillGate:
+    """SMG's spill gate for the preferred worker: spill to min-load when ``load`` exceeds
+    both ``average_load × relative_threshold`` and ``average_load + absolute_threshold``."""
+
+    worker: str | None = None
+    load: float | None = None
+    average_load: float | None = None
+    relative_threshold: float | None = None
+    absolute_threshold: float | None = None
+    absolute_margin: float | None = None
+    spill: bool | None = None
+
+
+@dataclass(slots=True)
 class RoutingDecision:
     """What a router said about one request, from logs, headers or response fields."""
 
@@ -157,6 +199,14 @@ class RoutingDecision:
     image_tokens: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     ts: float | None = None
+    policy: str | None = None
+    origin: str | None = None
+    prediction_source: str | None = None
+    matched_units: int | None = None
+    input_units: int | None = None
+    candidates: list[RoutingCandidate] = field(default_factory=list)
+    scores: list[RoutingScore] = field(default_factory=list)
+    gates: list[SpillGate] = field(default_factory=list)
 
 
 @dataclass(slots=True)

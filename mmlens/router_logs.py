@@ -14,10 +14,22 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.records import (
+    RequestTrace,
+    RoutingCandidate,
+    RoutingDecision,
+    RoutingScore,
+    SpillGate,
+)
 
 _ROUTING_BEST = re.compile(
     r"\[ROUTING\]\s*Best:\s*worker_(\d+)\s+dp_rank=(\d+)\s+with\s*(\d+)/(\d+)\s*blocks overlap")
+_DYN_FORMULA = re.compile(
+    r"Formula for worker_id=(\d+) dp_rank=(\d+) with ([\d.]+) effective cached blocks:\s*"
+    r"([\d.eE+-]+)\s*=")
+_DYN_FORMULA_TERMS = re.compile(r"\b([a-z_]+):\s*([\d.eE+-]+)")
+_GRPC_ENGINE_SUFFIX = re.compile(
+    r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _KV = re.compile(r'\b([a-z_]+)=("(?:[^"\\]|\\.)*"|[^\s,]+)')
 _DYN_FALLBACK_MARKERS = (
     "skipping MM routing info", "MM routing entry skipped", "skipping mm_hashes forwarding",
@@ -93,7 +105,10 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
             rid, "smg", "log:" + msg, worker=obj.get("worker"), branch=obj.get("branch"),
             overlap_blocks=_int(obj.get("overlap_blocks")),
             request_blocks=_int(obj.get("request_blocks")),
-            matched_ratio=_float(obj.get("matched_ratio")))
+            matched_ratio=_float(obj.get("matched_ratio")),
+            matched_units=_int(obj.get("matched_units")),
+            input_units=_int(obj.get("input_units")),
+            policy=obj.get("policy"))
     if msg == "Cache routing dispatch":
         d = RoutingDecision(rid, "smg", "log:cache_trace")
         evidence = obj.get("evidence")
@@ -118,10 +133,20 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
     if m:
         return RoutingDecision(rid, "dynamo", "log:routing_best", worker=m.group(1),
                                overlap_blocks=int(m.group(3)), request_blocks=int(m.group(4)))
+    m = _DYN_FORMULA.search(msg)
+    if m:
+        return _dynamo_cost(rid, m, msg)
     if "Selected worker" in msg:
         wid = obj.get("worker_id")
-        return RoutingDecision(rid, "dynamo", "log:selected_worker",
-                               worker=None if wid is None else str(wid))
+        worker = None if wid is None else str(wid)
+        logit = _float(obj.get("logit"))
+        scores = [] if logit is None else [RoutingScore(
+            "logit", worker, logit, "cost", device_blocks=_float(
+                obj.get("effective_cached_blocks")),
+            details={k: obj[k] for k in ("dp_rank", "worker_type", "host_pinned_blocks",
+                                         "disk_blocks", "total_kv_blocks") if k in obj})]
+        return RoutingDecision(rid, "dynamo", "log:selected_worker", worker=worker,
+                               policy=obj.get("router_mode"), scores=scores)
     if "image-token count" in msg:
         tokens = _int(obj.get("tokens"))
         return RoutingDecision(rid, "dynamo", "log:mm_image_tokens",
@@ -144,21 +169,81 @@ def _with_fields(msg: str, obj: dict[str, Any]) -> str:
     return f"{msg}; {', '.join(extra)}" if extra else msg
 
 
+def _dynamo_cost(rid: str, m: re.Match[str], msg: str) -> RoutingDecision:
+    """One candidate's cost line (``Formula for worker_id=…``): lower cost wins."""
+    worker = m.group(1)
+    terms = {k: float(v) for k, v in _DYN_FORMULA_TERMS.findall(msg[m.end():])}
+    score = RoutingScore("cost", worker, float(m.group(4)), "cost",
+                         device_blocks=float(m.group(3)),
+                         details={"dp_rank": int(m.group(2)), **terms})
+    return RoutingDecision(rid, "dynamo", "log:cost_formula",
+                           candidates=[RoutingCandidate(worker)], scores=[score])
+
+
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
+def _candidate(c: dict[str, Any]) -> RoutingCandidate:
+    return RoutingCandidate(str(c.get("worker", "")), _float(c.get("load")),
+                            _bool(c.get("healthy")), _bool(c.get("overloaded")))
+
+
+_SCORE_VALUE = {"policy_affinity": ("effective_score", "blocks")}
+_SCORE_KNOWN = {"source", "worker", "score", "score_unit", "effective_score", "device_blocks",
+                "request_blocks"}
+
+
+def _score(s: dict[str, Any]) -> RoutingScore:
+    source = str(s.get("source", "unknown"))
+    key, unit = _SCORE_VALUE.get(source, ("score", None))
+    return RoutingScore(
+        source, s.get("worker"), _float(s.get(key)), s.get("score_unit") or unit,
+        device_blocks=_float(s.get("device_blocks")),
+        request_blocks=_int(s.get("request_blocks")),
+        details={k: v for k, v in s.items() if k not in _SCORE_KNOWN})
+
+
+def _gate(g: dict[str, Any]) -> SpillGate:
+    return SpillGate(g.get("worker"), _float(g.get("load")), _float(g.get("average_load")),
+                     _float(g.get("relative_threshold")), _float(g.get("absolute_threshold")),
+                     _float(g.get("absolute_margin")), _bool(g.get("spill")))
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
                          source: str = "header:x-smg-cache-trace") -> RoutingDecision:
-    """The first selection of an SMG cache trace (header or log evidence, schema 1)."""
+    """The first selection of an SMG cache trace (schema 1): the compact header gives the
+    policy, origin, worker and prediction; the log's evidence adds candidates, scores and
+    spill gates."""
     rid = request_id or str(trace.get("root_id", ""))
     d = RoutingDecision(rid, "smg", source)
-    selections = trace.get("selections") or []
-    if selections and isinstance(selections[0], dict):
+    ts_ns = _int(trace.get("dispatch_timestamp_ns"))
+    d.ts = None if ts_ns is None else ts_ns / 1e9
+    selections = _dicts(trace.get("selections"))
+    if selections:
         sel = selections[0]
-        d.worker = sel.get("worker")
+        d.worker, d.policy, d.origin = sel.get("worker"), sel.get("policy"), sel.get("origin")
         pred = sel.get("prediction") or {}
         if isinstance(pred, dict):
+            d.prediction_source = pred.get("source")
             d.branch = pred.get("branch")
             d.overlap_blocks = _int(pred.get("overlap_blocks"))
             d.request_blocks = _int(pred.get("request_blocks"))
             d.block_size = _int(pred.get("block_size"))
+            d.matched_units = _int(pred.get("matched_units"))
+            d.input_units = _int(pred.get("input_units"))
+            if d.matched_units is not None and d.input_units:
+                d.matched_ratio = d.matched_units / d.input_units
+        d.candidates = [_candidate(c) for c in _dicts(sel.get("candidates"))]
+        d.scores = [_score(s) for s in _dicts(sel.get("scores"))]
+        d.gates = [_gate(g) for g in _dicts(sel.get("gates"))]
+    d.gates += [_gate(g) for g in _dicts(trace.get("unattributed_gates"))]
+    if trace.get("truncated") is True:
+        d.warnings.append("cache trace truncated by SMG_CACHE_TRACE_MAX_BYTES")
     return d
 
 
@@ -180,21 +265,32 @@ def parse_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
     return out
 
 
+def request_keys(request_id: str, response_id: str | None) -> set[str]:
+    """Every id a router may have logged a trace's decisions under: the request id sent, the
+    response id, SMG gRPC's response id without its engine suffix (``<rid>-<uuid>``) and
+    Dynamo's internal id inside ``chatcmpl-<id>``."""
+    keys = {request_id}
+    if response_id:
+        keys.add(response_id)
+        keys.add(_GRPC_ENGINE_SUFFIX.sub("", response_id))
+        if response_id.startswith("chatcmpl-"):
+            # Dynamo: lines without `x_request_id` (e.g. "Selected worker") carry only its
+            # internal request id, which the response id repeats as `chatcmpl-<id>`.
+            keys.add(response_id.removeprefix("chatcmpl-"))
+    keys.discard("")
+    return keys
+
+
 def join(traces: Iterable[RequestTrace], decisions: Iterable[RoutingDecision]) -> int:
-    """Attach decisions to traces by request id (also matching SMG's gRPC response ids,
-    ``chatcmpl-<rid>-<uuid>``, and Dynamo's internal id inside ``chatcmpl-<id>``). Returns the
-    number attached."""
+    """Attach decisions to traces by request id (see ``request_keys``). Returns the number
+    attached."""
     by_id: dict[str, list[RoutingDecision]] = {}
     for d in decisions:
         by_id.setdefault(d.request_id, []).append(d)
     attached = 0
     for t in traces:
-        keys = {t.request_id, t.response_id or ""}
-        if t.response_id and t.response_id.startswith("chatcmpl-"):
-            # Dynamo: lines without `x_request_id` (e.g. "Selected worker") carry only its
-            # internal request id, which the response id repeats as `chatcmpl-<id>`.
-            keys.add(t.response_id.removeprefix("chatcmpl-"))
-        for key in keys:
+        keys = request_keys(t.request_id, t.response_id)
+        for key in sorted(keys):
             for d in by_id.get(key, []):
                 if d not in t.predictions:
                     t.predictions.append(d)

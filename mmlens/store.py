@@ -1,7 +1,8 @@
 """The embedded store: one SQLite file in WAL mode (collector writes, dashboard reads).
 
 Holds metric samples, compact KV events (one row per event, hashes as msgpack), the latest
-resident-block summary per worker, request traces (JSON) and collector health.
+resident-block summary per worker, request traces (JSON), routing decisions from router logs
+(JSON, keyed by request id, joined to traces when read) and collector health.
 """
 
 from __future__ import annotations
@@ -16,8 +17,17 @@ from typing import Any
 
 import msgspec
 
-from mmlens.records import CollectorHealth, KVEvent, MetricSample, RequestTrace
+from mmlens.records import (
+    CollectorHealth,
+    KVEvent,
+    MetricSample,
+    RequestTrace,
+    RoutingDecision,
+)
 
+# Tables are only ever added (CREATE … IF NOT EXISTS on every writable open), so adding one
+# keeps the version: an older store gains it when a collector opens it, and readers treat a
+# table that is not there yet as empty. Bump only for changes older code cannot read.
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -38,11 +48,18 @@ CREATE TABLE IF NOT EXISTS traces (
     ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS traces_ts ON traces (ts);
 CREATE INDEX IF NOT EXISTS traces_request_id ON traces (request_id);
+CREATE TABLE IF NOT EXISTS decisions (
+    ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, source TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
+CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
 CREATE TABLE IF NOT EXISTS health (
     collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
     last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
     counters TEXT NOT NULL, PRIMARY KEY (collector, target));
 """
+
+PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions")
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
@@ -133,6 +150,17 @@ class Store:
             self.db.executemany("INSERT INTO traces VALUES (?,?,?,?)", rows)
         return len(rows)
 
+    def add_decisions(self, decisions: Iterable[RoutingDecision], ts: float | None = None,
+                      ) -> int:
+        """Routing decisions read from router logs; ``ts`` stands in where a decision has
+        no time of its own."""
+        now = time.time() if ts is None else ts
+        rows = [(now if d.ts is None else d.ts, d.request_id, d.router, d.source,
+                 json.dumps(asdict(d), default=str)) for d in decisions]
+        with self.db:
+            self.db.executemany("INSERT INTO decisions VALUES (?,?,?,?,?)", rows)
+        return len(rows)
+
     def set_health(self, items: Iterable[CollectorHealth], ts: float | None = None) -> None:
         ts = time.time() if ts is None else ts
         with self.db:
@@ -148,13 +176,13 @@ class Store:
         cutoff = now - retention_s
         deleted = 0
         with self.db:
-            for table in ("samples", "kv_events", "traces"):
+            for table in PRUNED_TABLES:
                 deleted += self.db.execute(f"DELETE FROM {table} WHERE ts < ?", (cutoff,)).rowcount
         for _ in range(20):
             if self.used_bytes() <= max_bytes:
                 break
             with self.db:
-                for table in ("samples", "kv_events", "traces"):
+                for table in PRUNED_TABLES:
                     n = self.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
                     if n:
                         deleted += self.db.execute(
@@ -217,6 +245,25 @@ class Store:
     def traces(self, limit: int = 20) -> list[dict[str, Any]]:
         return [json.loads(body) for (body,) in self.db.execute(
             "SELECT body FROM traces ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,))]
+
+    def decisions(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Decisions logged under any of ``request_ids``, oldest first (an older store without
+        the table has none)."""
+        out: list[dict[str, Any]] = []
+        ids = list(dict.fromkeys(request_ids))
+        for start in range(0, len(ids), 500):  # below SQLite's bound-parameter limit
+            chunk = ids[start:start + 500]
+            try:
+                rows = self.db.execute(
+                    f"SELECT body FROM decisions WHERE request_id IN ({','.join('?' * len(chunk))})"
+                    " ORDER BY ts, rowid", chunk).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []
+                raise
+            out += [json.loads(body) for (body,) in rows]
+        out.sort(key=lambda d: d.get("ts") or 0.0)  # stable: rowid order within a timestamp
+        return out
 
     def health(self) -> list[dict[str, Any]]:
         cols = ("collector", "target", "updated", "last_success", "last_error", "last_error_ts")

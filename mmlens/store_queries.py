@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from mmlens.decisions import attach, trace_keys
 from mmlens.metrics_normalize import normalize_samples
 from mmlens.records import MetricSample
 from mmlens.store import Store, StoreError
@@ -58,8 +59,9 @@ class StoreReader:
     # --- traces ----------------------------------------------------------------------------
 
     def recent_traces(self, limit: int = 300) -> list[dict[str, Any]]:
-        return [json.loads(body) for (body,) in self._rows(
-            "SELECT body FROM traces ORDER BY ts DESC LIMIT ?", (limit,))]
+        """The newest traces, each with the decisions router logs gave for it."""
+        return self.with_decisions([json.loads(body) for (body,) in self._rows(
+            "SELECT body FROM traces ORDER BY ts DESC LIMIT ?", (limit,))])
 
     def traces_before(self, ts: float, limit: int = 500) -> list[dict[str, Any]]:
         """The ``limit`` traces recorded just before ``ts`` (a request's history)."""
@@ -69,7 +71,29 @@ class StoreReader:
     def trace(self, request_id: str) -> dict[str, Any] | None:
         rows = self._rows("SELECT body FROM traces WHERE request_id = ? "
                           "ORDER BY ts DESC LIMIT 1", (request_id,))
-        return json.loads(rows[0][0]) if rows else None
+        return self.with_decisions([json.loads(rows[0][0])])[0] if rows else None
+
+    # --- routing decisions from router logs ---------------------------------------------------
+
+    def decisions_for(self, request_id: str, response_id: str | None = None,
+                      ) -> list[dict[str, Any]]:
+        """Decisions logged for one request (by its id, or its response id: SMG gRPC answers
+        ``<rid>-<uuid>``, Dynamo ``chatcmpl-<id>``)."""
+        keys = trace_keys({"request_id": request_id, "response_id": response_id})
+        with self.lock:
+            return self.store.decisions(sorted(keys))
+
+    def decisions_for_traces(self, traces: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Decisions logged for any of ``traces``, in one bounded query."""
+        keys = sorted({k for t in traces for k in trace_keys(t)})
+        if not keys:
+            return []
+        with self.lock:
+            return self.store.decisions(keys)
+
+    def with_decisions(self, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        attach(traces, self.decisions_for_traces(traces))
+        return traces
 
     def has_request_index(self) -> bool:
         return bool(self._rows("SELECT 1 FROM sqlite_master WHERE type='index' "

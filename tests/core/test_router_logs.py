@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mmlens.records import RequestTrace
-from mmlens.router_logs import cache_trace_decision, join, parse_lines
+from mmlens.router_logs import cache_trace_decision, join, parse_lines, request_keys
 from tests.fixtures_path import capture
 
 SMG_TREE = ('{"message":"Cache-aware selection","index":"tree","branch":"expected_wait_fallback",'
@@ -93,3 +93,91 @@ def test_join_by_request_or_response_id(key: str) -> None:
     assert join([trace], decisions) == 1
     assert trace.predictions[0].branch == "expected_wait_fallback"
     assert join([trace], decisions) == 0  # idempotent
+
+
+def _log_decisions() -> list:
+    return parse_lines(capture("smg_1.13_cache_trace_log.jsonl").splitlines())
+
+
+def test_real_smg_cache_trace_first_sight_lists_candidates_and_waits() -> None:
+    first, _ = _log_decisions()
+    assert (first.request_id, first.source, first.policy, first.origin) == (
+        "mmlens-04299d8794744c2f", "log:cache_trace", "cache_aware", "policy")
+    assert (first.prediction_source, first.branch) == ("approximate_tree",
+                                                       "expected_wait_fallback")
+    assert (first.matched_units, first.input_units, first.matched_ratio) == (0, 81, 0.0)
+    assert first.overlap_blocks is None
+    assert [(c.worker, c.load, c.healthy, c.overloaded) for c in first.candidates] == [
+        ("grpc://127.0.0.1:24410", 0.0, True, False), ("grpc://127.0.0.1:24420", 0.0, True, False)]
+    assert [(s.source, s.worker, s.value, s.unit) for s in first.scores] == [
+        ("expected_wait", "grpc://127.0.0.1:24410", 0.0, "seconds"),
+        ("expected_wait", "grpc://127.0.0.1:24420", 0.0, "seconds")]
+    assert first.scores[0].details["drain_rate"] == 400.0
+    assert first.gates == []  # no preferred worker, nothing to spill from
+    assert first.ts == pytest.approx(1796019187.18135)  # dispatch_timestamp_ns
+
+
+def test_real_smg_cache_trace_event_hit_has_affinity_and_gate() -> None:
+    _, hit = _log_decisions()
+    assert (hit.worker, hit.branch, hit.overlap_blocks, hit.request_blocks, hit.block_size) == (
+        "grpc://127.0.0.1:24420", "event_hit", 5, 5, 16)
+    affinity, wait = hit.scores
+    assert (affinity.source, affinity.value, affinity.unit, affinity.device_blocks,
+            affinity.request_blocks) == ("policy_affinity", 5.0, "blocks", 5.0, 5)
+    assert affinity.details == {"block_size": 16, "selection_policy": "cache-aware-default"}
+    assert (wait.source, wait.unit) == ("expected_wait", "seconds")
+    (gate,) = hit.gates
+    assert (gate.worker, gate.load, gate.average_load, gate.relative_threshold,
+            gate.absolute_threshold, gate.absolute_margin, gate.spill) == (
+        "grpc://127.0.0.1:24420", 0.0, 0.0, 1.5, 64.0, 4.0, False)
+
+
+def test_reference_cache_trace_evidence_and_compact_header() -> None:
+    evidence_text, _, _ = capture("smg_cache_trace_sample.json").rpartition("\n{'")
+    d = cache_trace_decision(json.loads(evidence_text), source="log:cache_trace")
+    assert len(d.candidates) == 2 and d.gates[0].spill is False
+    wait = next(s for s in d.scores if s.source == "expected_wait")
+    assert (wait.value, wait.unit, wait.details["since_poll_tokens"]) == (1.8, "seconds", 90)
+    header = cache_trace_decision(json.loads(capture("smg_cache_trace_header_sample.json")))
+    assert (header.policy, header.origin, header.prediction_source) == (
+        "cache_aware", "policy", "event_index_overlap")
+    assert header.candidates == header.scores == header.gates == []
+
+
+def test_cache_trace_tolerates_odd_shapes() -> None:
+    d = cache_trace_decision({"root_id": "r", "selections": [{"candidates": "x", "scores": [1],
+                                                              "gates": None}],
+                              "truncated": True})
+    assert (d.request_id, d.candidates, d.scores, d.gates) == ("r", [], [], [])
+    assert "truncated" in d.warnings[0]
+
+
+DYN_FORMULA = (
+    "2026-11-30T04:10:01.1Z DEBUG dynamo_kv_router::scheduling::selector::default: Formula for "
+    "worker_id=1331657718810289256 dp_rank=0 with 5.00 effective cached blocks: 6.000 = "
+    "prefill_load_scale * adjusted_prefill_blocks + decode_blocks + active_request_cost_blocks "
+    "= 1.000 * 1.000 + 5.000 + 0.000 (raw_prefill_blocks: 6.000, overlap_credit_blocks: 5.000, "
+    "overlap_credit_decay: 1.000) request_id=r-1 worker_type=decode")
+
+
+def test_dynamo_cost_lines_and_selected_logit() -> None:
+    cost, selected = parse_lines([DYN_FORMULA, DYN_SELECTED])
+    assert (cost.request_id, cost.source, [c.worker for c in cost.candidates]) == (
+        "r-1", "log:cost_formula", ["1331657718810289256"])
+    (score,) = cost.scores
+    assert (score.source, score.value, score.device_blocks) == ("cost", 6.0, 5.0)
+    assert score.details == {"dp_rank": 0, "raw_prefill_blocks": 6.0,
+                             "overlap_credit_blocks": 5.0, "overlap_credit_decay": 1.0}
+    (logit,) = selected.scores
+    assert (logit.source, logit.worker, logit.value, selected.policy) == (
+        "logit", "1331657718810289256", 12.0, "kv")
+
+
+def test_request_keys_match_smg_grpc_and_dynamo_response_ids() -> None:
+    assert request_keys("mmlens-1", "mmlens-1-01a22b15-edec-7422-895a-88eedc0a936b") == {
+        "mmlens-1", "mmlens-1-01a22b15-edec-7422-895a-88eedc0a936b"}
+    assert "abc" in request_keys("client", "chatcmpl-abc")
+    assert "chatcmpl-x" in request_keys("client", "chatcmpl-x-01a22b15-edec-7422-895a-88eedc0a936b")
+    trace = RequestTrace("client", "http://r", "smg", "m", 0.0, False,
+                         response_id="chatcmpl-abc-01a22b15-edec-7422-895a-88eedc0a936b")
+    assert join([trace], parse_lines([SMG_EVENT])) == 1
