@@ -8,9 +8,10 @@ the runner's business (collectors/scenario_runner.py); nothing here touches the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from mmlens.explain import Explanation, explain
 from mmlens.records import RequestTrace
 
 Verdict = Literal["pass", "fail", "inconclusive"]
@@ -376,9 +377,17 @@ def judge(scenario: Scenario, ctx: Context, traces: Sequence[RequestTrace]) -> R
     rows = [request_row(s, t) for s, t in zip(scenario.requests, traces, strict=True)]
     if not traces:
         return Result(scenario.name, "inconclusive", {}, rows, "no request was sent")
+    for row, explanation in zip(rows, explain_each(traces, ctx.block_size), strict=True):
+        row["explanation"] = f"{explanation.category}: {explanation.headline}"
     errors = failed_requests(traces)
     if errors and scenario.name != "identity":
         return Result(scenario.name, "inconclusive", {"errors": errors}, rows,
                       "requests failed: " + "; ".join(errors))
     verdict, summary, evidence = scenario.judge(ctx, traces)
     return Result(scenario.name, verdict, evidence, rows, summary)
+
+
+def explain_each(traces: Sequence[RequestTrace], block_size: int) -> list[Explanation]:
+    """Each request explained against the scenario's requests before it."""
+    as_dicts = [asdict(t) for t in traces]
+    return [explain(d, as_dicts[:i], block_size) for i, d in enumerate(as_dicts)]

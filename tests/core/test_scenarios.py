@@ -128,3 +128,13 @@ def test_html_report_is_self_contained():
     html = render([sc.judge(plan("repeat"), CTX, traces)], "report", {"router": "r"})
     assert "<script" in html and "src=\"http" not in html and "Plotly" in html
     assert "repeat" in html and "pass" in html
+
+
+def test_rows_carry_miss_explanations():
+    a, b = trace("a", "w1", 317, 304), trace("b", "w1", 317, 0, predicted=19)
+    a.ts, b.ts = 1.0, 2.0
+    a.expected_layout["block_keys"] = ["k-red-0", "k-red-1"]
+    b.expected_layout["block_keys"] = ["k-blue-0", "k-blue-1"]
+    rows = sc.judge(plan("isolation"), CTX, [a, b]).requests
+    assert rows[1]["explanation"].startswith("false_hit: ")
+    assert rows[0]["explanation"].startswith("false_hit") is False

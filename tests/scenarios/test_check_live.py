@@ -77,6 +77,7 @@ def test_all_scenarios_against_real_smg(grpc_demo, tmp_path):
     assert "isolation" in html and "<script" in html
 
     b = next(r for r in iso["requests"] if r["label"] == "B")
+    assert b["explanation"].startswith("false_hit: ")
     proc = subprocess.run([sys.executable, "-m", "mmlens", "explain", "--db", str(db),
                            "--request", b["request_id"], "--json"],
                           capture_output=True, text=True, timeout=60, check=True)
