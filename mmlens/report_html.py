@@ -53,7 +53,7 @@ def render(results: Sequence[Result], title: str, meta: dict[str, str]) -> str:
         parts.append(tokens_figure(r).to_html(full_html=False, include_plotlyjs=include_js))
         include_js = False
         cols = ["label", "worker", "prompt_tokens", "cached_tokens",
-                "predicted_overlap_blocks", "ttft_s", "error_code"]
+                "predicted_overlap_blocks", "ttft_s", "error_code", "explanation"]
         parts.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
         for row in r.requests:
             if "label" in row:
