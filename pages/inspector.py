@@ -137,7 +137,9 @@ def captured(path: str) -> None:
              | {"warnings": "; ".join(p.get("warnings") or [])}
              for p in trace.get("predictions") or []]
     if preds:
-        st.dataframe(pd.DataFrame(preds), hide_index=True, width="stretch")
+        shared.routing_detail(trace)
+        with st.expander("Everything the router said, by source"):
+            st.dataframe(pd.DataFrame(preds), hide_index=True, width="stretch")
     else:
         st.caption("The router said nothing about this decision (no cache-trace header, no "
                    "matching log line).")

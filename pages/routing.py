@@ -61,9 +61,22 @@ def live() -> None:
         if decisions:
             df = pd.DataFrame(decisions)
             df.insert(0, "time", [time.strftime("%H:%M:%S", time.gmtime(t)) for t in df.pop("ts")])
-            df["inspect"] = [shared.inspector_link(rid) for rid in df["request"]]
+            df.insert(2, "inspect", [shared.inspector_link(rid) for rid in df["request"]])
             st.dataframe(df, hide_index=True, width="stretch", column_config={
-                "inspect": st.column_config.LinkColumn("inspect", display_text="open")})
+                "inspect": st.column_config.LinkColumn("inspect", display_text="open"),
+                "candidates": st.column_config.TextColumn(
+                    "candidates", help="workers the router considered, with their load"),
+                "scores": st.column_config.TextColumn(
+                    "scores", help="SMG: affinity (cached blocks) and expected wait (s); "
+                    "Dynamo: cost per worker (lower wins)"),
+                "gates": st.column_config.TextColumn(
+                    "gates", help="SMG spill gate: spill to the least-loaded worker when "
+                    "load > average × relative and load > average + absolute")})
+            st.caption("Candidates, scores and gates come from SMG's cache trace "
+                       "(`SMG_CACHE_TRACE=1` log lines, followed by `mmlens collect`) and "
+                       "Dynamo's routing log; the `x-smg-cache-trace` header alone names only "
+                       "the chosen worker and its prediction.")
+            shared.decision_detail(snap["traces"], key="routing_decision")
         else:
             st.info("No traced requests yet: send some from the Lab page.")
 

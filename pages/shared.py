@@ -8,9 +8,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
+from mmlens.decisions import merged
 from mmlens.records import MetricSample
+from mmlens.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.store import StoreError
 from mmlens.store_queries import StoreReader, open_reader
 
@@ -147,3 +150,37 @@ def sidebar_status() -> None:
         st.sidebar.caption(f"Store unreadable: {exc}")
         return
     st.sidebar.caption(f"Store `{os.path.basename(path)}` · last scrape {ago(snap_ts)}")
+
+
+def routing_detail(trace: dict[str, Any]) -> None:
+    """Candidates, scores and spill gates the router reported for one request."""
+    view = merged(trace.get("predictions") or [])
+    st.caption(f"policy {policy_text(view)} · branch {view.get('branch') or '—'} · from "
+               f"{', '.join(view['sources']) or 'nothing'}")
+    candidates = candidate_rows(view)
+    if candidates:
+        st.dataframe(pd.DataFrame(candidates), hide_index=True, width="stretch")
+    else:
+        st.caption("No candidates reported: they come from SMG's cache-trace log "
+                   "(`SMG_CACHE_TRACE=1`, router log followed by `mmlens collect`) or "
+                   "Dynamo's `Formula for worker_id` lines.")
+    scores = score_rows(view)
+    if scores:
+        st.dataframe(pd.DataFrame(scores), hide_index=True, width="stretch")
+    gates = gate_rows(view)
+    if gates:
+        st.dataframe(pd.DataFrame(gates), hide_index=True, width="stretch")
+    elif candidates:
+        st.caption("No spill gate: the router had no preferred worker to keep or spill "
+                   "(e.g. first sight of a prefix → least expected wait).")
+
+
+def decision_detail(traces: list[dict[str, Any]], key: str) -> None:
+    """An expander to read one recent decision's candidates, scores and gates in full."""
+    with st.expander("Candidates, scores and gates of one decision"):
+        ids = [t["request_id"] for t in traces]
+        rid = st.selectbox("Request", ids, key=key)
+        trace = next((t for t in traces if t["request_id"] == rid), None)
+        if trace is not None:
+            routing_detail(trace)
+            st.markdown(f"[Open in the inspector]({inspector_link(trace['request_id'])})")

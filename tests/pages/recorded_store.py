@@ -19,7 +19,10 @@ from mmlens.records import (
     ImageRef,
     MetricSample,
     RequestTrace,
+    RoutingCandidate,
     RoutingDecision,
+    RoutingScore,
+    SpillGate,
     labels_of,
 )
 from mmlens.store import Store
@@ -96,6 +99,16 @@ def fill(path: Path, now: float) -> Recorded:
                error_code="no_media_ref_capable_worker"),
     ]
     store.add_traces(traces)
+    # What the collector's log follower stores from SMG's cache trace for req-hit.
+    store.add_decisions([RoutingDecision(
+        "req-hit", "smg", "log:cache_trace", worker=W1, branch="event_hit", overlap_blocks=5,
+        request_blocks=5, block_size=16, ts=now - 90, policy="cache_aware", origin="policy",
+        prediction_source="event_index_overlap",
+        candidates=[RoutingCandidate(W1, 2.0, True, False), RoutingCandidate(W2, 0.0, True, False)],
+        scores=[RoutingScore("policy_affinity", W1, 5.0, "blocks", 5.0, 5),
+                RoutingScore("expected_wait", W1, 0.25, "seconds"),
+                RoutingScore("expected_wait", W2, 0.0, "seconds")],
+        gates=[SpillGate(W1, 2.0, 1.0, 1.5, 64.0, 4.0, False)])])
 
     samples = []
     for i in range(13):

@@ -125,11 +125,47 @@ def test_routing_page_charts_and_tables(db: Recorded) -> None:
     assert any("router / auto_mixed" in n for n in trace_names(modes))
     branches = figure_titled(at, "branches")
     assert set(branches["data"][0]["x"]) == {"event_hit", "expected_wait_fallback"}
-    decisions, errors = at.dataframe[0].value, at.dataframe[1].value
+    decisions = at.dataframe[0].value
+    errors = next(d.value for d in at.dataframe if "error_code" in d.value.columns)
     assert db.hit_id in set(decisions["request"])
     row = errors[errors["request"] == db.error_id].iloc[0]
     assert row["error_code"] == "no_media_ref_capable_worker"
     assert "mm_processor" in row["what to change"]
+
+
+def test_routing_decisions_show_candidates_scores_and_gates(db: Recorded) -> None:
+    at = open_page("routing")
+    assert_clean(at)
+    decisions = at.dataframe[0].value.set_index("request")
+    hit = decisions.loc[db.hit_id]
+    assert hit["inspect"] == f"/inspector?request={db.hit_id}"
+    assert (hit["branch"], hit["overlap"]) == ("event_hit", "5/5")
+    assert hit["candidates"] == "127.0.0.1:50051 load 2 · 127.0.0.1:50052 load 0"
+    assert "affinity 127.0.0.1:50051: 5 blocks" in hit["scores"]
+    assert "wait 127.0.0.1:50052: 0 s" in hit["scores"]
+    assert hit["gates"] == "127.0.0.1:50051: load 2 vs avg 1 ×1.5 / +64 → stay"
+    assert hit["policy"] == "cache_aware / policy / event_index_overlap"
+    # Traces without a logged cache trace keep the header's word only.
+    assert decisions.loc[db.false_hit_id, "candidates"] == "—"
+    at.selectbox(key="routing_decision").set_value(db.hit_id).run()
+    assert_clean(at)
+    detail = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
+    assert detail.set_index("worker").loc["127.0.0.1:50051", "chosen"]
+    gates = next(d.value for d in at.dataframe if "spill" in d.value.columns)
+    assert not gates["spill"].iloc[0]
+
+
+def test_inspector_routing_section_lists_candidates(db: Recorded) -> None:
+    at = open_page("inspector", {"request": db.hit_id})
+    assert_clean(at)
+    candidates = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
+    assert list(candidates["worker"]) == ["127.0.0.1:50051", "127.0.0.1:50052"]
+    assert list(candidates["load"]) == [2.0, 0.0]
+    scores = next(d.value for d in at.dataframe if "device blocks" in d.value.columns)
+    assert list(scores["source"]) == ["policy_affinity", "expected_wait", "expected_wait"]
+    assert any("cache_aware / policy" in c.value for c in at.caption)
+    at = open_page("inspector", {"request": db.drift_id})
+    assert any("No candidates reported" in c.value for c in at.caption)
 
 
 def test_affinity_sankey_counts_requests_per_image(db: Recorded) -> None:

@@ -1,0 +1,173 @@
+"""Routing decisions from router logs: stored on their own, joined to any trace when read
+(Lab, warm-up, check, collect), folded into one view, and laid out as the Routing table."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import asdict
+from pathlib import Path
+
+from mmlens.decisions import attach, merged
+from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.router_logs import cache_trace_decision, parse_lines
+from mmlens.routing_table import (
+    candidate_rows,
+    candidates_text,
+    decision_rows,
+    gate_rows,
+    gates_text,
+    score_rows,
+    scores_text,
+)
+from mmlens.store import Store
+from mmlens.store_queries import StoreReader
+from tests.fixtures_path import capture
+
+W1, W2 = "grpc://127.0.0.1:24410", "grpc://127.0.0.1:24420"
+FIRST, HIT = "mmlens-04299d8794744c2f", "mmlens-c7ec9e9b9adf4761"
+HIT_RESPONSE = HIT + "-01a22b15-eef0-720f-9935-83b63d340f40"
+
+
+def _logged() -> list[RoutingDecision]:
+    return parse_lines(capture("smg_1.13_cache_trace_log.jsonl").splitlines())
+
+
+def _header(rid: str) -> RoutingDecision:
+    return cache_trace_decision({"root_id": rid, "selections": [{
+        "policy": "cache_aware", "origin": "policy", "worker": W2,
+        "prediction": {"source": "event_index_overlap", "branch": "event_hit",
+                       "overlap_blocks": 5, "request_blocks": 5, "block_size": 16}}]})
+
+
+def _lab_trace(rid: str, response_id: str | None, ts: float) -> RequestTrace:
+    """A trace as the Lab writes it: straight to the store, header decision only."""
+    return RequestTrace(rid, "http://r", "smg", "m", ts, False, worker=W2, prompt_tokens=81,
+                        cached_tokens=80, response_id=response_id, predictions=[_header(rid)])
+
+
+def test_store_round_trip_and_reader_join_by_response_id(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = Store(db)
+    assert store.add_decisions(_logged(), ts=5.0) == 2
+    # A decision logged under the engine id: the reader still finds it for the request.
+    store.add_decisions([RoutingDecision(HIT_RESPONSE, "smg", "log:other", ts=6.0,
+                                         warnings=["w"])])
+    store.add_traces([_lab_trace(HIT, HIT_RESPONSE, 10.0), _lab_trace("other", None, 11.0)])
+    store.close()
+    reader = StoreReader(db)
+    try:
+        assert [d["source"] for d in reader.decisions_for(HIT)] == ["log:cache_trace"]
+        assert len(reader.decisions_for(HIT, HIT_RESPONSE)) == 2
+        trace = reader.trace(HIT)
+        assert trace is not None
+        assert [p["source"] for p in trace["predictions"]] == [
+            "header:x-smg-cache-trace", "log:cache_trace", "log:other"]
+        assert [c["worker"] for c in trace["predictions"][1]["candidates"]] == [W1, W2]
+        recent = {t["request_id"]: t for t in reader.recent_traces(10)}
+        assert len(recent[HIT]["predictions"]) == 3 and len(recent["other"]["predictions"]) == 1
+        assert reader.snapshot()["traces"][1]["predictions"][1]["gates"][0]["spill"] is False
+    finally:
+        reader.close()
+
+
+def test_store_prunes_decisions_with_the_rest(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.add_decisions([RoutingDecision("old", "smg", "log:x", ts=1.0),
+                         RoutingDecision("new", "smg", "log:x")], ts=1000.0)
+    assert store.prune(retention_s=10, max_bytes=1e12, now=1005.0) == 1
+    assert [d["request_id"] for d in store.decisions(["old", "new"])] == ["new"]
+    store.close()
+
+
+def test_reader_on_a_store_from_before_the_decisions_table(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    Store(db).close()
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TABLE decisions")
+    raw.commit()
+    raw.close()
+    reader = StoreReader(db)  # read-only: cannot add the table, reads it as empty
+    try:
+        assert reader.decisions_for("r") == [] and reader.recent_traces() == []
+    finally:
+        reader.close()
+    writer = Store(db)  # a collector opening it adds the table, same schema version
+    assert writer.add_decisions([RoutingDecision("r", "smg", "log:x")]) == 1
+    writer.close()
+
+
+def test_attach_skips_decisions_the_collector_already_joined() -> None:
+    logged = [asdict(d) for d in _logged()]
+    trace = asdict(_lab_trace(HIT, None, 1.0))
+    trace["predictions"].append(logged[1])  # joined in memory by CollectorRunner
+    assert attach([trace], logged) == 0
+    lab = asdict(_lab_trace(HIT, None, 1.0))
+    assert attach([lab], logged) == 1 and attach([lab], logged) == 0
+    timing = {"request_id": HIT, "source": "log:mm_timing", "expanded_tokens": 81}
+    assert attach([lab], [timing]) == 1 and lab["processing_mode"] == "router"
+
+
+def test_merged_view_prefers_block_counts_and_keeps_every_detail() -> None:
+    header, (_, logged) = asdict(_header(HIT)), _logged()
+    dynamo = [{"source": "log:cost_formula", "candidates": [{"worker": "7"}],
+               "scores": [{"source": "cost", "worker": "7", "value": 6.0}]},
+              {"source": "log:cost_formula", "candidates": [{"worker": "9", "load": None}],
+               "scores": [{"source": "cost", "worker": "9", "value": 8.5}]},
+              {"source": "log:routing_best", "worker": "7", "overlap_blocks": 5,
+               "request_blocks": 6}]
+    view = merged([header, asdict(logged)])
+    assert (view["worker"], view["branch"], view["policy"], view["origin"]) == (
+        W2, "event_hit", "cache_aware", "policy")
+    assert len(view["candidates"]) == 2 and len(view["gates"]) == 1
+    assert view["sources"] == ["header:x-smg-cache-trace", "log:cache_trace"]
+    dyn = merged(dynamo)
+    assert (dyn["worker"], dyn["overlap_blocks"]) == ("7", 5)
+    assert [c["worker"] for c in dyn["candidates"]] == ["7", "9"]
+    assert [s["value"] for s in dyn["scores"]] == [6.0, 8.5]
+
+
+def test_decision_rows_show_candidates_scores_and_gates() -> None:
+    first, hit = (asdict(d) for d in _logged())
+    traces = [
+        {"request_id": HIT, "ts": 2.0, "worker": W2, "prompt_tokens": 81,
+         "cached_tokens": 80, "predictions": [asdict(_header(HIT)), hit]},
+        {"request_id": FIRST, "ts": 1.0, "predictions": [first]},
+        {"request_id": "bare", "ts": 0.5, "predictions": []},
+    ]
+    hit_row, first_row, bare = decision_rows(traces)
+    assert (hit_row["worker"], hit_row["branch"], hit_row["overlap"]) == (W2, "event_hit", "5/5")
+    assert hit_row["policy"] == "cache_aware / policy / event_index_overlap"
+    assert hit_row["candidates"] == "127.0.0.1:24410 load 0 · 127.0.0.1:24420 load 0"
+    assert hit_row["scores"] == ("affinity 127.0.0.1:24420: 5 blocks · "
+                                 "wait 127.0.0.1:24420: 0 s")
+    assert hit_row["gates"] == "127.0.0.1:24420: load 0 vs avg 0 ×1.5 / +64 → stay"
+    assert hit_row["predicted"] == 80
+    # First sight: SMG's approximate tree counts units, not blocks; no gate.
+    assert (first_row["worker"], first_row["branch"], first_row["overlap"]) == (
+        W2, "expected_wait_fallback", "0/81 units")
+    assert first_row["scores"].count("wait ") == 2 and first_row["gates"] == "—"
+    assert (bare["candidates"], bare["scores"], bare["gates"], bare["policy"]) == (
+        "—", "—", "—", "—")
+
+
+def test_text_flags_unhealthy_overloaded_and_spills() -> None:
+    assert candidates_text([{"worker": W1, "load": 70, "healthy": False},
+                            {"worker": W2, "load": 3.5, "overloaded": True}]) == (
+        "127.0.0.1:24410 load 70 (unhealthy) · 127.0.0.1:24420 load 3.5 (overloaded)")
+    assert gates_text([{"worker": W1, "load": 200.0, "average_load": 20.0,
+                        "relative_threshold": 1.5, "absolute_threshold": 64,
+                        "spill": True}]).endswith("→ spill")
+    assert scores_text([{"source": "cost", "worker": "7", "value": 6.0, "unit": "cost",
+                         "device_blocks": 5.0}]) == "cost 7: 6 (device 5 blocks)"
+
+
+def test_detail_rows_put_each_candidate_beside_its_scores_and_gate() -> None:
+    _, hit = _logged()
+    view = merged([asdict(hit)])
+    rows = {r["worker"]: r for r in candidate_rows(view)}
+    assert rows["127.0.0.1:24420"]["chosen"] and not rows["127.0.0.1:24410"]["chosen"]
+    assert rows["127.0.0.1:24420"]["gate"].endswith("→ stay")
+    assert rows["127.0.0.1:24410"]["scores"] == "—"
+    assert [r["source"] for r in score_rows(view)] == ["policy_affinity", "expected_wait"]
+    assert "drain_rate=400.0" in score_rows(view)[1]["details"]
+    assert gate_rows(view)[0]["absolute margin"] == 4.0
