@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from demo.model_dirs import MODELS, ensure_model_dir
 
 HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
+REPO_ROOT = Path(__file__).resolve().parent.parent
 SMG_DRAIN_S = 12.0
 
 
@@ -78,12 +80,18 @@ def ports_needed(cfg: ClusterConfig) -> list[int]:
     return ports
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the process that started us dies, even by SIGKILL."""
+def _set_parent_death_signal(sig: int) -> None:
+    """In the child: get `sig` if the process that started us dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            libc.prctl(PR_SET_PDEATHSIG, sig)
+
+
+def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
+    """`env`, with this checkout first on PYTHONPATH so child processes import `demo` from it."""
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    return env
 
 
 def smg_command() -> list[str]:
@@ -97,6 +105,50 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes]
+
+    def tail(self, lines: int = 15, width: int | None = None) -> str:
+        """The log's last `lines` lines (each cut to `width` characters when given)."""
+        with contextlib.suppress(OSError):
+            last = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+            return "\n".join(line[:width] for line in last)
+        return ""
+
+    def check_alive(self, width: int | None = None) -> None:
+        if self.popen.poll() is not None:
+            raise ClusterError(f"{self.name} exited ({self.popen.returncode}); see "
+                               f"{self.log_path}:\n{self.tail(width=width)}")
+
+    def terminate(self) -> None:
+        """SIGTERM the process group, if the process still runs."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+
+    def reap(self, timeout: float) -> None:
+        """Wait up to `timeout` s, SIGKILL the group if the process outlives it, then close
+        the log."""
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=5)
+        # Children left in the group (none expected) go too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def spawn(log_dir: Path, name: str, cmd: list[str], env: dict[str, str] | None = None, *,
+          cwd: Path | None = None, death_signal: int = signal.SIGTERM) -> Proc:
+    """Start `cmd` in its own process group, its output to `log_dir/<name>.log`; it gets
+    `death_signal` when the process that started it dies."""
+    log_path = log_dir / f"{name}.log"
+    log = log_path.open("wb")
+    popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd,
+                             preexec_fn=functools.partial(_set_parent_death_signal, death_signal))
+    return Proc(name, popen, log_path, log)
 
 
 class Cluster:
@@ -167,12 +219,7 @@ class Cluster:
 
     # -- processes -----------------------------------------------------------------------
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> Proc:
-        log_path = self.log_dir / f"{name}.log"
-        log = log_path.open("wb")
-        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                 preexec_fn=_die_with_parent)
-        proc = Proc(name, popen, log_path, log)
+        proc = spawn(self.log_dir, name, cmd, env)
         self.procs.append(proc)
         return proc
 
@@ -221,9 +268,7 @@ class Cluster:
             raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
         deadline = time.monotonic() + self.cfg.ready_timeout
         self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        env = with_repo_on_path(dict(os.environ))
         for i in range(self.cfg.workers):
             self._spawn(f"worker-w{i + 1}", self._worker_cmd(i), env)
         for i, proc in enumerate(list(self.procs)):
@@ -239,9 +284,7 @@ class Cluster:
     def _wait_worker(self, proc: Proc, http_port: int, deadline: float) -> None:
         url = f"http://{HOST}:{http_port}/health"
         while time.monotonic() < deadline:
-            if proc.popen.poll() is not None:
-                raise ClusterError(f"{proc.name} exited ({proc.popen.returncode}); see "
-                                   f"{proc.log_path}:\n{self.tail(proc)}")
+            proc.check_alive()
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(url, timeout=0.5).status_code == 200:
                     return
@@ -255,7 +298,7 @@ class Cluster:
         while time.monotonic() < deadline:
             if self.smg.popen.poll() is not None:
                 raise ClusterError(f"smg exited ({self.smg.popen.returncode}):\n"
-                                   f"{self.tail(self.smg)}")
+                                   f"{self.smg.tail()}")
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 r = httpx.get(self.router_url + "/readiness", timeout=0.5)
                 if r.status_code == 200 and r.json().get("healthy_workers") == n:
@@ -263,7 +306,7 @@ class Cluster:
                         return
             time.sleep(0.1)
         raise ClusterError(f"router not ready in time; see {self.smg.log_path}:\n"
-                           f"{self.tail(self.smg)}")
+                           f"{self.smg.tail()}")
 
     def _streams_connected(self) -> int:
         # A worker's KV stream is live once SMG has counted a heartbeat from it.
@@ -272,12 +315,6 @@ class Cluster:
                    if line.startswith("smg_kv_event_batches_total{")
                    and 'disposition="load_only"' in line)
 
-    @staticmethod
-    def tail(proc: Proc, lines: int = 15) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(proc.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
     def stop(self) -> None:
         """Stop the router first (its drain lets in-flight requests finish on the workers),
         then the workers; SIGKILL whatever outlives its grace period."""
@@ -285,20 +322,9 @@ class Cluster:
         rest = [p for p in self.procs if p is not self.smg]
         for group, grace in ((first, SMG_DRAIN_S), (rest, 5.0)):
             for proc in group:
-                if proc.popen.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.popen.pid, signal.SIGTERM)
+                proc.terminate()
             for proc in group:
-                try:
-                    proc.popen.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.popen.pid, signal.SIGKILL)
-                    proc.popen.wait(timeout=5)
-                # Children left in the group (none expected) go too.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.log.close()
+                proc.reap(grace)
         self.procs.clear()
         if self._own_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)

@@ -17,7 +17,6 @@ system server (/metrics) B+10+10i, vLLM-format ZMQ KV events +1, replay +2.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import importlib.util
 import json
@@ -25,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from demo.cluster import ClusterError, Proc, port_free
+from demo.cluster import ClusterError, Proc, port_free, spawn, with_repo_on_path
 from demo.dynamo_broker import broker_url
 from demo.model_dirs import MODELS, ensure_model_dir
 
@@ -43,6 +41,7 @@ HOST = "127.0.0.1"
 ROUTING_LOG_FILTER = ("info,mm_routing=debug,dynamo_kv_router::scheduling=debug,"
                       "dynamo_llm::kv_router=debug")
 STOP_GRACE_S = 5.0
+TAIL_WIDTH = 400  # characters per log line quoted in an error
 # Dynamo 1.6.1 builds Kimi-K3's dims-bearing media block only with a tokenizer backend that
 # can encode segments: with the default (HuggingFace) backend it logs "tokenizer backend does
 # not support segmented encoding" and with fastokens "MM-aware KV routing disabled", and routes
@@ -126,22 +125,10 @@ def loopback_env(scratch: Path, broker: str, base: dict[str, str] | None = None,
         "DYN_MM_ALLOW_INTERNAL": "1", "DYN_LOGGING_JSONL": "true", "DYN_LOG": ROUTING_LOG_FILTER,
     })
     env.pop("DYN_SYSTEM_PORT", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
-    return env
+    return with_repo_on_path(env)
 
 
 _READY = re.compile(r'\{"event": "worker_ready".*\}')
-PR_SET_PDEATHSIG = 1
-
-
-def _killed_with_parent() -> None:
-    """In the child: SIGKILL when the demo process dies, even by SIGKILL. (SIGKILL, not
-    SIGTERM: Dynamo 1.6.1 processes can linger after their graceful-shutdown phases.)"""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class DynamoCluster:
@@ -212,12 +199,10 @@ class DynamoCluster:
 
     # -- processes -----------------------------------------------------------------------
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> Proc:
-        log_path = self.log_dir / f"{name}.log"
-        log = log_path.open("wb")
-        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                 cwd=self.scratch, preexec_fn=_killed_with_parent)
-        proc = Proc(name, popen, log_path, log)
+        # SIGKILL, not SIGTERM, when the demo process dies: Dynamo 1.6.1 processes can linger
+        # after their graceful-shutdown phases.
+        proc = spawn(self.log_dir, name, cmd, env, cwd=self.scratch,
+                     death_signal=signal.SIGKILL)
         self.procs.append(proc)
         return proc
 
@@ -272,21 +257,16 @@ class DynamoCluster:
         self._wait_frontend(deadline)
         return self.ready_info()
 
-    def _check_alive(self, proc: Proc) -> None:
-        if proc.popen.poll() is not None:
-            raise ClusterError(f"{proc.name} exited ({proc.popen.returncode}); see "
-                               f"{proc.log_path}:\n{self.tail(proc)}")
-
     def _wait_line(self, proc: Proc, marker: str, deadline: float) -> str:
         while time.monotonic() < deadline:
-            self._check_alive(proc)
+            proc.check_alive(TAIL_WIDTH)
             with contextlib.suppress(OSError):
                 for line in proc.log_path.read_text(errors="replace").splitlines():
                     if marker in line:
                         return line
             time.sleep(0.05)
         raise ClusterError(f"{proc.name} not ready in time; see {proc.log_path}:\n"
-                           f"{self.tail(proc)}")
+                           f"{proc.tail(width=TAIL_WIDTH)}")
 
     def _worker_ready(self, proc: Proc, deadline: float) -> dict[str, Any]:
         line = self._wait_line(proc, '"event": "worker_ready"', deadline)
@@ -305,9 +285,8 @@ class DynamoCluster:
         assert self.frontend is not None
         name = self.model.served_name
         while time.monotonic() < deadline:
-            self._check_alive(self.frontend)
-            for w in self.workers:
-                self._check_alive(w)
+            for proc in (self.frontend, *self.workers):
+                proc.check_alive(TAIL_WIDTH)
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 r = httpx.get(f"{self.router_url}/v1/models", timeout=1.0)
                 listed = r.status_code == 200 and any(
@@ -316,35 +295,18 @@ class DynamoCluster:
                     return
             time.sleep(0.1)
         raise ClusterError(f"frontend not ready in time; see {self.frontend_log}:\n"
-                           f"{self.tail(self.frontend)}")
-
-    @staticmethod
-    def tail(proc: Proc, lines: int = 15) -> str:
-        with contextlib.suppress(OSError):
-            text = proc.log_path.read_text(errors="replace").splitlines()[-lines:]
-            return "\n".join(line[:400] for line in text)
-        return ""
+                           f"{self.frontend.tail(width=TAIL_WIDTH)}")
 
     def stop(self) -> None:
-        """SIGTERM every process group (frontend first), then SIGKILL what is left."""
+        """SIGTERM every process group (frontend first), then SIGKILL what is left: Dynamo's
+        runtime can linger after its shutdown phases."""
         order = ([self.frontend] if self.frontend else []) + [
             p for p in self.procs if p is not self.frontend]
         for proc in order:
-            if proc.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGTERM)
+            proc.terminate()
         deadline = time.monotonic() + STOP_GRACE_S
         for proc in order:
-            try:
-                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                # Dynamo's runtime can linger after its shutdown phases; its group goes.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=5)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)
-            proc.log.close()
+            proc.reap(max(0.1, deadline - time.monotonic()))
         self.procs.clear()
         self.workers.clear()
         self.frontend = None
