@@ -70,3 +70,27 @@ def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any
     browser_page.wait_for_timeout(1500)  # let Plotly finish drawing before the screenshot
     SHOTS.mkdir(parents=True, exist_ok=True)
     browser_page.screenshot(path=str(SHOTS / f"{page}.png"), full_page=True)
+
+
+def test_overview_url_and_deep_links_resolve(live_dashboard: LiveDashboard,
+                                             browser_page: Any) -> None:
+    """`/overview` runs the Overview like `/` does; a deep link still opens its request."""
+    from mmlens.store_queries import StoreReader
+
+    body = browser_page.locator("[data-testid='stMain']")
+    for path in ("overview", ""):
+        browser_page.goto(f"{live_dashboard.url}/{path}", wait_until="domcontentloaded")
+        body.get_by_text("Engine hit rate", exact=False).first.wait_for(
+            state="visible", timeout=30_000)
+        assert browser_page.get_by_text("Page not found").count() == 0
+    reader = StoreReader(live_dashboard.db)
+    try:
+        rid = reader.recent_traces(1)[0]["request_id"]
+    finally:
+        reader.close()
+    browser_page.goto(f"{live_dashboard.url}/inspector?request={rid}",
+                      wait_until="domcontentloaded")
+    body.get_by_text("Router view", exact=False).first.wait_for(state="visible", timeout=30_000)
+    body.get_by_text(rid, exact=False).first.wait_for(state="visible", timeout=30_000)
+    assert browser_page.get_by_text("Page not found").count() == 0
+    assert browser_page.locator("[data-testid='stException']").count() == 0

@@ -3,6 +3,8 @@ workers, the collectors and the warm-up workload. The Lab sends real requests.""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from mmlens.store_queries import StoreReader
@@ -99,3 +101,46 @@ def test_lab_runs_a_scenario(live: LiveDashboard) -> None:
     at.button(key="lab_send").click().run()
     assert_clean(at)
     assert any(s.startswith("**pass**") for s in messages(at)["success"])
+
+
+def _traces_with_logged_candidates(db: object, timeout: float = 30.0) -> list[dict]:
+    """Warm-up traces (written straight to the store by the Lab's sender) that the collector's
+    log follower has since matched with SMG's "Cache routing dispatch" lines."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reader = StoreReader(db)  # type: ignore[arg-type]
+        try:
+            found = [t for t in reader.recent_traces(100) if any(
+                p["source"] == "log:cache_trace" and p["candidates"]
+                for p in t["predictions"])]
+        finally:
+            reader.close()
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(1.0)
+
+
+def test_warmup_decisions_show_real_smg_candidates(live: LiveDashboard) -> None:
+    traces = _traces_with_logged_candidates(live.db)
+    assert len(traces) >= 10
+    logged = [p for t in traces for p in t["predictions"] if p["source"] == "log:cache_trace"]
+    # Two simulated workers behind the real SMG 1.13: both are candidates every time.
+    assert all(len(p["candidates"]) == 2 for p in logged)
+    assert all(c["healthy"] is True for p in logged for c in p["candidates"])
+    assert {p["policy"] for p in logged} == {"cache_aware"}
+    assert {"expected_wait"} <= {s["source"] for p in logged for s in p["scores"]}
+    hits = [p for p in logged if p["branch"] == "event_hit"]
+    assert hits and all(p["gates"] and "policy_affinity" in {s["source"] for s in p["scores"]}
+                        for p in hits)
+
+    at = open_page("routing")
+    assert_clean(at)
+    rows = at.dataframe[0].value.set_index("request")
+    hit = next(t for t in traces if any(p in hits for p in t["predictions"]))
+    row = rows.loc[hit["request_id"]]
+    assert row["candidates"].count(" load ") == 2
+    assert "affinity" in row["scores"] and "→ " in row["gates"]
+    at = open_page("inspector", {"request": hit["request_id"]})
+    assert_clean(at)
+    candidates = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
+    assert len(candidates) == 2 and candidates["chosen"].sum() == 1
