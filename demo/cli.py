@@ -13,12 +13,25 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any, Protocol
 
-from demo.cluster import Cluster, ClusterConfig, ClusterError, write_ready
+from demo.cluster import Cluster, ClusterConfig, ClusterError, Proc, write_ready
 from demo.model_dirs import MODELS
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class DemoCluster(Protocol):
+    """What `serve` runs: the SMG `Cluster` or the `DynamoCluster`."""
+
+    procs: list[Proc]
+
+    def start(self) -> dict[str, Any]: ...
+
+    def stop(self) -> None: ...
 
 
 class _Stop(Exception):
@@ -63,14 +76,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return p.parse_args(list(argv))
 
 
-def config_from(args: argparse.Namespace) -> ClusterConfig:
+def count_drift(args: argparse.Namespace) -> list[int]:
+    """`--count-drift`: one value for every worker, or one per worker."""
     drift = [int(v) for v in str(args.count_drift).split(",") if v.strip()]
-    if len(drift) == 1:
-        drift = drift * args.workers
+    return drift * args.workers if len(drift) == 1 else drift
+
+
+def config_from(args: argparse.Namespace) -> ClusterConfig:
     return ClusterConfig(
         family=args.model, workers=args.workers, connection=args.connection,
         port_base=args.port_base, mm_processing=args.mm_processing,
-        worker_mm_processor=args.worker_processing, count_drift=drift,
+        worker_mm_processor=args.worker_processing, count_drift=count_drift(args),
         legacy_kv_encoding=args.legacy_kv_encoding, block_size=args.block_size,
         num_blocks=args.num_blocks, speed=args.speed,
         max_image_bytes=args.max_image_bytes, log_dir=args.log_dir,
@@ -87,31 +103,27 @@ def _router_of(argv: Sequence[str]) -> str:
     return "smg"
 
 
-def main(argv: list[str]) -> int:
-    if _router_of(argv) == "dynamo":
-        from demo.dynamo_cli import main as dynamo_main
-
-        return dynamo_main(argv)
-    args = parse_args(argv)
-    if args.workers < 1:
-        print("mmlens demo: --workers must be at least 1", file=sys.stderr)
-        return 2
+def serve(make_cluster: Callable[[], DemoCluster], ready_file: Path | None, *,
+          signals: Sequence[signal.Signals] = STOP_SIGNALS, watch_parent: bool = True) -> int:
+    """Start the cluster, print its ready line (and write `ready_file`), and run until one of
+    `signals`, the exit of one of its processes or (`watch_parent`) of our parent; then stop
+    everything, remove `ready_file` and print the stopped line. Returns the exit code."""
     # Set explicitly: a background launch may have inherited SIGINT as ignored.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in signals:
         signal.signal(sig, _raise_stop)
     parent = os.getppid()
-    cluster = Cluster(config_from(args))
+    cluster = make_cluster()
     t0 = time.monotonic()
     code = 0
     try:
         info = cluster.start()
         info["startup_seconds"] = round(time.monotonic() - t0, 2)
-        if args.ready_file:
-            write_ready(args.ready_file, info)
+        if ready_file:
+            write_ready(ready_file, info)
         print(json.dumps(info), flush=True)
         while True:
             time.sleep(0.5)
-            if os.getppid() != parent:  # whoever started us is gone: do not outlive it
+            if watch_parent and os.getppid() != parent:  # do not outlive whoever started us
                 print("mmlens demo: parent process exited; stopping", file=sys.stderr)
                 break
             dead = [p.name for p in cluster.procs if p.popen.poll() is not None]
@@ -125,10 +137,22 @@ def main(argv: list[str]) -> int:
         print(f"mmlens demo: {exc}", file=sys.stderr)
         code = 1
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in signals:
             signal.signal(sig, signal.SIG_IGN)
         cluster.stop()
-        if args.ready_file and args.ready_file.exists():
-            args.ready_file.unlink()
+        if ready_file and ready_file.exists():
+            ready_file.unlink()
         print(json.dumps({"event": "stopped"}), flush=True)
     return code
+
+
+def main(argv: list[str]) -> int:
+    if _router_of(argv) == "dynamo":
+        from demo.dynamo_cli import main as dynamo_main
+
+        return dynamo_main(argv)
+    args = parse_args(argv)
+    if args.workers < 1:
+        print("mmlens demo: --workers must be at least 1", file=sys.stderr)
+        return 2
+    return serve(lambda: Cluster(config_from(args)), args.ready_file)

@@ -8,25 +8,14 @@ started and removes the demo's scratch folder.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
-from demo.cluster import ClusterError, write_ready
+from demo.cli import count_drift, serve
 from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, dynamo_available
 from demo.model_dirs import MODELS
-
-
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signal.Signals(signum).name)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -66,12 +55,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def config_from(args: argparse.Namespace) -> DynamoClusterConfig:
-    drift = [int(v) for v in str(args.count_drift).split(",") if v.strip()]
-    if len(drift) == 1:
-        drift = drift * args.workers
     return DynamoClusterConfig(
         family=args.model, workers=args.workers, port_base=args.port_base,
-        router_kv_events=not args.no_router_kv_events, count_drift=drift,
+        router_kv_events=not args.no_router_kv_events, count_drift=count_drift(args),
         block_size=args.block_size, num_blocks=args.num_blocks, speed=args.speed,
         zmq_kv_events=not args.no_zmq_kv_events, kv_path=args.kv_path,
         tokenizer_backend=args.tokenizer,
@@ -88,34 +74,6 @@ def main(argv: Sequence[str]) -> int:
     if reason:
         print(f"mmlens demo: {reason}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGINT, _raise_stop)
-    signal.signal(signal.SIGTERM, _raise_stop)
-    cluster = DynamoCluster(config_from(args))
-    t0 = time.monotonic()
-    code = 0
-    try:
-        info = cluster.start()
-        info["startup_seconds"] = round(time.monotonic() - t0, 2)
-        if args.ready_file:
-            write_ready(args.ready_file, info)
-        print(json.dumps(info), flush=True)
-        while True:
-            time.sleep(0.5)
-            dead = [p.name for p in cluster.procs if p.popen.poll() is not None]
-            if dead:
-                print(f"mmlens demo: {', '.join(dead)} exited; stopping", file=sys.stderr)
-                code = 1
-                break
-    except _Stop:
-        pass
-    except ClusterError as exc:
-        print(f"mmlens demo: {exc}", file=sys.stderr)
-        code = 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        cluster.stop()
-        if args.ready_file and args.ready_file.exists():
-            args.ready_file.unlink()
-        print(json.dumps({"event": "stopped"}), flush=True)
-    return code
+    # As the Dynamo demo has always run: no SIGHUP handler, no parent-process watch.
+    return serve(lambda: DynamoCluster(config_from(args)), args.ready_file,
+                 signals=(signal.SIGINT, signal.SIGTERM), watch_parent=False)
