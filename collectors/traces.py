@@ -21,6 +21,7 @@ import httpx
 
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
 from mmlens.router_logs import cache_trace_decision
+from mmlens.synthetic_images import synthetic_png
 
 LayoutHook = Callable[[str, Sequence["ImagePart"], str], dict[str, Any] | None]
 
@@ -41,11 +42,7 @@ class ImagePart:
 
 
 def solid_png(width: int, height: int, rgb: tuple[int, int, int] = (200, 30, 30)) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new("RGB", (width, height), rgb).save(buf, format="PNG")
-    return buf.getvalue()
+    return synthetic_png("solid", width, height, rgb=rgb)
 
 
 def _image_info(part: ImagePart) -> ImageInfo:

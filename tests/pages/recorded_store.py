@@ -4,12 +4,11 @@ that cover a hit, a content-blind false hit, a count drift and a strict-mode err
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from collectors.lab import layout_hook_with_text
-from collectors.traces import ImagePart
+from collectors.traces import ImagePart, solid_png
 from mmlens.hashing import dynamo_mm_hash_url, smg_identifier
 from mmlens.imageinfo import probe_image
 from mmlens.records import (
@@ -32,14 +31,6 @@ W1 = "grpc://127.0.0.1:50051"
 W2 = "grpc://127.0.0.1:50052"
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 TEXT = "Describe this image in detail please."
-
-
-def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new("RGB", (width, height), rgb).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @dataclass
@@ -86,8 +77,8 @@ def _trace(rid: str, ts: float, images: list[bytes], worker: str | None, *, cach
 
 def fill(path: Path, now: float) -> Recorded:
     store = Store(path)
-    red, blue, green = png(64, 64, (200, 30, 30)), png(64, 64, (30, 30, 200)), png(
-        640, 480, (30, 160, 30))
+    red, blue = solid_png(64, 64, (200, 30, 30)), solid_png(64, 64, (30, 30, 200))
+    green = solid_png(640, 480, (30, 160, 30))
     traces = [
         _trace("req-seed", now - 100, [red], W1, cached=0, overlap_blocks=0),
         _trace("req-hit", now - 90, [red], W1, cached=80, overlap_blocks=5),
