@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from mmlens.decisions import attach, trace_keys
 from mmlens.metrics_normalize import normalize_samples
 from mmlens.store import Store
 
@@ -55,5 +56,11 @@ def build_snapshot(store: Store, window_s: float = 300.0, n_traces: int = 20,
         "resident_blocks": {f"{r['worker']}#{r['rank']}": {
             "worker": r["worker"], "rank": r["rank"], "blocks": r["resident_blocks"],
             "images": r["images"], "updated": r["updated"]} for r in resident},
-        "traces": store.traces(n_traces),
+        "traces": _traces_with_decisions(store, n_traces),
     }
+
+
+def _traces_with_decisions(store: Store, n: int) -> list[dict[str, Any]]:
+    traces = store.traces(n)
+    attach(traces, store.decisions(sorted({k for t in traces for k in trace_keys(t)})))
+    return traces

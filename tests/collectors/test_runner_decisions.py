@@ -11,6 +11,7 @@ import httpx
 from collectors.runner import CollectorRunner
 from mmlens.config import Config, RouterTarget
 from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.snapshot import build_snapshot
 from mmlens.store import Store
 from mmlens.store_queries import StoreReader
 from tests.fixtures_path import capture
@@ -54,3 +55,10 @@ def test_followed_log_decisions_reach_traces_written_elsewhere(tmp_path: Path) -
         assert {s["source"] for s in logged["scores"]} == {"policy_affinity", "expected_wait"}
     finally:
         reader.close()
+    store = Store(db)
+    try:  # `mmlens snapshot` joins them the same way
+        (snap_trace,) = build_snapshot(store)["traces"]
+        assert [p["source"] for p in snap_trace["predictions"]] == [
+            "header:x-smg-cache-trace", "log:cache_trace"]
+    finally:
+        store.close()
