@@ -21,12 +21,9 @@ from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, ImageRef
 ENC = msgspec.msgpack.Encoder()
 
 
-# Struct shapes as the engines declare them (field order matters for array encoding).
-class LegacyEvent(msgspec.Struct, array_like=True, omit_defaults=True, tag=True):
-    pass
-
-
-class LegacyBlockStored(LegacyEvent, tag="BlockStored"):
+# Struct shapes as the engines declare them (field order matters for array encoding): each
+# shape's fields once, then the legacy array-like and the tagged-map generations.
+class _StoredFields(msgspec.Struct):
     block_hashes: list[int | bytes]
     parent_block_hash: int | bytes | None
     token_ids: list[int]
@@ -36,56 +33,53 @@ class LegacyBlockStored(LegacyEvent, tag="BlockStored"):
     lora_name: str | None
     extra_keys: list[tuple | None] | None = None
     group_idx: int | None = None
+
+
+class _RemovedFields(msgspec.Struct):
+    block_hashes: list[int | bytes]
+    medium: str | None
+    group_idx: int | None = None
+
+
+class _BatchFields(msgspec.Struct):
+    ts: float
+    events: list
+    data_parallel_rank: int | None = None
+
+
+class LegacyBlockStored(_StoredFields, tag="BlockStored", array_like=True, omit_defaults=True):
     kv_cache_spec_kind: str | None = None
     kv_cache_spec_sliding_window: int | None = None
 
 
-class LegacyBlockRemoved(LegacyEvent, tag="BlockRemoved"):
-    block_hashes: list[int | bytes]
-    medium: str | None
-    group_idx: int | None = None
-
-
-class LegacyAllBlocksCleared(LegacyEvent, tag="AllBlocksCleared"):
+class LegacyBlockRemoved(_RemovedFields, tag="BlockRemoved", array_like=True,
+                         omit_defaults=True):
     pass
 
 
-class MapEvent(msgspec.Struct, omit_defaults=True, tag=True):
+class LegacyAllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", array_like=True,
+                             omit_defaults=True):
     pass
 
 
-class MapBlockStored(MapEvent, tag="BlockStored"):
-    block_hashes: list[int | bytes]
-    parent_block_hash: int | bytes | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[tuple | None] | None = None
-    group_idx: int | None = None
-
-
-class MapBlockRemoved(MapEvent, tag="BlockRemoved"):
-    block_hashes: list[int | bytes]
-    medium: str | None
-    group_idx: int | None = None
-
-
-class MapAllBlocksCleared(MapEvent, tag="AllBlocksCleared"):
+class MapBlockStored(_StoredFields, tag="BlockStored", omit_defaults=True):
     pass
 
 
-class ArrayBatch(msgspec.Struct, array_like=True, omit_defaults=True):
-    ts: float
-    events: list
-    data_parallel_rank: int | None = None
+class MapBlockRemoved(_RemovedFields, tag="BlockRemoved", omit_defaults=True):
+    pass
 
 
-class MapBatch(msgspec.Struct, omit_defaults=True):
-    ts: float
-    events: list
-    data_parallel_rank: int | None = None
+class MapAllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", omit_defaults=True):
+    pass
+
+
+class ArrayBatch(_BatchFields, array_like=True, omit_defaults=True):
+    pass
+
+
+class MapBatch(_BatchFields, omit_defaults=True):
+    pass
 
 
 BIG = 15760518052499183552  # > 2^63: the vLLM v0.26.0 sample hash, unsigned
