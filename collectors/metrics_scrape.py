@@ -66,9 +66,6 @@ class MetricsScraper:
             return None
         return text, ctype
 
-    def scrape_one(self, target: str, url: str) -> list[MetricSample]:
-        return self.scrape_all([(target, url)])
-
     def scrape_all(self, targets: Sequence[tuple[str, str]]) -> list[MetricSample]:
         """Fetch concurrently, parse on the calling thread (the parser is CPU-bound)."""
         fetched = list(self.pool.map(lambda t: (t[0], self.fetch(t[0], t[1])), targets))

@@ -18,12 +18,6 @@ _NON_NEGATIVE = ("_total", "_count", "_bucket")
 _INFINITE = (float("inf"), float("-inf"))
 
 
-class ExpositionError(ValueError):
-    def __init__(self, kind: str, message: str = "") -> None:
-        super().__init__(f"{kind}: {message}" if message else kind)
-        self.kind = kind
-
-
 def looks_like_html(text: str, content_type: str = "") -> bool:
     if "html" in content_type.lower():
         return True

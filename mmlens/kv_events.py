@@ -288,10 +288,6 @@ class SequenceTracker:
             return SeqVerdict("restart")
         return SeqVerdict("stale")
 
-    def advance(self, key: tuple[str, int], seq: int) -> None:
-        if seq > self.last.get(key, -1):
-            self.last[key] = seq
-
 
 # --- resident index ---------------------------------------------------------------------------
 
