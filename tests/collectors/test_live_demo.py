@@ -7,12 +7,7 @@ file, a short traced workload, the router's JSON log) and checks `mmlens snapsho
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,56 +20,20 @@ from collectors import snapshot_cli
 from collectors.runner import CollectorRunner
 from mmlens.config import Config, RouterTarget
 from mmlens.store import Store
+from tests.live_support import demo_process, free_port_base
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_base(span: int = 50) -> int:
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - span, 10)
-        ok = True
-        for port in range(base, base + span):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
 
 
 @pytest.fixture(scope="module", params=["grpc", "http"])
 def demo(request, tmp_path_factory) -> Iterator[dict]:
     tmp = tmp_path_factory.mktemp(f"demo-{request.param}")
     ready = tmp / "ready.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mmlens", "demo", "--port-base", str(_free_base()),
-         "--connection", request.param, "--ready-file", str(ready), "--log-dir",
-         str(tmp / "logs"), "--smg-log-level", "debug"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        t0 = time.monotonic()
-        while not ready.exists():
-            if proc.poll() is not None:
-                pytest.fail(proc.stderr.read().decode() if proc.stderr else "demo exited")
-            assert time.monotonic() - t0 < 60, "demo not ready within 60 s"
-            time.sleep(0.2)
-        time.sleep(0.2)
-        info = json.loads(ready.read_text())
+    args = ["--port-base", str(free_port_base(50)), "--connection", request.param,
+            "--log-dir", str(tmp / "logs"), "--smg-log-level", "debug"]
+    with demo_process(args, ready) as info:
         info["_tmp"], info["_ready"], info["_mode"] = tmp, ready, request.param
         yield info
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def test_collect_then_snapshot(demo, capsys) -> None:

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from collectors import cli as collect_cli
 from collectors import snapshot_cli
-from tests.collectors.test_live_demo import ROOT, _free_base
+from tests.live_support import demo_process, free_port_base
 
 pytestmark = [pytest.mark.live, pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("dynamo") is None,
@@ -22,19 +18,9 @@ pytestmark = [pytest.mark.live, pytest.mark.slow,
 
 def test_dynamo_collect_then_snapshot(tmp_path, capsys) -> None:
     ready = tmp_path / "ready.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mmlens", "demo", "--router", "dynamo", "--port-base",
-         str(_free_base()), "--ready-file", str(ready), "--log-dir", str(tmp_path / "logs")],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        t0 = time.monotonic()
-        while not ready.exists():
-            if proc.poll() is not None:
-                pytest.fail(proc.stderr.read().decode() if proc.stderr else "demo exited")
-            assert time.monotonic() - t0 < 60, "Dynamo demo not ready within 60 s"
-            time.sleep(0.2)
-        time.sleep(0.2)
-        info = json.loads(ready.read_text())
+    args = ["--router", "dynamo", "--port-base", str(free_port_base(50)),
+            "--log-dir", str(tmp_path / "logs")]
+    with demo_process(args, ready, "Dynamo demo") as info:
         (tmp_path / "mmlens.toml").write_text(f'interval_s = 1\n[demo]\nready_file = "{ready}"\n')
         db = tmp_path / "d.db"
         assert collect_cli.main(["--config", str(tmp_path / "mmlens.toml"), "--db", str(db),
@@ -42,14 +28,6 @@ def test_dynamo_collect_then_snapshot(tmp_path, capsys) -> None:
         capsys.readouterr()
         assert snapshot_cli.main(["--db", str(db), "--json"]) == 0
         snap = json.loads(capsys.readouterr().out)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
     ids = {str(w["worker_id"]) for w in info["workers"]}
     assert snap["flavors"]["demo"] == ["dynamo_frontend"]

@@ -4,7 +4,6 @@ recorded router outputs served on loopback: it must agree with the direct-scrape
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ from collectors.prometheus_source import PromQLSource
 from mmlens.metrics_normalize import normalize_samples
 from tests.collectors.loopback import Loopback, Route
 from tests.fixtures_path import capture
+from tests.live_support import free_port
 
 pytestmark = pytest.mark.slow
 PROMETHEUS = shutil.which("prometheus")
@@ -41,12 +41,6 @@ class CountingWorker:
                 f'vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {4 * n}\n')
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served():
     worker = CountingWorker()
@@ -67,7 +61,7 @@ def prometheus(served, tmp_path_factory):
         f"    static_configs: [{{targets: ['127.0.0.1:{served.port}']}}]\n"
         for name in ("smg", "dyn", "worker"))
     (tmp / "prometheus.yml").write_text(f"global:\n  scrape_interval: 1s\nscrape_configs:\n{jobs}")
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen(
         [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
@@ -161,7 +155,7 @@ def test_promql_errors_are_counted() -> None:
     from prometheus_api_client import PrometheusConnect
     from urllib3.util.retry import Retry
 
-    src = PromQLSource(PrometheusConnect(url=f"http://127.0.0.1:{_port()}", disable_ssl=True,
+    src = PromQLSource(PrometheusConnect(url=f"http://127.0.0.1:{free_port()}", disable_ssl=True,
                                          retry=Retry(total=1, backoff_factor=0.1)), timeout_s=1)
     t0 = time.monotonic()
     assert src.instant() == []

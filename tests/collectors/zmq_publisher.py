@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import msgspec
 import zmq
 
+from tests.live_support import free_port, port_free
+
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def free_tcp(ctx: zmq.Context, n: int) -> list[str]:
     """n free loopback TCP endpoints (plain sockets: they release the port at once)."""
-    return [f"tcp://127.0.0.1:{_free_port()}" for _ in range(n)]
+    return [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
 
 
 class Publisher:
@@ -84,12 +79,7 @@ class Publisher:
 def free_consecutive(ctx: zmq.Context, n: int) -> int:
     """A base port with n free consecutive loopback ports (DP-rank offsets)."""
     for _ in range(50):
-        base = _free_port()
-        try:
-            for i in range(1, n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", base + i))
+        base = free_port()
+        if all(port_free(base + i) for i in range(1, n)):
             return base
-        except OSError:
-            continue
     raise RuntimeError("no consecutive free ports")

@@ -9,8 +9,6 @@ import contextlib
 import io
 import json
 import os
-import random
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,55 +20,23 @@ import zmq
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors.traces import solid_png
 from demo.cluster import Cluster, ClusterConfig
+from tests.live_support import free_port_base, started
 
 TEXT = "Describe this image in detail please."
-
-
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_base(span: int = 60) -> int:
-    """A port base whose whole span is free, below the ephemeral range (32768+)."""
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - span, 10)
-        if all(_free(p) for p in range(base, base + span)):
-            return base
-    raise RuntimeError("no free port range found")
 
 
 @contextlib.contextmanager
 def running_cluster(**kwargs: Any) -> Iterator[Cluster]:
     kwargs.setdefault("ready_timeout", 40.0)
-    for attempt in range(3):
-        cfg = ClusterConfig(port_base=free_port_base(10 + 10 * kwargs.get("workers", 2) + 10),
-                            **kwargs)
-        cluster = Cluster(cfg)
-        try:
-            cluster.start()
-        except Exception:
-            cluster.stop()
-            if attempt == 2:
-                raise
-            continue
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
-        return
+    span = 10 + 10 * kwargs.get("workers", 2) + 10
+    with started(lambda: Cluster(ClusterConfig(port_base=free_port_base(span), **kwargs))) as c:
+        yield c
 
 
 def png_data_url(width: int, height: int, color: tuple[int, int, int]) -> str:
-    buf = io.BytesIO()
-    Image.new("RGB", (width, height), color).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return "data:image/png;base64," + base64.b64encode(solid_png(width, height, color)).decode()
 
 
 def noisy_png_data_url(width: int, height: int) -> str:

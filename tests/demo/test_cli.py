@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.demo.support import free_port_base, image_messages, png_data_url
+from tests.demo.support import image_messages, png_data_url
+from tests.live_support import REPO, free_port_base
 
 pytestmark = pytest.mark.live
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def listening(port: int) -> bool:
@@ -42,7 +42,7 @@ def test_demo_cli_ready_request_and_clean_ctrl_c(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmlens", "demo", "--port-base", str(base), "--ready-file",
          str(ready), "--log-dir", str(tmp_path / "logs")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         while not ready.exists():
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
@@ -79,7 +79,7 @@ def test_a_killed_demo_takes_its_processes_with_it(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmlens", "demo", "--port-base", str(base), "--workers", "1",
          "--connection", "http", "--ready-file", str(ready), "--log-dir", str(tmp_path / "logs")],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while not ready.exists():

@@ -3,13 +3,11 @@ decoder and by mmlens' collector-side normalizer."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,16 +15,10 @@ import pytest
 from demo.model_dirs import ensure_model_dir
 from mmlens.kv_events import normalize_batch
 from mmlens.records import BlockStored
-from tests.demo.support import (
-    KvSubscriber,
-    decode_payload,
-    free_port_base,
-    image_messages,
-    png_data_url,
-)
+from tests.demo.support import KvSubscriber, decode_payload, image_messages, png_data_url
+from tests.live_support import REPO, free_port_base, stop_process
 
 pytestmark = pytest.mark.live
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=["map", "array"])
@@ -38,7 +30,7 @@ def worker(request: pytest.FixtureRequest) -> Iterator[dict]:
            "--replay-port", str(base + 3)]
     if request.param == "array":
         cmd.append("--legacy-kv-encoding")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         assert proc.stdout is not None
@@ -47,12 +39,7 @@ def worker(request: pytest.FixtureRequest) -> Iterator[dict]:
         yield {"encoding": request.param, "http": f"http://127.0.0.1:{base + 1}",
                "kv": f"tcp://127.0.0.1:{base + 2}", "replay": f"tcp://127.0.0.1:{base + 3}"}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, signal.SIGTERM, 5, group=True)
 
 
 def test_both_encodings_decode_to_the_same_facts(worker: dict) -> None:

@@ -4,10 +4,7 @@ read through mmlens' own collectors, and listener checks."""
 from __future__ import annotations
 
 import contextlib
-import os
-import random
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -18,43 +15,19 @@ from collectors.log_follow import LogFollower
 from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, ports_needed
 from mmlens.records import RoutingDecision
 from mmlens.router_logs import parse_lines
-
-
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+from tests.live_support import free_port_base, started
 
 
 def free_config(**kwargs: Any) -> DynamoClusterConfig:
     """A config whose ports are all free, below the ephemeral range (32768+)."""
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        cfg = DynamoClusterConfig(port_base=rng.randrange(20000, 32000 - 60, 10), **kwargs)
-        if all(_free(p) for p in ports_needed(cfg)):
-            return cfg
-    raise RuntimeError("no free port range found")
+    base = free_port_base(ports=lambda b: ports_needed(DynamoClusterConfig(port_base=b, **kwargs)))
+    return DynamoClusterConfig(port_base=base, **kwargs)
 
 
 @contextlib.contextmanager
 def running_dynamo(**kwargs: Any) -> Iterator[DynamoCluster]:
-    for attempt in range(3):
-        cluster = DynamoCluster(free_config(**kwargs))
-        try:
-            cluster.start()
-        except Exception:
-            cluster.stop()
-            if attempt == 2:
-                raise
-            continue
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
-        return
+    with started(lambda: DynamoCluster(free_config(**kwargs))) as cluster:
+        yield cluster
 
 
 def frontend_decisions(log: Path, errors: dict[str, int] | None = None,

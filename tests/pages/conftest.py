@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,33 +17,9 @@ import httpx
 import pytest
 
 from mmlens.store_queries import StoreReader
+from tests.live_support import REPO, free_port, free_port_base, stop_process
 
-REPO = Path(__file__).resolve().parents[2]
 WARMUP_TRACES = 12
-
-
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_port_base(span: int = 50) -> int:
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - span, 10)
-        if all(_free(p) for p in range(base, base + span)):
-            return base
-    raise RuntimeError("no free port range")
 
 
 @dataclass
@@ -81,7 +54,7 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDas
     db = work / "mmlens.db"
     port = free_port()
     cmd = [sys.executable, "-m", "mmlens", "dashboard", "--demo", "--port", str(port),
-           "--port-base", str(free_port_base()), "--db", str(db), "--ready-file", str(ready)]
+           "--port-base", str(free_port_base(50)), "--db", str(db), "--ready-file", str(ready)]
     log = (work / "dashboard.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
@@ -103,11 +76,5 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDas
         yield LiveDashboard(url, db, Path(info["config"]) if info.get("config") else None,
                             proc.pid)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=45)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, signal.SIGTERM, 45)
         log.close()

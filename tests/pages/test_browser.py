@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.pages.conftest import REPO, LiveDashboard
+from tests.live_support import REPO
+from tests.pages.conftest import LiveDashboard
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 

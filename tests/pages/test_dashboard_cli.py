@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.pages.conftest import REPO, free_port, free_port_base
+from tests.live_support import REPO, free_port, free_port_base
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def test_ctrl_c_stops_every_child(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmlens", "dashboard", "--demo", "--no-warmup", "--port",
-         str(port), "--port-base", str(free_port_base()), "--db", str(tmp_path / "m.db"),
+         str(port), "--port-base", str(free_port_base(50)), "--db", str(tmp_path / "m.db"),
          "--ready-file", str(ready)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL, start_new_session=True)

@@ -3,7 +3,6 @@ driven as a user would: the demo and the CLI as separate processes."""
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import time
 
 import pytest
 
-from tests.demo.support import free_port_base
+from tests.live_support import free_port_base, stop_process
 
 pytestmark = pytest.mark.live
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -33,13 +32,7 @@ def demo(tmp_path, *extra):
             time.sleep(0.2)
         yield json.loads(ready.read_text())
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, signal.SIGTERM, 30, group=True)
 
 
 def check(router, *args):

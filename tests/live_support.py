@@ -1,0 +1,120 @@
+"""Helpers shared by the tests that start processes on 127.0.0.1 (demo, Dynamo, collectors,
+pages, scenarios): free ports, a cluster started with retries, `mmlens demo` as a separate
+process, and stopping a process a test started."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LOOPBACK = "127.0.0.1"
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A free loopback port, picked by the kernel."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def free_port_base(span: int = 60, ports: Callable[[int], Iterable[int]] | None = None) -> int:
+    """A port base, below the ephemeral range (32768+), whose ports are all free: the `span`
+    ports from it, or `ports(base)`."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - span, 10)
+        if all(port_free(p) for p in (ports(base) if ports else range(base, base + span))):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+class _Startable(Protocol):
+    def start(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Startable)
+
+
+@contextlib.contextmanager
+def started(make: Callable[[], _C], attempts: int = 3) -> Iterator[_C]:
+    """A cluster from `make()`, started; a fresh one (new ports) when a start fails, up to
+    `attempts` in all. Stopped on exit."""
+    for attempt in range(attempts):
+        cluster = make()
+        try:
+            cluster.start()
+        except Exception:
+            cluster.stop()
+            if attempt == attempts - 1:
+                raise
+            continue
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+        return
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 30.0,
+                 *, group: bool = False) -> None:
+    """Send `sig` to a process a test started (with `group`, to its whole process group, even
+    once the leader has exited), give it `timeout` s, then SIGKILL."""
+    if group:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+    elif proc.poll() is None:
+        proc.send_signal(sig)
+    else:
+        return
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def demo_process(args: list[str], ready: Path, what: str = "demo") -> Iterator[dict[str, Any]]:
+    """`mmlens demo ARGS --ready-file READY` as users run it: its ready info once the file is
+    written (fails the test if it exits first or takes over 60 s); Ctrl-C (SIGINT) at the end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmlens", "demo", *args, "--ready-file", str(ready)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        t0 = time.monotonic()
+        while not ready.exists():
+            if proc.poll() is not None:
+                pytest.fail(proc.stderr.read().decode() if proc.stderr else "demo exited")
+            assert time.monotonic() - t0 < 60, f"{what} not ready within 60 s"
+            time.sleep(0.2)
+        time.sleep(0.2)
+        yield json.loads(ready.read_text())
+    finally:
+        stop_process(proc, signal.SIGINT, 30)
