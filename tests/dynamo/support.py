@@ -4,6 +4,7 @@ read through mmlens' own collectors, and listener checks."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 import time
@@ -13,8 +14,8 @@ from typing import Any
 
 from collectors.log_follow import LogFollower
 from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, ports_needed
-from mmlens.records import RoutingDecision
-from mmlens.router_logs import parse_lines
+from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.router_logs import join, parse_lines
 from tests.live_support import free_port_base, started
 
 
@@ -45,6 +46,34 @@ def wait_for(probe: Callable[[], Any], timeout: float = 10.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def decisions_for(cluster: DynamoCluster, trace: RequestTrace,
+                  need: tuple[str, ...] = ("log:routing_best",)) -> list[RoutingDecision]:
+    """Join the frontend log into the trace (waiting for the lines `need` names)."""
+
+    def probe() -> list[RoutingDecision] | None:
+        ds = frontend_decisions(cluster.frontend_log)
+        trace.predictions = [p for p in trace.predictions if not p.source.startswith("log:")]
+        join([trace], ds)
+        have = {p.source for p in trace.predictions}
+        return trace.predictions if all(n in have for n in need) else None
+
+    return wait_for(probe, 10.0, f"{need} in the frontend log for {trace.request_id}")
+
+
+def one(trace: RequestTrace, source: str) -> RoutingDecision:
+    """The trace's only decision from `source`."""
+    found = [p for p in trace.predictions if p.source == source]
+    assert len(found) == 1, (source, trace.predictions)
+    return found[0]
+
+
+def worker_requests(cluster: DynamoCluster) -> list[dict[str, Any]]:
+    """The simulated workers' own per-request records, from their logs."""
+    return [json.loads(line) for w in cluster.workers
+            for line in w.log_path.read_text(errors="replace").splitlines()
+            if line.startswith('{"event": "request"')]
 
 
 def listeners(pids: Iterable[int]) -> list[tuple[str, int, int]]:

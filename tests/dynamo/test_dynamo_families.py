@@ -3,7 +3,6 @@ two-worker A/B/A/B affinity, and GLM-5.3-Flash falling back to text-prefix routi
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -14,12 +13,12 @@ from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_p
 from demo.dynamo_cluster import DynamoCluster, dynamo_available
 from mmlens.dynamo_logs import model_mm_routing, support_for
 from mmlens.records import RequestTrace
-from mmlens.router_logs import join
 from tests.dynamo.support import (
-    frontend_decisions,
+    decisions_for,
+    one,
     overlapping_seeds,
     running_dynamo,
-    wait_for,
+    worker_requests,
 )
 
 UNAVAILABLE = dynamo_available()
@@ -34,27 +33,8 @@ def _send(cluster: DynamoCluster, tc: TraceClient, img: ImagePart, rid: str,
     t = tc.send(cluster.router_url, cluster.model.served_name, TEXT, [img],
                 router_kind="dynamo", max_tokens=max_tokens, request_id=rid)
     assert t.status == 200, (t.status, t.error)
-
-    def joined() -> bool:
-        t.predictions = [p for p in t.predictions if not p.source.startswith("log:")]
-        join([t], frontend_decisions(cluster.frontend_log))
-        have = {p.source for p in t.predictions}
-        return all(n in have for n in need)
-
-    wait_for(joined, 10.0, f"{need} for {rid}")
+    decisions_for(cluster, t, need)
     return t
-
-
-def _one(t: RequestTrace, source: str) -> Any:
-    found = [p for p in t.predictions if p.source == source]
-    assert len(found) == 1, (source, t.predictions)
-    return found[0]
-
-
-def _worker_requests(cluster: DynamoCluster) -> list[dict[str, Any]]:
-    return [json.loads(line) for w in cluster.workers
-            for line in w.log_path.read_text(errors="replace").splitlines()
-            if line.startswith('{"event": "request"')]
 
 
 def _verdict(cluster: DynamoCluster) -> Any:
@@ -79,7 +59,7 @@ def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
         counted = [_send(cluster, tc, ImagePart(solid_png(w, h, (9, 99, 199))), f"k3-{w}x{h}",
                          1, ("log:mm_image_tokens", "log:routing_best")) for w, h in sizes]
         verdict = _verdict(cluster)
-        records = _worker_requests(cluster)
+        records = worker_requests(cluster)
     assert verdict and verdict.exact is True and verdict.spec == "kimi_k3"
     # Router-side expansion: the dims-bearing media block the router built is exactly the
     # one the simulated engine built (N = 414 pads for 640x480, plus the dims text).
@@ -88,14 +68,14 @@ def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
     for key, t in replays:
         seed = seeds[key]
         assert t.worker == seed.worker, (t.request_id, t.worker, seed.worker)
-        overlap = _one(t, "log:routing_best")
+        overlap = one(t, "log:routing_best")
         assert overlap.request_blocks is not None and overlap.overlap_blocks is not None
         assert overlap.overlap_blocks == t.prompt_tokens // 16 == overlap.request_blocks - 1
         assert t.cached_tokens == (t.prompt_tokens - 1) // 16 * 16 > t.prompt_tokens // 2
     # mmlens' Kimi-K3 formula equals Dynamo's logged count (and SMG's, per the family).
     for (w, h), t in zip(sizes, counted, strict=True):
         mine = (t.expected_layout or {}).get("images", [{}])[0].get("tokens")
-        assert _one(t, "log:mm_image_tokens").image_tokens == [mine], (w, h)
+        assert one(t, "log:mm_image_tokens").image_tokens == [mine], (w, h)
 
 
 def test_glm_falls_back_to_text_prefix_with_reasons(tmp_path: Any) -> None:
@@ -105,7 +85,7 @@ def test_glm_falls_back_to_text_prefix_with_reasons(tmp_path: Any) -> None:
         img = ImagePart(solid_png(640, 480, (5, 150, 5)))
         t = _send(cluster, tc, img, "glm-1", need=("log:routing_best", "log:mm_fallback"))
         verdict = _verdict(cluster)
-        records = _worker_requests(cluster)
+        records = worker_requests(cluster)
     assert verdict and verdict.exact is False
     assert any("no image processor registered" in r and "glm53_flash" in r
                for r in verdict.reasons)
@@ -114,7 +94,7 @@ def test_glm_falls_back_to_text_prefix_with_reasons(tmp_path: Any) -> None:
     assert "skipping mm_hashes forwarding" in reasons
     assert not [p for p in t.predictions if p.source == "log:mm_image_tokens"]
     # The router saw only the rendered text; the engine expanded the image itself.
-    best = _one(t, "log:routing_best")
+    best = one(t, "log:routing_best")
     rendered = records[0]["rendered_tokens"]
     assert best.request_blocks == -(-rendered // 16)
     assert records[0]["mm_hashes"] == [] and t.prompt_tokens > rendered

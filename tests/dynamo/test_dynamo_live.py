@@ -19,15 +19,15 @@ from collectors.metrics_scrape import MetricsScraper
 from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
 from demo.dynamo_cluster import DynamoCluster, dynamo_available
 from mmlens.metrics_normalize import detect_flavors, normalize_samples
-from mmlens.records import RequestTrace, RoutingDecision
-from mmlens.router_logs import join
+from mmlens.records import RequestTrace
 from tests.dynamo.media_server import MediaServer, media_server
 from tests.dynamo.support import (
-    frontend_decisions,
+    decisions_for,
     listeners,
+    one,
     overlapping_seeds,
     running_dynamo,
-    wait_for,
+    worker_requests,
 )
 
 UNAVAILABLE = dynamo_available()
@@ -90,37 +90,9 @@ def send(cluster: DynamoCluster, client: TraceClient, images: list[ImagePart], r
     return t
 
 
-def decisions_for(cluster: DynamoCluster, trace: RequestTrace,
-                  need: tuple[str, ...] = ("log:routing_best",)) -> list[RoutingDecision]:
-    """Join the frontend log into the trace (waiting for the lines `need` names)."""
-
-    def probe() -> list[RoutingDecision] | None:
-        ds = frontend_decisions(cluster.frontend_log)
-        trace.predictions = [p for p in trace.predictions if not p.source.startswith("log:")]
-        join([trace], ds)
-        have = {p.source for p in trace.predictions}
-        return trace.predictions if all(n in have for n in need) else None
-
-    return wait_for(probe, 10.0, f"{need} in the frontend log for {trace.request_id}")
-
-
-def one(trace: RequestTrace, source: str) -> RoutingDecision:
-    found = [p for p in trace.predictions if p.source == source]
-    assert len(found) == 1, (source, trace.predictions)
-    return found[0]
-
-
 def worker_records(cluster: DynamoCluster) -> dict[str, dict[str, Any]]:
     """The simulated workers' own per-request records, keyed by Dynamo's request id."""
-    import json
-
-    out: dict[str, dict[str, Any]] = {}
-    for w in cluster.workers:
-        for line in w.log_path.read_text(errors="replace").splitlines():
-            if line.startswith('{"event": "request"'):
-                rec = json.loads(line)
-                out[rec["request_id"]] = rec
-    return out
+    return {rec["request_id"]: rec for rec in worker_requests(cluster)}
 
 
 # --- tests ----------------------------------------------------------------------------------

@@ -14,8 +14,7 @@ import pytest
 from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
 from demo.dynamo_cluster import DynamoCluster, dynamo_available
 from mmlens.records import RequestTrace
-from mmlens.router_logs import join
-from tests.dynamo.support import frontend_decisions, running_dynamo, wait_for
+from tests.dynamo.support import decisions_for, running_dynamo, worker_requests
 
 UNAVAILABLE = dynamo_available()
 pytestmark = [pytest.mark.live, pytest.mark.dynamo,
@@ -30,24 +29,13 @@ def _send(cluster: DynamoCluster, tc: TraceClient, img: ImagePart, rid: str,
     t = tc.send(cluster.router_url, MODEL, text, [img], router_kind="dynamo", max_tokens=2,
                 request_id=rid)
     assert t.status == 200, (t.status, t.error)
-
-    def joined() -> bool:
-        join([t], frontend_decisions(cluster.frontend_log))
-        return any(p.source == "log:routing_best" for p in t.predictions)
-
-    wait_for(joined, 10.0, f"routing decision of {rid}")
+    decisions_for(cluster, t)
     return t
 
 
 def _best(t: RequestTrace) -> tuple[int | None, int | None]:
     best = next(p for p in t.predictions if p.source == "log:routing_best")
     return best.overlap_blocks, best.request_blocks
-
-
-def _worker_requests(cluster: DynamoCluster) -> list[dict[str, Any]]:
-    return [json.loads(line) for w in cluster.workers
-            for line in w.log_path.read_text(errors="replace").splitlines()
-            if line.startswith('{"event": "request"')]
 
 
 def test_approximate_mode_predicts_whole_blocks(tmp_path: Any) -> None:
@@ -81,7 +69,7 @@ def test_engine_count_drift_is_visible(tmp_path: Any) -> None:
         cold = _send(cluster, tc, img, "drift-1", text)
         time.sleep(1.0)
         warm = _send(cluster, tc, img, "drift-2", text)
-        records = _worker_requests(cluster)
+        records = worker_requests(cluster)
     expected = cold.expected_layout or {}
     length = expected["engine_prompt_tokens"]  # mmlens' (and Dynamo's) expanded length
     assert expected["images"][0]["tokens"] == 300
