@@ -29,11 +29,17 @@ class DemoModel:
 
     family: str
     served_name: str
-    dir_name: str
-    model_type: str
     config: dict[str, Any]
     processor_config: dict[str, Any]
-    processor_file: str
+    processor_file: str = "preprocessor_config.json"
+
+    @property
+    def dir_name(self) -> str:
+        return self.served_name.rsplit("/", 1)[-1]
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config["model_type"])
 
     @property
     def core(self) -> Family:
@@ -47,12 +53,10 @@ class DemoModel:
         return self.core.special_ids[token]
 
 
-MODELS: dict[str, DemoModel] = {
-    "qwen3-vl": DemoModel(
+MODELS: dict[str, DemoModel] = {m.family: m for m in (
+    DemoModel(
         family="qwen3-vl",
         served_name="Qwen/Qwen3-VL-2B-Instruct",
-        dir_name="Qwen3-VL-2B-Instruct",
-        model_type="qwen3_vl",
         config={
             "architectures": ["Qwen3VLForConditionalGeneration"],
             "model_type": "qwen3_vl",
@@ -79,13 +83,10 @@ MODELS: dict[str, DemoModel] = {
             "image_mean": [0.5, 0.5, 0.5],
             "image_std": [0.5, 0.5, 0.5],
         },
-        processor_file="preprocessor_config.json",
     ),
-    "kimi-k3": DemoModel(
+    DemoModel(
         family="kimi-k3",
         served_name="moonshotai/Kimi-K3",
-        dir_name="Kimi-K3",
-        model_type="kimi_k3",
         config={
             "architectures": ["KimiK3ForConditionalGeneration"],
             "model_type": "kimi_k3",
@@ -108,13 +109,10 @@ MODELS: dict[str, DemoModel] = {
                 "image_std": [0.5, 0.5, 0.5],
             },
         },
-        processor_file="preprocessor_config.json",
     ),
-    "glm-5.3-flash": DemoModel(
+    DemoModel(
         family="glm-5.3-flash",
         served_name="zai-org/GLM-5.3-Flash",
-        dir_name="GLM-5.3-Flash",
-        model_type="glm53_flash",
         config={
             "architectures": ["Glm53FlashForConditionalGeneration"],
             "model_type": "glm53_flash",
@@ -139,9 +137,8 @@ MODELS: dict[str, DemoModel] = {
             "image_mean": CLIP_MEAN,
             "image_std": CLIP_STD,
         },
-        processor_file="preprocessor_config.json",
     ),
-}
+)}
 
 
 def default_cache_root() -> Path:
