@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from mmlens.figures_layout import IMAGE_COLORS
+from mmlens.figures_layout import IMAGE_COLORS, MARGIN
 from mmlens.request_view import short_id
 
 
@@ -30,6 +30,5 @@ def affinity_sankey(links: Sequence[tuple[str, str, int]],
               "hovertemplate": "image %{customdata}<br>→ %{target.label}: %{value} request(s)"
                                "<extra></extra>"}))
     fig.update_layout(title="Image identity → worker (requests)",
-                      height=max(300, 24 * len(images) + 80),
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      height=max(300, 24 * len(images) + 80), margin=MARGIN)
     return fig

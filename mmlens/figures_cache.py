@@ -9,7 +9,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from mmlens.figures_layout import CACHED_COLOR, IMAGE_COLORS
+from mmlens.figures_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.request_view import predicted_tokens
 
 Point = tuple[float, float]
@@ -25,8 +25,7 @@ def hit_rate_figure(series: Mapping[str, Sequence[Point]]) -> go.Figure:
         fig.add_trace(go.Scatter(name=worker, x=_clock([p[0] for p in points]),
                                  y=[p[1] for p in points], mode="lines+markers"))
     fig.update_layout(title="Engine prefix hit rate per worker (token-weighted, UTC)",
-                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=320,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=320, margin=MARGIN)
     return fig
 
 
@@ -52,8 +51,7 @@ def predicted_vs_realized_figure(traces: Sequence[dict[str, Any]]) -> go.Figure:
                              marker={"size": 9, "color": CACHED_COLOR, "opacity": 0.75}))
     fig.update_layout(title="Predicted vs realized cached tokens per request",
                       xaxis={"title": "router-predicted tokens"},
-                      yaxis={"title": "engine cached tokens"}, height=360,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      yaxis={"title": "engine cached tokens"}, height=360, margin=MARGIN)
     return fig
 
 
@@ -69,7 +67,7 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
         fig.add_trace(go.Bar(name=f"{worker} {kind}", x=_clock(ts),
                              y=[sign * points[t] for t in ts]))
     fig.update_layout(barmode="relative", title="KV events: blocks stored (+) / removed (−)",
-                      height=320, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      height=320, margin=MARGIN)
     return fig
 
 
@@ -83,7 +81,7 @@ def resident_blocks_figure(kv_state: Sequence[dict[str, Any]]) -> go.Figure:
         go.Bar(name="…with image keys", x=labels, y=image_blocks, marker={"color": "#8719e0"}),
     ])
     fig.update_layout(barmode="group", title="Resident blocks per worker (from KV events)",
-                      height=320, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      height=320, margin=MARGIN)
     return fig
 
 
@@ -130,7 +128,7 @@ def prefix_tree_figure(events: Sequence[dict[str, Any]], max_nodes: int = 1500) 
                                                   else "#1f2933" for c in colors]},
                               hovertemplate="%{label}<extra></extra>"))
     fig.update_layout(title="Prefix tree of recent blocks (purple: blocks with image keys)",
-                      height=420, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      height=420, margin=MARGIN)
     return fig
 
 
@@ -143,6 +141,5 @@ def worker_hit_rate_bars(hit_rates: Sequence[dict[str, Any]]) -> go.Figure:
         hovertext=[f"{h['hits_increase']:.0f} of {h['queries_increase']:.0f} tokens in "
                    f"{h['window_s']:.0f} s ({h['source']})" for h in rows]))
     fig.update_layout(title="Engine prefix hit rate per worker (last 5 min)",
-                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=300,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=300, margin=MARGIN)
     return fig

@@ -23,6 +23,7 @@ IMAGE_COLORS = ("#2680c2", "#3ebd93", "#8719e0", "#f35627", "#0f609b", "#c65d21"
                 "#27ab83", "#a368fc")
 CACHED_COLOR = "#199473"
 COMPUTED_COLOR = "#d9e2ec"
+MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}  # every dashboard figure's margins
 MAX_GRID_LINES = 160
 MAX_HOVER_BLOCKS = 2000
 
@@ -94,7 +95,7 @@ def layout_figure(rv: RequestView, title: str | None = None) -> go.Figure:
         xaxis={"title": f"token position (block size {rv.block_size})",
                "range": [0, longest * 1.01]},
         yaxis={"categoryorder": "array", "categoryarray": y_order},
-        legend={"orientation": "h", "y": -0.35}, margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "y": -0.35}, margin=MARGIN,
         hovermode="closest")
     return fig
 

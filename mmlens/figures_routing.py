@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from mmlens.figures_layout import MARGIN
+
 Point = tuple[float, float]
 
 
@@ -23,28 +25,28 @@ def mode_reason_figure(series: Mapping[tuple[str, ...], Sequence[Point]]) -> go.
                              hovertext=f"{target}: {model}", legendgroup=mode))
     fig.update_layout(barmode="stack", showlegend=True,
                       title="Image requests by processing mode / reason "
-                      "(smg_mm_processing_total, per interval, UTC)", height=320,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      "(smg_mm_processing_total, per interval, UTC)", height=320, margin=MARGIN)
+    return fig
+
+
+def _bars_per_target(counts_by_target: Mapping[str, Mapping[str, float]]) -> go.Figure:
+    """One bar trace per target: its counts by name, names sorted."""
+    fig = go.Figure()
+    for target, counts in sorted(counts_by_target.items()):
+        names = sorted(counts)
+        fig.add_trace(go.Bar(name=target, x=names, y=[counts[n] for n in names]))
     return fig
 
 
 def branches_figure(branches: Mapping[str, Mapping[str, float]]) -> go.Figure:
-    fig = go.Figure()
-    for target, counts in sorted(branches.items()):
-        names = sorted(counts)
-        fig.add_trace(go.Bar(name=target, x=names, y=[counts[n] for n in names]))
+    fig = _bars_per_target(branches)
     fig.update_layout(showlegend=True, title="Cache-aware policy branches (since router start)",
-                      height=300,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      height=300, margin=MARGIN)
     return fig
 
 
 def dynamo_events_figure(applied: Mapping[str, Mapping[str, float]]) -> go.Figure:
     """``applied``: target → {"event_type/status": count}."""
-    fig = go.Figure()
-    for target, counts in sorted(applied.items()):
-        names = sorted(counts)
-        fig.add_trace(go.Bar(name=target, x=names, y=[counts[n] for n in names]))
-    fig.update_layout(title="Dynamo KV events applied by type / status", height=280,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    fig = _bars_per_target(applied)
+    fig.update_layout(title="Dynamo KV events applied by type / status", height=280, margin=MARGIN)
     return fig
