@@ -11,8 +11,6 @@ Run: python -m demo.probe_counts --out tests/fixtures/smg_observed_counts.json
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import json
 import re
 import sys
@@ -21,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from PIL import Image
 
 from demo.cluster import Cluster, ClusterConfig
 from demo.model_dirs import MODELS
+from mmlens.imageinfo import to_data_url
+from mmlens.synthetic_images import synthetic_png
 
 SIZES = ["64x64", "100x100", "224x224", "300x1000", "640x480", "1000x700", "1024x768",
          "1280x720", "1920x1080", "4000x3000", "17x29", "2000x50"]
@@ -33,9 +32,7 @@ TEXT = "Describe this image in detail please."
 
 def png_data_url(width: int, height: int, seed: int = 0) -> str:
     color = ((37 * seed + 90) % 256, (91 * seed + 30) % 256, (53 * seed + 160) % 256)
-    buf = io.BytesIO()
-    Image.new("RGB", (width, height), color).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return to_data_url(synthetic_png("solid", width, height, rgb=color), "PNG")
 
 
 def chat_body(model: str, url: str, text: str = TEXT, max_tokens: int = 1) -> dict[str, Any]:

@@ -4,7 +4,6 @@ of the worker's own code (Prometheus text via prometheus_client's parser, KV eve
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import io
 import json
@@ -22,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.traces import solid_png
 from demo.cluster import Cluster, ClusterConfig
+from mmlens.imageinfo import to_data_url
 from tests.live_support import free_port_base, started
 
 TEXT = "Describe this image in detail please."
@@ -36,13 +36,13 @@ def running_cluster(**kwargs: Any) -> Iterator[Cluster]:
 
 
 def png_data_url(width: int, height: int, color: tuple[int, int, int]) -> str:
-    return "data:image/png;base64," + base64.b64encode(solid_png(width, height, color)).decode()
+    return to_data_url(solid_png(width, height, color), "PNG")
 
 
 def noisy_png_data_url(width: int, height: int) -> str:
     buf = io.BytesIO()
     Image.frombytes("RGB", (width, height), os.urandom(width * height * 3)).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return to_data_url(buf.getvalue(), "PNG")
 
 
 def image_messages(url: str, text: str = TEXT, system: str | None = None) -> list[dict[str, Any]]:
