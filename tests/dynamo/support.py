@@ -12,11 +12,18 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collectors.log_follow import LogFollower
-from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, ports_needed
+from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, dynamo_available, ports_needed
 from mmlens.records import RequestTrace, RoutingDecision
 from mmlens.router_logs import join, parse_lines
 from tests.live_support import free_port_base, started
+
+UNAVAILABLE = dynamo_available()
+# The marks of a module whose tests start the real Dynamo frontend: skipped without the extra.
+LIVE_DYNAMO = [pytest.mark.live, pytest.mark.dynamo,
+               pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
 
 
 def free_config(**kwargs: Any) -> DynamoClusterConfig:

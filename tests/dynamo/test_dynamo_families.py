@@ -7,13 +7,13 @@ import time
 from typing import Any
 
 import httpx
-import pytest
 
 from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
-from demo.dynamo_cluster import DynamoCluster, dynamo_available
+from demo.dynamo_cluster import DynamoCluster
 from mmlens.dynamo_logs import model_mm_routing, support_for
 from mmlens.records import RequestTrace
 from tests.dynamo.support import (
+    LIVE_DYNAMO,
     decisions_for,
     one,
     overlapping_seeds,
@@ -21,9 +21,7 @@ from tests.dynamo.support import (
     worker_requests,
 )
 
-UNAVAILABLE = dynamo_available()
-pytestmark = [pytest.mark.live, pytest.mark.dynamo,
-              pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
+pytestmark = LIVE_DYNAMO
 
 TEXT = "Describe this image in detail please."
 

@@ -17,11 +17,12 @@ import pytest
 
 from collectors.metrics_scrape import MetricsScraper
 from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
-from demo.dynamo_cluster import DynamoCluster, dynamo_available
+from demo.dynamo_cluster import DynamoCluster
 from mmlens.metrics_normalize import detect_flavors, normalize_samples
 from mmlens.records import RequestTrace
 from tests.dynamo.media_server import MediaServer, media_server
 from tests.dynamo.support import (
+    LIVE_DYNAMO,
     decisions_for,
     listeners,
     one,
@@ -30,9 +31,7 @@ from tests.dynamo.support import (
     worker_requests,
 )
 
-UNAVAILABLE = dynamo_available()
-pytestmark = [pytest.mark.live, pytest.mark.dynamo,
-              pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
+pytestmark = LIVE_DYNAMO
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 TEXT = "Describe this image in detail please."

@@ -12,13 +12,11 @@ import httpx
 import pytest
 
 from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
-from demo.dynamo_cluster import DynamoCluster, dynamo_available
+from demo.dynamo_cluster import DynamoCluster
 from mmlens.records import RequestTrace
-from tests.dynamo.support import decisions_for, running_dynamo, worker_requests
+from tests.dynamo.support import LIVE_DYNAMO, decisions_for, running_dynamo, worker_requests
 
-UNAVAILABLE = dynamo_available()
-pytestmark = [pytest.mark.live, pytest.mark.dynamo,
-              pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
+pytestmark = LIVE_DYNAMO
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 TEXT = "Describe this image in detail please."
