@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -71,6 +72,12 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def require_free(ports: Iterable[int]) -> None:
+    busy = [p for p in ports if not port_free(p)]
+    if busy:
+        raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
 
 
 def ports_needed(cfg: ClusterConfig) -> list[int]:
@@ -263,9 +270,7 @@ class Cluster:
             raise
 
     def _start(self) -> dict[str, Any]:
-        busy = [p for p in ports_needed(self.cfg) if not port_free(p)]
-        if busy:
-            raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
+        require_free(ports_needed(self.cfg))
         deadline = time.monotonic() + self.cfg.ready_timeout
         self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
         env = with_repo_on_path(dict(os.environ))

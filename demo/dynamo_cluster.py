@@ -33,11 +33,10 @@ from typing import Any
 
 import httpx
 
-from demo.cluster import ClusterError, Proc, port_free, spawn, with_repo_on_path
+from demo.cluster import HOST, ClusterError, Proc, require_free, spawn, with_repo_on_path
 from demo.dynamo_broker import broker_url
 from demo.model_dirs import MODELS, ensure_model_dir
 
-HOST = "127.0.0.1"
 ROUTING_LOG_FILTER = ("info,mm_routing=debug,dynamo_kv_router::scheduling=debug,"
                       "dynamo_llm::kv_router=debug")
 STOP_GRACE_S = 5.0
@@ -238,9 +237,7 @@ class DynamoCluster:
         reason = dynamo_available()
         if reason:
             raise ClusterError(reason)
-        busy = [p for p in ports_needed(self.cfg) if not port_free(p)]
-        if busy:
-            raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
+        require_free(ports_needed(self.cfg))
         deadline = time.monotonic() + self.cfg.ready_timeout
         self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
         xsub, xpub = self.cfg.broker_ports
