@@ -190,8 +190,7 @@ class DynamoCluster:
             "block_size": self.cfg.block_size,
             "broker": {"xsub": f"tcp://{HOST}:{xsub}", "xpub": f"tcp://{HOST}:{xpub}"},
             "workers": workers,
-            "models": [{"id": self.model.served_name, "family": self.model.family,
-                        "model_type": self.model.model_type, "path": str(self.model_dir)}],
+            "models": [self.model.ready_entry(self.model_dir)],
             "logs": str(self.log_dir),
             "router_pid": self.frontend.popen.pid if self.frontend else None,
         }

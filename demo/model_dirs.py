@@ -52,6 +52,11 @@ class DemoModel:
     def token_id(self, token: str) -> int:
         return self.core.special_ids[token]
 
+    def ready_entry(self, model_dir: Path | None) -> dict[str, str]:
+        """How a demo's ready line describes this model, generated at `model_dir`."""
+        return {"id": self.served_name, "family": self.family, "model_type": self.model_type,
+                "path": str(model_dir)}
+
 
 MODELS: dict[str, DemoModel] = {m.family: m for m in (
     DemoModel(
