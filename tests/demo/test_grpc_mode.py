@@ -47,6 +47,17 @@ def info(cluster: Cluster) -> dict:
     return cluster.ready_info()
 
 
+def zmq_messages_of_one_request(w: dict, image_url: str, text: str) -> list[tuple[int, bytes]]:
+    """The worker's ZMQ KV messages for one image request sent straight to its HTTP API."""
+    sub = KvSubscriber(w["kv_events"], w["kv_replay"], w["kv_topic"])
+    try:
+        body = {"model": MODEL, "max_tokens": 1, "messages": image_messages(image_url, text)}
+        httpx.post(w["http"] + "/v1/chat/completions", json=body, timeout=30)
+        return sub.recv()
+    finally:
+        sub.close()
+
+
 def test_ready_line_lists_loopback_endpoints(info: dict) -> None:
     assert info["event"] == "ready"
     assert info["router"].startswith("http://127.0.0.1:")
@@ -242,14 +253,7 @@ def test_grpc_stream_sends_metadata_heartbeats_and_the_same_events(info: dict) -
         heartbeat = next(call)  # then about every second while idle
         assert heartbeat.load.load_only and not heartbeat.events
         assert 0.5 < time.monotonic() - t0 < 2.5
-        sub = KvSubscriber(w["kv_events"], w["kv_replay"], w["kv_topic"])
-        try:
-            body = {"model": MODEL, "max_tokens": 1,
-                    "messages": image_messages(png_data_url(80, 80, (3, 99, 3)), "grpc+zmq")}
-            httpx.post(w["http"] + "/v1/chat/completions", json=body, timeout=30)
-            zmq_msgs = sub.recv()
-        finally:
-            sub.close()
+        zmq_msgs = zmq_messages_of_one_request(w, png_data_url(80, 80, (3, 99, 3)), "grpc+zmq")
         batch = next(b for b in call if b.events)
         call.cancel()
     stored = batch.events[0].stored
@@ -333,14 +337,7 @@ def test_info_loads_and_abort_over_grpc(info: dict) -> None:
 
 def test_grpc_subscription_resumes_from_a_sequence_number(info: dict) -> None:
     w = info["workers"][0]
-    sub = KvSubscriber(w["kv_events"], w["kv_replay"], w["kv_topic"])
-    try:
-        body = {"model": MODEL, "max_tokens": 1,
-                "messages": image_messages(png_data_url(72, 72, (11, 22, 33)), "resume")}
-        httpx.post(w["http"] + "/v1/chat/completions", json=body, timeout=30)
-        zmq_msgs = sub.recv()
-    finally:
-        sub.close()
+    zmq_msgs = zmq_messages_of_one_request(w, png_data_url(72, 72, (11, 22, 33)), "resume")
     seq = zmq_msgs[0][0]
     with grpc.insecure_channel(w["grpc"].removeprefix("grpc://")) as channel:
         stub = vllm_engine_pb2_grpc.VllmEngineStub(channel)
