@@ -1,6 +1,6 @@
 """A loopback ZMQ XSUB/XPUB relay for Dynamo's event plane in broker mode.
 
-Dynamo's direct ZMQ mode binds every publisher to 0.0.0.0; broker mode makes publishers
+Dynamo's direct ZMQ mode binds every publisher to all interfaces; broker mode makes publishers
 connect to this relay instead, so every listener stays on 127.0.0.1.
 
 Run: python -m demo.dynamo_broker --xsub-port P --xpub-port Q

@@ -8,7 +8,6 @@ started and removes the demo's scratch folder.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,6 +73,4 @@ def main(argv: Sequence[str]) -> int:
     if reason:
         print(f"mmlens demo: {reason}", file=sys.stderr)
         return 2
-    # As the Dynamo demo has always run: no SIGHUP handler, no parent-process watch.
-    return serve(lambda: DynamoCluster(config_from(args)), args.ready_file,
-                 signals=(signal.SIGINT, signal.SIGTERM), watch_parent=False)
+    return serve(lambda: DynamoCluster(config_from(args)), args.ready_file)

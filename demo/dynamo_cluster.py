@@ -2,7 +2,7 @@
 simulated vLLM workers registered with the Dynamo runtime, all on 127.0.0.1.
 
 - Discovery through files (`--discovery-backend file`), TCP request plane, ZMQ event plane in
-  broker mode against the demo's loopback XSUB/XPUB relay (direct mode binds 0.0.0.0).
+  broker mode against the demo's loopback XSUB/XPUB relay (direct mode binds all interfaces).
 - HOME, XDG_CACHE_HOME, HF_HOME, the discovery store and TMPDIR live in a scratch folder the
   demo owns and removes; the Hub is offline.
 - The frontend logs JSON lines (`DYN_LOGGING_JSONL`) with the routing and mm_routing targets
