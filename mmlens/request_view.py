@@ -108,10 +108,18 @@ def from_layout(layout: Layout, identities: Sequence[str | int | None] = (),
     id_strs = [short_id(x, 64) for x in idents] if all(x is not None for x in idents) else None
     bs = layout.block_size
     router_row = _row(f"router view ({len(layout.router)})", layout.router, bs, id_strs)
+    dynamo_note = None
     if dynamo_mm_hashes is not None and len(dynamo_mm_hashes) == len(layout.images):
         routing = dynamo_routing(layout, dynamo_mm_hashes)
         router_row = ViewRow(router_row.name, router_row.length, router_row.spans,
                              routing.block_hashes, router_row.block_images)
+        labels = [f"{label} · pad {pad}" for label, pad in zip(labels, routing.pad_values,
+                                                                 strict=True)]
+        dynamo_note = (
+            f"Dynamo's routing view: {routing.expanded_prompt_len} tokens zero-padded to "
+            f"{len(routing.routing_ids)} ({len(routing.block_hashes)} routing blocks); each "
+            "image run is its pad value: " + ", ".join(
+                f"image {i} → {pad}" for i, pad in enumerate(routing.pad_values)))
     rows = [router_row]
     if layout.engine.token_ids != layout.router.token_ids:
         # Only when it differs: the engine's own expansion, to see where it parts ways.
@@ -121,6 +129,8 @@ def from_layout(layout: Layout, identities: Sequence[str | int | None] = (),
         "anchor_view": len(layout.anchor), "router_view": len(layout.router),
         "worker_view": len(layout.worker), "engine_expected": layout.engine_prompt_tokens,
         "engine_prompt_tokens": None}, full_ids=True)
+    if dynamo_note:
+        rv.notes.append(dynamo_note)
     first = layout.first_divergent_block()
     if first is not None:
         drift = [im for im in layout.images if im.tokens != im.engine_tokens]

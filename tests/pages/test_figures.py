@@ -205,3 +205,7 @@ def test_dynamo_trace_hashes_router_blocks_with_pad_values(qwen3) -> None:
     rv = from_trace(trace, layout)
     assert rv.rows[0].block_hashes == dynamo_routing(layout, [0xFF]).block_hashes
     assert any("Dynamo" in n for n in rv.notes)
+    # mm_hash 0xFF → pad value 1_000_000 + 255, named on the image and in the routing note.
+    assert rv.image_labels[0].endswith("pad 1000255")
+    (note,) = [n for n in rv.notes if n.startswith("Dynamo's routing view")]
+    assert "image 0 → 1000255" in note and "zero-padded to 80" in note
