@@ -19,8 +19,7 @@ r = shared.reader()
 if r is None:
     st.stop()
 path = r.path
-window = st.sidebar.select_slider("Window", [300, 900, 3600], value=300,
-                                  format_func=lambda s: f"{s // 60} min", key="cache_window")
+window = shared.window_slider("cache_window", 300)
 HIT_NAMES = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
 
 

@@ -12,7 +12,7 @@ from mmlens.explain_cli import block_size_of, events_unavailable, removals
 from mmlens.families import FAMILIES
 from mmlens.figures_layout import layout_figure
 from mmlens.hashing import dynamo_mm_hash_url, smg_identifier
-from mmlens.imageinfo import parse_size, probe_image
+from mmlens.imageinfo import parse_size
 from mmlens.layout import ImageInput, Layout
 from mmlens.modeldir import Model, resolve_model
 from mmlens.request_view import RequestView, from_layout, from_trace, rebuild_parts
@@ -166,17 +166,9 @@ def compose() -> None:
     text = st.text_area("Text", "Describe this image in detail please.", key="compose_text")
     sizes = st.text_input("Generated images (WxH, comma-separated)", "640x480",
                           key="compose_sizes")
-    uploads = st.file_uploader("Upload images", accept_multiple_files=True,
-                               key="compose_uploads") or []
     images: list[ImageInput] = []
     identities: list[str] = []
-    for up in uploads:
-        data = up.getvalue()
-        try:
-            info = probe_image(data)
-        except ValueError as exc:
-            st.error(f"{up.name} refused: {exc}")
-            continue
+    for data, info in shared.uploaded_images("compose_uploads"):
         images.append(ImageInput(info.width, info.height, data=data, format=info.format))
         identities.append(smg_identifier(data))
     for i, item in enumerate(s for s in sizes.split(",") if s.strip()):

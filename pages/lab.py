@@ -8,7 +8,7 @@ from collectors.lab import LabSender, run_scenario
 from collectors.traces import ImagePart
 from mmlens.config import RouterTarget
 from mmlens.families import get_family
-from mmlens.imageinfo import parse_size, probe_image
+from mmlens.imageinfo import parse_size
 from mmlens.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
 from mmlens.scenarios import NAMES as SCENARIOS
 from mmlens.synthetic_images import synthetic_png
@@ -68,19 +68,12 @@ with shared.page_guard("Lab"):
     size = g2.text_input("Size (WxH)", "640x480", key="lab_size")
     count = int(g3.number_input("How many", 0, 8, 1, key="lab_count"))
     seed = int(g4.number_input("Seed / tint", 0, 1000, 0, key="lab_seed"))
-    uploads = st.file_uploader("Upload images", accept_multiple_files=True,
-                               key="lab_uploads") or []
+    uploaded = shared.uploaded_images("lab_uploads")
     url = st.text_input("Image URL (passed through to the router)", key="lab_url")
 
     parts: list[ImagePart] = []
-    for up in uploads:
-        data = up.getvalue()
-        try:
-            info = probe_image(data)
-        except ValueError as exc:
-            st.error(f"{up.name} refused: {exc}")
-            continue
-        parts.append(ImagePart(data, mime=f"image/{info.format.lower()}"))
+    parts.extend(ImagePart(data, mime=f"image/{info.format.lower()}")
+                 for data, info in uploaded)
     if kind != "none" and count:
         w, h = parse_size(size)
         tint = ((seed * 37) % 256, (seed * 91 + 60) % 256, (seed * 53 + 120) % 256)

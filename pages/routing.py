@@ -17,8 +17,7 @@ r = shared.reader()
 if r is None:
     st.stop()
 path = r.path
-window = st.sidebar.select_slider("Window", [300, 900, 3600], value=900,
-                                  format_func=lambda s: f"{s // 60} min", key="routing_window")
+window = shared.window_slider("routing_window", 900)
 
 
 @st.fragment(run_every=shared.REFRESH_S)

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from mmlens.decisions import merged
+from mmlens.imageinfo import ImageInfo, probe_image
 from mmlens.records import MetricSample
 from mmlens.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.store import StoreError
@@ -184,3 +185,22 @@ def decision_detail(traces: list[dict[str, Any]], key: str) -> None:
         if trace is not None:
             routing_detail(trace)
             st.markdown(f"[Open in the inspector]({inspector_link(trace['request_id'])})")
+
+
+def uploaded_images(key: str) -> list[tuple[bytes, ImageInfo]]:
+    """The upload widget's files that are images within the size limit; each refused file
+    gets a message naming why."""
+    uploads = st.file_uploader("Upload images", accept_multiple_files=True, key=key) or []
+    out = []
+    for up in uploads:
+        data = up.getvalue()
+        try:
+            out.append((data, probe_image(data)))
+        except ValueError as exc:
+            st.error(f"{up.name} refused: {exc}")
+    return out
+
+
+def window_slider(key: str, default_s: int) -> int:
+    return int(st.sidebar.select_slider("Window", [300, 900, 3600], value=default_s,
+                                        format_func=lambda s: f"{s // 60} min", key=key))
