@@ -30,22 +30,16 @@ def events_unavailable(reader: StoreReader, until: float) -> set[str]:
     return {s.label("worker") for s in rows if s.value > 0 and s.ts <= until + 60}
 
 
-def removals(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
-    rows = reader._rows(
-        "SELECT ts, worker, kind, n_blocks FROM kv_events WHERE ts BETWEEN ? AND ? "
-        "AND kind IN ('removed', 'cleared')", (since, until))
-    return [{"ts": ts, "worker": w, "kind": k, "n_blocks": n} for ts, w, k, n in rows]
-
-
-def explain_recorded(reader: StoreReader, request_id: str) -> Explanation | None:
+def explain_recorded(reader: StoreReader, request_id: str,
+                     history_limit: int = HISTORY) -> Explanation | None:
     trace = reader.trace(request_id)
     if trace is None:
         return None
     ts = float(trace.get("ts") or time.time())
-    history = [t for t in reader.recent_traces(HISTORY) if float(t.get("ts") or 0) < ts]
+    history = reader.traces_before(ts, history_limit)
     since = min((float(t.get("ts") or ts) for t in history), default=ts)
     return explain(trace, history, block_size_of(trace),
-                   removed_events=removals(reader, since, ts),
+                   removed_events=reader.removals(since, ts),
                    events_unavailable=events_unavailable(reader, ts))
 
 

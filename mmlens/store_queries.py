@@ -68,6 +68,13 @@ class StoreReader:
         return [json.loads(body) for (body,) in self._rows(
             "SELECT body FROM traces WHERE ts < ? ORDER BY ts DESC LIMIT ?", (ts, limit))]
 
+    def removals(self, since: float, until: float) -> list[dict[str, Any]]:
+        """KV removals and clears between two times (what eviction is judged on)."""
+        rows = self._rows(
+            "SELECT ts, worker, kind, n_blocks FROM kv_events WHERE ts BETWEEN ? AND ? "
+            "AND kind IN ('removed', 'cleared')", (since, until))
+        return [{"ts": ts, "worker": w, "kind": k, "n_blocks": n} for ts, w, k, n in rows]
+
     def trace(self, request_id: str) -> dict[str, Any] | None:
         rows = self._rows("SELECT body FROM traces WHERE request_id = ? "
                           "ORDER BY ts DESC LIMIT 1", (request_id,))

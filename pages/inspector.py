@@ -7,8 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from mmlens.explain import explain
-from mmlens.explain_cli import block_size_of, events_unavailable, removals
+from mmlens.explain_cli import explain_recorded
 from mmlens.families import FAMILIES
 from mmlens.figures_layout import layout_figure
 from mmlens.hashing import dynamo_mm_hash_url, smg_identifier
@@ -36,16 +35,8 @@ def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> L
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def explanation(path: str, request_id: str) -> dict[str, Any] | None:
-    reader = shared.reader_for(path)
-    trace = shared.trace_by_id(path, request_id)
-    if trace is None:
-        return None
-    ts = float(trace.get("ts") or time.time())
-    history = reader.traces_before(ts, HISTORY)
-    since = min((float(t.get("ts") or ts) for t in history), default=ts)
-    return explain(trace, history, block_size_of(trace),
-                   removed_events=removals(reader, since, ts),
-                   events_unavailable=events_unavailable(reader, ts)).as_json()
+    result = explain_recorded(shared.reader_for(path), request_id, HISTORY)
+    return None if result is None else result.as_json()
 
 
 def show(rv: RequestView, title: str) -> None:
