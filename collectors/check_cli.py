@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -69,8 +70,6 @@ def discover_block_size(client: httpx.Client, router: str) -> int | None:
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     names = list(sc.NAMES) if args.all or not args.scenario else args.scenario
-    import os
-
     from mmlens.modeldir import resolve_model
 
     try:
