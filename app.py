@@ -1,8 +1,7 @@
 """Streamlit entry point: `streamlit run app.py` (or `mmlens dashboard`)."""
 
 import streamlit as st
-
-from pages import shared
+from mmlens.ui import shared
 
 st.set_page_config(page_title="mmlens", page_icon=":material/search:", layout="wide")
 

@@ -12,10 +12,10 @@ import time
 
 from PIL import Image
 
-from mmlens.families import get_family
-from mmlens.hashing import dynamo_routing, smg_block_hashes
-from mmlens.layout import ImageInput, compose
-from mmlens.tokenizers import family_tokenizer
+from mmlens.layout.composition import ImageInput, compose
+from mmlens.layout.families import get_family
+from mmlens.layout.hashing import dynamo_routing, smg_block_hashes
+from mmlens.layout.tokenizers import family_tokenizer
 
 SIZES = [(640, 480), (1280, 720), (224, 224), (1024, 768)]
 CONFIG = {"patch_size": 16, "merge_size": 2, "min_pixels": 65536, "max_pixels": 16777216}

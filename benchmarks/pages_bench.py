@@ -23,9 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from collectors.lab import layout_hook_with_text  # noqa: E402
-from collectors.traces import ImagePart  # noqa: E402
-from mmlens.hashing import smg_identifier  # noqa: E402
+from mmlens.collectors.lab import layout_hook_with_text  # noqa: E402
+from mmlens.collectors.traces import ImagePart  # noqa: E402
+
+from mmlens.layout.hashing import smg_identifier  # noqa: E402
+from mmlens.layout.synthetic_images import synthetic_png  # noqa: E402
 from mmlens.records import (  # noqa: E402
     BlockRemoved,
     BlockStored,
@@ -37,9 +39,8 @@ from mmlens.records import (  # noqa: E402
     RoutingDecision,
     labels_of,
 )
-from mmlens.store import Store  # noqa: E402
-from mmlens.store_queries import ensure_read_indexes  # noqa: E402
-from mmlens.synthetic_images import synthetic_png  # noqa: E402
+from mmlens.store.reader import ensure_read_indexes  # noqa: E402
+from mmlens.store.sqlite import Store  # noqa: E402
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 ROUTER = "http://127.0.0.1:30000"

@@ -20,8 +20,7 @@ from pathlib import Path
 from threading import Thread
 
 import httpx
-
-from collectors.metrics_scrape import MetricsScraper
+from mmlens.collectors.metrics_scrape import MetricsScraper
 
 CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "captures"
 

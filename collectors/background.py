@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from mmlens.collectors.runner import CollectorRunner
 
-from collectors.runner import CollectorRunner
 from mmlens.config import Config
-from mmlens.store import Store
+from mmlens.store.sqlite import Store
 
 
 @dataclass

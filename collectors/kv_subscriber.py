@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from mmlens.kv_events import END_SEQ, KVEventError, KVIngest, SequenceTracker, parse_seq
+from mmlens.ingest.kv_events import END_SEQ, KVEventError, KVIngest, SequenceTracker, parse_seq
 from mmlens.records import CollectorHealth, KVEvent
 
 EventSink = Callable[[list[KVEvent]], None]

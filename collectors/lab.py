@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from mmlens.collectors.traces import ImagePart, LayoutHook, TraceClient, model_layout_hook
 
-from collectors.traces import ImagePart, LayoutHook, TraceClient, model_layout_hook
 from mmlens.records import RequestTrace
-from mmlens.store import Store
+from mmlens.store.sqlite import Store
 
 
 def layout_hook_with_text(layout_model: str, block_size: int = 16) -> LayoutHook:
@@ -58,11 +58,12 @@ def run_scenario(db_path: str | Path, router_url: str, model: str, layout_model:
                  name: str, *, router_kind: str = "auto", block_size: int = 16,
                  worker_mode_router_url: str | None = None, api_key: str | None = None,
                  progress: Any = None, salt: int | None = None) -> Any:
-    """One scenario of ``mmlens.scenarios`` through ``ScenarioRunner``; its traces are recorded
-    in the store (with text, so the inspector rebuilds them). Returns the scenario Result."""
-    from collectors.scenario_runner import ScenarioRunner
-    from mmlens import scenarios as sc
-    from mmlens.modeldir import resolve_model
+    """One scenario of ``mmlens.analysis.scenarios`` through ``ScenarioRunner``; its traces are
+    recorded in the store (with text, so the inspector rebuilds them). Returns the Result."""
+    from mmlens.collectors.scenario_runner import ScenarioRunner
+
+    from mmlens.analysis import scenarios as sc
+    from mmlens.layout.modeldir import resolve_model
 
     resolved = resolve_model(layout_model)
     ctx = sc.Context(block_size=block_size, model_family=resolved.family.name,

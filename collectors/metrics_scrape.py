@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from mmlens.exposition import ExpositionParser, looks_like_html
+from mmlens.ingest.exposition import ExpositionParser, looks_like_html
 from mmlens.records import CollectorHealth, MetricSample
 
 MAX_BODY_BYTES = 32 * 1024 * 1024

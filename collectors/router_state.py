@@ -11,14 +11,14 @@ from typing import Any
 import httpx
 
 from mmlens.config import RouterTarget
-from mmlens.records import CollectorHealth, RouterWorker
-from mmlens.router_state import (
+from mmlens.ingest.router_state import (
     parse_get_loads,
     parse_indexer_scores,
     parse_models,
     parse_smg_workers,
     summarize_indexer_dump,
 )
+from mmlens.records import CollectorHealth, RouterWorker
 
 SMG_PATHS = ("/workers", "/get_loads", "/v1/models", "/readiness")
 DYNAMO_PATHS = ("/v1/models", "/health")

@@ -13,17 +13,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from mmlens.collectors.kv_subscriber import KVEventCollector
+from mmlens.collectors.log_follow import LogFollower, StreamFollower
+from mmlens.collectors.metrics_scrape import MetricsScraper
+from mmlens.collectors.prometheus_source import PromQLSource
+from mmlens.collectors.router_state import RouterStateCollector
 
-from collectors.kv_subscriber import KVEventCollector
-from collectors.log_follow import LogFollower, StreamFollower
-from collectors.metrics_scrape import MetricsScraper
-from collectors.prometheus_source import PromQLSource
-from collectors.router_state import RouterStateCollector
-from mmlens import router_logs
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
-from mmlens.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
+from mmlens.ingest import router_logs
+from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision
-from mmlens.store import Store
+from mmlens.store.sqlite import Store
 
 log = logging.getLogger("mmlens.collect")
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from contextlib import ExitStack
 
 import httpx
+from mmlens.collectors.media_server import MediaServer
+from mmlens.collectors.traces import ImagePart, LayoutHook, TraceClient, solid_png
 
-from collectors.media_server import MediaServer
-from collectors.traces import ImagePart, LayoutHook, TraceClient, solid_png
-from mmlens import scenarios as sc
+from mmlens.analysis import scenarios as sc
 from mmlens.records import RequestTrace
 
 Progress = Callable[[str, int, int], None]

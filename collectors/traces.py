@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
+from mmlens.ingest.router_logs import cache_trace_decision
+from mmlens.layout.synthetic_images import synthetic_png
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
-from mmlens.router_logs import cache_trace_decision
-from mmlens.synthetic_images import synthetic_png
 
 LayoutHook = Callable[[str, Sequence["ImagePart"], str], dict[str, Any] | None]
 
@@ -70,7 +70,7 @@ def _identities(part: ImagePart) -> dict[str, str]:
     """Identity under each router's scheme, from the core's hashing module."""
     out = {"dynamo_mm_hash_url": _dynamo_hash(part.as_url())}
     try:
-        from mmlens.hashing import smg_identifier
+        from mmlens.layout.hashing import smg_identifier
 
         if part.data is not None:
             out["smg_blake3"] = smg_identifier(part.data)
@@ -80,13 +80,13 @@ def _identities(part: ImagePart) -> dict[str, str]:
 
 
 def model_layout_hook(model: str, block_size: int = 16) -> LayoutHook:
-    """Expected layout from the core (`mmlens.modeldir.resolve_model`), for traces."""
+    """Expected layout from the core (`mmlens.layout.modeldir.resolve_model`), for traces."""
 
     def hook(text: str, images: Sequence[ImagePart], _model: str) -> dict[str, Any] | None:
-        from mmlens.imageinfo import probe_image
-        from mmlens.layout import ImageInput
-        from mmlens.layout_report import layout_summary
-        from mmlens.modeldir import resolve_model
+        from mmlens.layout.composition import ImageInput
+        from mmlens.layout.imageinfo import probe_image
+        from mmlens.layout.modeldir import resolve_model
+        from mmlens.layout.report import layout_summary
 
         resolved = resolve_model(model)
         inputs = []

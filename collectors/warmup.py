@@ -1,4 +1,4 @@
-"""A short warm-up workload for the demo (``python -m collectors.warmup``): enough traced
+"""A short warm-up workload for the demo (``python -m mmlens.collectors.warmup``): enough traced
 requests that every dashboard page has something to show within a minute.
 
 Sequence: image A ×3 (repeat → cache hits), B of A's size (content-blind false hit on SMG's
@@ -12,10 +12,11 @@ import sys
 import time
 from collections.abc import Sequence
 
-from collectors.lab import LabSender
-from collectors.traces import ImagePart
+from mmlens.collectors.lab import LabSender
+from mmlens.collectors.traces import ImagePart
+
 from mmlens.config import read_ready_file
-from mmlens.synthetic_images import synthetic_png
+from mmlens.layout.synthetic_images import synthetic_png
 
 TEXT = "Describe this image in detail please."
 
@@ -33,7 +34,7 @@ def workload() -> list[tuple[str, list[bytes], bool]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m collectors.warmup", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m mmlens.collectors.warmup", description=__doc__)
     ap.add_argument("--ready-file", required=True)
     ap.add_argument("--db", required=True)
     ap.add_argument("--delay", type=float, default=0.2, help="seconds between requests")

@@ -1,0 +1,1 @@
+"""The embedded demo cluster: real routers before simulated workers on the real wire protocols."""

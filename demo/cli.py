@@ -18,8 +18,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from demo.cluster import Cluster, ClusterConfig, ClusterError, Proc, write_ready
-from demo.model_dirs import MODELS
+from mmlens.demo.cluster import Cluster, ClusterConfig, ClusterError, Proc, write_ready
+from mmlens.demo.model_dirs import MODELS
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -148,7 +148,7 @@ def serve(make_cluster: Callable[[], DemoCluster], ready_file: Path | None, *,
 
 def main(argv: list[str]) -> int:
     if _router_of(argv) == "dynamo":
-        from demo.dynamo_cli import main as dynamo_main
+        from mmlens.demo.dynamo_cli import main as dynamo_main
 
         return dynamo_main(argv)
     args = parse_args(argv)

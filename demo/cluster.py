@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
-
-from demo.model_dirs import MODELS, ensure_model_dir
+from mmlens.demo.model_dirs import MODELS, ensure_model_dir
 
 HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
@@ -231,7 +230,7 @@ class Cluster:
 
     def _worker_cmd(self, i: int) -> list[str]:
         p = self.cfg.worker_ports(i)
-        cmd = [sys.executable, "-m", "demo.worker", "--name", f"w{i + 1}",
+        cmd = [sys.executable, "-m", "mmlens.demo.worker", "--name", f"w{i + 1}",
                "--family", self.cfg.family, "--model-dir", str(self.model_dir),
                "--grpc-port", str(p["grpc"]), "--http-port", str(p["http"]),
                "--kv-port", str(p["kv"]), "--replay-port", str(p["replay"]),

@@ -3,7 +3,7 @@
 Dynamo's direct ZMQ mode binds every publisher to all interfaces; broker mode makes publishers
 connect to this relay instead, so every listener stays on 127.0.0.1.
 
-Run: python -m demo.dynamo_broker --xsub-port P --xpub-port Q
+Run: python -m mmlens.demo.dynamo_broker --xsub-port P --xpub-port Q
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def serve(xsub_port: int, xpub_port: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="demo.dynamo_broker", description=__doc__)
+    p = argparse.ArgumentParser(prog="mmlens.demo.dynamo_broker", description=__doc__)
     p.add_argument("--xsub-port", type=int, required=True)
     p.add_argument("--xpub-port", type=int, required=True)
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from demo.cli import count_drift, serve
-from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, dynamo_available
-from demo.model_dirs import MODELS
+from mmlens.demo.cli import count_drift, serve
+from mmlens.demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, dynamo_available
+from mmlens.demo.model_dirs import MODELS
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from demo.cluster import HOST, ClusterError, Proc, require_free, spawn, with_repo_on_path
-from demo.dynamo_broker import broker_url
-from demo.model_dirs import MODELS, ensure_model_dir
+from mmlens.demo.cluster import HOST, ClusterError, Proc, require_free, spawn, with_repo_on_path
+from mmlens.demo.dynamo_broker import broker_url
+from mmlens.demo.model_dirs import MODELS, ensure_model_dir
 
 ROUTING_LOG_FILTER = ("info,mm_routing=debug,dynamo_kv_router::scheduling=debug,"
                       "dynamo_llm::kv_router=debug")
@@ -207,7 +206,7 @@ class DynamoCluster:
     def _worker_cmd(self, i: int) -> list[str]:
         cfg = self.cfg
         p = cfg.worker_ports(i)
-        cmd = [sys.executable, "-m", "demo.dynamo_engine", "--name", f"w{i + 1}",
+        cmd = [sys.executable, "-m", "mmlens.demo.dynamo_engine", "--name", f"w{i + 1}",
                "--family", cfg.family, "--model-dir", str(self.model_dir),
                "--block-size", str(cfg.block_size), "--num-blocks", str(cfg.num_blocks),
                "--speed", str(cfg.speed), "--count-drift", str(cfg.drift(i)),
@@ -241,7 +240,7 @@ class DynamoCluster:
         self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
         xsub, xpub = self.cfg.broker_ports
         env = loopback_env(self.scratch, broker_url(xsub, xpub))
-        broker = self._spawn("broker", [sys.executable, "-m", "demo.dynamo_broker",
+        broker = self._spawn("broker", [sys.executable, "-m", "mmlens.demo.dynamo_broker",
                                         "--xsub-port", str(xsub), "--xpub-port", str(xpub)],
                              env)
         self._wait_line(broker, '"broker_ready"', deadline)

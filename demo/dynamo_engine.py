@@ -16,7 +16,7 @@ This engine does what a vLLM worker behind Dynamo does, with the demo's engine m
   events on; optionally the same events in vLLM's ZMQ format for mmlens' own KV collector;
 - serves `vllm:*` metrics on the runtime's `/metrics` (`DYN_SYSTEM_PORT`).
 
-Run (inside the demo's environment): python -m demo.dynamo_engine --model-dir DIR ...
+Run (inside the demo's environment): python -m mmlens.demo.dynamo_engine --model-dir DIR ...
 """
 
 from __future__ import annotations
@@ -44,18 +44,18 @@ from dynamo.common.backend.metrics import register_engine_registry
 from dynamo.common.backend.publisher import ComponentSnapshot, KvEventSource, PushSource
 from dynamo.common.backend.run import run
 from dynamo.common.backend.worker import WorkerConfig
+from mmlens.demo.dynamo_kv_sink import DynamoKvSink, FanOut
+from mmlens.demo.engine import Engine, EngineError, LatencyModel
+from mmlens.demo.expansion import Expander, PlaceholderMismatch
+from mmlens.demo.kv_publisher import KvPublisher
+from mmlens.demo.media import DecodedImage, MediaError, decode_image
+from mmlens.demo.model_dirs import MODELS
+from mmlens.demo.prefix_cache import MediaSpan, PrefixCache
+from mmlens.demo.worker import ANSWER
+from mmlens.demo.worker_metrics import WorkerMetrics
 from tokenizers import Tokenizer
 
-from demo.dynamo_kv_sink import DynamoKvSink, FanOut
-from demo.engine import Engine, EngineError, LatencyModel
-from demo.expansion import Expander, PlaceholderMismatch
-from demo.kv_publisher import KvPublisher
-from demo.media import DecodedImage, MediaError, decode_image
-from demo.model_dirs import MODELS
-from demo.prefix_cache import MediaSpan, PrefixCache
-from demo.worker import ANSWER
-from demo.worker_metrics import WorkerMetrics
-from mmlens.hashing import dynamo_pad_value
+from mmlens.layout.hashing import dynamo_pad_value
 
 HOST = "127.0.0.1"
 
@@ -302,7 +302,7 @@ class SimulatedVllmEngine(LLMEngine):
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="demo.dynamo_engine", description=__doc__)
+    p = argparse.ArgumentParser(prog="mmlens.demo.dynamo_engine", description=__doc__)
     p.add_argument("--name", default="w1")
     p.add_argument("--family", choices=sorted(MODELS), default="qwen3-vl")
     p.add_argument("--model-dir", required=True)

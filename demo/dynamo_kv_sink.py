@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from demo.prefix_cache import AllCleared, Event, RemovedBlocks, StoredBlocks
+from mmlens.demo.prefix_cache import AllCleared, Event, RemovedBlocks, StoredBlocks
 
 _U64 = 1 << 64
 

@@ -13,9 +13,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from demo.kv_publisher import KvPublisher
-from demo.prefix_cache import Event, MediaSpan, PrefixCache
-from demo.worker_metrics import WorkerMetrics
+from mmlens.demo.kv_publisher import KvPublisher
+from mmlens.demo.prefix_cache import Event, MediaSpan, PrefixCache
+from mmlens.demo.worker_metrics import WorkerMetrics
 
 
 @dataclass

@@ -10,10 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from demo.media import DecodedImage
-from demo.model_dirs import DemoModel
-from demo.prefix_cache import MediaSpan
-from mmlens.families import Expansion
+from mmlens.demo.media import DecodedImage
+from mmlens.demo.model_dirs import DemoModel
+from mmlens.demo.prefix_cache import MediaSpan
+
+from mmlens.layout.families import Expansion
 
 
 class PlaceholderMismatch(ValueError):

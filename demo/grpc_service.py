@@ -14,16 +14,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from mmlens.demo.engine import EngineError
+from mmlens.demo.expansion import PlaceholderMismatch
+from mmlens.demo.kv_publisher import PublishedBatch
+from mmlens.demo.media import MediaError
+from mmlens.demo.prefix_cache import AllCleared, Event, MediaSpan, RemovedBlocks, StoredBlocks
 from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
-from demo.engine import EngineError
-from demo.expansion import PlaceholderMismatch
-from demo.kv_publisher import PublishedBatch
-from demo.media import MediaError
-from demo.prefix_cache import AllCleared, Event, MediaSpan, RemovedBlocks, StoredBlocks
-
 if TYPE_CHECKING:
-    from demo.worker import WorkerState
+    from mmlens.demo.worker import WorkerState
 
 HEARTBEAT_S = 1.0
 

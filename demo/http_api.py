@@ -16,17 +16,16 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from mmlens.demo.engine import EngineError, RequestResult
+from mmlens.demo.expansion import PlaceholderMismatch
+from mmlens.demo.media import MediaError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from demo.engine import EngineError, RequestResult
-from demo.expansion import PlaceholderMismatch
-from demo.media import MediaError
-
 if TYPE_CHECKING:
-    from demo.worker import WorkerState
+    from mmlens.demo.worker import WorkerState
 
 
 def error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:

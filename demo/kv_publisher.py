@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import zmq
 import zmq.asyncio
-
-from demo.kv_wire import encode_batch
-from demo.prefix_cache import Event
+from mmlens.demo.kv_wire import encode_batch
+from mmlens.demo.prefix_cache import Event
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-
-from demo.prefix_cache import AllCleared, Event, RemovedBlocks, StoredBlocks
+from mmlens.demo.prefix_cache import AllCleared, Event, RemovedBlocks, StoredBlocks
 
 MEDIUM_GPU = "GPU"
 

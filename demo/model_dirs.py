@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmlens import tokenizers
-from mmlens.families import Family, get_family
+from mmlens.layout import tokenizers
+from mmlens.layout.families import Family, get_family
 
 FORMAT_VERSION = "4"
 

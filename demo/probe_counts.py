@@ -5,7 +5,7 @@ worker's record of what it received gives N (pad ids counted) and, for Kimi-K3, 
 expanded block. A second cluster whose worker advertises `mm_processor` shows which models
 SMG lets workers expand (`smg_mm_processing_total{mode,reason}`).
 
-Run: python -m demo.probe_counts --out tests/fixtures/smg_observed_counts.json
+Run: python -m mmlens.demo.probe_counts --out tests/fixtures/smg_observed_counts.json
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from mmlens.demo.cluster import Cluster, ClusterConfig
+from mmlens.demo.model_dirs import MODELS
 
-from demo.cluster import Cluster, ClusterConfig
-from demo.model_dirs import MODELS
-from mmlens.imageinfo import to_data_url
-from mmlens.synthetic_images import synthetic_png
+from mmlens.layout.imageinfo import to_data_url
+from mmlens.layout.synthetic_images import synthetic_png
 
 SIZES = ["64x64", "100x100", "224x224", "300x1000", "640x480", "1000x700", "1024x768",
          "1280x720", "1920x1080", "4000x3000", "17x29", "2000x50"]
@@ -115,7 +115,7 @@ def probe_worker_mode(family: str, port_base: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="demo.probe_counts", description=__doc__)
+    p = argparse.ArgumentParser(prog="mmlens.demo.probe_counts", description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--port-base", type=int, default=21500)
     p.add_argument("--families", default="glm-5.3-flash,kimi-k3,qwen3-vl")
@@ -124,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out["_about"] = ("Observed with smg 1.13.0 gRPC router mode (auto, worker not advertising "
                      "mm_processor): N = pad ids the simulated vLLM worker received per image "
                      "(solid-colour PNG data URLs, one image per request). Regenerate with "
-                     "`python -m demo.probe_counts --out tests/fixtures/smg_observed_counts.json`.")
+                     "`python -m mmlens.demo.probe_counts --out "
+                     "tests/fixtures/smg_observed_counts.json`.")
     for k, family in enumerate(args.families.split(",")):
         entry = probe_router_mode(family, args.port_base + 100 * k, SIZES)
         entry["worker_mode_probe"] = probe_worker_mode(family, args.port_base + 100 * k + 50)

@@ -1,6 +1,6 @@
 """One simulated vLLM GPU worker process: gRPC engine service, HTTP API, /metrics, KV events.
 
-Run: python -m demo.worker --name w1 --model-dir DIR --family qwen3-vl --grpc-port P ...
+Run: python -m mmlens.demo.worker --name w1 --model-dir DIR --family qwen3-vl --grpc-port P ...
 """
 
 from __future__ import annotations
@@ -19,17 +19,16 @@ from typing import Any
 
 import jinja2
 import uvicorn
+from mmlens.demo.engine import Engine, LatencyModel
+from mmlens.demo.expansion import Expander
+from mmlens.demo.grpc_service import start_grpc_server, stop_grpc_server
+from mmlens.demo.http_api import build_app
+from mmlens.demo.kv_publisher import KvPublisher
+from mmlens.demo.media import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, DecodedImage, decode_image
+from mmlens.demo.model_dirs import MODELS
+from mmlens.demo.prefix_cache import MediaSpan, PrefixCache
+from mmlens.demo.worker_metrics import WorkerMetrics
 from tokenizers import Tokenizer
-
-from demo.engine import Engine, LatencyModel
-from demo.expansion import Expander
-from demo.grpc_service import start_grpc_server, stop_grpc_server
-from demo.http_api import build_app
-from demo.kv_publisher import KvPublisher
-from demo.media import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, DecodedImage, decode_image
-from demo.model_dirs import MODELS
-from demo.prefix_cache import MediaSpan, PrefixCache
-from demo.worker_metrics import WorkerMetrics
 
 ANSWER = (" The picture shows a simulated scene. This demo worker answers every request with"
           " the same deterministic words, chosen by a hash of the prompt, so repeated requests"
@@ -114,7 +113,7 @@ class _Server(uvicorn.Server):
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="demo.worker", description=__doc__)
+    p = argparse.ArgumentParser(prog="mmlens.demo.worker", description=__doc__)
     p.add_argument("--name", default="w1")
     p.add_argument("--family", choices=sorted(MODELS), default="qwen3-vl")
     p.add_argument("--model-dir", required=True)

@@ -1,3 +1,3 @@
-from mmlens.cli import main
+from mmlens.cli.main import main
 
 raise SystemExit(main())

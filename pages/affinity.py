@@ -4,10 +4,10 @@ import time
 
 import pandas as pd
 import streamlit as st
+from mmlens.ui import shared
 
-from mmlens.affinity import image_affinity, multi_resident, sankey_links, worker_image_sets
-from mmlens.figures_affinity import affinity_sankey
-from pages import shared
+from mmlens.analysis.affinity import image_affinity, multi_resident, sankey_links, worker_image_sets
+from mmlens.figures.affinity import affinity_sankey
 
 st.title("Affinity")
 r = shared.reader()

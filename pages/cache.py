@@ -2,8 +2,10 @@
 resident blocks, and the prefix tree of recent blocks."""
 
 import streamlit as st
+from mmlens.ui import shared
 
-from mmlens.figures_cache import (
+from mmlens.analysis.timeseries import worker_hit_rate_series
+from mmlens.figures.cache import (
     hit_rate_figure,
     kv_event_timeline_figure,
     predicted_vs_realized_figure,
@@ -11,8 +13,6 @@ from mmlens.figures_cache import (
     resident_blocks_figure,
 )
 from mmlens.records import MetricSample
-from mmlens.timeseries import worker_hit_rate_series
-from pages import shared
 
 st.title("Cache")
 r = shared.reader()

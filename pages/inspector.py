@@ -6,17 +6,17 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
+from mmlens.ui import shared
 
-from mmlens.explain_cli import explain_recorded
-from mmlens.families import FAMILIES
-from mmlens.figures_layout import layout_figure
-from mmlens.hashing import dynamo_mm_hash_url, smg_identifier
-from mmlens.imageinfo import parse_size
-from mmlens.layout import ImageInput, Layout
-from mmlens.modeldir import Model, resolve_model
-from mmlens.request_view import RequestView, from_layout, from_trace, rebuild_parts
-from mmlens.synthetic_images import synthetic_png
-from pages import shared
+from mmlens.analysis.request_view import RequestView, from_layout, from_trace, rebuild_parts
+from mmlens.cli.explain import explain_recorded
+from mmlens.figures.token_layout import layout_figure
+from mmlens.layout.composition import ImageInput, Layout
+from mmlens.layout.families import FAMILIES
+from mmlens.layout.hashing import dynamo_mm_hash_url, smg_identifier
+from mmlens.layout.imageinfo import parse_size
+from mmlens.layout.modeldir import Model, resolve_model
+from mmlens.layout.synthetic_images import synthetic_png
 
 st.title("Request inspector")
 HISTORY = 500

@@ -3,16 +3,16 @@ router-mode and worker-mode prompt token counts of the same request."""
 
 import pandas as pd
 import streamlit as st
+from mmlens.collectors.lab import LabSender, run_scenario
+from mmlens.collectors.traces import ImagePart
+from mmlens.ui import shared
 
-from collectors.lab import LabSender, run_scenario
-from collectors.traces import ImagePart
+from mmlens.analysis.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
+from mmlens.analysis.scenarios import NAMES as SCENARIOS
 from mmlens.config import RouterTarget
-from mmlens.families import get_family
-from mmlens.imageinfo import parse_size
-from mmlens.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
-from mmlens.scenarios import NAMES as SCENARIOS
-from mmlens.synthetic_images import synthetic_png
-from pages import shared
+from mmlens.layout.families import get_family
+from mmlens.layout.imageinfo import parse_size
+from mmlens.layout.synthetic_images import synthetic_png
 
 st.title("Lab")
 r = shared.reader()

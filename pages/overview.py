@@ -4,10 +4,10 @@ import time
 
 import pandas as pd
 import streamlit as st
+from mmlens.ui import shared
 
-from mmlens import overview
-from mmlens.figures_cache import worker_hit_rate_bars
-from pages import shared
+from mmlens.analysis import overview
+from mmlens.figures.cache import worker_hit_rate_bars
 
 st.title("Overview")
 r = shared.reader()

@@ -5,12 +5,12 @@ import time
 
 import pandas as pd
 import streamlit as st
+from mmlens.ui import shared
 
-from mmlens.figures_routing import branches_figure, dynamo_events_figure, mode_reason_figure
+from mmlens.analysis.routing_table import decision_rows, dynamo_verdict_rows, strict_mode_rows
+from mmlens.analysis.timeseries import counter_increase_series
+from mmlens.figures.routing import branches_figure, dynamo_events_figure, mode_reason_figure
 from mmlens.records import MetricSample
-from mmlens.routing_table import decision_rows, dynamo_verdict_rows, strict_mode_rows
-from mmlens.timeseries import counter_increase_series
-from pages import shared
 
 st.title("Routing")
 r = shared.reader()

@@ -11,12 +11,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from mmlens.decisions import merged
-from mmlens.imageinfo import ImageInfo, probe_image
+from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
+from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.records import MetricSample
-from mmlens.routing_table import candidate_rows, gate_rows, policy_text, score_rows
-from mmlens.store import StoreError
-from mmlens.store_queries import StoreReader, open_reader
+from mmlens.store.decisions import merged
+from mmlens.store.reader import StoreReader, open_reader
+from mmlens.store.sqlite import StoreError
 
 ENV_DB = "MMLENS_DB"
 TTL_S = 3

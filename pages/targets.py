@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from mmlens.ui import shared
 
 from mmlens.config import ENV_CONFIG, ConfigError
 from mmlens.targets_toml import validate_toml
-from pages import shared
 
 st.title("Targets")
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from collectors.background import start_background
+from mmlens.collectors.background import start_background
+
 from mmlens.config import Config, RouterTarget
-from mmlens.snapshot import build_snapshot
-from mmlens.store import Store
+from mmlens.store.snapshot import build_snapshot
+from mmlens.store.sqlite import Store
 from tests.collectors.loopback import Loopback, Route
 from tests.fixtures_path import capture
 

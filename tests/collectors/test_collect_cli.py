@@ -10,9 +10,9 @@ import time
 import pytest
 import zmq
 
-from collectors import cli as collect_cli
-from collectors import snapshot_cli
-from mmlens.cli import main as mmlens_main
+from mmlens.cli import collect as collect_cli
+from mmlens.cli import snapshot as snapshot_cli
+from mmlens.cli.main import main as mmlens_main
 from tests.collectors.loopback import Loopback, Route
 from tests.collectors.zmq_publisher import Publisher, free_tcp
 from tests.fixtures_path import capture

@@ -7,8 +7,8 @@ import time
 import msgspec
 import pytest
 import zmq
+from mmlens.collectors.kv_subscriber import KVEventCollector
 
-from collectors.kv_subscriber import KVEventCollector
 from mmlens.records import KVEvent
 from tests.collectors.zmq_publisher import Publisher, free_consecutive, free_tcp
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mmlens.collectors.runner import CollectorRunner
 
-from collectors import cli as collect_cli
-from collectors import snapshot_cli
-from collectors.runner import CollectorRunner
+from mmlens.cli import collect as collect_cli
+from mmlens.cli import snapshot as snapshot_cli
 from mmlens.config import Config, RouterTarget
-from mmlens.store import Store
+from mmlens.store.sqlite import Store
 from tests.live_support import demo_process, free_port_base
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
@@ -114,7 +114,8 @@ def test_discovery_from_smg_workers(demo, tmp_path) -> None:
 def test_live_gap_is_replayed_from_the_worker(demo, tmp_path) -> None:
     """The demo worker keeps a batch off its PUB socket (`/demo/kv/drop`); the collector sees
     the sequence gap and fetches the batch from the worker's ROUTER replay socket."""
-    from collectors.traces import ImagePart, TraceClient, solid_png
+    from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
+
     from mmlens.config import apply_ready
 
     cfg = Config()

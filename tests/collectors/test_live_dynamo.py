@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from collectors import cli as collect_cli
-from collectors import snapshot_cli
+from mmlens.cli import collect as collect_cli
+from mmlens.cli import snapshot as snapshot_cli
 from tests.live_support import demo_process, free_port_base
 
 pytestmark = [pytest.mark.live, pytest.mark.slow,

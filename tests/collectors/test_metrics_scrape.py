@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import httpx
+from mmlens.collectors.metrics_scrape import MetricsScraper
 
-from collectors.metrics_scrape import MetricsScraper
-from mmlens.metrics_normalize import normalize_samples
+from mmlens.ingest.metrics_normalize import normalize_samples
 from tests.collectors.loopback import Loopback, Route
 from tests.fixtures_path import capture
 

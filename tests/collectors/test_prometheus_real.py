@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mmlens.collectors.metrics_scrape import MetricsScraper
+from mmlens.collectors.prometheus_source import PromQLSource
 
-from collectors.metrics_scrape import MetricsScraper
-from collectors.prometheus_source import PromQLSource
-from mmlens.metrics_normalize import normalize_samples
+from mmlens.ingest.metrics_normalize import normalize_samples
 from tests.collectors.loopback import Loopback, Route
 from tests.fixtures_path import capture
 from tests.live_support import free_port

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import httpx
+from mmlens.collectors.router_state import RouterStateCollector
 
-from collectors.router_state import RouterStateCollector
 from mmlens.config import RouterTarget
 from tests.fixtures_path import capture
 

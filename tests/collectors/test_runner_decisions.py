@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+from mmlens.collectors.runner import CollectorRunner
 
-from collectors.runner import CollectorRunner
 from mmlens.config import Config, RouterTarget
 from mmlens.records import RequestTrace, RoutingDecision
-from mmlens.snapshot import build_snapshot
-from mmlens.store import Store
-from mmlens.store_queries import StoreReader
+from mmlens.store.reader import StoreReader
+from mmlens.store.snapshot import build_snapshot
+from mmlens.store.sqlite import Store
 from tests.fixtures_path import capture
 
 HIT = "mmlens-c7ec9e9b9adf4761"

@@ -6,8 +6,8 @@ import json
 
 import httpx
 import pytest
+from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 
-from collectors.traces import ImagePart, TraceClient, solid_png
 from tests.fixtures_path import capture
 
 

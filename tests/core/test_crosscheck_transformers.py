@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mmlens.families import get_family
+from mmlens.layout.families import get_family
 
 transformers = pytest.importorskip("transformers")
 
@@ -83,7 +83,7 @@ def test_qwen_pixel_path_agrees_with_the_patch_count(size):
 
 
 def llava_processor(cls_name: str, image_processor, tmp_path):
-    from mmlens.tokenizers import write_shape_faithful_tokenizer
+    from mmlens.layout.tokenizers import write_shape_faithful_tokenizer
 
     write_shape_faithful_tokenizer("llava-1.5", tmp_path)
     tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))

@@ -7,10 +7,7 @@ import sqlite3
 from dataclasses import asdict
 from pathlib import Path
 
-from mmlens.decisions import attach, merged
-from mmlens.records import RequestTrace, RoutingDecision
-from mmlens.router_logs import cache_trace_decision, parse_lines
-from mmlens.routing_table import (
+from mmlens.analysis.routing_table import (
     candidate_rows,
     candidates_text,
     decision_rows,
@@ -19,8 +16,11 @@ from mmlens.routing_table import (
     score_rows,
     scores_text,
 )
-from mmlens.store import Store
-from mmlens.store_queries import StoreReader
+from mmlens.ingest.router_logs import cache_trace_decision, parse_lines
+from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.store.decisions import attach, merged
+from mmlens.store.reader import StoreReader
+from mmlens.store.sqlite import Store
 from tests.fixtures_path import capture
 
 W1, W2 = "grpc://127.0.0.1:24410", "grpc://127.0.0.1:24420"

@@ -1,4 +1,4 @@
-from mmlens.explain import explain
+from mmlens.analysis.explain import explain
 
 BS = 16
 

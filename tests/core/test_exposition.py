@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mmlens.exposition import ExpositionParser, looks_like_html, parse_exposition
+from mmlens.ingest.exposition import ExpositionParser, looks_like_html, parse_exposition
 from tests.fixtures_path import capture
 
 CAPTURES = ["smg_http_metrics.txt", "smg_grpc_metrics_kv.txt", "dyn_frontend_metrics_text.txt",

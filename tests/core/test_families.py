@@ -3,7 +3,7 @@ import json
 import pytest
 
 from mmlens.errors import UnknownFamilyError
-from mmlens.families import FAMILIES, family_from_config, get_family
+from mmlens.layout.families import FAMILIES, family_from_config, get_family
 
 
 @pytest.mark.parametrize(("key", "family"), [

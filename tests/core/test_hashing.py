@@ -4,8 +4,9 @@ import pytest
 import xxhash
 
 from mmlens.errors import LayoutError
-from mmlens.families import get_family
-from mmlens.hashing import (
+from mmlens.layout.composition import ImageInput, build_layout, compose
+from mmlens.layout.families import get_family
+from mmlens.layout.hashing import (
     block_hashes,
     dynamo_hash_hex,
     dynamo_mm_hash_url,
@@ -15,8 +16,7 @@ from mmlens.hashing import (
     smg_identifier,
     vllm_extra_keys,
 )
-from mmlens.layout import ImageInput, build_layout, compose
-from mmlens.tokenizers import TextTokenizer, family_tokenizer
+from mmlens.layout.tokenizers import TextTokenizer, family_tokenizer
 
 QWEN3 = get_family("qwen3-vl")
 
@@ -113,8 +113,8 @@ def test_frontend_decoding_identity_follows_pixels_not_encoding():
 
     from PIL import Image
 
-    from mmlens.hashing import dynamo_mm_hash_decoded
-    from mmlens.imageinfo import decoded_rgb, to_data_url
+    from mmlens.layout.hashing import dynamo_mm_hash_decoded
+    from mmlens.layout.imageinfo import decoded_rgb, to_data_url
 
     img = Image.new("RGB", (32, 16), (9, 99, 199))
     png, bmp = io.BytesIO(), io.BytesIO()

@@ -3,8 +3,8 @@
 import pytest
 
 from mmlens.errors import ImageError, LayoutError, ProcessorConfigError
-from mmlens.families import get_family
-from mmlens.image_tokens import (
+from mmlens.layout.families import get_family
+from mmlens.layout.image_tokens import (
     GlmParams,
     KimiParams,
     NemotronParams,

@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from mmlens.errors import ImageError
-from mmlens.imageinfo import decode_data_url, parse_size, probe_image, to_data_url
+from mmlens.layout.imageinfo import decode_data_url, parse_size, probe_image, to_data_url
 
 
 def encode(size, fmt="PNG", color=(10, 200, 30)):

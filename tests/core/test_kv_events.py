@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from mmlens.kv_events import (
+from mmlens.ingest.kv_events import (
     KVEventError,
     KVIngest,
     ResidentIndex,

@@ -3,9 +3,9 @@ import dataclasses
 import pytest
 
 from mmlens.errors import LayoutError
-from mmlens.families import get_family
-from mmlens.layout import ImageInput, SpanKind, build_layout, compose
-from mmlens.tokenizers import TextTokenizer, family_tokenizer
+from mmlens.layout.composition import ImageInput, SpanKind, build_layout, compose
+from mmlens.layout.families import get_family
+from mmlens.layout.tokenizers import TextTokenizer, family_tokenizer
 
 QWEN3 = get_family("qwen3-vl")
 TEXT = "Describe this image in detail please."

@@ -6,8 +6,8 @@ import sys
 import pytest
 from PIL import Image
 
-from mmlens.cli import main
-from mmlens.families import FAMILIES
+from mmlens.cli.main import main
+from mmlens.layout.families import FAMILIES
 
 from .test_modeldir import write_dir
 

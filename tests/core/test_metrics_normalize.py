@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mmlens.exposition import parse_exposition
-from mmlens.metrics_normalize import detect_flavors, increase, normalize_samples
+from mmlens.ingest.exposition import parse_exposition
+from mmlens.ingest.metrics_normalize import detect_flavors, increase, normalize_samples
 from mmlens.records import MetricSample
 from tests.fixtures_path import capture
 

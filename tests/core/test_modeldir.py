@@ -4,10 +4,10 @@ import shutil
 import pytest
 
 from mmlens.errors import LayoutError, ProcessorConfigError
-from mmlens.families import get_family
-from mmlens.layout import ImageInput
-from mmlens.modeldir import load_model_dir, resolve_model
-from mmlens.tokenizers import qwen_tokenizer_files, write_shape_faithful_tokenizer
+from mmlens.layout.composition import ImageInput
+from mmlens.layout.families import get_family
+from mmlens.layout.modeldir import load_model_dir, resolve_model
+from mmlens.layout.tokenizers import qwen_tokenizer_files, write_shape_faithful_tokenizer
 
 TEXT = "Describe this image in detail please."
 
@@ -89,7 +89,7 @@ def test_resolve_model_by_family_name():
 
 
 def test_chat_template_of_each_family_emits_its_anchor(tmp_path):
-    from mmlens.families import FAMILIES
+    from mmlens.layout.families import FAMILIES
 
     for fam in FAMILIES:
         if fam.tokenizer == "qwen":

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from mmlens.ingest.router_logs import cache_trace_decision, join, parse_lines, request_keys
 from mmlens.records import RequestTrace
-from mmlens.router_logs import cache_trace_decision, join, parse_lines, request_keys
 from tests.fixtures_path import capture
 
 SMG_TREE = ('{"message":"Cache-aware selection","index":"tree","branch":"expected_wait_fallback",'

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mmlens.router_state import parse_get_loads, parse_models, parse_smg_workers
+from mmlens.ingest.router_state import parse_get_loads, parse_models, parse_smg_workers
 from tests.fixtures_path import capture
 
 

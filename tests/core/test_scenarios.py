@@ -1,7 +1,7 @@
 import pytest
 
-from mmlens import scenarios as sc
-from mmlens.families import get_family
+from mmlens.analysis import scenarios as sc
+from mmlens.layout.families import get_family
 from mmlens.records import RequestTrace, RoutingDecision
 
 QWEN3 = get_family("qwen3-vl")
@@ -122,7 +122,7 @@ def test_salt_changes_colours_only():
 
 
 def test_html_report_is_self_contained():
-    from mmlens.report_html import render
+    from mmlens.figures.report_html import render
 
     traces = [trace("a", "w1", 317, 0), trace("b", "w1", 317, 304), trace("c", "w1", 317, 304)]
     html = render([sc.judge(plan("repeat"), CTX, traces)], "report", {"router": "r"})

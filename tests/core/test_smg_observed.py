@@ -1,5 +1,5 @@
 """mmlens' counts and worker-expandability against what the real SMG 1.13.0 did
-(tests/fixtures/smg_observed_counts.json, recorded by `python -m demo.probe_counts`)."""
+(tests/fixtures/smg_observed_counts.json, recorded by `python -m mmlens.demo.probe_counts`)."""
 
 import json
 import math
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mmlens.families import get_family
-from mmlens.imageinfo import parse_size
+from mmlens.layout.families import get_family
+from mmlens.layout.imageinfo import parse_size
 
 OBSERVED = json.loads(
     (Path(__file__).resolve().parent.parent / "fixtures" / "smg_observed_counts.json").read_text()

@@ -16,7 +16,7 @@ from mmlens.records import (
     RequestTrace,
     RoutingDecision,
 )
-from mmlens.store import SCHEMA_VERSION, Store, StoreError
+from mmlens.store.sqlite import SCHEMA_VERSION, Store, StoreError
 
 BIG = (1 << 64) - 1
 

@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import msgpack
 import zmq
+from mmlens.collectors.traces import solid_png
+from mmlens.demo.cluster import Cluster, ClusterConfig
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.traces import solid_png
-from demo.cluster import Cluster, ClusterConfig
-from mmlens.imageinfo import to_data_url
+from mmlens.layout.imageinfo import to_data_url
 from tests.live_support import free_port_base, started
 
 TEXT = "Describe this image in detail please."

@@ -13,10 +13,10 @@ import grpc
 import httpx
 import openai
 import pytest
+from mmlens.demo.cluster import Cluster
 from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
-from demo.cluster import Cluster
-from mmlens.families import get_family
+from mmlens.layout.families import get_family
 from tests.demo.support import (
     TEXT,
     KvSubscriber,

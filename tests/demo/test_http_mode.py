@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from mmlens.families import get_family
+from mmlens.layout.families import get_family
 from tests.demo.support import (
     chat,
     image_messages,

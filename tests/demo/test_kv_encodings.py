@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from mmlens.demo.model_dirs import ensure_model_dir
 
-from demo.model_dirs import ensure_model_dir
-from mmlens.kv_events import normalize_batch
+from mmlens.ingest.kv_events import normalize_batch
 from mmlens.records import BlockStored
 from tests.demo.support import KvSubscriber, decode_payload, image_messages, png_data_url
 from tests.live_support import REPO, free_port_base, stop_process
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.live
 @pytest.fixture(params=["map", "array"])
 def worker(request: pytest.FixtureRequest) -> Iterator[dict]:
     base = free_port_base(10)
-    cmd = [sys.executable, "-m", "demo.worker", "--name", "solo", "--family", "qwen3-vl",
+    cmd = [sys.executable, "-m", "mmlens.demo.worker", "--name", "solo", "--family", "qwen3-vl",
            "--model-dir", str(ensure_model_dir("qwen3-vl")), "--grpc-port", str(base),
            "--http-port", str(base + 1), "--kv-port", str(base + 2),
            "--replay-port", str(base + 3)]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from mmlens.families import get_family
+from mmlens.layout.families import get_family
 from tests.demo.support import (
     TEXT,
     chat,

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from demo.expansion import Expander, PlaceholderMismatch
-from demo.kv_wire import encode_batch
-from demo.media import DecodedImage, MediaError, decode_image
-from demo.model_dirs import MODELS
-from demo.prefix_cache import (
+from mmlens.demo.expansion import Expander, PlaceholderMismatch
+from mmlens.demo.kv_wire import encode_batch
+from mmlens.demo.media import DecodedImage, MediaError, decode_image
+from mmlens.demo.model_dirs import MODELS
+from mmlens.demo.prefix_cache import (
     AllCleared,
     MediaSpan,
     PrefixCache,
@@ -18,6 +17,7 @@ from demo.prefix_cache import (
     StoredBlocks,
     block_extra_keys,
 )
+
 from tests.demo.support import decode_payload, png_data_url
 
 BS = 4
@@ -155,9 +155,8 @@ def test_media_identifiers_and_refusals() -> None:
 
 def test_model_dirs_render_each_familys_anchor(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import jinja2
+    from mmlens.demo.model_dirs import ensure_model_dir
     from tokenizers import Tokenizer
-
-    from demo.model_dirs import ensure_model_dir
 
     for family, model in MODELS.items():
         d = ensure_model_dir(family, tmp_path)
@@ -175,8 +174,8 @@ def test_model_dirs_render_each_familys_anchor(tmp_path) -> None:  # type: ignor
 def test_engine_queues_requests_when_the_cache_is_full() -> None:
     import asyncio
 
-    from demo.engine import Engine, EngineError, LatencyModel
-    from demo.worker_metrics import WorkerMetrics
+    from mmlens.demo.engine import Engine, EngineError, LatencyModel
+    from mmlens.demo.worker_metrics import WorkerMetrics
 
     class NoPublisher:
         async def publish(self, events: list) -> None:

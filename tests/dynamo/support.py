@@ -13,11 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mmlens.collectors.log_follow import LogFollower
+from mmlens.demo.dynamo_cluster import (
+    DynamoCluster,
+    DynamoClusterConfig,
+    dynamo_available,
+    ports_needed,
+)
 
-from collectors.log_follow import LogFollower
-from demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, dynamo_available, ports_needed
+from mmlens.ingest.router_logs import join, parse_lines
 from mmlens.records import RequestTrace, RoutingDecision
-from mmlens.router_logs import join, parse_lines
 from tests.live_support import free_port_base, started
 
 UNAVAILABLE = dynamo_available()

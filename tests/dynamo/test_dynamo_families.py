@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 import httpx
+from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.demo.dynamo_cluster import DynamoCluster
 
-from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
-from demo.dynamo_cluster import DynamoCluster
-from mmlens.dynamo_logs import model_mm_routing, support_for
+from mmlens.ingest.dynamo_logs import model_mm_routing, support_for
 from mmlens.records import RequestTrace
 from tests.dynamo.support import (
     LIVE_DYNAMO,

@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from mmlens.collectors.metrics_scrape import MetricsScraper
+from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.demo.dynamo_cluster import DynamoCluster
 
-from collectors.metrics_scrape import MetricsScraper
-from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
-from demo.dynamo_cluster import DynamoCluster
-from mmlens.metrics_normalize import detect_flavors, normalize_samples
+from mmlens.ingest.metrics_normalize import detect_flavors, normalize_samples
 from mmlens.records import RequestTrace
 from tests.dynamo.media_server import MediaServer, media_server
 from tests.dynamo.support import (
@@ -254,11 +254,12 @@ def test_dynamo_metrics_normalize(cluster: DynamoCluster, client: TraceClient,
 def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_path: Any) -> None:
     """mmlens' headless collector, pointed only at the demo's ready line, sees the frontend
     (metrics + JSON log), both workers (metrics + vLLM-format KV events) and joined traces."""
-    from collectors.runner import CollectorRunner
-    from demo.cluster import write_ready
+    from mmlens.collectors.runner import CollectorRunner
+    from mmlens.demo.cluster import write_ready
+
     from mmlens.config import Config
-    from mmlens.snapshot import build_snapshot
-    from mmlens.store import Store
+    from mmlens.store.snapshot import build_snapshot
+    from mmlens.store.sqlite import Store
 
     ready = tmp_path / "ready.json"
     write_ready(ready, cluster.ready_info())

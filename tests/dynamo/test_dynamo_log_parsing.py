@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mmlens.ingest.router_logs import join, parse_lines
 from mmlens.records import RequestTrace
-from mmlens.router_logs import join, parse_lines
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "dynamo_frontend_1.6.1.jsonl"
 WARM = "ed314030-ae5c-443e-b530-eb1d0b904e9f"  # x-request-id aff-A-2
@@ -68,13 +68,13 @@ def test_text_line_fallback_reason() -> None:
     assert "expected 206 Partial Content" in d.warnings[0]
 
 
-# --- model-level MM routing support and per-image counts (mmlens.dynamo_logs) ---------------
+# --- model-level MM routing support and per-image counts (mmlens.ingest.dynamo_logs) ---
 
 SUPPORT = FIXTURE.with_name("dynamo_frontend_mm_support_1.6.1.jsonl")
 
 
 def test_model_level_mm_routing_verdicts() -> None:
-    from mmlens.dynamo_logs import ANY_MODEL, model_mm_routing, support_for
+    from mmlens.ingest.dynamo_logs import ANY_MODEL, model_mm_routing, support_for
 
     table = model_mm_routing(SUPPORT.read_text().splitlines())
     qwen = support_for(table, "Qwen/Qwen3-VL-2B-Instruct")
@@ -95,7 +95,7 @@ def test_model_level_mm_routing_verdicts() -> None:
 
 
 def test_image_token_counts_keep_size_hash_and_source() -> None:
-    from mmlens.dynamo_logs import image_token_counts
+    from mmlens.ingest.dynamo_logs import image_token_counts
 
     counts = image_token_counts(FIXTURE.read_text().splitlines())
     by_rid = {c.x_request_id: c for c in counts}
@@ -110,8 +110,8 @@ def test_image_token_counts_keep_size_hash_and_source() -> None:
 
 
 def test_capture_image_requests_and_router_overhead() -> None:
-    from mmlens.exposition import parse_exposition
-    from mmlens.metrics_normalize import normalize_samples
+    from mmlens.ingest.exposition import parse_exposition
+    from mmlens.ingest.metrics_normalize import normalize_samples
     from tests.fixtures_path import capture
 
     samples = parse_exposition(capture("dyn_frontend_metrics_text.txt"), "fe", 0.0)
@@ -123,7 +123,7 @@ def test_capture_image_requests_and_router_overhead() -> None:
 
 
 def test_merge_mm_routing_keeps_the_latest_verdict() -> None:
-    from mmlens.dynamo_logs import ModelMmRouting, merge_mm_routing
+    from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing
 
     table: dict[str, ModelMmRouting] = {}
     assert merge_mm_routing(table, {"m": ModelMmRouting("m", spec="qwen3_vl")})
@@ -135,8 +135,8 @@ def test_merge_mm_routing_keeps_the_latest_verdict() -> None:
 
 
 def test_routing_rows_use_dynamo_block_counts() -> None:
-    from mmlens.request_view import predicted_tokens
-    from mmlens.routing_table import decision_rows
+    from mmlens.analysis.request_view import predicted_tokens
+    from mmlens.analysis.routing_table import decision_rows
 
     trace = {"request_id": "r", "ts": 1.0, "worker": "7", "prompt_tokens": 317,
              "cached_tokens": 304, "predictions": [
@@ -153,8 +153,8 @@ def test_routing_rows_use_dynamo_block_counts() -> None:
 def test_dynamo_verdict_rows() -> None:
     from dataclasses import asdict
 
-    from mmlens.dynamo_logs import model_mm_routing
-    from mmlens.routing_table import dynamo_verdict_rows
+    from mmlens.analysis.routing_table import dynamo_verdict_rows
+    from mmlens.ingest.dynamo_logs import model_mm_routing
 
     table = model_mm_routing(SUPPORT.read_text().splitlines())
     rows = {r["model"]: r for r in dynamo_verdict_rows({m: asdict(v) for m, v in table.items()})}

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
+from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.demo.dynamo_cluster import DynamoCluster
 
-from collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
-from demo.dynamo_cluster import DynamoCluster
 from mmlens.records import RequestTrace
 from tests.dynamo.support import LIVE_DYNAMO, decisions_for, running_dynamo, worker_requests
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mmlens.dynamo_logs import model_mm_routing
+from mmlens.ingest.dynamo_logs import model_mm_routing
 from mmlens.records import RequestTrace, RoutingDecision
-from mmlens.store import Store
+from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import assert_clean, open_page
 
 SUPPORT = (Path(__file__).resolve().parent.parent / "fixtures"

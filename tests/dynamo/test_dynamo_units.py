@@ -6,9 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-
-from demo.dynamo_kv_sink import DynamoKvSink, FanOut, signed64
-from demo.prefix_cache import AllCleared, MediaSpan, RemovedBlocks, StoredBlocks
+from mmlens.demo.dynamo_kv_sink import DynamoKvSink, FanOut, signed64
+from mmlens.demo.prefix_cache import AllCleared, MediaSpan, RemovedBlocks, StoredBlocks
 
 
 class FakePublisher:
@@ -67,7 +66,7 @@ def test_fanout_forwards_notifications_to_sinks_that_take_them() -> None:
 
 
 def test_engine_helpers() -> None:
-    engine = pytest.importorskip("demo.dynamo_engine", reason="needs the Dynamo extra")
+    engine = pytest.importorskip("mmlens.demo.dynamo_engine", reason="needs the Dynamo extra")
     assert engine.vllm_uuid("ABCDEF0123456789") == "abcdef0123456789" + "0" * 48
     req = {"token_ids": [1], "multi_modal_data": {"image_url": [
         {"Url": "data:image/png;base64,AA=="}, {"url": "http://127.0.0.1/a.png"}, "x"]}}

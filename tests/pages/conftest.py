@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mmlens.store_queries import StoreReader
+from mmlens.store.reader import StoreReader
 from tests.live_support import REPO, free_port, free_port_base, stop_process
 
 WARMUP_TRACES = 12

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.lab import layout_hook_with_text
-from collectors.traces import ImagePart, solid_png
-from mmlens.hashing import dynamo_mm_hash_url, smg_identifier
-from mmlens.imageinfo import probe_image
+from mmlens.collectors.lab import layout_hook_with_text
+from mmlens.collectors.traces import ImagePart, solid_png
+
+from mmlens.layout.hashing import dynamo_mm_hash_url, smg_identifier
+from mmlens.layout.imageinfo import probe_image
 from mmlens.records import (
     BlockStored,
     CollectorHealth,
@@ -24,7 +25,7 @@ from mmlens.records import (
     SpillGate,
     labels_of,
 )
-from mmlens.store import Store
+from mmlens.store.sqlite import Store
 
 ROUTER = "http://127.0.0.1:30000"
 W1 = "grpc://127.0.0.1:50051"

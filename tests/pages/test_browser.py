@@ -76,7 +76,7 @@ def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any
 def test_overview_url_and_deep_links_resolve(live_dashboard: LiveDashboard,
                                              browser_page: Any) -> None:
     """`/overview` runs the Overview like `/` does; a deep link still opens its request."""
-    from mmlens.store_queries import StoreReader
+    from mmlens.store.reader import StoreReader
 
     body = browser_page.locator("[data-testid='stMain']")
     for path in ("overview", ""):

@@ -7,22 +7,22 @@ import json
 
 import pytest
 
-from mmlens.affinity import image_affinity, multi_resident, sankey_links
-from mmlens.figures_affinity import affinity_sankey
-from mmlens.figures_cache import (
+from mmlens.analysis.affinity import image_affinity, multi_resident, sankey_links
+from mmlens.analysis.lab_plan import comparison_rows, plan_steps
+from mmlens.analysis.overview import alerts, headline
+from mmlens.analysis.request_view import fold_images, from_layout, from_trace
+from mmlens.analysis.timeseries import deltas, ratio_series
+from mmlens.figures.affinity import affinity_sankey
+from mmlens.figures.cache import (
     kv_event_timeline_figure,
     predicted_vs_realized_figure,
     prefix_tree_figure,
 )
-from mmlens.figures_layout import layout_figure
-from mmlens.figures_routing import mode_reason_figure
-from mmlens.lab_plan import comparison_rows, plan_steps
-from mmlens.layout import ImageInput, Span, SpanKind
-from mmlens.modeldir import resolve_model
-from mmlens.overview import alerts, headline
-from mmlens.request_view import fold_images, from_layout, from_trace
+from mmlens.figures.routing import mode_reason_figure
+from mmlens.figures.token_layout import layout_figure
+from mmlens.layout.composition import ImageInput, Span, SpanKind
+from mmlens.layout.modeldir import resolve_model
 from mmlens.targets_toml import config_toml_from_ready, validate_toml
-from mmlens.timeseries import deltas, ratio_series
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +196,7 @@ def test_targets_toml_from_a_dynamo_ready_line() -> None:
 
 
 def test_dynamo_trace_hashes_router_blocks_with_pad_values(qwen3) -> None:
-    from mmlens.hashing import dynamo_routing
+    from mmlens.layout.hashing import dynamo_routing
 
     layout = qwen3.layout([ImageInput(64, 64), "hi"], block_size=16)
     trace = {"request_id": "d", "router_kind": "dynamo", "prompt_tokens": len(layout.engine),

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mmlens.store_queries import StoreReader
+from mmlens.store.reader import StoreReader
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,

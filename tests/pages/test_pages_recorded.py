@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmlens.store import Store
+from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,

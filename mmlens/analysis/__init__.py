@@ -1,0 +1,1 @@
+"""Analysis on typed records: explanations, request and routing views, affinity, scenarios."""

@@ -1,0 +1,214 @@
+"""The overview page's content from a snapshot (``mmlens.store.snapshot.build_snapshot``) and recent
+traces: target health, headline numbers and alerts that name their cause."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mmlens.analysis.request_view import predicted_tokens
+
+EVENTS_STALE_S = 120.0
+TARGET_STALE_S = 30.0
+FALSE_HIT_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    severity: str  # error | warning | info
+    cause: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    engine_hit_rate: float | None
+    engine_tokens: float
+    predicted_hit_rate: float | None
+    predicted_requests: int
+    router_mode_share: float | None
+    worker_mode_share: float | None
+    image_requests: float
+
+
+def _age(ts: float | None, now: float) -> float | None:
+    return None if ts is None else max(0.0, now - ts)
+
+
+def target_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    """One row per collector target: kind, last success age, errors, KV freshness."""
+    rows = []
+    for h in snap.get("health") or []:
+        if h["collector"] == "discovery" and not h["errors"]:
+            continue
+        age = _age(h.get("last_success"), now)
+        if h.get("last_success") is None:
+            state = "no data yet" if not h["errors"] else "down"
+        elif age is not None and age > (EVENTS_STALE_S if h["collector"] == "kv_events"
+                                        else TARGET_STALE_S):
+            state = "stale"
+        else:
+            state = "ok"
+        if h.get("last_error_ts") and (h.get("last_success") or 0) < h["last_error_ts"]:
+            state = "down"
+        rows.append({"collector": h["collector"], "target": h["target"], "state": state,
+                     "last success (s ago)": None if age is None else round(age, 1),
+                     "errors": sum(h["errors"].values()),
+                     "last error": h.get("last_error") or ""})
+    return rows
+
+
+def headline(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> Headline:
+    hits = sum(r["hits_increase"] for r in snap.get("hit_rates") or []
+               if r["source"] in ("vllm", "sglang"))
+    queries = sum(r["queries_increase"] for r in snap.get("hit_rates") or []
+                  if r["source"] in ("vllm", "sglang"))
+    if queries <= 0:  # no traffic in the window: fall back to the cumulative counters
+        rates = [r for r in snap.get("hit_rates") or [] if r.get("cumulative_rate") is not None]
+        engine = (sum(r["cumulative_rate"] for r in rates) / len(rates)) if rates else None
+    else:
+        engine = hits / queries
+    pred_tokens = 0
+    prompt_tokens = 0
+    n_pred = 0
+    for t in traces:
+        p = predicted_tokens(t)
+        if p is None or not t.get("prompt_tokens"):
+            continue
+        n_pred += 1
+        pred_tokens += min(p, int(t["prompt_tokens"]))
+        prompt_tokens += int(t["prompt_tokens"])
+    dyn = [d["predicted_hit_rate_mean"] for d in (snap.get("dynamo") or {}).values()
+           if d.get("predicted_hit_rate_mean") is not None]
+    predicted = (pred_tokens / prompt_tokens if prompt_tokens else
+                 (sum(dyn) / len(dyn) if dyn else None))
+    modes: dict[str, float] = {}
+    for row in snap.get("mm_processing") or []:
+        modes[row["mode"]] = modes.get(row["mode"], 0.0) + float(row["count"])
+    total = sum(modes.values())
+    return Headline(
+        engine_hit_rate=engine, engine_tokens=queries, predicted_hit_rate=predicted,
+        predicted_requests=n_pred,
+        router_mode_share=modes.get("router", 0.0) / total if total else None,
+        worker_mode_share=modes.get("worker", 0.0) / total if total else None,
+        image_requests=total)
+
+
+def alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]], now: float) -> list[Alert]:
+    out: list[Alert] = []
+    out += _kv_event_alerts(snap, traces, now)
+    out += _false_hit_alerts(traces)
+    out += _block_size_alerts(snap, traces)
+    out += _fallback_alerts(snap, traces)
+    out += _health_alerts(snap)
+    return out
+
+
+def _kv_event_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]],
+                     now: float) -> list[Alert]:
+    out = []
+    served: dict[str, float] = {}
+    for t in traces:
+        if t.get("worker") and not t.get("error"):
+            served[t["worker"]] = max(served.get(t["worker"], 0.0), t.get("ts") or 0.0)
+    for target, ep in ((snap.get("kv_event_health") or {}).get("endpoints") or {}).items():
+        worker = target.rsplit("#", 1)[0]
+        last = ep.get("last_success")
+        last_served = served.get(worker)
+        # A worker that served nothing has nothing to announce: silence is only news after
+        # it stored blocks (a request landed on it) and no batch followed.
+        if last_served is not None and (last is None or last < last_served - 5.0):
+            out.append(Alert("error", "kv_events_silent", (
+                f"KV events silent for {target}: it served a request "
+                f"{now - last_served:.0f} s ago but no event batch arrived "
+                f"{'ever' if last is None else f'since {now - last:.0f} s ago'} — the "
+                "router is blind to what this worker caches")))
+        elif ep.get("gaps"):
+            out.append(Alert("warning", "kv_events_gaps", (
+                f"{target}: {ep['gaps']} sequence gap(s), {ep.get('replayed_batches', 0)} "
+                "batch(es) replayed")))
+    for target, h in (snap.get("router_kv_event_health") or {}).items():
+        for worker, w in (h.get("workers") or {}).items():
+            if w.get("unavailable"):
+                out.append(Alert("error", "kv_events_unavailable", (
+                    f"{target} reports KV events unavailable for {worker}: cache-aware routing "
+                    "runs without its events")))
+            failures = sum((w.get("subscription_failures") or {}).values())
+            if failures:
+                out.append(Alert("warning", "kv_subscription_failures", (
+                    f"{target}: {failures:.0f} KV-event subscription failure(s) for {worker}")))
+    return out
+
+
+def _false_hit_alerts(traces: Sequence[dict[str, Any]]) -> list[Alert]:
+    false_hits = []
+    for t in traces:
+        p = predicted_tokens(t)
+        bs = int((t.get("expected_layout") or {}).get("block_size") or 16)
+        if p is not None and p >= int(t.get("cached_tokens") or 0) + bs:
+            false_hits.append(t)
+    with_pred = sum(1 for t in traces if predicted_tokens(t) is not None)
+    if false_hits and len(false_hits) >= FALSE_HIT_SHARE * max(with_pred, 1):
+        ex = false_hits[0]
+        return [Alert("warning", "false_hits", (
+            f"{len(false_hits)} of {with_pred} recent requests: the router predicted cached "
+            f"blocks the engine did not have (content-blind false hits), e.g. "
+            f"{ex['request_id']}: predicted {predicted_tokens(ex)}, cached "
+            f"{ex.get('cached_tokens') or 0}"))]
+    return []
+
+
+def _block_size_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> list[Alert]:
+    sizes: dict[str, set[int]] = {}
+    for state in snap.get("router_state") or []:
+        for w in state.get("workers") or []:
+            if w.get("kv_block_size"):
+                sizes.setdefault(f"worker {w['url']} (router /workers)", set()).add(
+                    int(w["kv_block_size"]))
+    for target, d in (snap.get("dynamo") or {}).items():
+        for model, bs in (d.get("block_size") or {}).items():
+            sizes.setdefault(f"{target} {model} (Dynamo)", set()).add(int(bs))
+    for t in traces[:50]:
+        for p in t.get("predictions") or []:
+            if p.get("block_size"):
+                sizes.setdefault(f"router {t.get('router')} (cache trace)", set()).add(
+                    int(p["block_size"]))
+    distinct = {b for v in sizes.values() for b in v}
+    if len(distinct) > 1:
+        detail = "; ".join(f"{k}: {sorted(v)}" for k, v in sorted(sizes.items()))
+        return [Alert("error", "block_size_mismatch", (
+            f"router and worker block sizes differ ({detail}): block hashes cannot match"))]
+    return []
+
+
+def _fallback_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> list[Alert]:
+    out = []
+    for target, branches in (snap.get("cache_aware_branches") or {}).items():
+        total = sum(branches.values())
+        fallback = sum(v for k, v in branches.items() if "fallback" in k)
+        if total and fallback / total > 0.25:
+            out.append(Alert("warning", "fallbacks", (
+                f"{target}: {fallback:.0f} of {total:.0f} cache-aware decisions fell back to "
+                "load-based selection")))
+    warned = [t for t in traces if any(p.get("warnings") for p in t.get("predictions") or [])]
+    if warned:
+        out.append(Alert("warning", "text_prefix_fallback", (
+            f"{len(warned)} recent request(s) carry router warnings (text-prefix fallback or "
+            f"skipped MM routing), e.g. {warned[0]['request_id']}")))
+    return out
+
+
+def _health_alerts(snap: dict[str, Any]) -> list[Alert]:
+    out = []
+    for state in snap.get("router_state") or []:
+        for w in state.get("workers") or []:
+            if not w.get("healthy", True):
+                status = w.get("status") or "unhealthy"
+                out.append(Alert("error", "worker_unhealthy",
+                                 f"{state.get('router')}: worker {w['url']} is {status}"))
+    for row in snap.get("worker_health") or []:
+        if row.get("healthy") is False:
+            out.append(Alert("error", "worker_unhealthy",
+                             f"{row['target']} reports worker {row['worker']} unhealthy"))
+    return out

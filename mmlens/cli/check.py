@@ -1,0 +1,129 @@
+"""`mmlens check`: run scenarios against a live router; exit 0 all pass, 1 any fail,
+2 on setup errors (inconclusive counts as a failure only with --strict)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from mmlens.analysis import scenarios as sc
+from mmlens.collectors.lab import layout_hook_with_text
+from mmlens.collectors.scenario_runner import ScenarioRunner
+from mmlens.errors import LayoutError
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="mmlens check", description=__doc__)
+    p.add_argument("--router", required=True, help="router base URL")
+    p.add_argument("--kind", choices=("smg", "dynamo", "auto"), default="auto")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--model-dir", help="model directory or family for expected layouts "
+                   "(default: --model)")
+    p.add_argument("--scenario", action="append", choices=sc.NAMES, default=[])
+    p.add_argument("--all", action="store_true")
+    p.add_argument("--block-size", type=int, help="default: from the router, else 16")
+    p.add_argument("--worker-mode-router", help="a second router in worker-processing mode "
+                   "(for parity)")
+    p.add_argument("--api-key-env", help="environment variable holding the router's API key")
+    p.add_argument("--salt", type=int, help="colour salt (default: random per run)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--report", help="write a self-contained HTML report here")
+    p.add_argument("--db", help="also record every request's trace in this store")
+    p.add_argument("--strict", action="store_true", help="inconclusive also exits 1")
+    p.add_argument("--timeout", type=float, default=60.0)
+    return p.parse_args(list(argv))
+
+
+def discover_block_size(client: httpx.Client, router: str) -> int | None:
+    """SMG /workers labels, else Dynamo's dynamo_frontend_model_kv_cache_block_size."""
+    try:
+        resp = client.get(router.rstrip("/") + "/workers", timeout=5)
+        body = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        body = None
+    if isinstance(body, dict):
+        for w in body.get("workers") or []:
+            labels = w.get("labels") or {}
+            for key in ("kv_block_size", "page_size", "block_size"):
+                if str(labels.get(key, "")).isdigit():
+                    return int(labels[key])
+    try:
+        text = client.get(router.rstrip("/") + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("dynamo_frontend_model_kv_cache_block_size"):
+            try:
+                return int(float(line.rsplit(" ", 1)[1]))
+            except ValueError:
+                return None
+    return None
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    names = list(sc.NAMES) if args.all or not args.scenario else args.scenario
+    from mmlens.layout.modeldir import resolve_model
+
+    try:
+        model = resolve_model(args.model_dir or args.model)
+    except LayoutError as exc:
+        print(f"mmlens check: {exc}", file=sys.stderr)
+        return 2
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    client = httpx.Client(timeout=args.timeout)
+    try:
+        client.get(args.router.rstrip("/") + "/v1/models", timeout=5)
+    except httpx.HTTPError as exc:
+        print(f"mmlens check: router {args.router} is unreachable: {exc}", file=sys.stderr)
+        return 2
+    block = args.block_size or discover_block_size(client, args.router) or 16
+    ctx = sc.Context(block_size=block, model_family=model.family.name,
+                     count_of=lambda w, h: model.family.image_token_count(
+                         w, h, model.processor_config))
+    salt = args.salt if args.salt is not None else random.randrange(256)
+
+    def progress(what: str, done: int, total: int) -> None:
+        if not args.json:
+            print(f"  {what} ({done}/{total})", file=sys.stderr)
+
+    runner = ScenarioRunner(client, args.router, args.model, router_kind=args.kind,
+                            layout_hook=layout_hook_with_text(args.model_dir or args.model, block),
+                            worker_mode_router_url=args.worker_mode_router, api_key=api_key,
+                            progress=progress)
+    plans = {s.name: s for s in sc.build(ctx, salt)}
+    results = [runner.run(plans[name], ctx) for name in names]
+    meta = {"router": args.router, "kind": args.kind, "model": args.model,
+            "family": model.family.name, "block size": str(block), "salt": str(salt),
+            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if args.db:
+        from mmlens.store.sqlite import Store
+
+        store = Store(args.db)
+        try:
+            store.add_traces(runner.sent)
+        finally:
+            store.close()
+    if args.report:
+        from mmlens.figures.report_html import render
+
+        with open(args.report, "w") as fh:
+            fh.write(render(results, f"mmlens check — {args.model}", meta))
+    if args.json:
+        print(json.dumps({"meta": meta, "scenarios": [r.as_json() for r in results]},
+                         default=str))
+    else:
+        for r in results:
+            print(f"{r.verdict.upper():<13} {r.name:<10} {r.summary}")
+    if any(r.verdict == "fail" for r in results):
+        return 1
+    if args.strict and any(r.verdict == "inconclusive" for r in results):
+        return 1
+    return 0

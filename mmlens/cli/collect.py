@@ -1,0 +1,116 @@
+"""``mmlens collect``: run all collectors headless into the store."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+import httpx
+
+from mmlens.collectors.log_follow import LogFollower, StreamFollower
+from mmlens.collectors.runner import CollectorRunner
+from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.config import Config, ConfigError, load_config
+from mmlens.store.sqlite import Store, StoreError
+
+# Two images with the same size (same N, different identity) and one other size: repeats of
+# each show cache hits; red vs blue show SMG's content-blind routing.
+_WORKLOAD_IMAGES = ((64, 64, (200, 30, 30)), (64, 64, (30, 30, 200)), (224, 224, (30, 160, 30)))
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="mmlens collect", description=__doc__)
+    ap.add_argument("--config", help="mmlens.toml (default: $MMLENS_CONFIG)")
+    ap.add_argument("--db", required=True, help="SQLite store path (created if missing)")
+    ap.add_argument("--duration", type=float, help="stop after S seconds (default: run on)")
+    ap.add_argument("--interval", type=float, help="override interval_s")
+    ap.add_argument("--ready-file", help="add targets from a `mmlens demo --ready-file` file")
+    ap.add_argument("--router-log", action="append", default=[],
+                    help="[NAME=]PATH of a router JSON log to follow; PATH - reads stdin")
+    ap.add_argument("--workload", type=int, default=0,
+                    help="send N traced image requests through the first router")
+    ap.add_argument("--model", help="model for --workload (default: router's first model)")
+    ap.add_argument("--layout-model", help="family or model dir for expected layouts")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    return ap.parse_args(list(argv))
+
+
+def run_workload(runner: CollectorRunner, client: httpx.Client, n: int, model: str | None,
+                 layout_model: str | None) -> None:
+    if not runner.cfg.routers:
+        return
+    router = runner.cfg.routers[0]
+    if model is None:
+        states = runner.store.meta("router_state") or [runner.router_state.poll(router)]
+        models = states[0].get("models") or [] if states else []
+        model = models[0] if models else "default"
+    hook = model_layout_hook(layout_model) if layout_model else None
+    tracer = TraceClient(client, layout_hook=hook)
+    images = [solid_png(w, h, rgb) for w, h, rgb in _WORKLOAD_IMAGES]
+    traces = []
+    for i in range(n):
+        img = images[(i // 2) % len(images)]
+        traces.append(tracer.send(router.url, model, "Describe this image in detail please.",
+                                  [ImagePart(img)], router_kind=router.kind,
+                                  stream=i % 3 == 2, api_key=router.api_key()))
+    runner.record_traces(traces)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        cfg = load_config(args.config) if (args.config or not args.ready_file) else Config()
+    except ConfigError as exc:
+        print(f"mmlens collect: {exc}", file=sys.stderr)
+        return 2
+    if args.ready_file:
+        cfg.ready_file = args.ready_file
+    if args.interval:
+        cfg.interval_s = args.interval
+    try:
+        store = Store(args.db)
+    except (StoreError, OSError) as exc:
+        print(f"mmlens collect: {exc}", file=sys.stderr)
+        return 2
+    streams: dict[str, LogFollower | StreamFollower] = {}
+    for spec in args.router_log:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = "router-log", spec
+        streams[name] = StreamFollower(sys.stdin) if path == "-" else LogFollower(path)
+    client = httpx.Client()
+    runner = CollectorRunner(cfg, store, http=client, log_streams=streams,
+                             prom=_prometheus(cfg))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    workload_done = threading.Event()
+
+    def on_tick(r: CollectorRunner) -> None:
+        if args.workload and not workload_done.is_set():
+            workload_done.set()
+            run_workload(r, client, args.workload, args.model, args.layout_model)
+
+    try:
+        runner.run(args.duration, stop, on_tick)
+    finally:
+        store.close()
+        client.close()
+    return 0
+
+
+def _prometheus(cfg: Config) -> object | None:
+    if not cfg.prometheus_url:
+        return None
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
+
+    # One quick retry: the client's default backs off for seconds, stalling every tick.
+    return PrometheusConnect(url=cfg.prometheus_url, disable_ssl=True,
+                             retry=Retry(total=1, backoff_factor=0.1))

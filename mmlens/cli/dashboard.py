@@ -1,0 +1,193 @@
+"""`mmlens dashboard`: serve the Streamlit app on 127.0.0.1, optionally on the embedded demo.
+
+With ``--demo``: starts the demo cluster, writes an ``mmlens.toml`` for its targets, starts
+``mmlens collect`` into a store the pages read (``MMLENS_DB``), sends a short warm-up
+workload, then serves the app. Every child is stopped by its PID on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+
+# Streamlit treats an app with a `pages/` folder as a legacy multipage app until some session
+# has run `st.navigation`, so a first visit to a deep link (/inspector?request=…) would run
+# that page alone, without app.py. Declaring the app navigation-based up front avoids that.
+LAUNCH_STREAMLIT = (
+    "import sys\n"
+    "from streamlit.runtime.pages_manager import PagesManager\n"
+    "PagesManager.uses_pages_directory = False\n"
+    "from streamlit.web.cli import main\n"
+    "sys.argv[0] = 'streamlit'\n"
+    "sys.exit(main())\n"
+)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="mmlens dashboard", description=__doc__)
+    p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    p.add_argument("--demo", action="store_true", help="start the embedded demo cluster first")
+    p.add_argument("--config", help="mmlens.toml with the targets to observe")
+    p.add_argument("--db", help="store path (SQLite; default: a file in a temporary directory)")
+    p.add_argument("--demo-args", default="", help="extra arguments for `mmlens demo`")
+    p.add_argument("--port-base", type=int, help="`mmlens demo --port-base`")
+    p.add_argument("--no-collect", action="store_true", help="do not start `mmlens collect`")
+    p.add_argument("--no-warmup", action="store_true", help="no warm-up workload on the demo")
+    p.add_argument("--interval", type=float, default=2.0, help="collector interval (s)")
+    p.add_argument("--ready-timeout", type=float, default=60.0)
+    p.add_argument("--ready-file", help="also write {dashboard, db, router} here when serving")
+    return p.parse_args(list(argv))
+
+
+def wait_ready(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"demo exited with code {proc.returncode} before it was ready")
+        if path.exists() and path.stat().st_size:
+            try:
+                return json.loads(path.read_text())  # type: ignore[no-any-return]
+            except ValueError:
+                pass  # caught mid-write
+        time.sleep(0.2)
+    raise RuntimeError(f"demo not ready within {timeout:.0f} s")
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+class Children:
+    """Child processes, stopped in reverse start order by PID (SIGINT, then SIGKILL)."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None,
+              ) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+        self.procs.append((name, proc))
+        return proc
+
+    def stop_all(self, grace_s: float = 30.0) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + grace_s
+        for _, proc in reversed(self.procs):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_for_file(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def supervise(children: Children, ui: subprocess.Popen[bytes]) -> int:
+    """Serve until Streamlit exits; reap the finished warm-up, and stop when the demo or the
+    collectors die (the pages would silently go stale)."""
+    reported: set[str] = set()
+    while ui.poll() is None:
+        for name, proc in children.procs:
+            code = proc.poll()
+            if code is None or name in reported:
+                continue
+            reported.add(name)
+            if name in ("demo", "collect"):
+                print(f"mmlens dashboard: {name} exited with code {code}; stopping",
+                      file=sys.stderr, flush=True)
+                return 1
+        time.sleep(0.5)
+    return ui.returncode
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    env = dict(os.environ)
+    scratch = Path(tempfile.mkdtemp(prefix="mmlens-"))
+    db = Path(args.db).resolve() if args.db else scratch / "mmlens.db"
+    env["MMLENS_DB"] = str(db)
+    config = Path(args.config).resolve() if args.config else None
+    py = sys.executable
+    children = Children()
+    # Explicit for SIGINT too: a shell that starts us in the background sets it to ignored.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        if args.demo:
+            from mmlens.targets_toml import config_toml_from_ready
+
+            ready_path = scratch / "demo-ready.json"
+            cmd = [py, "-m", "mmlens", "demo", "--ready-file", str(ready_path),
+                   "--log-dir", str(scratch / "demo-logs")]
+            if args.port_base:
+                cmd += ["--port-base", str(args.port_base)]
+            demo = children.start("demo", cmd + args.demo_args.split())
+            info = wait_ready(ready_path, demo, args.ready_timeout)
+            line = scratch / "demo-ready.jsonl"
+            line.write_text(json.dumps(info) + "\n")
+            env["MMLENS_DEMO_READY"] = str(line)
+            if config is None:
+                config = scratch / "mmlens.toml"
+                config.write_text(config_toml_from_ready(info, args.interval))
+            print(f"demo ready: router {info.get('router')}", flush=True)
+        if config is not None:
+            env["MMLENS_CONFIG"] = str(config)
+            if not args.no_collect:
+                children.start("collect", [py, "-m", "mmlens", "collect", "--config",
+                                           str(config), "--db", str(db),
+                                           "--interval", str(args.interval)], env)
+                if _wait_for_file(db, 20.0):
+                    from mmlens.store.reader import ensure_read_indexes
+
+                    ensure_read_indexes(db)
+            if args.demo and not args.no_warmup:
+                children.start("warmup", [py, "-m", "mmlens.collectors.warmup", "--ready-file",
+                                          env["MMLENS_DEMO_READY"], "--db", str(db)], env)
+        cmd = [
+            py, "-c", LAUNCH_STREAMLIT, "run", str(APP),
+            "--server.address", "127.0.0.1",
+            "--server.port", str(args.port),
+            "--server.headless", "true",
+            "--browser.gatherUsageStats", "false",
+        ]
+        print(f"dashboard: http://127.0.0.1:{args.port}", flush=True)
+        ui = children.start("streamlit", cmd, env)
+        if args.ready_file:
+            Path(args.ready_file).write_text(json.dumps({
+                "event": "ready", "dashboard": f"http://127.0.0.1:{args.port}",
+                "db": str(db), "config": str(config) if config else None}) + "\n")
+        return supervise(children, ui)
+    except KeyboardInterrupt:
+        return 0
+    except RuntimeError as exc:
+        print(f"mmlens dashboard: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        children.stop_all()
+        if args.ready_file:
+            with contextlib.suppress(OSError):
+                Path(args.ready_file).unlink()

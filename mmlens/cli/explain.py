@@ -1,0 +1,71 @@
+"""`mmlens explain --db PATH --request ID [--json]`: classify why a recorded request missed.
+
+`explain_recorded` gathers from a store what the pure explainer needs (the trace, the traces
+before it, KV removals, workers the router gets no events from); pages reuse it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mmlens.analysis.explain import Explanation, explain
+from mmlens.store.reader import StoreReader, open_reader
+from mmlens.store.sqlite import StoreError
+
+HISTORY = 5000
+
+
+def block_size_of(trace: dict[str, Any], default: int = 16) -> int:
+    lay = trace.get("expected_layout") or {}
+    return int(lay.get("block_size") or default)
+
+
+def events_unavailable(reader: StoreReader, until: float) -> set[str]:
+    """Workers SMG marks `smg_kv_events_unavailable` (the router is blind to them)."""
+    rows = reader.samples(until - 600, ["smg_kv_events_unavailable"])
+    return {s.label("worker") for s in rows if s.value > 0 and s.ts <= until + 60}
+
+
+def explain_recorded(reader: StoreReader, request_id: str,
+                     history_limit: int = HISTORY) -> Explanation | None:
+    trace = reader.trace(request_id)
+    if trace is None:
+        return None
+    ts = float(trace.get("ts") or time.time())
+    history = reader.traces_before(ts, history_limit)
+    since = min((float(t.get("ts") or ts) for t in history), default=ts)
+    return explain(trace, history, block_size_of(trace),
+                   removed_events=reader.removals(since, ts),
+                   events_unavailable=events_unavailable(reader, ts))
+
+
+def main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="mmlens explain", description=__doc__)
+    p.add_argument("--db", required=True)
+    p.add_argument("--request", required=True, help="request id (x-request-id / trace id)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(list(argv))
+    try:
+        reader = open_reader(args.db)
+    except StoreError as exc:
+        print(f"mmlens explain: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = explain_recorded(reader, args.request)
+    finally:
+        reader.close()
+    if result is None:
+        print(f"mmlens explain: no trace {args.request!r} in {args.db}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.as_json(), default=str))
+    else:
+        print(f"{result.category}: {result.headline}")
+        for key, value in result.evidence.items():
+            if value not in (None, [], {}):
+                print(f"  {key}: {value}")
+    return 0

@@ -1,0 +1,1 @@
+"""Plotly figure builders and the self-contained HTML report: pure functions of analysis records."""

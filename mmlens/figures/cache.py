@@ -1,0 +1,145 @@
+"""Cache page figures: hit rate over time, predicted vs realized, KV-event timeline, resident
+blocks, and the prefix tree of recent blocks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from mmlens.analysis.request_view import predicted_tokens
+from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
+
+Point = tuple[float, float]
+
+
+def _clock(ts: Sequence[float]) -> list[str]:
+    return [time.strftime("%H:%M:%S", time.gmtime(t)) for t in ts]
+
+
+def hit_rate_figure(series: Mapping[str, Sequence[Point]]) -> go.Figure:
+    fig = go.Figure()
+    for worker, points in series.items():
+        fig.add_trace(go.Scatter(name=worker, x=_clock([p[0] for p in points]),
+                                 y=[p[1] for p in points], mode="lines+markers"))
+    fig.update_layout(title="Engine prefix hit rate per worker (token-weighted, UTC)",
+                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=320, margin=MARGIN)
+    return fig
+
+
+def predicted_vs_realized_figure(traces: Sequence[dict[str, Any]]) -> go.Figure:
+    """One point per request: router-predicted vs engine-cached tokens; points carry the
+    request id (customdata) so a click can open the inspector."""
+    xs, ys, ids, texts = [], [], [], []
+    for t in traces:
+        p = predicted_tokens(t)
+        if p is None or t.get("error"):
+            continue
+        xs.append(p)
+        ys.append(int(t.get("cached_tokens") or 0))
+        ids.append(t["request_id"])
+        texts.append(f"{t['request_id']}<br>worker {t.get('worker')}<br>predicted {p}, "
+                     f"cached {ys[-1]} of {t.get('prompt_tokens')}")
+    fig = go.Figure()
+    top = max(xs + ys + [16])
+    fig.add_trace(go.Scatter(name="realized = predicted", x=[0, top], y=[0, top], mode="lines",
+                             line={"dash": "dot", "color": "#9aa5b1"}, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(name="requests", x=xs, y=ys, mode="markers", customdata=ids,
+                             hovertext=texts, hoverinfo="text",
+                             marker={"size": 9, "color": CACHED_COLOR, "opacity": 0.75}))
+    fig.update_layout(title="Predicted vs realized cached tokens per request",
+                      xaxis={"title": "router-predicted tokens"},
+                      yaxis={"title": "engine cached tokens"}, height=360, margin=MARGIN)
+    return fig
+
+
+def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.Figure:
+    """``rows``: (bucket ts, worker, kind, blocks). Stored up, removed down, per worker."""
+    fig = go.Figure()
+    series: dict[tuple[str, str], dict[float, int]] = {}
+    for ts, worker, kind, blocks in rows:
+        series.setdefault((worker, kind), {})[ts] = blocks
+    for (worker, kind), points in sorted(series.items()):
+        ts = sorted(points)
+        sign = -1 if kind == "removed" else 1
+        fig.add_trace(go.Bar(name=f"{worker} {kind}", x=_clock(ts),
+                             y=[sign * points[t] for t in ts]))
+    fig.update_layout(barmode="relative", title="KV events: blocks stored (+) / removed (−)",
+                      height=320, margin=MARGIN)
+    return fig
+
+
+def resident_blocks_figure(kv_state: Sequence[dict[str, Any]]) -> go.Figure:
+    labels = [r["worker"] if not r.get("rank") else f"{r['worker']}#{r['rank']}"
+              for r in kv_state]
+    image_blocks = [sum((r.get("images") or {}).values()) for r in kv_state]
+    fig = go.Figure([
+        go.Bar(name="resident blocks", x=labels, y=[r.get("resident_blocks", 0) for r in kv_state],
+               marker={"color": "#2680c2"}),
+        go.Bar(name="…with image keys", x=labels, y=image_blocks, marker={"color": "#8719e0"}),
+    ])
+    fig.update_layout(barmode="group", title="Resident blocks per worker (from KV events)",
+                      height=320, margin=MARGIN)
+    return fig
+
+
+def prefix_tree_figure(events: Sequence[dict[str, Any]], max_nodes: int = 1500) -> go.Figure:
+    """An icicle of recent BlockStored chains: each block's parent is the previous block of
+    its event (or the event's parent hash); blocks of events carrying image keys are marked."""
+    ids: list[str] = []
+    parents: list[str] = []
+    labels: list[str] = []
+    colors: list[str] = []
+    seen: set[str] = set()
+    roots: set[str] = set()
+    for ev in sorted(events, key=lambda e: (e["ts"], e["seq"])):
+        if ev["kind"] != "stored":
+            continue
+        root = f"worker {ev['worker']}"
+        if root not in roots:
+            roots.add(root)
+            ids.append(root)
+            parents.append("")
+            labels.append(root)
+            colors.append("#d9e2ec")
+        parent = f"{ev['worker']}/{ev['parent']}" if ev.get("parent") is not None else root
+        if parent not in seen and parent != root:
+            parent = root  # parent stored before the window: hang the chain on the worker
+        has_image = bool(ev.get("images"))
+        for h in ev["block_hashes"]:
+            node = f"{ev['worker']}/{h}"
+            if node not in seen:
+                seen.add(node)
+                ids.append(node)
+                parents.append(parent)
+                text = f"{h:016x}" if isinstance(h, int) else str(h)
+                labels.append(text[:8])
+                colors.append(IMAGE_COLORS[2] if has_image else "#9aa5b1")
+            parent = node
+            if len(ids) >= max_nodes:
+                break
+        if len(ids) >= max_nodes:
+            break
+    fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels,
+                              marker={"colors": colors}, maxdepth=12,
+                              textfont={"color": ["#ffffff" if c == IMAGE_COLORS[2]
+                                                  else "#1f2933" for c in colors]},
+                              hovertemplate="%{label}<extra></extra>"))
+    fig.update_layout(title="Prefix tree of recent blocks (purple: blocks with image keys)",
+                      height=420, margin=MARGIN)
+    return fig
+
+
+def worker_hit_rate_bars(hit_rates: Sequence[dict[str, Any]]) -> go.Figure:
+    """Per worker: token-weighted hit rate over the window (cumulative when idle)."""
+    rows = [h for h in hit_rates if h.get("hit_rate") is not None]
+    fig = go.Figure(go.Bar(
+        name="hit rate", x=[h["worker"] for h in rows], y=[h["hit_rate"] for h in rows],
+        text=[f"{h['hit_rate']:.0%}" for h in rows], marker={"color": CACHED_COLOR},
+        hovertext=[f"{h['hits_increase']:.0f} of {h['queries_increase']:.0f} tokens in "
+                   f"{h['window_s']:.0f} s ({h['source']})" for h in rows]))
+    fig.update_layout(title="Engine prefix hit rate per worker (last 5 min)",
+                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=300, margin=MARGIN)
+    return fig

@@ -1,0 +1,136 @@
+"""The token-layout figure: aligned horizontal bars per view, the block grid, hashes on hover.
+
+One ``go.Bar`` trace per span kind (text, special, structural, anchor) and one per image
+identity, so the legend reads as a key and each image keeps its colour in every view. Block
+boundaries are vertical lines; the first divergent block is shaded; an invisible marker per
+block carries its hash and image keys for hover.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from mmlens.analysis.request_view import RequestView
+from mmlens.layout.composition import SpanKind
+
+KIND_COLORS = {
+    SpanKind.TEXT: "#9aa5b1",
+    SpanKind.SPECIAL: "#52606d",
+    SpanKind.STRUCTURAL: "#f0b429",
+    SpanKind.ANCHOR: "#e12d39",
+}
+IMAGE_COLORS = ("#2680c2", "#3ebd93", "#8719e0", "#f35627", "#0f609b", "#c65d21",
+                "#27ab83", "#a368fc")
+CACHED_COLOR = "#199473"
+COMPUTED_COLOR = "#d9e2ec"
+MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}  # every dashboard figure's margins
+MAX_GRID_LINES = 160
+MAX_HOVER_BLOCKS = 2000
+
+
+def image_color(index: int) -> str:
+    return IMAGE_COLORS[index % len(IMAGE_COLORS)]
+
+
+def layout_figure(rv: RequestView, title: str | None = None) -> go.Figure:
+    fig = go.Figure()
+    rows = [r.name for r in rv.rows]
+    engine_row = None
+    if rv.counts.get("engine_prompt_tokens") is not None:
+        engine_row = f"engine ({rv.counts['engine_prompt_tokens']}, cached {rv.cached_tokens or 0})"
+    y_order = ([engine_row] if engine_row else []) + rows[::-1]
+
+    groups: dict[str, dict[str, list[float | str]]] = {}
+    for row in rv.rows:
+        for s in row.spans:
+            if s.kind is SpanKind.IMAGE and s.image_index is not None:
+                key = (rv.image_labels[s.image_index] if s.image_index < len(rv.image_labels)
+                       else f"image {s.image_index}")
+            else:
+                key = s.kind.value
+            g = groups.setdefault(key, {"x": [], "base": [], "y": [], "text": []})
+            g["x"].append(s.length)
+            g["base"].append(s.start)
+            g["y"].append(row.name)
+            g["text"].append(f"{key}: tokens {s.start}–{s.end - 1} ({s.length})")
+    for key, g in groups.items():
+        if key.startswith("image"):
+            color = image_color(int(key.split()[1]))
+        else:
+            color = KIND_COLORS.get(SpanKind(key), "#829ab1")
+        fig.add_trace(go.Bar(
+            name=key, x=g["x"], base=g["base"], y=g["y"], orientation="h",
+            marker={"color": color, "line": {"width": 0}}, hovertext=g["text"],
+            hoverinfo="text", legendgroup=key))
+
+    if engine_row:
+        prompt = int(rv.counts["engine_prompt_tokens"] or 0)
+        cached = min(int(rv.cached_tokens or 0), prompt)
+        fig.add_trace(go.Bar(name="cached (engine)", x=[cached], base=[0], y=[engine_row],
+                             orientation="h", marker={"color": CACHED_COLOR},
+                             hovertext=[f"cached tokens 0–{cached}"], hoverinfo="text"))
+        fig.add_trace(go.Bar(name="computed (engine)", x=[prompt - cached], base=[cached],
+                             y=[engine_row], orientation="h", marker={"color": COMPUTED_COLOR},
+                             hovertext=[f"computed tokens {cached}–{prompt}"],
+                             hoverinfo="text"))
+        if rv.predicted_tokens is not None:
+            fig.add_trace(go.Scatter(
+                name="router predicted", x=[rv.predicted_tokens], y=[engine_row],
+                mode="markers", marker={"symbol": "line-ns-open", "size": 26,
+                                        "color": "#e12d39", "line": {"width": 3}},
+                hovertext=[f"router predicted {rv.predicted_tokens} cached tokens"],
+                hoverinfo="text"))
+
+    _block_hover(fig, rv)
+    _block_grid(fig, rv)
+    for d in rv.divergences[:3]:
+        x0 = d.block * rv.block_size
+        fig.add_vrect(x0=x0, x1=x0 + rv.block_size, fillcolor="#e12d39", opacity=0.18,
+                      line_width=0, annotation_text=f"block {d.block}: {d.reason}",
+                      annotation_position="top left")
+    longest = max([r.length for r in rv.rows] + [int(rv.counts.get("engine_prompt_tokens")
+                                                     or 0)] + [1])
+    fig.update_layout(
+        barmode="overlay", title=title, height=140 + 55 * len(y_order),
+        xaxis={"title": f"token position (block size {rv.block_size})",
+               "range": [0, longest * 1.01]},
+        yaxis={"categoryorder": "array", "categoryarray": y_order},
+        legend={"orientation": "h", "y": -0.35}, margin=MARGIN,
+        hovermode="closest")
+    return fig
+
+
+def _block_hover(fig: go.Figure, rv: RequestView) -> None:
+    bs = rv.block_size
+    xs: list[float] = []
+    ys: list[str] = []
+    texts: list[str] = []
+    for row in rv.rows:
+        n_blocks = -(-row.length // bs)
+        for b in range(min(n_blocks, MAX_HOVER_BLOCKS)):
+            start, end = b * bs, min((b + 1) * bs, row.length)
+            full = end - start == bs
+            text = f"{row.name.split(' (')[0]} block {b}: tokens {start}–{end - 1}"
+            text += " (full)" if full else f" (partial, {end - start}/{bs}: never cached)"
+            if b < len(row.block_hashes):
+                text += f"<br>hash {row.block_hashes[b]:016x}"
+            if b < len(row.block_images) and row.block_images[b]:
+                text += "<br>extra_keys " + ", ".join(row.block_images[b])
+            xs.append(start + (end - start) / 2)
+            ys.append(row.name)
+            texts.append(text)
+    if xs:
+        fig.add_trace(go.Scatter(name="blocks", x=xs, y=ys, mode="markers",
+                                 marker={"size": 14, "opacity": 0.0}, hovertext=texts,
+                                 hoverinfo="text", showlegend=False))
+
+
+def _block_grid(fig: go.Figure, rv: RequestView) -> None:
+    bs = rv.block_size
+    longest = max([r.length for r in rv.rows] + [0])
+    n = longest // bs
+    step = max(1, -(-n // MAX_GRID_LINES))
+    shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": b * bs, "x1": b * bs,
+               "y0": 0, "y1": 1, "line": {"color": "rgba(31,41,51,0.35)", "width": 1}}
+              for b in range(step, n + 1, step)]
+    fig.update_layout(shapes=shapes)

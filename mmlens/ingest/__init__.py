@@ -1,0 +1,1 @@
+"""Parsing and normalization of what routers and workers emit (metrics, KV events, logs, state)."""

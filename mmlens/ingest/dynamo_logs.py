@@ -1,0 +1,164 @@
+"""Dynamo frontend JSON logs (`DYN_LOGGING_JSONL=true`, `mm_routing=debug`) beyond per-request
+routing decisions: whether a model got exact MM-aware routing and why not, and the per-image
+counts Dynamo computed.
+
+Model-level lines come once per model registration and carry no request id, so
+`mmlens.ingest.router_logs` (which keys everything by request) does not keep them. Dynamo 1.6.1 logs
+the model directory path here (`/models/Qwen3-VL-2B-Instruct`), while request lines carry the
+served name (`Qwen/Qwen3-VL-2B-Instruct`); `support_for` matches either.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from mmlens.ingest.router_logs import parse_line
+
+ANY_MODEL = "*"
+_NOT_SUPPORTED = " is not supported for MM-aware KV routing"
+
+
+@dataclass(slots=True)
+class ModelMmRouting:
+    """What the frontend said about one model's MM-aware (exact, pad-value) routing."""
+
+    model: str
+    exact: bool | None = None  # True: enabled; False: disabled (see reasons); None: unknown
+    spec: str | None = None  # Dynamo's processor spec, e.g. "qwen3_vl", "kimi_k3"
+    image_token_id: int | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageTokenCount:
+    """One `image-token count` line: Dynamo's N for one image of one request."""
+
+    request_id: str | None
+    x_request_id: str | None
+    model: str | None
+    width: int | None
+    height: int | None
+    tokens: int | None
+    mm_hash: int | None
+    source: str | None
+
+
+def _int(v: object) -> int | None:
+    try:
+        return int(v)  # type: ignore[call-overload,no-any-return]
+    except (TypeError, ValueError):
+        return None
+
+
+def _reason_of(message: str) -> str:
+    """The parenthesised reason of a 'not supported' line, without the trailing advice."""
+    inner = message.split(_NOT_SUPPORTED, 1)[1].strip()
+    if inner.startswith("("):
+        depth = 0
+        for i, ch in enumerate(inner):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                return inner[1:i]
+    return inner.split(". Falling back", 1)[0]
+
+
+def model_mm_routing(lines: Iterable[str]) -> dict[str, ModelMmRouting]:
+    """Per model (as logged), the last word of the frontend on exact MM routing.
+
+    A frontend-wide switch (the fastokens tokenizer backend disables MM routing for every
+    model) is reported under `ANY_MODEL`."""
+    out: dict[str, ModelMmRouting] = {}
+
+    def entry(model: str) -> ModelMmRouting:
+        return out.setdefault(model, ModelMmRouting(model))
+
+    for line in lines:
+        try:
+            obj = parse_line(line)
+        except ValueError:
+            continue
+        if not obj or obj.get("request_id") or obj.get("x_request_id"):
+            continue
+        msg = str(obj.get("message", ""))
+        if msg.startswith("resolved image-placeholder token id"):
+            e = entry(str(obj.get("model_id") or obj.get("model") or ANY_MODEL))
+            e.spec = obj.get("spec") or e.spec
+            e.image_token_id = _int(obj.get("image_token_id")) or e.image_token_id
+        elif msg.startswith("MM-aware KV routing enabled"):
+            e = entry(str(obj.get("model") or ANY_MODEL))
+            e.exact, e.reasons = True, []
+        elif _NOT_SUPPORTED in msg:
+            model = str(obj.get("model") or msg.split(_NOT_SUPPORTED, 1)[0].strip())
+            e = entry(model)
+            e.exact = False
+            reason = _reason_of(msg)
+            if reason not in e.reasons:
+                e.reasons.append(reason)
+        elif msg.startswith("model-specific routing image prompt could not be resolved"):
+            e = entry(str(obj.get("model") or ANY_MODEL))
+            e.exact = False
+            reason = f"{msg}: {obj['error']}" if obj.get("error") else msg
+            if reason not in e.reasons:
+                e.reasons.append(reason)
+        elif "tokenizer backend is active; MM-aware KV routing disabled" in msg:
+            e = entry(ANY_MODEL)
+            e.exact = False
+            reason = msg.split(". ", 1)[0]
+            if reason not in e.reasons:
+                e.reasons.append(reason)
+    return out
+
+
+def support_for(table: dict[str, ModelMmRouting], model: str) -> ModelMmRouting | None:
+    """The entry for a served name or model path: exact key, else the same last path part;
+    a frontend-wide `ANY_MODEL` verdict applies when nothing more specific is known."""
+    if model in table:
+        return table[model]
+    tail = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    for key, value in table.items():
+        if key != ANY_MODEL and key.rstrip("/").rsplit("/", 1)[-1].lower() == tail:
+            return value
+    return table.get(ANY_MODEL)
+
+
+_IMAGE_COUNT = re.compile(r"image-token count")
+
+
+def image_token_counts(lines: Iterable[str]) -> list[ImageTokenCount]:
+    out: list[ImageTokenCount] = []
+    for line in lines:
+        try:
+            obj = parse_line(line)
+        except ValueError:
+            continue
+        if not obj or not _IMAGE_COUNT.search(str(obj.get("message", ""))):
+            continue
+        out.append(ImageTokenCount(
+            request_id=obj.get("request_id"), x_request_id=obj.get("x_request_id"),
+            model=obj.get("model"), width=_int(obj.get("width")), height=_int(obj.get("height")),
+            tokens=_int(obj.get("tokens")), mm_hash=_int(obj.get("mm_hash")),
+            source=obj.get("source")))
+    return out
+
+
+def merge_mm_routing(into: dict[str, ModelMmRouting],
+                     new: dict[str, ModelMmRouting]) -> bool:
+    """Fold newly read verdicts into `into` (a later verdict wins); True when it changed."""
+    changed = False
+    for model, entry in new.items():
+        old = into.get(model)
+        if old is None:
+            into[model] = entry
+            changed = True
+            continue
+        before = (old.exact, old.spec, old.image_token_id, list(old.reasons))
+        if entry.exact is not None:
+            old.exact = entry.exact
+            old.reasons = list(entry.reasons) if entry.exact is False or entry.reasons else []
+        old.spec = entry.spec or old.spec
+        old.image_token_id = entry.image_token_id or old.image_token_id
+        changed |= before != (old.exact, old.spec, old.image_token_id, list(old.reasons))
+    return changed

@@ -1,0 +1,1 @@
+"""Token layout: families, formulas, processor configs, tokenizers, composition, hashing, images."""

@@ -1,0 +1,141 @@
+"""Image identity and block hashes under each router's scheme.
+
+- Dynamo: mm_hash = XXH3-64 of the URL string (a data: URI hashed whole), or of the decoded
+  RGB bytes with frontend decoding; the image's run is replaced by the pad value
+  1_000_000 + (mm_hash & (2^30 − 1)); the routing ids are zero-padded to a block multiple
+  and every block is hashed with XXH3-64, seed 1337, over little-endian u32 ids.
+- SMG: the item identifier is the blake3 hex of the raw encoded bytes (1.9 source); its
+  cache-aware block hashes cover token ids only, so two images with the same N collide.
+- vLLM: placeholder ids stay identical for all images; a block overlapping an image carries
+  `extra_keys` entries (identifier, image offset − block start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+from blake3 import blake3
+
+from mmlens.errors import LayoutError
+from mmlens.layout.composition import Layout, SpanKind, View
+
+XXH3_SEED = 1337
+PAD_SHIFT = 1_000_000
+PAD_MASK = (1 << 30) - 1
+
+
+def dynamo_mm_hash_url(url: str) -> int:
+    return xxhash.xxh3_64_intdigest(url.encode())
+
+
+def dynamo_mm_hash_decoded(rgb: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(rgb)
+
+
+def dynamo_pad_value(mm_hash: int) -> int:
+    return PAD_SHIFT + (mm_hash & PAD_MASK)
+
+
+def dynamo_hash_hex(mm_hash: int) -> str:
+    """The 16-hex form Dynamo forwards to workers in `mm_hashes`."""
+    return f"{mm_hash:016x}"
+
+
+def smg_identifier(data: bytes) -> str:
+    return blake3(data).hexdigest()
+
+
+def block_hashes(ids: Sequence[int], block_size: int, seed: int = XXH3_SEED) -> list[int]:
+    """XXH3-64 of each complete block's little-endian u32 ids; a partial tail is skipped."""
+    if block_size <= 0:
+        raise LayoutError(f"block size must be positive, got {block_size}")
+    full = len(ids) // block_size * block_size
+    if not full:
+        return []
+    raw = np.asarray(ids[:full], dtype="<u4").tobytes()
+    step = block_size * 4
+    digest = xxhash.xxh3_64_intdigest
+    return [digest(raw[i:i + step], seed) for i in range(0, len(raw), step)]
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoRouting:
+    routing_ids: tuple[int, ...]  # zero-padded to a block multiple
+    expanded_prompt_len: int
+    mm_hashes: tuple[int, ...]
+    pad_values: tuple[int, ...]
+    block_hashes: tuple[int, ...]
+
+
+def dynamo_routing(
+    layout: Layout, mm_hashes: Sequence[int], bos_id: int | None = None
+) -> DynamoRouting:
+    """Dynamo's router-only view: image runs become per-image pad values."""
+    view = layout.router
+    if len(mm_hashes) != len(layout.images):
+        raise LayoutError(f"{len(mm_hashes)} mm_hash(es) for {len(layout.images)} image(s)")
+    ids = list(view.token_ids)
+    pads = [dynamo_pad_value(h) for h in mm_hashes]
+    for span in view.spans:
+        if span.kind is SpanKind.IMAGE and span.image_index is not None:
+            ids[span.start:span.end] = [pads[span.image_index]] * span.length
+    if bos_id is not None:
+        ids.insert(0, bos_id)
+    expanded = len(ids)
+    bs = layout.block_size
+    ids.extend([0] * (-expanded % bs))
+    return DynamoRouting(tuple(ids), expanded, tuple(mm_hashes), tuple(pads),
+                         tuple(block_hashes(ids, bs)))
+
+
+def smg_block_hashes(layout: Layout) -> list[int]:
+    """SMG's event-driven block hashes: token ids only, full blocks only (content-blind)."""
+    return block_hashes(layout.router.token_ids, layout.block_size)
+
+
+ExtraKeys = tuple[tuple[str, int], ...] | None
+
+
+def vllm_extra_keys(view: View, identifiers: Sequence[str], block_size: int) -> list[ExtraKeys]:
+    """Per full block: (identifier, image offset − block start) for each overlapping image.
+
+    An image spanning 4..67 at block size 16 gives block 0 (id, 4), block 1 (id, −12), …
+    """
+    if len(identifiers) and not view.spans:
+        raise LayoutError("view has no spans")
+    ranges: dict[int, list[int]] = {}
+    for span in view.spans:
+        if span.kind is SpanKind.IMAGE and span.image_index is not None:
+            ranges.setdefault(span.image_index, [span.start, span.end])
+            ranges[span.image_index][1] = span.end
+    if len(ranges) != len(identifiers):
+        raise LayoutError(f"{len(identifiers)} identifier(s) for {len(ranges)} image(s)")
+    keys: list[ExtraKeys] = []
+    for start in range(0, len(view.token_ids) // block_size * block_size, block_size):
+        end = start + block_size
+        entries = tuple((identifiers[idx], a - start) for idx, (a, b) in sorted(ranges.items(),
+                        key=lambda kv: kv[1][0]) if a < end and b > start)
+        keys.append(entries or None)
+    return keys
+
+
+def content_block_keys(view: View, identities: Sequence[str], block_size: int) -> list[str]:
+    """Chained per-block keys over token ids and the identities of images in the block, as
+    an engine that keys image blocks by content sees them: equal keys up to block k mean
+    a cache holding the first request could serve the second's first k blocks."""
+    keys: list[str] = []
+    parent = 0
+    extra = vllm_extra_keys(view, identities, block_size)
+    ids = view.token_ids
+    for i, entries in enumerate(extra):
+        h = xxhash.xxh3_64()
+        h.update(parent.to_bytes(8, "little"))
+        h.update(np.asarray(ids[i * block_size:(i + 1) * block_size], dtype="<u4").tobytes())
+        for ident, offset in entries or ():
+            h.update(f"{ident}@{offset}".encode())
+        parent = h.intdigest()
+        keys.append(f"{parent:016x}")
+    return keys

