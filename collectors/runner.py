@@ -4,7 +4,9 @@ usable in-process by the dashboard (``tick()`` on its own schedule)."""
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +52,8 @@ class CollectorRunner:
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
         self.pending_traces: list[tuple[float, RequestTrace]] = []
         self.discovery_health = CollectorHealth("discovery", "config")
+        # Health rows are kept per collector process: two collectors on one store both show.
+        self.instance = f"{socket.gethostname()}:{os.getpid()}"
         self.ticks = 0
 
     # --- set-up ----------------------------------------------------------------------------
@@ -112,7 +116,7 @@ class CollectorRunner:
         self._read_logs()
         self._flush_traces(now)
         self._drain_kv(now)
-        self.store.set_health(self.all_health(), now)
+        self.store.set_health(self.all_health(), now, self.instance)
         self.ticks += 1
         if self.ticks % 12 == 1:
             self.store.prune(self.cfg.retention_s, self.cfg.max_mb * 1e6, now)
@@ -171,7 +175,7 @@ class CollectorRunner:
         self._read_logs()
         self._flush_traces(time.time(), hold_s=0.0)
         self._drain_kv(time.time())
-        self.store.set_health(self.all_health())
+        self.store.set_health(self.all_health(), instance=self.instance)
 
     def all_health(self) -> list[CollectorHealth]:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())

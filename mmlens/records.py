@@ -67,6 +67,7 @@ class BlockStored:
     lora_name: str | None = None
     # Per block: image refs found in that block's extra_keys (None = no image in the block).
     images: list[tuple[ImageRef, ...] | None] | None = None
+    idx: int = 0  # position in its batch: with (worker, rank, seq, ts) the event's store key
     kind: Literal["stored"] = "stored"
 
 
@@ -78,6 +79,7 @@ class BlockRemoved:
     ts: float
     block_hashes: list[BlockHash]
     medium: str | None = None
+    idx: int = 0
     kind: Literal["removed"] = "removed"
 
 
@@ -87,6 +89,7 @@ class AllBlocksCleared:
     rank: int
     seq: int
     ts: float
+    idx: int = 0
     kind: Literal["cleared"] = "cleared"
 
 

@@ -246,9 +246,11 @@ def normalize_batch(
     ts, raw_events, rank = split_batch(obj)
     rank = default_rank if rank is None else rank
     out: list[KVEvent] = []
-    for raw in raw_events:
+    for i, raw in enumerate(raw_events):
         try:
-            out.append(normalize_event(raw, worker, rank, seq, ts))
+            ev = normalize_event(raw, worker, rank, seq, ts)
+            ev.idx = i  # the raw position: every collector skips the same bad events
+            out.append(ev)
         except KVEventError as exc:
             if errors is None:
                 raise

@@ -28,7 +28,8 @@ from mmlens.records import (
 # Tables are only ever added (CREATE … IF NOT EXISTS on every writable open), so adding one
 # keeps the version: an older store gains it when a collector opens it, and readers treat a
 # table that is not there yet as empty. Bump only for changes older code cannot read.
-SCHEMA_VERSION = 1
+# 2: kv_events gained ``idx`` and a unique event key; health rows are per collector instance.
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -39,8 +40,10 @@ CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
 CREATE INDEX IF NOT EXISTS samples_name_ts ON samples (name, ts);
 CREATE TABLE IF NOT EXISTS kv_events (
     ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL, seq INTEGER NOT NULL,
-    kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT, hashes BLOB, images TEXT);
+    kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT, hashes BLOB, images TEXT,
+    idx INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS kv_events_ts ON kv_events (ts);
+CREATE UNIQUE INDEX IF NOT EXISTS kv_events_key ON kv_events (worker, rank, seq, ts, idx);
 CREATE TABLE IF NOT EXISTS kv_state (
     worker TEXT NOT NULL, rank INTEGER NOT NULL, ts REAL NOT NULL, summary TEXT NOT NULL,
     PRIMARY KEY (worker, rank));
@@ -56,8 +59,15 @@ CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
 CREATE TABLE IF NOT EXISTS health (
     collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
     last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
-    counters TEXT NOT NULL, PRIMARY KEY (collector, target));
+    counters TEXT NOT NULL, instance TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (collector, target, instance));
 """
+
+# The KV-event key. A publisher restarts its seq at 0, so (worker, rank, seq) alone would
+# collide across restarts; the batch's wall-clock ts tells incarnations apart, and idx (the
+# event's position in its batch) tells a batch's events apart. A batch stored twice (a replay
+# after kill -9, a second collector, a resync after a reconnect) maps to the same keys.
+_KV_COLUMNS = "ts, worker, rank, seq, kind, n_blocks, parent, hashes, images, idx"
 
 PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions")
 
@@ -81,9 +91,28 @@ class Store:
             self.db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate_v1()
             self.db.executescript(_SCHEMA)
             self._check_version()
         self.db.execute("PRAGMA busy_timeout=5000")
+
+    def _columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
+
+    def _migrate_v1(self) -> None:
+        """Schema 1 → 2 in place: old KV rows get distinct negative idx values (they can never
+        collide with new rows); health is rewritten every tick, so its table is recreated."""
+        kv, health = self._columns("kv_events"), self._columns("health")
+        if (not kv or "idx" in kv) and (not health or "instance" in health):
+            return
+        with self.db:
+            if kv and "idx" not in kv:
+                self.db.execute("ALTER TABLE kv_events ADD COLUMN idx INTEGER NOT NULL DEFAULT 0")
+                self.db.execute("UPDATE kv_events SET idx = -rowid")
+            if health and "instance" not in health:
+                self.db.execute("DROP TABLE health")
+            self.db.execute("UPDATE meta SET value=? WHERE key='schema_version' AND value='1'",
+                            (str(SCHEMA_VERSION),))
 
     def _check_version(self) -> None:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -115,6 +144,8 @@ class Store:
         return len(rows)
 
     def add_kv_events(self, events: Iterable[KVEvent]) -> int:
+        """Store events idempotently (see ``_KV_COLUMNS``); returns the rows actually added,
+        so events already stored are not counted twice."""
         rows = []
         for ev in events:
             if ev.kind == "stored":
@@ -126,16 +157,21 @@ class Store:
                 rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "stored",
                              len(ev.block_hashes),  # type: ignore[union-attr]
                              None if parent is None else str(parent),
-                             _enc.encode(ev.block_hashes), images))  # type: ignore[union-attr]
+                             _enc.encode(ev.block_hashes), images,  # type: ignore[union-attr]
+                             ev.idx))
             elif ev.kind == "removed":
                 rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "removed",
                              len(ev.block_hashes), None,  # type: ignore[union-attr]
-                             _enc.encode(ev.block_hashes), None))  # type: ignore[union-attr]
+                             _enc.encode(ev.block_hashes), None,  # type: ignore[union-attr]
+                             ev.idx))
             else:
-                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None))
+                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None,
+                             ev.idx))
         with self.db:
-            self.db.executemany("INSERT INTO kv_events VALUES (?,?,?,?,?,?,?,?,?)", rows)
-        return len(rows)
+            cur = self.db.executemany(
+                f"INSERT OR IGNORE INTO kv_events ({_KV_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                rows)
+        return max(cur.rowcount, 0)
 
     def set_kv_state(self, summary: dict[str, dict[str, Any]], ts: float) -> None:
         with self.db:
@@ -161,13 +197,16 @@ class Store:
             self.db.executemany("INSERT INTO decisions VALUES (?,?,?,?,?)", rows)
         return len(rows)
 
-    def set_health(self, items: Iterable[CollectorHealth], ts: float | None = None) -> None:
+    def set_health(self, items: Iterable[CollectorHealth], ts: float | None = None,
+                   instance: str = "") -> None:
+        """Health rows of one collector process (``instance``): two collectors writing to one
+        store keep a row each instead of overwriting the other's."""
         ts = time.time() if ts is None else ts
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO health VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO health VALUES (?,?,?,?,?,?,?,?,?)",
                 [(h.collector, h.target, ts, h.last_success, h.last_error, h.last_error_ts,
-                  json.dumps(h.errors), json.dumps(h.counters)) for h in items])
+                  json.dumps(h.errors), json.dumps(h.counters), instance) for h in items])
 
     def prune(self, retention_s: float, max_bytes: float, now: float | None = None) -> int:
         """Drop rows older than ``retention_s``; then, while the live data is larger than
@@ -225,7 +264,8 @@ class Store:
     def kv_event_rows(self, limit: int = 100) -> list[dict[str, Any]]:
         out = []
         for ts, worker, rank, seq, kind, n, parent, hashes, images in self.db.execute(
-                "SELECT * FROM kv_events ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,)):
+                "SELECT ts, worker, rank, seq, kind, n_blocks, parent, hashes, images "
+                "FROM kv_events ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,)):
             out.append({"ts": ts, "worker": worker, "rank": rank, "seq": seq, "kind": kind,
                         "n_blocks": n, "parent": parent,
                         "block_hashes": _dec.decode(hashes) if hashes else [],
@@ -268,10 +308,12 @@ class Store:
     def health(self) -> list[dict[str, Any]]:
         cols = ("collector", "target", "updated", "last_success", "last_error", "last_error_ts")
         out = []
-        for row in self.db.execute("SELECT * FROM health ORDER BY collector, target"):
+        for row in self.db.execute(
+                "SELECT * FROM health ORDER BY collector, target, instance"):
             item = dict(zip(cols, row[:6], strict=True))
             item["errors"] = json.loads(row[6])
             item["counters"] = json.loads(row[7])
+            item["instance"] = row[8] if len(row) > 8 else ""
             out.append(item)
         return out
 

@@ -13,6 +13,7 @@ import zmq
 from mmlens.cli import collect as collect_cli
 from mmlens.cli import snapshot as snapshot_cli
 from mmlens.cli.main import main as mmlens_main
+from mmlens.store.sqlite import SCHEMA_VERSION
 from tests.collectors.loopback import Loopback, Route
 from tests.collectors.zmq_publisher import Publisher, free_tcp
 from tests.fixtures_path import capture
@@ -109,7 +110,7 @@ def test_collect_and_snapshot(world, capsys) -> None:
     assert mmlens_main(["snapshot", "--db", str(db), "--json"]) == 0
     snap = json.loads(capsys.readouterr().out)
 
-    assert snap["schema_version"] == 1
+    assert snap["schema_version"] == SCHEMA_VERSION
     assert snap["mm_processing"][0]["reason"] == "auto_mixed"
     assert snap["cache_aware_branches"]["smg"] == {"event_hit": 5.0, "event_miss": 1.0}
     (hr,) = snap["hit_rates"]

@@ -100,3 +100,66 @@ def test_reader_sees_writer_commits_while_open(tmp_path) -> None:
     for i in range(3):
         writer.add_samples([MetricSample("t", "x", (), float(i), float(i))])
         assert len(reader.samples_since(0)) == i + 1
+
+
+def _batch(seq: int, ts: float, n: int) -> list:
+    return [BlockStored("w", 0, seq, ts, [seq * 100 + i], None, [1] * 16, 16, idx=i)
+            for i in range(n)]
+
+
+def test_kv_events_are_stored_once_per_key(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    one, two = Store(db), Store(db)  # two collectors on one store
+    assert one.add_kv_events(_batch(1, 10.0, 3) + _batch(2, 11.0, 2)) == 5
+    assert two.add_kv_events(_batch(1, 10.0, 3)) == 0  # the same batch again: nothing new
+    # After a publisher restart seq 1 comes back with another batch time: a new batch.
+    assert two.add_kv_events(_batch(1, 20.0, 3)) == 3
+    # Identical events at two positions of one batch are two events.
+    same = [AllBlocksCleared("w", 0, 3, 12.0, idx=0), AllBlocksCleared("w", 0, 3, 12.0, idx=1)]
+    assert one.add_kv_events(same + same) == 2
+    assert one.db.execute("SELECT count(*) FROM kv_events").fetchone()[0] == 10
+    one.close()
+    two.close()
+
+
+def test_health_rows_are_kept_per_collector_instance(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    one, two = Store(db), Store(db)
+    a, b = CollectorHealth("kv_events", "w#0"), CollectorHealth("kv_events", "w#0")
+    a.error("bad_batch", "x", 1.0)
+    b.count("batches", 7)
+    one.set_health([a], 2.0, instance="host:1")
+    two.set_health([b], 3.0, instance="host:2")
+    one.set_health([a], 4.0, instance="host:1")
+    rows = {h["instance"]: h for h in Store(db, readonly=True).health()}
+    assert set(rows) == {"host:1", "host:2"}
+    assert rows["host:1"]["errors"] == {"bad_batch": 1} and rows["host:1"]["updated"] == 4.0
+    assert rows["host:2"]["counters"] == {"batches": 7}
+
+
+def test_schema_1_store_is_migrated_in_place(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    con = sqlite3.connect(db)
+    con.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '1');
+        CREATE TABLE kv_events (ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL,
+            seq INTEGER NOT NULL, kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT,
+            hashes BLOB, images TEXT);
+        INSERT INTO kv_events VALUES (1.0, 'w', 0, 5, 'cleared', 0, NULL, NULL, NULL);
+        INSERT INTO kv_events VALUES (1.0, 'w', 0, 5, 'cleared', 0, NULL, NULL, NULL);
+        CREATE TABLE health (collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
+            last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
+            counters TEXT NOT NULL, PRIMARY KEY (collector, target));
+        INSERT INTO health VALUES ('m', 't', 1.0, NULL, NULL, NULL, '{}', '{}');
+    """)
+    con.commit()
+    con.close()
+    store = Store(db)
+    assert store.schema_version() == SCHEMA_VERSION == 2
+    assert len(store.kv_event_rows()) == 2  # old rows kept, even old duplicates
+    assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 1
+    assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 0
+    store.set_health([CollectorHealth("m", "t")], 2.0, instance="i")
+    assert [h["instance"] for h in store.health()] == ["i"]
+    store.close()
