@@ -25,6 +25,8 @@ from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_targe
 from mmlens.ingest import router_logs
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision
+from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
+from mmlens.shard import Shard
 from mmlens.store.sqlite import Store
 
 log = logging.getLogger("mmlens.collect")
@@ -35,9 +37,12 @@ MAX_DECISIONS = 50_000
 class CollectorRunner:
     def __init__(self, cfg: Config, store: Store, http: httpx.Client | None = None,
                  zmq_context: Any = None, prom: Any = None,
-                 log_streams: dict[str, Any] | None = None) -> None:
+                 log_streams: dict[str, Any] | None = None, shard: Shard | None = None,
+                 ) -> None:
         self.cfg = cfg
         self.store = store
+        self.shard = shard
+        self.leads = shard is None or shard.leads
         self.http = http or httpx.Client(follow_redirects=False)
         self.scraper = MetricsScraper(self.http, timeout_s=cfg.timeout_s)
         self.router_state = RouterStateCollector(self.http, timeout_s=cfg.timeout_s)
@@ -54,6 +59,8 @@ class CollectorRunner:
         self.discovery_health = CollectorHealth("discovery", "config")
         # Health rows are kept per collector process: two collectors on one store both show.
         self.instance = f"{socket.gethostname()}:{os.getpid()}"
+        self.shard_health = None if shard is None else CollectorHealth(SHARD_COLLECTOR,
+                                                                       shard.label)
         self.ticks = 0
 
     # --- set-up ----------------------------------------------------------------------------
@@ -72,13 +79,30 @@ class CollectorRunner:
                 for w in RouterStateCollector.workers_of(state):
                     if self.cfg.add_worker(smg_worker_target(w.url, {"runtime_type": w.runtime})):
                         self.discovery_health.count("discovered_workers")
+        if self.leads:  # the whole fleet, before a shard keeps its own workers
+            self.store.set_meta("targets", self.targets())
+        self._keep_own_share()
         for w in self.cfg.workers:
             for rank, pub, replay in w.kv_endpoints():
                 self.kv.add_endpoint(w.router_url or w.name, rank, pub, replay, w.topic)
-        self.store.set_meta("targets", self.targets())
         if self.promql is not None:
             self.promql.instance_targets = {
                 urlsplit(url).netloc: name for name, url in self.metric_targets()}
+
+    def _keep_own_share(self) -> None:
+        """A shard keeps the workers it owns; shards other than 0 drop the routers (their
+        metrics, state and logs are shard 0's) and leave PromQL to shard 0."""
+        if self.shard is None:
+            return
+        fleet = len(self.cfg.workers)
+        self.cfg.workers = [w for w in self.cfg.workers if self.shard.owns(w)]
+        if not self.leads:
+            self.cfg.routers = []
+            self.followers.clear()
+        assert self.shard_health is not None
+        self.shard_health.counters.update(
+            fleet_workers=fleet, workers=len(self.cfg.workers),
+            kv_endpoints=sum(len(w.kv_endpoints()) for w in self.cfg.workers))
 
     def metric_targets(self) -> list[tuple[str, str]]:
         out = [(r.name, r.metrics_url) for r in self.cfg.routers if r.metrics_url]
@@ -105,20 +129,24 @@ class CollectorRunner:
     def tick(self) -> None:
         now = time.time()
         if self.promql is not None:
-            samples = self.promql.instant()
+            samples = self.promql.instant() if self.leads else []
         else:
             samples = self.scraper.scrape_all(self.metric_targets())
         self.store.add_samples(samples)
 
-        states = [self.router_state.poll(r) for r in self.cfg.routers]
-        self.store.set_meta("router_state", states)
+        if self.leads:
+            states = [self.router_state.poll(r) for r in self.cfg.routers]
+            self.store.set_meta("router_state", states)
 
         self._read_logs()
         self._flush_traces(now)
         self._drain_kv(now)
-        self.store.set_health(self.all_health(), now, self.instance)
         self.ticks += 1
-        if self.ticks % 12 == 1:
+        if self.shard_health is not None:
+            self.shard_health.ok(now)
+            self.shard_health.counters["ticks"] = self.ticks
+        self.store.set_health(self.all_health(), now, self.instance)
+        if self.leads and self.ticks % 12 == 1:
             self.store.prune(self.cfg.retention_s, self.cfg.max_mb * 1e6, now)
 
     def _drain_kv(self, now: float) -> None:
@@ -130,6 +158,8 @@ class CollectorRunner:
                 break
         if events:
             self.store.add_kv_events(events)
+            if self.shard_health is not None:
+                self.shard_health.count("kv_events", len(events))
         if self.kv.endpoints:
             self.store.set_kv_state(self.kv.summary(), now)
 
@@ -181,7 +211,9 @@ class CollectorRunner:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
         items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
         items.append(self.discovery_health)
-        if self.promql is not None:
+        if self.shard_health is not None:
+            items.append(self.shard_health)
+        if self.promql is not None and self.leads:
             items.append(self.promql.health)
         return items
 

@@ -60,6 +60,10 @@ def live() -> None:
         rows = overview.target_rows(snap, now)
         if rows:
             st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        shards = overview.shard_rows(snap, now)
+        if shards:
+            st.markdown("**Collector shards** (`mmlens collect --shard I/N`)")
+            st.dataframe(pd.DataFrame(shards), hide_index=True, width="stretch")
         workers = [{"router": s.get("router"), "worker": w["url"], "healthy": w["healthy"],
                     "status": w["status"], "load": w["load"],
                     "kv_block_size": w["kv_block_size"],

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
+from mmlens.shard import parse_label
 
 EVENTS_STALE_S = 120.0
 TARGET_STALE_S = 30.0
@@ -40,7 +42,7 @@ def target_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
     """One row per collector target: kind, last success age, errors, KV freshness."""
     rows = []
     for h in snap.get("health") or []:
-        if h["collector"] == "discovery" and not h["errors"]:
+        if (h["collector"] == "discovery" and not h["errors"]) or h["collector"] == SHARD_COLLECTOR:
             continue
         age = _age(h.get("last_success"), now)
         if h.get("last_success") is None:
@@ -57,6 +59,30 @@ def target_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
                      "errors": sum(h["errors"].values()),
                      "last error": h.get("last_error") or ""})
     return rows
+
+
+def shard_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    """One row per collector shard (``mmlens collect --shard I/N``): its last tick and the
+    workers, KV endpoints and events it owns."""
+    rows = []
+    for h in snap.get("health") or []:
+        if h["collector"] != SHARD_COLLECTOR:
+            continue
+        c = h["counters"]
+        age = _age(h.get("last_success"), now)
+        rows.append({"shard": h["target"],
+                     "state": "ok" if age is not None and age <= TARGET_STALE_S else "stale",
+                     "last tick (s ago)": None if age is None else round(age, 1),
+                     "workers": int(c.get("workers", 0)),
+                     "fleet workers": int(c.get("fleet_workers", 0)),
+                     "KV endpoints": int(c.get("kv_endpoints", 0)),
+                     "KV events stored": int(c.get("kv_events", 0))})
+    return sorted(rows, key=_shard_order)
+
+
+def _shard_order(row: dict[str, Any]) -> tuple[int, int, str]:
+    shard = parse_label(row["shard"])
+    return (shard.count, shard.index, "") if shard else (0, 0, row["shard"])
 
 
 def headline(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> Headline:
@@ -102,6 +128,29 @@ def alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]], now: float) -
     out += _block_size_alerts(snap, traces)
     out += _fallback_alerts(snap, traces)
     out += _health_alerts(snap)
+    out += _shard_alerts(snap, now)
+    return out
+
+
+def _shard_alerts(snap: dict[str, Any], now: float) -> list[Alert]:
+    """A shard that never reported or stopped ticking leaves its workers uncollected."""
+    rows = shard_rows(snap, now)
+    seen: dict[int, set[int]] = {}
+    for r in rows:
+        shard = parse_label(r["shard"])
+        if shard is not None:
+            seen.setdefault(shard.count, set()).add(shard.index)
+    out = []
+    for count, indexes in sorted(seen.items()):
+        missing = sorted(set(range(count)) - indexes)
+        if missing:
+            out.append(Alert("error", "shard_missing",
+                             f"collector shard(s) {', '.join(f'{i}/{count}' for i in missing)} "
+                             "never reported: their workers are not collected"))
+    out += [Alert("error", "shard_stale",
+                  f"collector shard {r['shard']} last ticked {r['last tick (s ago)']} s ago: "
+                  f"its {r['workers']} workers are not collected") for r in rows
+            if r["state"] == "stale"]
     return out
 
 

@@ -15,6 +15,7 @@ from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.runner import CollectorRunner
 from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
 from mmlens.config import Config, ConfigError, load_config
+from mmlens.shard import ShardError, parse_shard
 from mmlens.store.sqlite import Store, StoreError
 
 # Two images with the same size (same N, different identity) and one other size: repeats of
@@ -35,6 +36,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                     help="send N traced image requests through the first router")
     ap.add_argument("--model", help="model for --workload (default: router's first model)")
     ap.add_argument("--layout-model", help="family or model dir for expected layouts")
+    ap.add_argument("--shard", help="I/N: collect only the workers of shard I of N (N "
+                    "collectors split the workers by a stable hash; shard 0 also collects the "
+                    "routers)")
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap.parse_args(list(argv))
 
@@ -65,8 +69,9 @@ def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        shard = parse_shard(args.shard) if args.shard else None
         cfg = load_config(args.config) if (args.config or not args.ready_file) else Config()
-    except ConfigError as exc:
+    except (ConfigError, ShardError) as exc:
         print(f"mmlens collect: {exc}", file=sys.stderr)
         return 2
     if args.ready_file:
@@ -86,14 +91,14 @@ def main(argv: Sequence[str]) -> int:
         streams[name] = StreamFollower(sys.stdin) if path == "-" else LogFollower(path)
     client = httpx.Client()
     runner = CollectorRunner(cfg, store, http=client, log_streams=streams,
-                             prom=_prometheus(cfg))
+                             prom=_prometheus(cfg), shard=shard)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     workload_done = threading.Event()
 
     def on_tick(r: CollectorRunner) -> None:
-        if args.workload and not workload_done.is_set():
+        if args.workload and r.leads and not workload_done.is_set():
             workload_done.set()
             run_workload(r, client, args.workload, args.model, args.layout_model)
 

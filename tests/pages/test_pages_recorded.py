@@ -286,3 +286,27 @@ def test_router_down_and_no_metrics_are_named(tmp_path: Path,
     at = open_page("lab")
     assert_clean(at)
     assert at.text_input(key="lab_model_text") is not None  # no model list from a dead router
+
+
+def test_overview_shows_collector_shards_and_names_missing_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mmlens.records import CollectorHealth
+
+    now = time.time()
+    path = tmp_path / "shards.db"
+    store = Store(path)
+    store.set_health([CollectorHealth("shard", "0/3", last_success=now - 1, counters={
+        "workers": 340, "fleet_workers": 1000, "kv_endpoints": 340, "kv_events": 12345}),
+        CollectorHealth("shard", "1/3", last_success=now - 90, counters={
+            "workers": 331, "fleet_workers": 1000, "kv_endpoints": 331, "kv_events": 7})], now)
+    store.close()
+    monkeypatch.setenv("MMLENS_DB", str(path))
+    at = open_page("overview")
+    assert_clean(at)
+    errors = messages(at)["error"]
+    assert any("shard_missing" in e and "2/3" in e for e in errors)
+    assert any("shard_stale" in e and "1/3" in e and "331 workers" in e for e in errors)
+    (table,) = [d.value for d in at.dataframe if "shard" in d.value.columns]
+    assert list(table["shard"]) == ["0/3", "1/3"]
+    assert list(table["state"]) == ["ok", "stale"]
+    assert list(table["KV events stored"]) == [12345, 7]
