@@ -64,10 +64,14 @@ def target_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
 def shard_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
     """One row per collector shard (``mmlens collect --shard I/N``): its last tick and the
     workers, KV endpoints and events it owns."""
-    rows = []
+    newest: dict[str, dict[str, Any]] = {}  # a restarted shard leaves its old process's row
     for h in snap.get("health") or []:
-        if h["collector"] != SHARD_COLLECTOR:
-            continue
+        old = newest.get(h["target"])
+        if h["collector"] == SHARD_COLLECTOR and (
+                old is None or (h.get("last_success") or 0) > (old.get("last_success") or 0)):
+            newest[h["target"]] = h
+    rows = []
+    for h in newest.values():
         c = h["counters"]
         age = _age(h.get("last_success"), now)
         rows.append({"shard": h["target"],

@@ -298,7 +298,11 @@ def test_overview_shows_collector_shards_and_names_missing_ones(
     store.set_health([CollectorHealth("shard", "0/3", last_success=now - 1, counters={
         "workers": 340, "fleet_workers": 1000, "kv_endpoints": 340, "kv_events": 12345}),
         CollectorHealth("shard", "1/3", last_success=now - 90, counters={
-            "workers": 331, "fleet_workers": 1000, "kv_endpoints": 331, "kv_events": 7})], now)
+            "workers": 331, "fleet_workers": 1000, "kv_endpoints": 331, "kv_events": 7})], now,
+        "host-a:1")
+    # Shard 0/3 restarted: its old process's row stays behind, the newest one counts.
+    store.set_health([CollectorHealth("shard", "0/3", last_success=now - 600)], now - 600,
+                     "host-b:1")
     store.close()
     monkeypatch.setenv("MMLENS_DB", str(path))
     at = open_page("overview")
