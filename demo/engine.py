@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from mmlens.demo.kv_publisher import KvPublisher
-from mmlens.demo.prefix_cache import Event, MediaSpan, PrefixCache
+from mmlens.demo.prefix_cache import Allocation, Event, MediaSpan, PrefixCache
 from mmlens.demo.worker_metrics import WorkerMetrics
 
 
@@ -98,16 +98,15 @@ class Engine:
         m.lv(m.waiting).set(self.waiting)
         m.lv(m.kv_usage).set(self.cache.usage())
 
-    async def run(self, request_id: str, prompt: Sequence[int], media: Sequence[MediaSpan],
-                  max_tokens: int) -> AsyncIterator[tuple[list[int], RequestResult]]:
-        """Yield (new token ids, running result) per decode step; the last has finish set."""
+    async def _allocate(self, prompt: Sequence[int], media: Sequence[MediaSpan],
+                        max_tokens: int) -> Allocation:
+        """The prompt's blocks, once they fit; what was stored is published."""
         if not prompt:
             raise EngineError("prompt is empty")
         if len(prompt) + max_tokens > self.max_model_len:
             raise EngineError(
                 f"prompt of {len(prompt)} tokens plus max_tokens {max_tokens} exceeds "
                 f"max_model_len {self.max_model_len}")
-        t0 = time.monotonic()
         events: list[Event] = []
         while True:
             try:
@@ -127,6 +126,11 @@ class Engine:
                 finally:
                     self.waiting -= 1
         await self.publisher.publish(events)
+        return alloc
+
+    def _admit(self, request_id: str, prompt: Sequence[int], media: Sequence[MediaSpan],
+               alloc: Allocation) -> RequestResult:
+        """Count the request as running and its prompt's cache lookup."""
         m = self.metrics
         self._mm_lookup(media)
         self.running += 1
@@ -141,9 +145,28 @@ class Engine:
         m.lv(m.prompt_tokens).inc(len(prompt))
         m.lv(m.prompt_tokens_cached).inc(alloc.cached_tokens)
         m.lv(m.request_prompt_tokens).observe(len(prompt))
+        return result
+
+    def _release(self, request_id: str, alloc: Allocation) -> None:
+        self.cache.release(alloc)
+        self.aborted.discard(request_id)
+        self.active.discard(request_id)
+        self.running -= 1
+        self._gauges()
+        self.publisher.load_changed()
+        self._freed.set()
+        self._freed = asyncio.Event()
+
+    async def run(self, request_id: str, prompt: Sequence[int], media: Sequence[MediaSpan],
+                  max_tokens: int) -> AsyncIterator[tuple[list[int], RequestResult]]:
+        """Yield (new token ids, running result) per decode step; the last has finish set."""
+        t0 = time.monotonic()
+        alloc = await self._allocate(prompt, media, max_tokens)
+        result = self._admit(request_id, prompt, media, alloc)
+        m = self.metrics
         try:
             await asyncio.sleep(self.latency.ttft(len(prompt) - alloc.cached_tokens))
-            events = []
+            events: list[Event] = []
             self.cache.commit(alloc, events)
             await self.publisher.publish(events)
             m.lv(m.ttft).observe(time.monotonic() - t0)
@@ -174,11 +197,4 @@ class Engine:
                              finished_reason=result.finish_reason).inc()
             m.lv(m.e2e).observe(time.monotonic() - t0)
         finally:
-            self.cache.release(alloc)
-            self.aborted.discard(request_id)
-            self.active.discard(request_id)
-            self.running -= 1
-            self._gauges()
-            self.publisher.load_changed()
-            self._freed.set()
-            self._freed = asyncio.Event()
+            self._release(request_id, alloc)
