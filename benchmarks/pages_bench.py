@@ -71,6 +71,20 @@ def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
     rng = random.Random(7)
     store = Store(path)
     t0 = time.perf_counter()
+    _fill_traces(store, rng, n_traces, now)
+    t1 = time.perf_counter()
+    written, n_events = _fill_kv_events(store, rng, n_blocks, now)
+    t2 = time.perf_counter()
+    _fill_samples(store, now)
+    _fill_state(store, n_blocks, now)
+    store.close()
+    ensure_read_indexes(path)
+    print(f"filled {path.name}: {n_traces} traces in {t1 - t0:.1f} s, {written} KV blocks "
+          f"({n_events} events) in {t2 - t1:.1f} s, {path.stat().st_size / 1e6:.0f} MB",
+          flush=True)
+
+
+def _fill_traces(store: Store, rng: random.Random, n_traces: int, now: float) -> None:
     templates = template_traces()
     batch: list[RequestTrace] = []
     for i in range(n_traces):
@@ -90,8 +104,12 @@ def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
             store.add_traces(batch)
             batch = []
     store.add_traces(batch)
-    t1 = time.perf_counter()
 
+
+def _fill_kv_events(store: Store, rng: random.Random, n_blocks: int, now: float,
+                    ) -> tuple[int, int]:
+    """KV events of 64 blocks each, every fifth a removal, every other store with an image
+    key, until `n_blocks`; returns (blocks written, events)."""
     per_event = 64
     events: list[BlockStored | BlockRemoved] = []
     seq = {w: 0 for w in WORKERS}
@@ -114,8 +132,10 @@ def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
             store.add_kv_events(events)
             events = []
     store.add_kv_events(events)
-    t2 = time.perf_counter()
+    return written, i
 
+
+def _fill_samples(store: Store, now: float) -> None:
     samples: list[MetricSample] = []
     for k in range(720):  # an hour of 5 s scrapes
         ts = now - 3600 + 5 * k
@@ -140,6 +160,9 @@ def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
             store.add_samples(samples)
             samples = []
     store.add_samples(samples)
+
+
+def _fill_state(store: Store, n_blocks: int, now: float) -> None:
     store.set_kv_state({w: {"worker": w, "rank": 0, "resident_blocks": n_blocks // 8,
                             "images": {f"{m:064x}": 40 for m in range(120)}}
                         for w in WORKERS}, now)
@@ -153,10 +176,6 @@ def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
                                      "models": [MODEL], "workers": [
         {"url": w, "model": MODEL, "healthy": True, "status": "ready", "load": 0,
          "kv_block_size": 16, "mm_processor": None} for w in WORKERS]}])
-    store.close()
-    ensure_read_indexes(path)
-    print(f"filled {path.name}: {n_traces} traces in {t1 - t0:.1f} s, {written} KV blocks "
-          f"({i} events) in {t2 - t1:.1f} s, {path.stat().st_size / 1e6:.0f} MB", flush=True)
 
 
 def time_pages(runs: int) -> dict[str, tuple[float, float]]:

@@ -78,9 +78,19 @@ def _trace(rid: str, ts: float, images: list[bytes], worker: str | None, *, cach
 
 def fill(path: Path, now: float) -> Recorded:
     store = Store(path)
+    store.add_traces(_traces(now))
+    store.add_decisions(_decisions(now))
+    store.add_samples(_samples(now))
+    _kv(store, now)
+    _health_and_meta(store, now)
+    store.close()
+    return Recorded(path, now, "req-hit", "req-false-hit", "req-drift", "req-error", "req-two")
+
+
+def _traces(now: float) -> list[RequestTrace]:
     red, blue = solid_png(64, 64, (200, 30, 30)), solid_png(64, 64, (30, 30, 200))
     green = solid_png(640, 480, (30, 160, 30))
-    traces = [
+    return [
         _trace("req-seed", now - 100, [red], W1, cached=0, overlap_blocks=0),
         _trace("req-hit", now - 90, [red], W1, cached=80, overlap_blocks=5),
         _trace("req-false-hit", now - 80, [blue], W1, cached=0, overlap_blocks=5),
@@ -90,9 +100,11 @@ def fill(path: Path, now: float) -> Recorded:
         _trace("req-error", now - 50, [red], None, cached=0, overlap_blocks=None,
                error_code="no_media_ref_capable_worker"),
     ]
-    store.add_traces(traces)
-    # What the collector's log follower stores from SMG's cache trace for req-hit.
-    store.add_decisions([RoutingDecision(
+
+
+def _decisions(now: float) -> list[RoutingDecision]:
+    """What the collector's log follower stores from SMG's cache trace for req-hit."""
+    return [RoutingDecision(
         "req-hit", "smg", "log:cache_trace", worker=W1, branch="event_hit", overlap_blocks=5,
         request_blocks=5, block_size=16, ts=now - 90, policy="cache_aware", origin="policy",
         prediction_source="event_index_overlap",
@@ -100,8 +112,10 @@ def fill(path: Path, now: float) -> Recorded:
         scores=[RoutingScore("policy_affinity", W1, 5.0, "blocks", 5.0, 5),
                 RoutingScore("expected_wait", W1, 0.25, "seconds"),
                 RoutingScore("expected_wait", W2, 0.0, "seconds")],
-        gates=[SpillGate(W1, 2.0, 1.0, 1.5, 64.0, 4.0, False)])])
+        gates=[SpillGate(W1, 2.0, 1.0, 1.5, 64.0, 4.0, False)])]
 
+
+def _samples(now: float) -> list[MetricSample]:
     samples = []
     for i in range(13):
         ts = now - 120 + 10 * i
@@ -122,8 +136,10 @@ def fill(path: Path, now: float) -> Recorded:
             MetricSample("smg", "smg_worker_requests_total",
                          labels_of({"worker": W1, "model": MODEL}), 2 * i, ts),
         ]
-    store.add_samples(samples)
+    return samples
 
+
+def _kv(store: Store, now: float) -> None:
     events = []
     for n, (worker, ident) in enumerate(((W1, "a" * 64), (W1, "b" * 64), (W2, "c" * 64))):
         hashes = [1000 * (n + 1) + k for k in range(5)]
@@ -139,6 +155,8 @@ def fill(path: Path, now: float) -> Recorded:
                "images": {"c" * 64: 5, "a" * 64: 2}},
     }, now - 1)
 
+
+def _health_and_meta(store: Store, now: float) -> None:
     health = [CollectorHealth("metrics", t, last_success=now - 2) for t in ("smg", W1, W2)]
     health.append(CollectorHealth("kv_events", f"{W1}#0", last_success=now - 55,
                                   counters={"batches": 4}))
@@ -155,5 +173,3 @@ def fill(path: Path, now: float) -> Recorded:
         "workers": [{"url": w, "model": MODEL, "connection_mode": "grpc", "runtime": "vllm",
                      "healthy": True, "status": "ready", "load": 0, "kv_block_size": 16,
                      "mm_processor": None, "labels": {}} for w in (W1, W2)]}])
-    store.close()
-    return Recorded(path, now, "req-hit", "req-false-hit", "req-drift", "req-error", "req-two")
