@@ -24,6 +24,7 @@ from mmlens.collectors.router_state import RouterStateCollector
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
 from mmlens.ingest import router_logs
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
+from mmlens.ingest.lag import LagHistogram
 from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import Shard
@@ -32,6 +33,7 @@ from mmlens.store.sqlite import Store
 log = logging.getLogger("mmlens.collect")
 
 MAX_DECISIONS = 50_000
+LAG_WINDOW_S = 300.0
 
 
 class CollectorRunner:
@@ -62,6 +64,7 @@ class CollectorRunner:
         self.shard_health = None if shard is None else CollectorHealth(SHARD_COLLECTOR,
                                                                        shard.label)
         self.ticks = 0
+        self.store_lag, self._lag_since = LagHistogram(), time.time()
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -159,9 +162,20 @@ class CollectorRunner:
         if events:
             self.store.add_kv_events(events)
             if self.shard_health is not None:
-                self.shard_health.count("kv_events", len(events))
+                self._note_store_lag(self.shard_health, events)
         if self.kv.endpoints:
             self.store.set_kv_state(self.kv.summary(), now)
+
+    def _note_store_lag(self, h: CollectorHealth, events: list[KVEvent]) -> None:
+        """Publisher timestamp → committed in the store, per shard, over the last window."""
+        committed = time.time()
+        if committed - self._lag_since > LAG_WINDOW_S:
+            self.store_lag, self._lag_since = LagHistogram(), committed
+        self.store_lag.add(committed - ev.ts for ev in events)
+        h.count("kv_events", len(events))
+        for key, q in (("store_lag_p50_s", 0.5), ("store_lag_p99_s", 0.99)):
+            h.counters[key] = self.store_lag.quantile(q) or 0.0
+        h.counters["store_lag_max_s"] = self.store_lag.max
 
     def _read_logs(self) -> None:
         for name, follower in self.followers.items():

@@ -80,7 +80,8 @@ def shard_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
                      "workers": int(c.get("workers", 0)),
                      "fleet workers": int(c.get("fleet_workers", 0)),
                      "KV endpoints": int(c.get("kv_endpoints", 0)),
-                     "KV events stored": int(c.get("kv_events", 0))})
+                     "KV events stored": int(c.get("kv_events", 0)),
+                     "store lag p99 (s)": c.get("store_lag_p99_s")})
     return sorted(rows, key=_shard_order)
 
 

@@ -117,6 +117,9 @@ def test_two_collector_processes_store_each_worker_once(tmp_path) -> None:
     assert all(c["fleet_workers"] == n and c["ticks"] > 1 and last for c, last in
                health.values())
     assert sum(c.get("kv_events", 0) for c, _ in health.values()) == len(rows)
+    # Publisher timestamp → committed: at least the drain interval's wait, well under 10 s.
+    assert all(0 < c["store_lag_p50_s"] <= c["store_lag_p99_s"] <= c["store_lag_max_s"] < 10
+               for c, _ in health.values() if c["workers"])
     for label, (c, _) in health.items():
         shard = parse_shard(label)
         owned = {w for w in per_worker if shard_of(w, 2) == shard.index}
