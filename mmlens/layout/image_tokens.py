@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mmlens.errors import ImageError, LayoutError
+from mmlens.errors import ImageError, LayoutError, ProcessorConfigError
 
 MAX_SIDE = 65_535
 MAX_PIXELS = 1 << 30
@@ -172,6 +172,9 @@ def llava_next_tokens(width: int, height: int, p: LlavaParams) -> int:
     side = p.image_size // p.patch_size
     cur_h = side * (best_h // p.image_size)
     cur_w = side * (best_w // p.image_size)
+    if not cur_h or not cur_w:
+        raise ProcessorConfigError(f"anyres canvas {best_h}x{best_w} is smaller than one "
+                                   f"{p.image_size}px tile")
     if width / height > cur_w / cur_h:
         new_h = int(round(height * (cur_w / width), 7))
         cur_h -= 2 * ((cur_h - new_h) // 2)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from mmlens.errors import ImageError
-from mmlens.layout.image_tokens import check_size
+from mmlens.layout.image_tokens import MAX_SIDE, check_size
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 FORMATS = {"PNG", "JPEG", "GIF", "WEBP", "BMP"}
@@ -32,7 +32,9 @@ def parse_size(text: str) -> tuple[int, int]:
     """"640x480" → (640, 480)."""
     m = SIZE_RE.match(text)
     if not m:
-        raise ImageError(f"not an image size WxH: {text!r}")
+        raise ImageError(f"not an image size WxH: {text[:80]!r}")
+    if max(len(m.group(1)), len(m.group(2))) > 6:  # int() of thousands of digits is slow
+        raise ImageError(f"image size {text[:40]!r}… exceeds the {MAX_SIDE} px limit")
     width, height = int(m.group(1)), int(m.group(2))
     check_size(width, height)
     return width, height

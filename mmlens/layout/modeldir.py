@@ -49,7 +49,7 @@ class Model:
 def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, 4300+ digit numbers
         raise ProcessorConfigError(f"{path.name} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ProcessorConfigError(f"{path.name} must hold a JSON object")

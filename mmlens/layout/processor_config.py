@@ -7,11 +7,13 @@ to the family's defaults where a key is absent and refusing values of the wrong 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from mmlens.errors import ProcessorConfigError
 from mmlens.layout.image_tokens import (
+    MAX_SIDE,
     GlmParams,
     KimiParams,
     Llama4Params,
@@ -22,12 +24,23 @@ from mmlens.layout.image_tokens import (
 
 Config = Mapping[str, Any]
 
+# Upper bounds keep every formula's cost independent of the values: real checkpoints use
+# patch sizes of 14–16, a few thousand patches and pixel budgets below 2^30.
+MAX_VALUE = 1 << 31
+MAX_PATCH = 1024
+MAX_TILES = 1024  # Llama 4 max_patches (16 in the checkpoints): canvases grow ~n·log n
+MAX_PINPOINTS = 256
 
-def positive_int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+
+def positive_int(value: Any, key: str, limit: int = MAX_VALUE) -> int:
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise ProcessorConfigError(f"processor config {key!r} must be an integer, got {value!r}")
     if value <= 0:
         raise ProcessorConfigError(f"processor config {key!r} must be positive, got {value!r}")
+    if value > limit:
+        raise ProcessorConfigError(
+            f"processor config {key!r} = {value:.4g} is beyond the limit of {limit}")
     return int(value)
 
 
@@ -45,19 +58,23 @@ def lookup(cfg: Config, *paths: str) -> Any:
     return None
 
 
-def get_int(cfg: Config, default: int | None, *paths: str) -> int:
+def get_int(cfg: Config, default: int | None, *paths: str, limit: int = MAX_VALUE) -> int:
     value = lookup(cfg, *paths)
     if value is None:
         if default is None:
             raise ProcessorConfigError(f"processor config lacks {paths[0]!r} and has no default")
         return default
-    return positive_int(value, paths[0])
+    return positive_int(value, paths[0], limit)
+
+
+def get_patch(cfg: Config, default: int | None, *paths: str) -> int:
+    return get_int(cfg, default, *paths, limit=MAX_PATCH)
 
 
 def qwen_params(cfg: Config, defaults: QwenParams) -> QwenParams:
     p = QwenParams(
-        patch_size=get_int(cfg, defaults.patch_size, "patch_size", "vision_config.patch_size"),
-        merge_size=get_int(
+        patch_size=get_patch(cfg, defaults.patch_size, "patch_size", "vision_config.patch_size"),
+        merge_size=get_patch(
             cfg, defaults.merge_size, "merge_size", "vision_config.spatial_merge_size"
         ),
         min_pixels=get_int(cfg, defaults.min_pixels, "min_pixels", "size.shortest_edge"),
@@ -72,11 +89,11 @@ def qwen_params(cfg: Config, defaults: QwenParams) -> QwenParams:
 
 def glm_params(cfg: Config, defaults: GlmParams) -> GlmParams:
     return GlmParams(
-        patch_size=get_int(cfg, defaults.patch_size, "patch_size", "vision_config.patch_size"),
-        merge_size=get_int(
+        patch_size=get_patch(cfg, defaults.patch_size, "patch_size", "vision_config.patch_size"),
+        merge_size=get_patch(
             cfg, defaults.merge_size, "merge_size", "vision_config.spatial_merge_size"
         ),
-        temporal_patch_size=get_int(cfg, defaults.temporal_patch_size, "temporal_patch_size"),
+        temporal_patch_size=get_patch(cfg, defaults.temporal_patch_size, "temporal_patch_size"),
         min_pixels=get_int(cfg, defaults.min_pixels, "size.shortest_edge", "min_pixels"),
         max_pixels=get_int(cfg, defaults.max_pixels, "size.longest_edge", "max_pixels"),
     )
@@ -86,9 +103,9 @@ def glm53_params(cfg: Config, defaults: GlmParams) -> GlmParams:
     """SMG 1.13 reads top-level min_pixels, max_pixels and patch_size; a `size` object has
     no effect there, so it is not read here either. All three must be present."""
     return GlmParams(
-        patch_size=get_int(cfg, None, "patch_size"),
-        merge_size=get_int(cfg, defaults.merge_size, "merge_size"),
-        temporal_patch_size=get_int(cfg, defaults.temporal_patch_size, "temporal_patch_size"),
+        patch_size=get_patch(cfg, None, "patch_size"),
+        merge_size=get_patch(cfg, defaults.merge_size, "merge_size"),
+        temporal_patch_size=get_patch(cfg, defaults.temporal_patch_size, "temporal_patch_size"),
         min_pixels=get_int(cfg, None, "min_pixels"),
         max_pixels=get_int(cfg, None, "max_pixels"),
         round_up=True,
@@ -104,10 +121,10 @@ def kimi_params(cfg: Config, defaults: KimiParams) -> KimiParams:
             raise ProcessorConfigError(f"merge_kernel_size must be square, got {merge!r}")
         merge = merge[0]
     return KimiParams(
-        patch_size=get_int(src, defaults.patch_size, "patch_size"),
+        patch_size=get_patch(src, defaults.patch_size, "patch_size"),
         merge_kernel_size=(
             defaults.merge_kernel_size if merge is None
-            else positive_int(merge, "merge_kernel_size")
+            else positive_int(merge, "merge_kernel_size", MAX_PATCH)
         ),
         in_patch_limit=get_int(src, defaults.in_patch_limit, "in_patch_limit"),
         patch_limit_on_one_side=get_int(
@@ -120,43 +137,62 @@ def llava_params(cfg: Config, defaults: LlavaParams) -> LlavaParams:
     strategy = lookup(cfg, "vision_feature_select_strategy")
     if strategy is not None and strategy not in ("default", "full"):
         raise ProcessorConfigError(f"unknown vision_feature_select_strategy {strategy!r}")
-    pinpoints = lookup(cfg, "image_grid_pinpoints")
-    if pinpoints is None:
-        grid = defaults.grid_pinpoints
-    else:
-        try:
-            grid = tuple((positive_int(h, "h"), positive_int(w, "w")) for h, w in pinpoints)
-        except (TypeError, ValueError) as exc:
-            raise ProcessorConfigError(f"malformed image_grid_pinpoints: {exc}") from exc
-        if not grid:
-            raise ProcessorConfigError("image_grid_pinpoints is empty")
+    image_size = get_int(cfg, defaults.image_size, "crop_size.height", "size.shortest_edge",
+                         "vision_config.image_size", limit=MAX_SIDE)
+    patch_size = get_patch(cfg, defaults.patch_size, "vision_config.patch_size", "patch_size")
+    if patch_size > image_size:
+        raise ProcessorConfigError(f"patch_size {patch_size} is larger than the image size "
+                                   f"{image_size}")
+    extra = lookup(cfg, "num_additional_image_tokens")
+    if extra is not None and (type(extra) is not int or not 0 <= extra <= 16):
+        raise ProcessorConfigError(
+            f"processor config 'num_additional_image_tokens' must be 0..16, got {extra!r}")
     return LlavaParams(
-        image_size=get_int(
-            cfg, defaults.image_size, "crop_size.height", "size.shortest_edge",
-            "vision_config.image_size",
-        ),
-        patch_size=get_int(cfg, defaults.patch_size, "vision_config.patch_size", "patch_size"),
-        num_additional_image_tokens=int(
-            lookup(cfg, "num_additional_image_tokens") or defaults.num_additional_image_tokens
-        ),
+        image_size=image_size, patch_size=patch_size,
+        num_additional_image_tokens=extra or defaults.num_additional_image_tokens,
         default_strategy=(strategy or "default") == "default",
-        grid_pinpoints=grid,
+        grid_pinpoints=_pinpoints(lookup(cfg, "image_grid_pinpoints"), defaults.grid_pinpoints),
     )
+
+
+def _pinpoints(value: Any, default: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """anyres canvases: at most MAX_PINPOINTS (the formula tries each)."""
+    if value is None:
+        return default
+    if not isinstance(value, list | tuple) or len(value) > MAX_PINPOINTS:
+        raise ProcessorConfigError(
+            f"image_grid_pinpoints must be a list of at most {MAX_PINPOINTS} [h, w] pairs")
+    try:
+        grid = tuple((positive_int(h, "h", MAX_SIDE), positive_int(w, "w", MAX_SIDE))
+                     for h, w in value)
+    except (TypeError, ValueError) as exc:
+        raise ProcessorConfigError(f"malformed image_grid_pinpoints: {exc}") from exc
+    if not grid:
+        raise ProcessorConfigError("image_grid_pinpoints is empty")
+    return grid
 
 
 def llama4_params(cfg: Config, defaults: Llama4Params) -> Llama4Params:
     ratio = lookup(cfg, "vision_config.pixel_shuffle_ratio")
-    return Llama4Params(
-        tile_size=get_int(cfg, defaults.tile_size, "size.height", "vision_config.image_size"),
-        patch_size=get_int(cfg, defaults.patch_size, "vision_config.patch_size"),
+    if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float)
+                              or not 0 < ratio <= 1):
+        raise ProcessorConfigError(f"pixel_shuffle_ratio must be in (0, 1], got {ratio!r}")
+    p = Llama4Params(
+        tile_size=get_int(cfg, defaults.tile_size, "size.height", "vision_config.image_size",
+                          limit=MAX_SIDE),
+        patch_size=get_patch(cfg, defaults.patch_size, "vision_config.patch_size"),
         pixel_shuffle_ratio=float(ratio) if ratio is not None else defaults.pixel_shuffle_ratio,
-        max_patches=get_int(cfg, defaults.max_patches, "max_patches"),
+        max_patches=get_int(cfg, defaults.max_patches, "max_patches", limit=MAX_TILES),
     )
+    if p.tokens_per_tile < 1:
+        raise ProcessorConfigError(f"tile {p.tile_size} with patch {p.patch_size} and pixel "
+                                   f"shuffle {p.pixel_shuffle_ratio} leaves no token per tile")
+    return p
 
 
 def nemotron_params(cfg: Config, defaults: NemotronParams) -> NemotronParams:
     return NemotronParams(
-        patch_size=get_int(cfg, defaults.patch_size, "patch_size", "vision_config.patch_size"),
+        patch_size=get_patch(cfg, defaults.patch_size, "patch_size", "vision_config.patch_size"),
         min_num_patches=get_int(
             cfg, defaults.min_num_patches, "vision_config.args.min_num_patches",
             "min_num_patches",
