@@ -18,6 +18,8 @@ import httpx
 from mmlens.collectors.kv_subscriber import KVEventCollector
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.metrics_scrape import MetricsScraper
+from mmlens.collectors.observed_sink import ObservedSink
+from mmlens.collectors.otlp_receiver import OtlpReceiver
 from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.collectors.router_state import RouterStateCollector
 
@@ -25,7 +27,9 @@ from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_targe
 from mmlens.ingest import router_logs
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.ingest.lag import LagHistogram
-from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision
+from mmlens.ingest.observed_logs import read_lines
+from mmlens.ingest.observed_spans import read_spans
+from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision, SpanRecord
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import Shard
 from mmlens.store.sqlite import Store
@@ -65,6 +69,9 @@ class CollectorRunner:
                                                                        shard.label)
         self.ticks = 0
         self.store_lag, self._lag_since = LagHistogram(), time.time()
+        # Requests mmlens did not send: router logs, OTLP spans (and the tap, its own process).
+        self.observed = ObservedSink(self.store.add_traces, self.store.add_decisions)
+        self.otlp: OtlpReceiver | None = None
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -82,6 +89,9 @@ class CollectorRunner:
                 for w in RouterStateCollector.workers_of(state):
                     if self.cfg.add_worker(smg_worker_target(w.url, {"runtime_type": w.runtime})):
                         self.discovery_health.count("discovered_workers")
+        if self.leads and (self.cfg.otlp_grpc_port is not None
+                           or self.cfg.otlp_http_port is not None):
+            self.start_otlp()
         if self.leads:  # the whole fleet, before a shard keeps its own workers
             self.store.set_meta("targets", self.targets())
         self._keep_own_share()
@@ -107,6 +117,22 @@ class CollectorRunner:
             fleet_workers=fleet, workers=len(self.cfg.workers),
             kv_endpoints=sum(len(w.kv_endpoints()) for w in self.cfg.workers))
 
+    def start_otlp(self) -> None:
+        """The OTLP receiver (ports from the config; a port that cannot be bound is a
+        collector error, the rest of the collectors run on)."""
+        rx = OtlpReceiver(self.on_spans, self.cfg.otlp_host, self.cfg.otlp_grpc_port,
+                          self.cfg.otlp_http_port)
+        try:
+            self.otlp = rx.start()
+        except (OSError, RuntimeError) as exc:
+            self.discovery_health.error("otlp_bind", str(exc), time.time())
+            return
+        log.info("OTLP receiver on %s", rx.endpoints())
+
+    def on_spans(self, spans: list[SpanRecord]) -> None:
+        frags, decisions = read_spans(spans)
+        self.observed.add(frags, decisions)
+
     def metric_targets(self) -> list[tuple[str, str]]:
         out = [(r.name, r.metrics_url) for r in self.cfg.routers if r.metrics_url]
         out += [(w.router_url or w.name, w.metrics_url) for w in self.cfg.workers if w.metrics_url]
@@ -119,6 +145,9 @@ class CollectorRunner:
                          "api_key_env": r.api_key_env} for r in self.cfg.routers],
             "workers": [{k: v for k, v in asdict(w).items()} for w in self.cfg.workers],
             "prometheus": self.cfg.prometheus_url,
+            "otlp": None if self.otlp is None else {
+                "host": self.otlp.host, "grpc_port": self.otlp.grpc_port,
+                "http_port": self.otlp.http_port},
         }
 
     def start_kv(self) -> None:
@@ -143,6 +172,7 @@ class CollectorRunner:
 
         self._read_logs()
         self._flush_traces(now)
+        self.observed.flush()
         self._drain_kv(now)
         self.ticks += 1
         if self.shard_health is not None:
@@ -183,7 +213,7 @@ class CollectorRunner:
             lines = follower.read_new()
             if not lines:
                 continue
-            found = router_logs.parse_lines(lines, h.errors)
+            found, frags = read_lines(lines, h.errors)
             # Dynamo says once per model whether it routes images exactly, and why not.
             if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
                 self.store.set_meta("dynamo_mm_routing", {
@@ -196,6 +226,7 @@ class CollectorRunner:
             # Stored on their own too: traces the Lab, the warm-up or `mmlens check` write
             # straight to the store meet their decisions when read.
             self.store.add_decisions(found)
+            self.observed.add(frags)
             h.ok(now)
             h.count("lines", len(lines))
             h.count("decisions", len(found))
@@ -218,6 +249,7 @@ class CollectorRunner:
     def flush(self) -> None:
         self._read_logs()
         self._flush_traces(time.time(), hold_s=0.0)
+        self.observed.flush(force=True)
         self._drain_kv(time.time())
         self.store.set_health(self.all_health(), instance=self.instance)
 
@@ -225,6 +257,9 @@ class CollectorRunner:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
         items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
         items.append(self.discovery_health)
+        items.append(self.observed.health)
+        if self.otlp is not None:
+            items.append(self.otlp.health)
         if self.shard_health is not None:
             items.append(self.shard_health)
         if self.promql is not None and self.leads:
@@ -258,6 +293,9 @@ class CollectorRunner:
             self.close()
 
     def close(self) -> None:
+        if self.otlp is not None:
+            self.otlp.stop()
+            self.otlp = None
         self._kv_stop.set()
         if self._kv_thread is not None:
             self._kv_thread.join(timeout=2.0)

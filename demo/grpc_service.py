@@ -211,7 +211,9 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
             return
         sp = request.sampling_params
         max_tokens = sp.max_tokens if sp.HasField("max_tokens") else 16
-        s.log_request("grpc", request.request_id, prompt, media, request)
+        s.log_request("grpc", request.request_id, prompt, media, request,
+                      metadata={k: v for k, v in context.invocation_metadata() or ()
+                                if isinstance(v, str)})
         try:
             # aclosing: a cancelled RPC (client gone) releases the request's blocks at once.
             async with contextlib.aclosing(

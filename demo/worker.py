@@ -88,12 +88,14 @@ class WorkerState:
                                        self.max_image_pixels)
 
     def log_request(self, transport: str, rid: str, prompt: Sequence[int],
-                    media: Sequence[MediaSpan], grpc_request: Any) -> None:
+                    media: Sequence[MediaSpan], grpc_request: Any,
+                    metadata: dict[str, str] | None = None) -> None:
         entry: dict[str, Any] = {
             "transport": transport, "request_id": rid, "t": time.time(),
             "prompt_ids": list(prompt),
             "media": [{"identifier": m.identifier, "offset": m.offset, "length": m.length}
                       for m in media],
+            "metadata": metadata or {},
         }
         if grpc_request is not None:
             entry["media_refs"] = len(grpc_request.media_refs.items)

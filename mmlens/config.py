@@ -27,6 +27,10 @@ dp_size = 1                         # ranks > 0 listen on port + rank
 topic = ""
 [demo]
 ready_file = "demo-ready.json"      # targets from `mmlens demo --ready-file`
+[otlp]                              # built-in OTLP trace receiver (off without this table)
+host = "127.0.0.1"
+grpc_port = 4317                    # 0 picks a free port; omit to leave gRPC off
+http_port = 4318                    # POST /v1/traces, application/x-protobuf
 ```
 Secrets never live in the file: a key named like a secret is rejected.
 """
@@ -95,6 +99,9 @@ class Config:
     max_mb: float = 512.0
     ready_file: str | None = None
     base_dir: Path = Path(".")
+    otlp_host: str = "127.0.0.1"
+    otlp_grpc_port: int | None = None
+    otlp_http_port: int | None = None
 
     def add_worker(self, worker: WorkerTarget) -> bool:
         known = {w.name for w in self.workers} | {w.router_url for w in self.workers}
@@ -177,6 +184,13 @@ def parse_config(doc: dict[str, Any], base_dir: Path = Path(".")) -> Config:
             router_url=_str(w, "router_url", where), metrics_url=_str(w, "metrics_url", where),
             kv_events=_str(w, "kv_events", where), kv_replay=_str(w, "kv_replay", where),
             dp_size=dp, topic=_str(w, "topic", where) or ""))
+    otlp = doc.get("otlp", {})
+    cfg.otlp_host = _str(otlp, "host", "otlp") or cfg.otlp_host
+    for key in ("grpc_port", "http_port"):
+        port = otlp.get(key)
+        if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
+            raise ConfigError(f"otlp.{key}: expected a port number")
+        setattr(cfg, f"otlp_{key}", port)
     ready = _str(doc.get("demo", {}), "ready_file", "demo")
     cfg.ready_file = str(base_dir / ready) if ready else None
     return cfg

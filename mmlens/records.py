@@ -139,6 +139,7 @@ class ImageInfo:
     width: int | None = None
     height: int | None = None
     identities: dict[str, str] = field(default_factory=dict)
+    tokens: int | None = None  # the router's image-token count, when it logged one
 
 
 @dataclass(slots=True)
@@ -235,6 +236,15 @@ class RequestTrace:
     error: str | None = None
     error_code: str | None = None
     response_id: str | None = None
+    # Where the request came from and which source said what (observed traffic, issue 11):
+    # origin "mmlens" (sent by mmlens) or "observed" (router logs, OTLP spans, the tap);
+    # provenance maps a field name to the source that set it; a field of an observed request
+    # without provenance is unknown, whatever its default value.
+    origin: str = "mmlens"
+    sources: list[str] = field(default_factory=list)
+    provenance: dict[str, str] = field(default_factory=dict)
+    aliases: list[str] = field(default_factory=list)
+    trace_id: str | None = None
 
 
 # --- Collector health ----------------------------------------------------------------------
@@ -262,3 +272,35 @@ class CollectorHealth:
 
     def count(self, key: str, n: float = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
+
+
+# --- OpenTelemetry spans ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """One span as an OTLP exporter sent it (ids as lowercase hex, times in Unix ns)."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    service: str = ""
+    scope: str = ""
+    parent_span_id: str | None = None
+    kind: int = 0  # OTLP SpanKind: 1 internal, 2 server, 3 client
+    attributes: dict[str, Any] = field(default_factory=dict)
+    status_code: int = 0  # 0 unset, 1 ok, 2 error
+    status_message: str = ""
+    resource: dict[str, Any] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SpanEvent:
+    """A span event; Dynamo exports each log line inside a span as one (name = message)."""
+
+    name: str
+    ts_ns: int = 0
+    attributes: dict[str, Any] = field(default_factory=dict)

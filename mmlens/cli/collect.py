@@ -32,6 +32,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--ready-file", help="add targets from a `mmlens demo --ready-file` file")
     ap.add_argument("--router-log", action="append", default=[],
                     help="[NAME=]PATH of a router JSON log to follow; PATH - reads stdin")
+    ap.add_argument("--otlp-grpc-port", type=int,
+                    help="run the OTLP trace receiver's gRPC listener on this port (0: any)")
+    ap.add_argument("--otlp-http-port", type=int,
+                    help="run the OTLP receiver's HTTP/protobuf listener (POST /v1/traces)")
     ap.add_argument("--workload", type=int, default=0,
                     help="send N traced image requests through the first router")
     ap.add_argument("--model", help="model for --workload (default: router's first model)")
@@ -78,6 +82,10 @@ def main(argv: Sequence[str]) -> int:
         cfg.ready_file = args.ready_file
     if args.interval:
         cfg.interval_s = args.interval
+    if args.otlp_grpc_port is not None:
+        cfg.otlp_grpc_port = args.otlp_grpc_port
+    if args.otlp_http_port is not None:
+        cfg.otlp_http_port = args.otlp_http_port
     try:
         store = Store(args.db)
     except (StoreError, OSError) as exc:

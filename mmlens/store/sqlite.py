@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from mmlens.ingest import observed
 from mmlens.records import (
     CollectorHealth,
     KVEvent,
@@ -56,6 +57,8 @@ CREATE TABLE IF NOT EXISTS decisions (
     body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
 CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
+CREATE TABLE IF NOT EXISTS trace_keys (key TEXT PRIMARY KEY, row INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS trace_keys_row ON trace_keys (row);
 CREATE TABLE IF NOT EXISTS health (
     collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
     last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
@@ -77,6 +80,11 @@ _dec = msgspec.msgpack.Decoder()
 
 class StoreError(RuntimeError):
     pass
+
+
+def decode_trace(body: str | bytes) -> RequestTrace:
+    """A stored trace body (JSON of ``RequestTrace``, older rows lack newer fields)."""
+    return msgspec.json.decode(body, type=RequestTrace, strict=False)
 
 
 class Store:
@@ -180,11 +188,54 @@ class Store:
                 [(s["worker"], s["rank"], ts, json.dumps(s)) for s in summary.values()])
 
     def add_traces(self, traces: Iterable[RequestTrace]) -> int:
-        rows = [(t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str))
-                for t in traces]
+        """Store traces, one row per request: a trace sharing a key (request id, response
+        id, engine id, trace id) with a stored one is merged into it
+        (``mmlens.ingest.observed.merge``), whichever source wrote first."""
+        n = 0
         with self.db:
-            self.db.executemany("INSERT INTO traces VALUES (?,?,?,?)", rows)
-        return len(rows)
+            # One writer at a time from the read of matching rows to the write: the tap and
+            # the collector may record the same request from two processes.
+            if not self.db.in_transaction:
+                self.db.execute("BEGIN IMMEDIATE")
+            for t in traces:
+                self._upsert(t)
+                n += 1
+        return n
+
+    def _upsert(self, t: RequestTrace) -> None:
+        keys = sorted(observed.keys_of(t))
+        rows = sorted({r for (r,) in self.db.execute(
+            f"SELECT row FROM trace_keys WHERE key IN ({','.join('?' * len(keys))})", keys)})
+        if rows:
+            merged: RequestTrace | None = None
+            for (body,) in self.db.execute(
+                    f"SELECT body FROM traces WHERE rowid IN ({','.join('?' * len(rows))})"
+                    " ORDER BY rowid", rows):
+                try:
+                    old = decode_trace(body)
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    continue  # an unreadable row is left as it is
+                merged = old if merged is None else observed.merge(merged, old)
+            if merged is not None:
+                t = observed.merge(merged, t)
+                keep, extra = rows[0], rows[1:]
+                self.db.execute("UPDATE traces SET ts=?, request_id=?, router=?, body=? "
+                                "WHERE rowid=?", (t.ts, t.request_id, t.router,
+                                                  json.dumps(asdict(t), default=str), keep))
+                if extra:
+                    marks = ",".join("?" * len(extra))
+                    self.db.execute(f"DELETE FROM traces WHERE rowid IN ({marks})", extra)
+                    self.db.execute(f"UPDATE trace_keys SET row=? WHERE row IN ({marks})",
+                                    [keep, *extra])
+                self._index_keys(t, keep)
+                return
+        cur = self.db.execute("INSERT INTO traces VALUES (?,?,?,?)", (
+            t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str)))
+        self._index_keys(t, int(cur.lastrowid or 0))
+
+    def _index_keys(self, t: RequestTrace, row: int) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO trace_keys VALUES (?, ?)",
+                            [(k, row) for k in observed.keys_of(t)])
 
     def add_decisions(self, decisions: Iterable[RoutingDecision], ts: float | None = None,
                       ) -> int:
@@ -217,6 +268,7 @@ class Store:
         with self.db:
             for table in PRUNED_TABLES:
                 deleted += self.db.execute(f"DELETE FROM {table} WHERE ts < ?", (cutoff,)).rowcount
+            self._prune_keys()
         for _ in range(20):
             if self.used_bytes() <= max_bytes:
                 break
@@ -227,7 +279,11 @@ class Store:
                         deleted += self.db.execute(
                             f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
                             "ORDER BY ts LIMIT ?)", (max(1, n // 10),)).rowcount
+                self._prune_keys()
         return deleted
+
+    def _prune_keys(self) -> None:
+        self.db.execute("DELETE FROM trace_keys WHERE row NOT IN (SELECT rowid FROM traces)")
 
     def used_bytes(self) -> int:
         page_size = self.db.execute("PRAGMA page_size").fetchone()[0]

@@ -1,0 +1,231 @@
+"""A built-in OTLP trace receiver: gRPC (``TraceService/Export``) and HTTP/protobuf
+(``POST /v1/traces``), on 127.0.0.1 by default.
+
+Routers export to it directly (SMG ``--enable-trace --otlp-traces-endpoint``, Dynamo's
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) or an OpenTelemetry Collector adds it as an ``otlp``
+exporter. Each decoded batch goes to ``on_spans``; bodies that do not decode, oversized
+bodies and wrong media types are answered with an error and counted, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from mmlens.ingest.otlp import OtlpError, decode_export, spans_of
+from mmlens.records import CollectorHealth, SpanRecord
+
+log = logging.getLogger("mmlens.otlp")
+
+HOST = "127.0.0.1"
+MAX_BODY = 16 << 20  # the OpenTelemetry Collector's default max request size is 4 MiB…16 MiB
+PROTOBUF = "application/x-protobuf"
+
+SpanSink = Callable[[list[SpanRecord]], None]
+
+
+class OtlpReceiver:
+    """``grpc_port``/``http_port`` 0 picks a free port, None leaves that listener off.
+    ``dump_dir`` keeps every raw body received (for captures)."""
+
+    def __init__(self, on_spans: SpanSink, host: str = HOST, grpc_port: int | None = 4317,
+                 http_port: int | None = 4318, max_body: int = MAX_BODY,
+                 dump_dir: Path | None = None) -> None:
+        self.on_spans = on_spans
+        self.host = host
+        self.max_body = max_body
+        self.dump_dir = dump_dir
+        self.health = CollectorHealth("otlp", f"{host}")
+        self._lock = threading.Lock()
+        self._dumped = 0
+        self._grpc_port, self._http_port = grpc_port, http_port
+        self._grpc: grpc.Server | None = None
+        self._http: ThreadingHTTPServer | None = None
+        self._http_thread: threading.Thread | None = None
+        self.grpc_port: int | None = None
+        self.http_port: int | None = None
+
+    # --- one export, whatever the transport ----------------------------------------------
+
+    def accept(self, body: bytes, transport: str) -> str | None:
+        """Decode and hand on one export body; the error text when it was refused."""
+        now = time.time()
+        with self._lock:
+            self.health.count(f"{transport}_requests")
+        if self.dump_dir is not None:
+            self._dump(body, transport)
+        try:
+            spans = spans_of(decode_export(body))
+        except OtlpError as exc:
+            with self._lock:
+                self.health.error("malformed_export", str(exc), now)
+            return str(exc)
+        try:
+            self.on_spans(spans)
+        except Exception as exc:  # a failing sink must not take the receiver down
+            log.exception("span sink failed")
+            with self._lock:
+                self.health.error("sink", f"{type(exc).__name__}: {exc}", now)
+            return None
+        with self._lock:
+            self.health.count("spans", len(spans))
+            self.health.ok(now)
+        return None
+
+    def refuse(self, kind: str, message: str) -> None:
+        with self._lock:
+            self.health.error(kind, message, time.time())
+
+    def _dump(self, body: bytes, transport: str) -> None:
+        assert self.dump_dir is not None
+        with self._lock:
+            self._dumped += 1
+            n = self._dumped
+        self.dump_dir.mkdir(parents=True, exist_ok=True)
+        (self.dump_dir / f"export-{n:04d}-{transport}.pb").write_bytes(body)
+
+    # --- listeners -------------------------------------------------------------------------
+
+    def start(self) -> OtlpReceiver:
+        try:
+            if self._grpc_port is not None:
+                self._start_grpc(self._grpc_port)
+            if self._http_port is not None:
+                self._start_http(self._http_port)
+        except BaseException:
+            self.stop()
+            raise
+        self.health.target = self.endpoints()
+        return self
+
+    def endpoints(self) -> str:
+        parts = []
+        if self.grpc_port is not None:
+            parts.append(f"grpc {self.host}:{self.grpc_port}")
+        if self.http_port is not None:
+            parts.append(f"http {self.host}:{self.http_port}")
+        return ", ".join(parts)
+
+    def _start_grpc(self, port: int) -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[
+            ("grpc.max_receive_message_length", self.max_body)])
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
+        bound = server.add_insecure_port(f"{self.host}:{port}")
+        if bound == 0:
+            raise OSError(f"OTLP gRPC: cannot bind {self.host}:{port}")
+        server.start()
+        self._grpc, self.grpc_port = server, bound
+
+    def _start_http(self, port: int) -> None:
+        receiver = self
+
+        class Handler(_HttpHandler):
+            owner = receiver
+
+        server = ThreadingHTTPServer((self.host, port), Handler)
+        server.daemon_threads = True
+        self._http, self.http_port = server, server.server_address[1]
+        self._http_thread = threading.Thread(target=server.serve_forever, name="otlp-http",
+                                             daemon=True)
+        self._http_thread.start()
+
+    def stop(self) -> None:
+        if self._grpc is not None:
+            self._grpc.stop(grace=1.0).wait(2.0)
+            self._grpc = None
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        if self._http_thread is not None:
+            self._http_thread.join(timeout=2.0)
+            self._http_thread = None
+
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, owner: OtlpReceiver) -> None:
+        self.owner = owner
+
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
+        error = self.owner.accept(request.SerializeToString(), "grpc")
+        if error is not None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def _gunzip(body: bytes, limit: int) -> bytes | None:
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, limit)
+    except zlib.error:
+        return None
+    return None if d.unconsumed_tail else out
+
+
+class _HttpHandler(BaseHTTPRequestHandler):
+    owner: OtlpReceiver
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("otlp http: " + format, *args)
+
+    def _answer(self, status: int, body: bytes = b"", ctype: str = PROTOBUF) -> None:
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, kind: str, message: str) -> None:
+        self.owner.refuse(kind, message)
+        self._answer(status, message.encode(), "text/plain; charset=utf-8")
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
+            self._error(404, "not_found", f"no OTLP endpoint at {self.path} (use /v1/traces)")
+            return
+        try:
+            length = int(self.headers.get("content-length") or -1)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.close_connection = True
+            self._error(411, "no_length", "content-length required")
+            return
+        if length > self.owner.max_body:
+            self.close_connection = True  # the body is not read: the connection cannot be reused
+            self._error(413, "too_large", f"body of {length} bytes over {self.owner.max_body}")
+            return
+        body = self.rfile.read(length)
+        ctype = (self.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+        if ctype != PROTOBUF:
+            self._error(415, "unsupported_media_type",
+                        f"content-type {ctype or 'none'!r}: only {PROTOBUF} is accepted")
+            return
+        if (self.headers.get("content-encoding") or "").lower() == "gzip":
+            inflated = _gunzip(body, self.owner.max_body)
+            if inflated is None:
+                self._error(400, "bad_gzip", "gzip body undecodable or over the size limit")
+                return
+            body = inflated
+        error = self.owner.accept(body, "http")
+        if error is not None:
+            self._answer(400, error.encode(), "text/plain; charset=utf-8")
+            return
+        self._answer(200, trace_service_pb2.ExportTraceServiceResponse().SerializeToString())

@@ -1,0 +1,181 @@
+"""Router log lines → observed-request fragments (see ``mmlens.ingest.observed``).
+
+SMG (``--log-json``): every line of a request carries the request span
+(``span.request_id``, ``span.path``, ``span.trace_id`` with ``--enable-trace``); the lines
+that matter name the worker and model (``Event-driven routing``, ``Cache-aware selection``),
+the images (``Fetched images for multimodal processing``: sizes; ``Multimodal preprocessing
+complete``: tokens), the engine id (``Request <id> marked as completed``) and the outcome
+(``finished processing request``: status, latency in µs). Dynamo (``DYN_LOGGING_JSONL``):
+lines carry ``request_id`` (internal), ``x_request_id`` (the client's) and ``trace_id``;
+``request received``, ``image-token count`` (one line per image), ``Selected worker``,
+``http response sent`` (status, latency, TTFT, worker). The same field names arrive as OTLP
+span attributes and span events, so spans reuse these mappings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from mmlens.ingest.observed import SOURCE_LOG, alias, fragment, is_request_path, put
+from mmlens.ingest.router_logs import decision_from, parse_line
+from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
+
+_IMAGE_SIZE = re.compile(r"width:\s*(\d+),\s*height:\s*(\d+)")
+_COMPLETED = re.compile(r"^Request (\S+) marked as completed")
+_MODEL_IN = re.compile(r"request for model: ([^,\s]+)")
+_ROUTING_BEST = re.compile(r"\[ROUTING\]\s*Best:\s*worker_(\d+)")
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_ts(v: Any) -> float | None:
+    """SMG ``2026-12-01 02:56:07`` (UTC) or Dynamo ISO ``2026-11-30T05:25:31.896768Z``."""
+    if not isinstance(v, str) or len(v) < 19:
+        return None
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00").replace(" ", "T", 1))
+    except ValueError:
+        return None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
+                 ts: float | None = None) -> RequestTrace | None:
+    span = obj.get("span")
+    if not isinstance(span, dict) or not span.get("request_id"):
+        return None
+    if not is_request_path(span.get("path")):
+        return None
+    msg = str(obj.get("message", ""))
+    when = ts if ts is not None else parse_ts(obj.get("timestamp"))
+    t = fragment(str(span["request_id"]), source, when or 0.0, "smg")
+    label = f"{source}:smg"
+    t.trace_id = str(span["trace_id"]) if span.get("trace_id") else None
+    if msg in ("Event-driven routing", "Cache-aware selection"):
+        put(t, "worker", obj.get("worker"), label)
+        put(t, "model", obj.get("model_id"), label)
+    elif msg == "finished processing request":
+        put(t, "status", _int(span.get("status_code")), label)
+        lat = _float(span.get("latency"))
+        put(t, "latency_s", None if lat is None else lat / 1e6, label)
+    elif msg == "Fetched images for multimodal processing":
+        sizes = _IMAGE_SIZE.findall(str(obj.get("item_sizes", "")))
+        t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
+        if t.images:
+            t.provenance["images"] = label
+    elif msg == "Multimodal preprocessing complete":
+        tokens = _int(obj.get("total_tokens"))
+        if tokens is not None and _int(obj.get("item_count")) == 1:
+            t.images = [ImageInfo("data", tokens=tokens)]
+            t.provenance["images"] = label
+    elif msg.startswith("smg_mm_timing process_multimodal_plan") or msg == \
+            "Token expansion complete":
+        put(t, "processing_mode", "router", label)
+    elif (m := _COMPLETED.match(msg)) is not None:
+        alias(t, m.group(1))
+    elif (m := _MODEL_IN.search(msg)) is not None and "Processing" in msg:
+        put(t, "model", m.group(1), label)
+    elif msg == "Cache routing dispatch":
+        pass  # the decision itself is `router_logs`'; the request exists
+    elif msg != "started processing request":
+        return None
+    return t
+
+
+def dynamo_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
+                    ts: float | None = None) -> RequestTrace | None:
+    rid = obj.get("request_id")
+    if not rid:
+        return None
+    if "uri" in obj and not is_request_path(obj.get("uri")):
+        return None
+    msg = str(obj.get("message", ""))
+    when = ts if ts is not None else parse_ts(obj.get("time"))
+    t = fragment(str(rid), source, when or 0.0, "dynamo")
+    label = f"{source}:dynamo"
+    alias(t, obj.get("x_request_id"))
+    t.trace_id = str(obj["trace_id"]) if obj.get("trace_id") else None
+    if msg == "request received":
+        put(t, "model", obj.get("model"), label)
+        put(t, "stream", {"stream": True, "unary": False}.get(str(obj.get("request_type"))),
+            label)
+    elif msg in ("http response sent", "request completed"):
+        _dynamo_outcome(t, obj, label)
+    elif msg == "image-token count":
+        mm = _int(obj.get("mm_hash"))
+        t.images = [ImageInfo("data", width=_int(obj.get("width")),
+                              height=_int(obj.get("height")), tokens=_int(obj.get("tokens")),
+                              identities={} if mm is None else {"dynamo_mm_hash": f"{mm:016x}"})]
+        t.provenance["images"] = label + ":append"
+    elif msg == "Selected worker":
+        put(t, "worker", None if obj.get("worker_id") is None else str(obj["worker_id"]), label)
+    elif (m := _ROUTING_BEST.search(msg)) is not None:
+        put(t, "worker", m.group(1), label)
+    else:
+        return None
+    return t
+
+
+def _dynamo_outcome(t: RequestTrace, obj: dict[str, Any], label: str) -> None:
+    put(t, "model", obj.get("model"), label)
+    status = _int(obj.get("status"))
+    if status is None and obj.get("status") == "success":
+        status = 200
+    put(t, "status", status, label)
+    ms = _float(obj.get("latency_ms", obj.get("elapsed_ms")))
+    put(t, "latency_s", None if ms is None else ms / 1000.0, label)
+    ttft = _float(obj.get("ttft_ms"))
+    put(t, "ttft_s", None if ttft is None else ttft / 1000.0, label)
+    worker = obj.get("decode_worker_id") or obj.get("prefill_worker_id")
+    put(t, "worker", None if worker is None else str(worker), label)
+    put(t, "completion_tokens", _int(obj.get("output_tokens")), label)
+
+
+def fragment_of(obj: dict[str, Any], source: str = SOURCE_LOG,
+                ts: float | None = None) -> RequestTrace | None:
+    """One parsed log line (or span event) → a fragment, or None when it says nothing about
+    a served request."""
+    if isinstance(obj.get("span"), dict):
+        return smg_fragment(obj, source, ts)
+    return dynamo_fragment(obj, source, ts)
+
+
+def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
+               ) -> tuple[list[RoutingDecision], list[RequestTrace]]:
+    """Each line parsed once: the routing decisions (``router_logs.decision_from``) and the
+    observed-request fragments it carries."""
+    decisions: list[RoutingDecision] = []
+    frags: list[RequestTrace] = []
+    for line in lines:
+        try:
+            obj = parse_line(line)
+        except ValueError:
+            if errors is not None:
+                errors["malformed_log_line"] = errors.get("malformed_log_line", 0) + 1
+            continue
+        if obj is None:
+            continue
+        d = decision_from(obj)
+        if d is not None:
+            if d.ts is None:
+                d.ts = parse_ts(obj.get("timestamp") or obj.get("time"))
+            decisions.append(d)
+        f = fragment_of(obj)
+        if f is not None:
+            frags.append(f)
+    return decisions, frags

@@ -1,0 +1,82 @@
+"""OTLP trace export requests (protobuf bytes) → flat ``SpanRecord`` values.
+
+Total over bad input: a body that does not decode raises ``OtlpError`` (the receiver answers
+400 and counts it); spans missing ids, with undecodable attribute values or unknown
+attributes are kept with what could be read. Nothing here opens a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from mmlens.records import SpanEvent, SpanRecord
+
+MAX_ATTRIBUTE_CHARS = 2048  # a longer string attribute is cut (prompt text must not pile up)
+
+
+class OtlpError(ValueError):
+    """The body is not an OTLP ExportTraceServiceRequest."""
+
+
+def _value(v: AnyValue) -> Any:
+    kind = v.WhichOneof("value")
+    if kind == "string_value":
+        s = v.string_value
+        return s if len(s) <= MAX_ATTRIBUTE_CHARS else s[:MAX_ATTRIBUTE_CHARS]
+    if kind == "int_value":
+        return v.int_value
+    if kind == "double_value":
+        return v.double_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values[:256]]
+    if kind == "kvlist_value":
+        return attributes(v.kvlist_value.values)
+    if kind == "bytes_value":
+        return v.bytes_value.hex()[:MAX_ATTRIBUTE_CHARS]
+    return None
+
+
+def attributes(kvs: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in kvs}
+
+
+def decode_export(body: bytes) -> ExportTraceServiceRequest:
+    req = ExportTraceServiceRequest()
+    try:
+        req.ParseFromString(body)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise OtlpError(f"not an OTLP ExportTraceServiceRequest: {exc}") from None
+    return req
+
+
+def spans_of(req: ExportTraceServiceRequest) -> list[SpanRecord]:
+    """Every span of an export request, with its resource's ``service.name``."""
+    out: list[SpanRecord] = []
+    for rs in req.resource_spans:
+        resource = attributes(rs.resource.attributes)
+        service = str(resource.get("service.name") or "")
+        for ss in rs.scope_spans:
+            scope = ss.scope.name
+            for sp in ss.spans:
+                out.append(SpanRecord(
+                    trace_id=sp.trace_id.hex(), span_id=sp.span_id.hex(),
+                    parent_span_id=sp.parent_span_id.hex() or None, name=sp.name,
+                    kind=int(sp.kind), start_ns=int(sp.start_time_unix_nano),
+                    end_ns=int(sp.end_time_unix_nano), service=service, scope=scope,
+                    attributes=attributes(sp.attributes),
+                    status_code=int(sp.status.code), status_message=sp.status.message[:300],
+                    resource=resource,
+                    events=[SpanEvent(e.name[:MAX_ATTRIBUTE_CHARS], int(e.time_unix_nano),
+                                      attributes(e.attributes)) for e in sp.events[:64]]))
+    return out
+
+
+def parse_export(body: bytes) -> list[SpanRecord]:
+    return spans_of(decode_export(body))
