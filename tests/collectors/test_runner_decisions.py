@@ -57,8 +57,13 @@ def test_followed_log_decisions_reach_traces_written_elsewhere(tmp_path: Path) -
         reader.close()
     store = Store(db)
     try:  # `mmlens snapshot` joins them the same way
-        (snap_trace,) = build_snapshot(store)["traces"]
+        traces = {t["request_id"]: t for t in build_snapshot(store)["traces"]}
+        snap_trace = traces[HIT]
         assert [p["source"] for p in snap_trace["predictions"]] == [
             "header:x-smg-cache-trace", "log:cache_trace"]
+        assert snap_trace["origin"] == "mmlens"
+        # The log's other request, which mmlens did not send, is an observed request.
+        (other,) = (t for rid, t in traces.items() if rid != HIT)
+        assert other["origin"] == "observed" and other["sources"] == ["router_log"]
     finally:
         store.close()
