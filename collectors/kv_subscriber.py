@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import zmq
 
+from mmlens.ingest.kv_dynamo_plane import looks_like_dynamo_plane
 from mmlens.ingest.kv_events import END_SEQ, KVEventError, KVIngest, SequenceTracker, parse_seq
 from mmlens.records import CollectorHealth, KVEvent
 
@@ -125,7 +126,12 @@ class KVEventCollector:
         now = time.time()
         h = ep.health
         if len(frames) != 3:
-            h.error("truncated_frame", f"{len(frames)} frames", now)
+            if looks_like_dynamo_plane(frames):
+                h.error("wrong_protocol", (
+                    f"{ep.endpoint} is Dynamo's event plane (ZMQ broker), not a vLLM/SGLang ZMQ "
+                    "publisher: set it as the router's event_plane in mmlens.toml"), now)
+            else:
+                h.error("truncated_frame", f"{len(frames)} frames", now)
             return
         try:
             seq = parse_seq(frames[1])

@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from mmlens.collectors.kv_grpc import GrpcKvCollector
+from mmlens.collectors.kv_plane import EventPlaneCollector
 from mmlens.collectors.kv_subscriber import KVEventCollector
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.metrics_scrape import MetricsScraper
@@ -23,13 +25,22 @@ from mmlens.collectors.otlp_receiver import OtlpReceiver
 from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.collectors.router_state import RouterStateCollector
 
+from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, engine_block_sets
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
 from mmlens.ingest import router_logs
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.ingest.lag import LagHistogram
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import read_spans
-from mmlens.records import CollectorHealth, KVEvent, RequestTrace, RoutingDecision, SpanRecord
+from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.records import (
+    CollectorHealth,
+    KVEvent,
+    MetricSample,
+    RequestTrace,
+    RoutingDecision,
+    SpanRecord,
+)
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import Shard
 from mmlens.store.sqlite import Store
@@ -54,6 +65,14 @@ class CollectorRunner:
         self.router_state = RouterStateCollector(self.http, timeout_s=cfg.timeout_s)
         self._kv_queue: queue.SimpleQueue[list[KVEvent]] = queue.SimpleQueue()
         self.kv = KVEventCollector(context=zmq_context, sink=self._kv_queue.put)
+        self.kv_grpc = GrpcKvCollector(self.kv.ingest.index, self.kv.lock, self._kv_queue.put)
+        self.planes: list[EventPlaneCollector] = []
+        self.zmq_context = zmq_context
+        # What each router's event plane told it (Dynamo), beside the engines' own streams.
+        self.router_view = ResidentIndex()
+        self.view_lock = threading.Lock()
+        self._view_diffs: Diffs = {}
+        self.kv_transports: dict[str, str] = {}  # worker → zmq | grpc | nats | zmq-broker
         self._kv_thread: threading.Thread | None = None
         self._kv_stop = threading.Event()
         self.promql = PromQLSource(prom) if prom is not None else None
@@ -96,8 +115,17 @@ class CollectorRunner:
             self.store.set_meta("targets", self.targets())
         self._keep_own_share()
         for w in self.cfg.workers:
+            key = w.router_url or w.name
+            if w.kv_transport == "grpc" and w.kv_events:
+                self.kv_grpc.add_worker(key, w.kv_events, w.engine)
             for rank, pub, replay in w.kv_endpoints():
-                self.kv.add_endpoint(w.router_url or w.name, rank, pub, replay, w.topic)
+                self.kv.add_endpoint(key, rank, pub, replay, w.topic)
+            if w.kv_transport:
+                self.kv_transports[key] = w.kv_transport
+        for router in self.cfg.routers:
+            if router.event_plane:
+                self.planes.append(self._plane(router.name, router.event_plane,
+                                               router.namespace))
         if self.promql is not None:
             self.promql.instance_targets = {
                 urlsplit(url).netloc: name for name, url in self.metric_targets()}
@@ -150,7 +178,30 @@ class CollectorRunner:
                 "http_port": self.otlp.http_port},
         }
 
+    def _plane(self, name: str, url: str, namespace: str) -> EventPlaneCollector:
+        plane: EventPlaneCollector
+
+        def on_events(events: list[KVEvent]) -> None:
+            with self.view_lock:
+                self.router_view.apply(events)
+            # A worker whose engine stream mmlens does not read (a Dynamo deployment
+            # configured by its frontend only): the plane is the best view of it there is.
+            own = [e for e in events if self.kv_transports.get(e.worker) in (
+                None, plane.transport)]
+            if own:
+                for e in own:
+                    self.kv_transports.setdefault(e.worker, plane.transport)
+                with self.kv.lock:
+                    self.kv.ingest.index.apply(own)
+                self._kv_queue.put(own)
+
+        plane = EventPlaneCollector(name, url, on_events, namespace, self.zmq_context)
+        return plane
+
     def start_kv(self) -> None:
+        self.kv_grpc.start()
+        for plane in self.planes:
+            plane.start()
         if self.kv.endpoints and self._kv_thread is None:
             self._kv_thread = threading.Thread(target=self.kv.run, args=(self._kv_stop,),
                                                name="kv-events", daemon=True)
@@ -165,6 +216,7 @@ class CollectorRunner:
         else:
             samples = self.scraper.scrape_all(self.metric_targets())
         self.store.add_samples(samples)
+        self._compare_views(samples, now)
 
         if self.leads:
             states = [self.router_state.poll(r) for r in self.cfg.routers]
@@ -193,8 +245,29 @@ class CollectorRunner:
             self.store.add_kv_events(events)
             if self.shard_health is not None:
                 self._note_store_lag(self.shard_health, events)
-        if self.kv.endpoints:
-            self.store.set_kv_state(self.kv.summary(), now)
+        if self.kv.endpoints or self.kv_grpc.streams or self.planes:
+            summary = self.kv.summary()
+            for entry in summary.values():
+                entry["transport"] = self.kv_transports.get(entry["worker"])
+            self.store.set_kv_state(summary, now)
+
+    def _compare_views(self, samples: list[MetricSample], now: float) -> None:
+        """Router view vs engine holdings: block sets where a router's event plane is heard
+        (Dynamo), block counts where the router exports them (SMG ``smg_kv_index_blocks``)."""
+        engine_fed = {w for w, t in self.kv_transports.items() if t in ("zmq", "grpc")}
+        with self.view_lock:
+            router = {w: s for w, s in engine_block_sets(self.router_view.workers).items()
+                      if w in engine_fed}
+        with self.kv.lock:
+            engine_sets = engine_block_sets(self.kv.ingest.index.workers)
+        engine = {w: engine_sets.get(w, set()) for w in router}
+        points, self._view_diffs = compare_sets(engine, router, now, self._view_diffs)
+        gauge = {s.label("worker"): int(s.value) for s in samples
+                 if s.name == "smg_kv_index_blocks" and s.label("worker")}
+        points += compare_counts({w: len(engine_sets.get(w, ())) for w in gauge
+                                  if w in engine_fed}, gauge, now)
+        if points:
+            self.store.add_kv_views(points)
 
     def _note_store_lag(self, h: CollectorHealth, events: list[KVEvent]) -> None:
         """Publisher timestamp → committed in the store, per shard, over the last window."""
@@ -256,6 +329,7 @@ class CollectorRunner:
     def all_health(self) -> list[CollectorHealth]:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
         items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
+        items += self.kv_grpc.health + [p.health for p in self.planes]
         items.append(self.discovery_health)
         items.append(self.observed.health)
         if self.otlp is not None:
@@ -299,5 +373,8 @@ class CollectorRunner:
         self._kv_stop.set()
         if self._kv_thread is not None:
             self._kv_thread.join(timeout=2.0)
+        self.kv_grpc.close()
+        for plane in self.planes:
+            plane.close()
         self.kv.close()
         self.scraper.close()

@@ -41,6 +41,7 @@ class ClusterError(RuntimeError):
 class ClusterConfig:
     family: str = "qwen3-vl"
     workers: int = 2
+    engine: str = "vllm"  # vllm | sglang: the wire protocols the simulated workers speak
     connection: str = "grpc"  # grpc | http
     port_base: int = 18400
     mm_processing: str | None = None  # SMG --mm-processing: auto | router | worker
@@ -197,8 +198,12 @@ class Cluster:
                 "grpc": f"grpc://{HOST}:{p['grpc']}",
                 "http": f"http://{HOST}:{p['http']}",
                 "metrics": f"http://{HOST}:{p['http']}/metrics",
+                "engine": self.cfg.engine,
                 "kv_events": f"tcp://{HOST}:{p['kv']}",
                 "kv_replay": f"tcp://{HOST}:{p['replay']}",
+                # The same events on the engine's SubscribeKvEvents stream (what SMG reads).
+                **({"kv_grpc": f"grpc://{HOST}:{p['grpc']}"}
+                   if self.cfg.connection == "grpc" else {}),
                 "kv_topic": "kv-events",
                 "kv_encoding": "array" if self.cfg.legacy_kv_encoding else "map",
                 "mm_processor": "inprocess" if self.cfg.worker_mm_processor else "",

@@ -237,6 +237,10 @@ async def drop_kv(request: Request) -> Response:
     return JSONResponse({"drop_next": publisher.drop_next, "next_seq": publisher.next_seq})
 
 
+async def kv_published(request: Request) -> Response:
+    return JSONResponse(_state(request).publisher.published())
+
+
 def build_app(state: WorkerState) -> Starlette:
     app = Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
@@ -247,6 +251,7 @@ def build_app(state: WorkerState) -> Starlette:
         Route("/metrics", metrics),
         Route("/demo/requests", requests_seen),
         Route("/demo/kv/drop", drop_kv, methods=["POST"]),
+        Route("/demo/kv/published", kv_published),
     ])
     app.state.worker = state
     return app

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import zmq
 import zmq.asyncio
 from mmlens.demo.kv_wire import encode_batch
-from mmlens.demo.prefix_cache import Event
+from mmlens.demo.prefix_cache import Event, RemovedBlocks, StoredBlocks
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
@@ -38,6 +38,7 @@ class KvPublisher:
         self.legacy = legacy
         self.buffer: deque[PublishedBatch] = deque(maxlen=buffer_steps)
         self.next_seq = 0
+        self.counts = {"stored_blocks": 0, "removed_blocks": 0, "cleared": 0}
         self.drop_next = 0  # batches to keep off the PUB socket (replay still has them)
         # gRPC subscribers get each batch, or None: "the load changed without a KV event".
         self.subscribers: set[asyncio.Queue[PublishedBatch | None]] = set()
@@ -66,6 +67,7 @@ class KvPublisher:
         batch = PublishedBatch(self.next_seq, ts, list(events),
                                encode_batch(ts, list(events), self.legacy))
         self.next_seq += 1
+        self._count(events)
         self.buffer.append(batch)
         if self._pub is not None:
             if self.drop_next > 0:
@@ -75,6 +77,19 @@ class KvPublisher:
                 await self._pub.send_multipart([self.topic, seq, batch.payload])
         for q in list(self.subscribers):
             q.put_nowait(batch)
+
+    def _count(self, events: list[Event]) -> None:
+        for ev in events:
+            if isinstance(ev, StoredBlocks):
+                self.counts["stored_blocks"] += len(ev.block_hashes)
+            elif isinstance(ev, RemovedBlocks):
+                self.counts["removed_blocks"] += len(ev.block_hashes)
+            else:
+                self.counts["cleared"] += 1
+
+    def published(self) -> dict[str, int]:
+        """What this publisher has sent (tests compare it with what a collector stored)."""
+        return {"batches": self.next_seq, **self.counts}
 
     def load_changed(self) -> None:
         for q in list(self.subscribers):

@@ -16,12 +16,16 @@ metrics_url = "http://127.0.0.1:29000/metrics"
 api_key_env = "SMG_API_KEY"         # the NAME of an environment variable, never the key
 discover_workers = true             # add workers listed by SMG GET /workers
 log_file = "smg.log"                # optional JSON log to follow
+event_plane = "nats://127.0.0.1:4222"   # Dynamo: its KV events as the router hears them
+                                    # (NATS, or tcp://host:port = the ZMQ broker's xpub side)
+namespace = "dynamo"                # Dynamo namespace on the event plane (default: any)
 [[worker]]
 name = "w1"
 engine = "vllm"                     # vllm | sglang
 router_url = "grpc://127.0.0.1:50051"   # how the router names it
 metrics_url = "http://127.0.0.1:18001/metrics"
-kv_events = "tcp://127.0.0.1:5557"
+kv_events = "tcp://127.0.0.1:5557"   # vLLM/SGLang ZMQ; grpc://host:port = the worker's
+                                    # SubscribeKvEvents stream (SMG gRPC deployments)
 kv_replay = "tcp://127.0.0.1:5558"
 dp_size = 1                         # ranks > 0 listen on port + rank
 topic = ""
@@ -31,6 +35,7 @@ ready_file = "demo-ready.json"      # targets from `mmlens demo --ready-file`
 host = "127.0.0.1"
 grpc_port = 4317                    # 0 picks a free port; omit to leave gRPC off
 http_port = 4318                    # POST /v1/traces, application/x-protobuf
+kv_transport = "zmq"                # zmq | grpc: which of the demo workers' streams to read
 ```
 Secrets never live in the file: a key named like a secret is rejected.
 """
@@ -63,6 +68,8 @@ class RouterTarget:
     discover_workers: bool = True
     log_file: str | None = None
     indexer_url: str | None = None  # Dynamo standalone kv-indexer (GET /dump)
+    event_plane: str | None = None  # Dynamo: nats://… or the ZMQ broker's xpub tcp://…
+    namespace: str = "*"
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -79,9 +86,16 @@ class WorkerTarget:
     dp_size: int = 1
     topic: str = ""
 
-    def kv_endpoints(self) -> list[tuple[int, str, str | None]]:
-        """``(rank, pub endpoint, replay endpoint)`` per DP rank (port + rank)."""
+    @property
+    def kv_transport(self) -> str | None:
+        """``grpc`` (SubscribeKvEvents stream), ``zmq`` or None (no KV events configured)."""
         if not self.kv_events:
+            return None
+        return "grpc" if self.kv_events.startswith(("grpc://", "grpcs://")) else "zmq"
+
+    def kv_endpoints(self) -> list[tuple[int, str, str | None]]:
+        """``(rank, pub endpoint, replay endpoint)`` per DP rank (port + rank), ZMQ only."""
+        if not self.kv_events or self.kv_transport != "zmq":
             return []
         return [(r, offset_endpoint(self.kv_events, r),
                  offset_endpoint(self.kv_replay, r) if self.kv_replay else None)
@@ -98,6 +112,7 @@ class Config:
     retention_s: float = 86400.0
     max_mb: float = 512.0
     ready_file: str | None = None
+    demo_kv_transport: str = "zmq"
     base_dir: Path = Path(".")
     otlp_host: str = "127.0.0.1"
     otlp_grpc_port: int | None = None
@@ -170,6 +185,8 @@ def parse_config(doc: dict[str, Any], base_dir: Path = Path(".")) -> Config:
             api_key_env=_str(r, "api_key_env", where),
             discover_workers=bool(r.get("discover_workers", True)),
             indexer_url=_str(r, "indexer_url", where),
+            event_plane=_event_plane(r, where),
+            namespace=_str(r, "namespace", where) or "*",
             log_file=str(base_dir / log_file) if log_file else None))
     for i, w in enumerate(doc.get("worker", [])):
         where = f"worker[{i}]"
@@ -193,7 +210,22 @@ def parse_config(doc: dict[str, Any], base_dir: Path = Path(".")) -> Config:
         setattr(cfg, f"otlp_{key}", port)
     ready = _str(doc.get("demo", {}), "ready_file", "demo")
     cfg.ready_file = str(base_dir / ready) if ready else None
+    transport = _str(doc.get("demo", {}), "kv_transport", "demo") or "zmq"
+    if transport not in ("zmq", "grpc"):
+        raise ConfigError("demo.kv_transport: expected zmq or grpc")
+    cfg.demo_kv_transport = transport
     return cfg
+
+
+def _event_plane(table: dict[str, Any], where: str) -> str | None:
+    url = _str(table, "event_plane", where)
+    if url is None:
+        return None
+    scheme = urlsplit(url).scheme
+    if scheme not in ("nats", "tls", "tcp") or not urlsplit(url).hostname:
+        raise ConfigError(f"{where}.event_plane: expected nats://host:port or tcp://host:port "
+                          f"(Dynamo's ZMQ broker, xpub side), got {url!r}")
+    return url
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -216,7 +248,9 @@ def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
     if router and not any(r.url == router for r in cfg.routers):
         cfg.routers.append(RouterTarget(name="demo", kind=str(ready.get("router_kind", "smg")),
                                         url=router, metrics_url=ready.get("router_metrics"),
-                                        log_file=ready.get("router_log")))
+                                        log_file=ready.get("router_log"),
+                                        event_plane=ready.get("event_plane")))
+    grpc = cfg.demo_kv_transport == "grpc"
     for w in ready.get("workers", []):
         cfg.add_worker(WorkerTarget(
             name=str(w.get("name")), engine=str(w.get("engine", "vllm")),
@@ -224,7 +258,8 @@ def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
             router_url=w.get("url") or w.get("grpc") or w.get("http") or (
                 str(w["worker_id"]) if w.get("worker_id") is not None else None),
             metrics_url=w.get("metrics"),
-            kv_events=w.get("kv_events"), kv_replay=w.get("kv_replay"),
+            kv_events=(w.get("kv_grpc") if grpc and w.get("kv_grpc") else w.get("kv_events")),
+            kv_replay=None if grpc and w.get("kv_grpc") else w.get("kv_replay"),
             dp_size=int(w.get("dp_size", 1)), topic=str(w.get("kv_topic", ""))))
 
 

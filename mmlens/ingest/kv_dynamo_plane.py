@@ -146,9 +146,11 @@ def router_events(msg: PlaneMessage, errors: dict[str, int] | None = None) -> li
     if not isinstance(items, list):
         items = [items]
     out: list[KVEvent] = []
-    for raw in items:
+    for i, raw in enumerate(items):
         try:
-            out.append(_event(raw, msg.sequence, msg.published_at))
+            rec = _event(raw, msg.sequence, msg.published_at)
+            rec.idx = i  # the store's key within a batch (with worker, rank, seq, ts)
+            out.append(rec)
         except KVEventError as exc:
             if errors is None:
                 raise

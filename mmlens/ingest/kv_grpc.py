@@ -82,9 +82,11 @@ def batch_events(batch: Any, worker: str, errors: dict[str, int] | None = None) 
         raise KVEventError("bad_number", f"batch timestamp {ts!r}")
     load_only = batch.HasField("load") and batch.load.load_only
     out: list[KVEvent] = []
-    for ev in batch.events:
+    for i, ev in enumerate(batch.events):
         try:
-            out.append(_event(ev, worker, rank, seq, ts))
+            rec = _event(ev, worker, rank, seq, ts)
+            rec.idx = i  # the store's key within a batch (with worker, rank, seq, ts)
+            out.append(rec)
         except KVEventError as exc:
             if errors is None:
                 raise

@@ -159,6 +159,31 @@ class StoreReader:
         with self.lock:
             return self.store.kv_state()
 
+    def kv_views(self, since: float) -> list[tuple[float, str, str, int | None, int | None, int,
+                                                   int]]:
+        """Router view vs engine holdings per worker since ``since`` (an older store: none)."""
+        try:
+            return [tuple(r) for r in self._rows(  # type: ignore[misc]
+                "SELECT ts, worker, source, router_blocks, engine_blocks, router_only, "
+                "engine_only FROM kv_views WHERE ts >= ? ORDER BY ts", (since,))]
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+
+    def scrape_times(self, since: float, targets: Sequence[str]) -> dict[str, list[float]]:
+        """When each of ``targets`` was scraped since ``since`` (liveness needs the scrapes
+        that listed no worker too)."""
+        if not targets:
+            return {}
+        rows = self._rows(
+            f"SELECT DISTINCT target, ts FROM samples WHERE ts >= ? AND target IN "
+            f"({','.join('?' * len(targets))})", (since, *targets))
+        out: dict[str, list[float]] = {}
+        for target, ts in rows:
+            out.setdefault(target, []).append(ts)
+        return out
+
     # --- health and meta ----------------------------------------------------------------------
 
     def health(self) -> list[dict[str, Any]]:

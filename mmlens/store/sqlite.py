@@ -59,6 +59,10 @@ CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
 CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
 CREATE TABLE IF NOT EXISTS trace_keys (key TEXT PRIMARY KEY, row INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS trace_keys_row ON trace_keys (row);
+CREATE TABLE IF NOT EXISTS kv_views (
+    ts REAL NOT NULL, worker TEXT NOT NULL, source TEXT NOT NULL, router_blocks INTEGER,
+    engine_blocks INTEGER, router_only INTEGER NOT NULL, engine_only INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS kv_views_ts ON kv_views (ts);
 CREATE TABLE IF NOT EXISTS health (
     collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
     last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
@@ -72,7 +76,7 @@ CREATE TABLE IF NOT EXISTS health (
 # after kill -9, a second collector, a resync after a reconnect) maps to the same keys.
 _KV_COLUMNS = "ts, worker, rank, seq, kind, n_blocks, parent, hashes, images, idx"
 
-PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions")
+PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions", "kv_views")
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
@@ -180,6 +184,14 @@ class Store:
                 f"INSERT OR IGNORE INTO kv_events ({_KV_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 rows)
         return max(cur.rowcount, 0)
+
+    def add_kv_views(self, points: Iterable[Any]) -> int:
+        """Router view vs engine holdings (``mmlens.analysis.kv_divergence.ViewPoint``)."""
+        rows = [(p.ts, p.worker, p.source, p.router_blocks, p.engine_blocks, p.router_only,
+                 p.engine_only) for p in points]
+        with self.db:
+            self.db.executemany("INSERT INTO kv_views VALUES (?,?,?,?,?,?,?)", rows)
+        return len(rows)
 
     def set_kv_state(self, summary: dict[str, dict[str, Any]], ts: float) -> None:
         with self.db:

@@ -115,6 +115,7 @@ def test_grpc_stored_batch_with_image_keys_and_signed_hashes() -> None:
     assert ev.token_ids == list(range(32)) and ev.block_size == 16 and ev.medium == "GPU"
     assert ev.images == [(("ab" * 32, -12),), None]
     assert [e.kind for e in batch.events] == ["stored", "removed", "cleared"]
+    assert [e.idx for e in batch.events] == [0, 1, 2]  # distinct store keys within a batch
 
 
 def test_grpc_heartbeat_and_bad_block_size() -> None:

@@ -1,0 +1,146 @@
+"""Router view vs engine holdings: per worker, blocks the router believes resident that the
+engine no longer holds (``router_only``) and blocks the engine holds that the router does not
+know (``engine_only``), over time.
+
+Three sources, each as exact as the router lets it be:
+- ``event_plane``: block sets. Dynamo's router indexes what its event plane delivers (NATS or
+  the ZMQ broker); mmlens hears the same plane and the engines' own streams, keyed by the
+  engine's block hash in both.
+- ``index_gauge``: counts. SMG exports ``smg_kv_index_blocks{worker}`` (its positional index)
+  and no block list; the difference of counts bounds the divergence from below.
+- ``prediction``: per routed request, the overlap the router predicted against the tokens the
+  engine found cached (approximate-mode routers have no other view).
+
+Two views fed by different transports race by a few milliseconds, so a set difference counts
+only once it has persisted for two consecutive comparisons (``previous``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mmlens.analysis.request_view import predicted_tokens
+
+ALERT_SHARE = 0.2
+ALERT_MIN_BLOCKS = 4
+SOURCES = ("event_plane", "index_gauge", "prediction")
+
+
+@dataclass(frozen=True, slots=True)
+class ViewPoint:
+    ts: float
+    worker: str
+    source: str
+    router_blocks: int | None
+    engine_blocks: int | None
+    router_only: int
+    engine_only: int
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DivergenceAlert:
+    worker: str
+    source: str
+    message: str
+
+
+Diffs = dict[str, tuple[frozenset[Any], frozenset[Any]]]
+
+
+def compare_sets(engine: Mapping[str, Collection[Any]], router: Mapping[str, Collection[Any]],
+                 ts: float, previous: Diffs | None = None) -> tuple[list[ViewPoint], Diffs]:
+    """Workers present in both views; returns the points and this round's raw differences
+    (pass them as ``previous`` next time)."""
+    points: list[ViewPoint] = []
+    current: Diffs = {}
+    for worker in sorted(set(engine) & set(router)):
+        e, r = engine[worker], router[worker]
+        e_set = e if isinstance(e, (set, frozenset)) else set(e)
+        r_set = r if isinstance(r, (set, frozenset)) else set(r)
+        r_only = frozenset(r_set - e_set)
+        e_only = frozenset(e_set - r_set)
+        current[worker] = (r_only, e_only)
+        prev_r, prev_e = (previous or {}).get(worker, (frozenset(), frozenset()))
+        points.append(ViewPoint(ts, worker, "event_plane", len(r_set), len(e_set),
+                                len(r_only & prev_r), len(e_only & prev_e)))
+    return points, current
+
+
+def compare_counts(engine: Mapping[str, int], router: Mapping[str, int], ts: float,
+                   ) -> list[ViewPoint]:
+    """Count-only views (SMG): the router's block count against the engine's."""
+    return [ViewPoint(ts, w, "index_gauge", router[w], engine[w], max(0, router[w] - engine[w]),
+                      max(0, engine[w] - router[w]))
+            for w in sorted(set(engine) & set(router))]
+
+
+def prediction_points(traces: Iterable[Mapping[str, Any]], default_block_size: int = 16,
+                      ) -> list[ViewPoint]:
+    """One point per routed request whose router predicted an overlap: predicted blocks the
+    engine did not find are router-only, found blocks beyond the prediction engine-only."""
+    out = []
+    for t in traces:
+        predicted = predicted_tokens(dict(t))
+        worker = t.get("worker")
+        if predicted is None or not worker or t.get("error"):
+            continue
+        layout = t.get("expected_layout") or {}
+        bs = int(layout.get("block_size") or default_block_size) or default_block_size
+        pred_blocks, cached_blocks = predicted // bs, int(t.get("cached_tokens") or 0) // bs
+        out.append(ViewPoint(float(t.get("ts") or 0.0), str(worker), "prediction", pred_blocks,
+                             cached_blocks, max(0, pred_blocks - cached_blocks),
+                             max(0, cached_blocks - pred_blocks), str(t.get("request_id"))))
+    return sorted(out, key=lambda p: p.ts)
+
+
+def latest(points: Iterable[ViewPoint]) -> dict[tuple[str, str], ViewPoint]:
+    """The newest point per (worker, source)."""
+    out: dict[tuple[str, str], ViewPoint] = {}
+    for p in points:
+        key = (p.worker, p.source)
+        if key not in out or p.ts >= out[key].ts:
+            out[key] = p
+    return out
+
+
+def alerts(points: Sequence[ViewPoint], share: float = ALERT_SHARE,
+           min_blocks: int = ALERT_MIN_BLOCKS) -> list[DivergenceAlert]:
+    """Workers whose router view diverges from the engine's holdings past ``share`` of the
+    router's blocks (at least ``min_blocks``), judged on each source's latest point (the sum
+    of a prediction's recent points: one request is one sample)."""
+    found: list[DivergenceAlert] = []
+    pred: dict[str, list[ViewPoint]] = {}
+    for p in points:
+        if p.source == "prediction":
+            pred.setdefault(p.worker, []).append(p)
+    for (worker, source), p in sorted(latest(points).items()):
+        if source == "prediction":
+            recent = pred[worker][-10:]
+            r_only = sum(q.router_only for q in recent)
+            base = sum(q.router_blocks or 0 for q in recent)
+            what = f"{len(recent)} recent request(s) predicted {base} block(s)"
+        else:
+            r_only, base = p.router_only, p.router_blocks or 0
+            what = f"the router holds {base} block(s) for it"
+        if r_only >= min_blocks and r_only > share * max(base, 1):
+            found.append(DivergenceAlert(worker, source, (
+                f"{worker}: {r_only} block(s) the router believes resident are not in the "
+                f"engine ({source.replace('_', ' ')}; {what}) — routing there expects cache "
+                "the engine evicted")))
+        elif source != "prediction" and p.engine_only >= min_blocks and p.engine_only > share * max(
+                p.engine_blocks or 0, 1):
+            found.append(DivergenceAlert(worker, source, (
+                f"{worker}: the engine holds {p.engine_only} block(s) the router does not know "
+                f"({source.replace('_', ' ')}) — lost or unapplied KV events")))
+    return found
+
+
+def engine_block_sets(workers: Mapping[tuple[str, int], Any]) -> dict[str, set[Any]]:
+    """Per worker (ranks merged): the block hashes of a resident index's ``workers`` map."""
+    out: dict[str, set[Any]] = {}
+    for (worker, _rank), res in workers.items():
+        out.setdefault(worker, set()).update(res.blocks)
+    return out
