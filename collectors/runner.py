@@ -29,10 +29,10 @@ from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, e
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
 from mmlens.ingest import router_logs
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
+from mmlens.ingest.kv_events import ResidentIndex
 from mmlens.ingest.lag import LagHistogram
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import read_spans
-from mmlens.ingest.kv_events import ResidentIndex
 from mmlens.records import (
     CollectorHealth,
     KVEvent,
