@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mmlens.demo.cli import count_drift, serve
-from mmlens.demo.dynamo_cluster import DynamoCluster, DynamoClusterConfig, dynamo_available
+from mmlens.demo.dynamo_cluster import (
+    DynamoCluster,
+    DynamoClusterConfig,
+    dynamo_available,
+    infra_missing,
+)
 from mmlens.demo.model_dirs import MODELS
 
 
@@ -43,6 +48,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="pad: workers push pad-value KV events through Dynamo's publisher "
                         "(default); vllm-zmq: Dynamo relays the workers' raw vLLM-format ZMQ "
                         "events and rewrites image runs itself, as with real vLLM workers")
+    p.add_argument("--event-plane", choices=["zmq", "nats"], default="zmq",
+                   help="zmq: file discovery and a loopback ZMQ broker (default); nats: "
+                        "production shape, etcd discovery and the NATS event plane with the "
+                        "demo's own etcd and nats-server (apt-get install etcd-server "
+                        "nats-server), all on 127.0.0.1")
     p.add_argument("--no-zmq-kv-events", action="store_true",
                    help="workers do not also publish vLLM-format ZMQ KV events for mmlens")
     p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
@@ -59,7 +69,7 @@ def config_from(args: argparse.Namespace) -> DynamoClusterConfig:
         router_kv_events=not args.no_router_kv_events, count_drift=count_drift(args),
         block_size=args.block_size, num_blocks=args.num_blocks, speed=args.speed,
         zmq_kv_events=not args.no_zmq_kv_events, kv_path=args.kv_path,
-        tokenizer_backend=args.tokenizer,
+        tokenizer_backend=args.tokenizer, event_plane=args.event_plane,
         log_dir=args.log_dir,
         model_cache=args.model_cache, ready_timeout=args.ready_timeout)
 
@@ -69,7 +79,7 @@ def main(argv: Sequence[str]) -> int:
     if args.workers < 1:
         print("mmlens demo: --workers must be at least 1", file=sys.stderr)
         return 2
-    reason = dynamo_available()
+    reason = dynamo_available() or (infra_missing() if args.event_plane == "nats" else None)
     if reason:
         print(f"mmlens demo: {reason}", file=sys.stderr)
         return 2

@@ -2,7 +2,9 @@
 simulated vLLM workers registered with the Dynamo runtime, all on 127.0.0.1.
 
 - Discovery through files (`--discovery-backend file`), TCP request plane, ZMQ event plane in
-  broker mode against the demo's loopback XSUB/XPUB relay (direct mode binds all interfaces).
+  broker mode against the demo's loopback XSUB/XPUB relay (direct mode binds all interfaces);
+  or, with `event_plane="nats"`, production shape: etcd discovery and the NATS event plane,
+  with the demo's own `etcd` and `nats-server` (Debian `etcd-server`, `nats-server`).
 - HOME, XDG_CACHE_HOME, HF_HOME, the discovery store and TMPDIR live in a scratch folder the
   demo owns and removes; the Hub is offline.
 - The frontend logs JSON lines (`DYN_LOGGING_JSONL`) with the routing and mm_routing targets
@@ -10,8 +12,9 @@ simulated vLLM workers registered with the Dynamo runtime, all on 127.0.0.1.
 - The block size comes from the model: the workers register it and the frontend reads it
   from their model card (no `--kv-cache-block-size`).
 
-Port layout from `port_base` B: frontend B, broker XSUB B+2 / XPUB B+3; worker i (0-based):
-system server (/metrics) B+10+10i, vLLM-format ZMQ KV events +1, replay +2.
+Port layout from `port_base` B: frontend B, broker XSUB B+2 / XPUB B+3 (ZMQ plane) or etcd
+client B+4 / peer B+5 and NATS B+6 (NATS plane); worker i (0-based): system server (/metrics)
+B+10+10i, vLLM-format ZMQ KV events +1, replay +2.
 """
 
 from __future__ import annotations
@@ -80,10 +83,17 @@ class DynamoClusterConfig:
     # Frontend tokenizer backend (`--tokenizer`); None: per family (`FAMILY_TOKENIZER`).
     tokenizer_backend: str | None = None
     extra_frontend_args: list[str] = field(default_factory=list)
+    # "zmq": file discovery + ZMQ broker; "nats": etcd discovery + NATS (production shape).
+    event_plane: str = "zmq"
 
     @property
     def frontend_port(self) -> int:
         return self.port_base
+
+    @property
+    def infra_ports(self) -> dict[str, int]:
+        return {"etcd": self.port_base + 4, "etcd_peer": self.port_base + 5,
+                "nats": self.port_base + 6}
 
     @property
     def broker_ports(self) -> tuple[int, int]:
@@ -98,11 +108,32 @@ class DynamoClusterConfig:
 
 
 def ports_needed(cfg: DynamoClusterConfig) -> list[int]:
-    ports = [cfg.frontend_port, *cfg.broker_ports]
+    ports = [cfg.frontend_port, *(cfg.broker_ports if cfg.event_plane == "zmq"
+                                  else cfg.infra_ports.values())]
     for i in range(cfg.workers):
         p = cfg.worker_ports(i)
         ports += [p["system"]] + ([p["kv"], p["replay"]] if cfg.zmq_kv_events else [])
     return ports
+
+
+def infra_missing() -> str | None:
+    """None when `etcd` and `nats-server` are installed, else what to install."""
+    missing = [b for b in ("etcd", "nats-server") if shutil.which(b) is None]
+    if not missing:
+        return None
+    return (f"{' and '.join(missing)} not found: the NATS event plane needs Debian's "
+            "etcd-server and nats-server packages (apt-get install etcd-server nats-server)")
+
+
+def nats_env(env: dict[str, str], etcd_port: int, nats_port: int) -> dict[str, str]:
+    """`env` switched from file discovery + ZMQ broker to etcd + NATS on loopback."""
+    env = dict(env)
+    for key in ("DYN_ZMQ_BROKER_URL", "DYN_FILE_KV"):
+        env.pop(key, None)
+    env.update({"DYN_DISCOVERY_BACKEND": "etcd", "DYN_EVENT_PLANE": "nats",
+                "ETCD_ENDPOINTS": f"http://{HOST}:{etcd_port}",
+                "NATS_SERVER": f"nats://{HOST}:{nats_port}"})
+    return env
 
 
 def loopback_env(scratch: Path, broker: str, base: dict[str, str] | None = None,
@@ -135,6 +166,8 @@ class DynamoCluster:
             raise ValueError(f"unknown demo model {cfg.family!r}; choose from {sorted(MODELS)}")
         if cfg.kv_path not in ("pad", "vllm-zmq"):
             raise ValueError("kv_path must be pad or vllm-zmq")
+        if cfg.event_plane not in ("zmq", "nats"):
+            raise ValueError("event_plane must be zmq or nats")
         if cfg.kv_path == "vllm-zmq":
             cfg.zmq_kv_events = True  # Dynamo reads the workers' ZMQ events
         self.cfg = cfg
@@ -187,12 +220,23 @@ class DynamoCluster:
             "tokenizer_backend": (self.cfg.tokenizer_backend
                                   or FAMILY_TOKENIZER.get(self.cfg.family, "default")),
             "block_size": self.cfg.block_size,
-            "broker": {"xsub": f"tcp://{HOST}:{xsub}", "xpub": f"tcp://{HOST}:{xpub}"},
+            **self._plane_info(xsub, xpub),
             "workers": workers,
             "models": [self.model.ready_entry(self.model_dir)],
             "logs": str(self.log_dir),
             "router_pid": self.frontend.popen.pid if self.frontend else None,
         }
+
+    def _plane_info(self, xsub: int, xpub: int) -> dict[str, Any]:
+        """Where the router's KV events travel (mmlens reads them there too)."""
+        if self.cfg.event_plane == "nats":
+            p = self.cfg.infra_ports
+            return {"discovery": "etcd", "etcd": f"http://{HOST}:{p['etcd']}",
+                    "nats": f"nats://{HOST}:{p['nats']}",
+                    "event_plane": f"nats://{HOST}:{p['nats']}"}
+        return {"discovery": "file",
+                "broker": {"xsub": f"tcp://{HOST}:{xsub}", "xpub": f"tcp://{HOST}:{xpub}"},
+                "event_plane": f"tcp://{HOST}:{xpub}"}
 
     # -- processes -----------------------------------------------------------------------
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> Proc:
@@ -214,6 +258,8 @@ class DynamoCluster:
         if cfg.zmq_kv_events or cfg.kv_path == "vllm-zmq":
             cmd += ["--zmq-kv-port", str(p["kv"]), "--zmq-replay-port", str(p["replay"])]
         cmd += ["--kv-path", cfg.kv_path]
+        if cfg.event_plane == "nats":
+            cmd += ["--discovery-backend", "etcd", "--event-plane", "nats"]
         if cfg.zmq_legacy_encoding:
             cmd.append("--zmq-legacy-encoding")
         if not cfg.router_kv_events:
@@ -223,7 +269,10 @@ class DynamoCluster:
     def _frontend_cmd(self) -> list[str]:
         cmd = [sys.executable, "-m", "dynamo.frontend", "--http-host", HOST,
                "--http-port", str(self.cfg.frontend_port), "--router-mode", "kv",
-               "--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
+               "--request-plane", "tcp"]
+        cmd += (["--discovery-backend", "etcd", "--event-plane", "nats"]
+                if self.cfg.event_plane == "nats" else
+                ["--discovery-backend", "file", "--event-plane", "zmq"])
         if not self.cfg.router_kv_events:
             cmd.append("--no-router-kv-events")
         backend = self.cfg.tokenizer_backend or FAMILY_TOKENIZER.get(self.cfg.family)
@@ -240,10 +289,13 @@ class DynamoCluster:
         self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
         xsub, xpub = self.cfg.broker_ports
         env = loopback_env(self.scratch, broker_url(xsub, xpub))
-        broker = self._spawn("broker", [sys.executable, "-m", "mmlens.demo.dynamo_broker",
-                                        "--xsub-port", str(xsub), "--xpub-port", str(xpub)],
-                             env)
-        self._wait_line(broker, '"broker_ready"', deadline)
+        if self.cfg.event_plane == "nats":
+            env = self._start_infra(env, deadline)
+        else:
+            broker = self._spawn("broker", [sys.executable, "-m", "mmlens.demo.dynamo_broker",
+                                            "--xsub-port", str(xsub), "--xpub-port", str(xpub)],
+                                 env)
+            self._wait_line(broker, '"broker_ready"', deadline)
         for i in range(self.cfg.workers):
             wenv = dict(env, DYN_SYSTEM_PORT=str(self.cfg.worker_ports(i)["system"]))
             self.workers.append(self._spawn(f"worker-w{i + 1}", self._worker_cmd(i), wenv))
@@ -251,6 +303,25 @@ class DynamoCluster:
         self.worker_info = [self._worker_ready(w, deadline) for w in self.workers]
         self._wait_frontend(deadline)
         return self.ready_info()
+
+    def _start_infra(self, env: dict[str, str], deadline: float) -> dict[str, str]:
+        """etcd and nats-server on loopback, their data in the scratch folder."""
+        missing = infra_missing()
+        if missing:
+            raise ClusterError(missing)
+        p = self.cfg.infra_ports
+        etcd_url, peer_url = f"http://{HOST}:{p['etcd']}", f"http://{HOST}:{p['etcd_peer']}"
+        etcd = self._spawn("etcd", [
+            "etcd", "--name", "mmlens-demo", "--data-dir", str(self.scratch / "etcd"),
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", f"mmlens-demo={peer_url}"], env)
+        nats = self._spawn("nats", [
+            "nats-server", "-a", HOST, "-p", str(p["nats"]), "-js",
+            "-sd", str(self.scratch / "nats")], env)
+        self._wait_line(etcd, "ready to serve client requests", deadline)
+        self._wait_line(nats, "Server is ready", deadline)
+        return nats_env(env, p["etcd"], p["nats"])
 
     def _wait_line(self, proc: Proc, marker: str, deadline: float) -> str:
         while time.monotonic() < deadline:
@@ -295,8 +366,9 @@ class DynamoCluster:
     def stop(self) -> None:
         """SIGTERM every process group (frontend first), then SIGKILL what is left: Dynamo's
         runtime can linger after its shutdown phases."""
-        order = ([self.frontend] if self.frontend else []) + [
-            p for p in self.procs if p is not self.frontend]
+        # Frontend, then workers, then what they lean on (broker, or etcd and NATS).
+        first = ([self.frontend] if self.frontend else []) + self.workers
+        order = first + [p for p in self.procs if p not in first]
         for proc in order:
             proc.terminate()
         deadline = time.monotonic() + STOP_GRACE_S

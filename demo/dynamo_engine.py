@@ -113,7 +113,8 @@ class SimulatedVllmEngine(LLMEngine):
         config = WorkerConfig(
             namespace=args.namespace, component=args.component, endpoint=args.endpoint,
             model_name=str(engine.model_dir), served_model_name=engine.model.served_name,
-            discovery_backend="file", request_plane="tcp", event_plane="zmq",
+            discovery_backend=args.discovery_backend, request_plane="tcp",
+            event_plane=args.event_plane,
             enable_kv_routing=not args.no_kv_events)
         return engine, config
 
@@ -285,7 +286,9 @@ class SimulatedVllmEngine(LLMEngine):
             raise ValueError(str(exc)) from exc
         assert final is not None
         record.update(cached_tokens=final["cached_tokens"],
-                      completion_tokens=final["completion_tokens"])
+                      completion_tokens=final["completion_tokens"],
+                      kv_published={"dynamo": dict(self.sink.counts),
+                                    "zmq": self.zmq.published() if self.zmq else None})
         self._emit(record)
         self._snapshot()
         finish = "stop" if final["finish_reason"] == "stop" else (
@@ -311,6 +314,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--endpoint", default="generate")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-blocks", type=int, default=4096)
+    p.add_argument("--discovery-backend", choices=["file", "etcd"], default="file")
+    p.add_argument("--event-plane", choices=["zmq", "nats"], default="zmq")
     p.add_argument("--max-model-len", type=int, default=65536)
     p.add_argument("--hash-seed", default="mmlens-demo")
     p.add_argument("--speed", type=float, default=1.0, help="latency divisor")
