@@ -1,6 +1,6 @@
 """Helpers shared by the tests that start processes on 127.0.0.1 (demo, Dynamo, collectors,
 pages, scenarios): free ports, a cluster started with retries, `mmlens demo` as a separate
-process, and stopping a process a test started."""
+process, stopping a process a test started, and waiting for an asynchronous effect."""
 
 from __future__ import annotations
 
@@ -57,6 +57,56 @@ class _Startable(Protocol):
 
 
 _C = TypeVar("_C", bound=_Startable)
+_T = TypeVar("_T")
+
+
+def wait_until(predicate: Callable[[], _T], timeout: float = 10.0, interval: float = 0.1, *,
+               what: str = "", ignore: tuple[type[Exception], ...] = ()) -> _T:
+    """Poll `predicate` every `interval` s until it returns something truthy, and return
+    that; fail the test after `timeout` s, naming `what`. An exception of an `ignore` type
+    counts as "not yet"; any other ends the wait at once (so a predicate can give up early,
+    e.g. when the process it waits for has exited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except ignore:
+            value = None
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() >= deadline:
+            name = what or getattr(predicate, "__name__", "condition")
+            raise AssertionError(f"not within {timeout:g} s: {name} (last: {value!r})")
+        time.sleep(interval)
+
+
+async def wait_until_async(predicate: Callable[[], _T], timeout: float = 10.0,
+                           interval: float = 0.001, *, what: str = "") -> _T:
+    """`wait_until` inside an event loop: yields to the loop between polls."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what or 'condition'}")
+        await asyncio.sleep(interval)
+    return value
+
+
+def zmq_connect(sock: Any, endpoint: str, timeout: float = 10.0) -> None:
+    """Connect a ZMQ socket and return once the peer has completed the handshake (a SUB
+    socket sends its subscriptions right after it, before anything the test triggers)."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    try:
+        sock.connect(endpoint)
+        assert monitor.poll(int(timeout * 1000)), f"no ZMQ handshake with {endpoint}"
+        recv_monitor_message(monitor)
+    finally:
+        sock.disable_monitor()
+        monitor.close(linger=0)
 
 
 @contextlib.contextmanager
@@ -100,6 +150,17 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout
         proc.wait()
 
 
+def ready_info(ready: Path, proc: subprocess.Popen[Any] | None = None) -> dict[str, Any] | None:
+    """The JSON a process wrote to its ready file, once the file is complete (None before);
+    fails the test if `proc` has exited first."""
+    if proc is not None and proc.poll() is not None:
+        pytest.fail(proc.stderr.read().decode() if proc.stderr else "exited before ready")
+    try:
+        return json.loads(ready.read_text()) or None
+    except (OSError, ValueError):  # not there yet, or still being written
+        return None
+
+
 @contextlib.contextmanager
 def demo_process(args: list[str], ready: Path, what: str = "demo") -> Iterator[dict[str, Any]]:
     """`mmlens demo ARGS --ready-file READY` as users run it: its ready info once the file is
@@ -108,13 +169,6 @@ def demo_process(args: list[str], ready: Path, what: str = "demo") -> Iterator[d
         [sys.executable, "-m", "mmlens", "demo", *args, "--ready-file", str(ready)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        t0 = time.monotonic()
-        while not ready.exists():
-            if proc.poll() is not None:
-                pytest.fail(proc.stderr.read().decode() if proc.stderr else "demo exited")
-            assert time.monotonic() - t0 < 60, f"{what} not ready within 60 s"
-            time.sleep(0.2)
-        time.sleep(0.2)
-        yield json.loads(ready.read_text())
+        yield wait_until(lambda: ready_info(ready, proc), 60, 0.2, what=f"{what} ready")
     finally:
         stop_process(proc, signal.SIGINT, 30)

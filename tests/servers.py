@@ -12,14 +12,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tests.live_support import LOOPBACK, free_port, stop_process
+from tests.live_support import LOOPBACK, free_port, stop_process, wait_until
 
 
 def postgres_bin() -> Path | None:
@@ -62,13 +61,12 @@ def stop_pid(pid: int, sig: int = signal.SIGINT, timeout: float = 30.0) -> None:
     fast shutdown) and wait for it to go; SIGKILL after ``timeout``."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while not _pid_gone(pid):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 5
-        time.sleep(0.05)
+    try:
+        wait_until(lambda: _pid_gone(pid), timeout, 0.05, what=f"server {pid} gone")
+    except AssertionError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: _pid_gone(pid), 5, 0.05, what=f"server {pid} gone after SIGKILL")
 
 
 @contextlib.contextmanager
@@ -109,13 +107,16 @@ class TSDB:
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
              alive: Callable[[], bool] = lambda: True) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
+    """`wait_until` for a server: gives up at once when `alive` says it has exited."""
+
+    def ready() -> bool:
+        if predicate():
+            return True
         if not alive():
             raise RuntimeError(f"{what}: the server exited")
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.3)
+        return False
+
+    wait_until(ready, timeout, 0.3, what=what)
 
 
 @contextlib.contextmanager

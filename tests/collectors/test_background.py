@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from mmlens.collectors.background import start_background
 
 from mmlens.config import Config, RouterTarget
@@ -11,6 +9,7 @@ from mmlens.store.snapshot import build_snapshot
 from mmlens.store.sqlite import Store
 from tests.collectors.loopback import Loopback, Route
 from tests.fixtures_path import capture
+from tests.live_support import wait_until
 
 
 def test_background_collectors_and_concurrent_reader(tmp_path) -> None:
@@ -23,16 +22,18 @@ def test_background_collectors_and_concurrent_reader(tmp_path) -> None:
                      interval_s=0.2)
         bg = start_background(cfg, tmp_path / "bg.db")
         reader = None
+
+        def collected() -> dict | None:
+            nonlocal reader
+            assert bg.running
+            if not (tmp_path / "bg.db").exists():
+                return None
+            reader = reader or Store(tmp_path / "bg.db", readonly=True)
+            snap = build_snapshot(reader)
+            return snap if snap["cache_aware_branches"] and snap["router_state"] else None
+
         try:
-            deadline = time.monotonic() + 10
-            while True:
-                if (tmp_path / "bg.db").exists():
-                    reader = reader or Store(tmp_path / "bg.db", readonly=True)
-                    snap = build_snapshot(reader)
-                    if snap["cache_aware_branches"] and snap["router_state"]:
-                        break
-                assert time.monotonic() < deadline and bg.running
-                time.sleep(0.1)
+            snap = wait_until(collected, 10, what="branches and router state in the store")
             assert snap["cache_aware_branches"]["smg"] == {"tree_match": 5.0,
                                                            "expected_wait_fallback": 2.0}
             assert [w["url"] for w in snap["router_state"][0]["workers"]] == [

@@ -20,7 +20,7 @@ from mmlens.cli import collect as collect_cli
 from mmlens.cli import snapshot as snapshot_cli
 from mmlens.config import Config, RouterTarget
 from mmlens.store.sqlite import Store
-from tests.live_support import demo_process, free_port_base
+from tests.live_support import demo_process, free_port_base, wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -125,7 +125,9 @@ def test_live_gap_is_replayed_from_the_worker(demo, tmp_path) -> None:
         runner = CollectorRunner(cfg, store, http=client)
         runner.setup()
         runner.start_kv()
-        time.sleep(0.5)  # SUB sockets join
+        # The collector's SUB sockets must have joined before the dropped batch, and PUB/SUB
+        # gives no signal when they have.
+        time.sleep(0.5)
         for w in demo["workers"]:
             client.post(w["http"] + "/demo/kv/drop", params={"count": 1}).raise_for_status()
         tracer = TraceClient(client)
@@ -136,12 +138,11 @@ def test_live_gap_is_replayed_from_the_worker(demo, tmp_path) -> None:
             tracer.send(demo["router"], model, "Describe this image in detail please.",
                         [ImagePart(solid_png(64, 64, color))])
         health = [ep.health for ep in runner.kv.endpoints]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if sum(h.counters.get("replayed_batches", 0) for h in health) >= 1:
-                break
-            time.sleep(0.2)
-        runner.close()
+        try:
+            wait_until(lambda: sum(h.counters.get("replayed_batches", 0) for h in health),
+                       10, 0.2, what="a batch replayed")
+        finally:
+            runner.close()
     assert sum(h.counters.get("gaps", 0) for h in health) >= 1, [h.counters for h in health]
     assert sum(h.counters.get("replayed_batches", 0) for h in health) >= 1
     assert all("unrecovered_gap" not in h.errors for h in health)

@@ -20,7 +20,7 @@ from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.ingest.metrics_normalize import normalize_samples
 from tests.collectors.loopback import Loopback, Route
 from tests.fixtures_path import capture
-from tests.live_support import free_port
+from tests.live_support import free_port, wait_until
 from tests.servers import prometheus_server, victoria_metrics_server, wait_scraped
 
 pytestmark = pytest.mark.slow
@@ -131,13 +131,12 @@ def test_promql_range_rate_with_counter_reset(prometheus, served) -> None:
 
     prom = PrometheusConnect(url=prometheus.url, disable_ssl=True)
     src = PromQLSource(prom, {f"127.0.0.1:{served.port}": "w1"})
-    deadline = time.monotonic() + 30
-    while True:  # wait until the worker has restarted once and grown again
+
+    def restarted_and_grown() -> bool:
         res = prom.custom_query('vllm:prefix_cache_queries_total{job="worker"}')
-        if res and float(res[0]["value"][1]) >= 12 and served_scrapes(served) > 8:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+        return bool(res) and float(res[0]["value"][1]) >= 12 and served_scrapes(served) > 8
+
+    wait_until(restarted_and_grown, 30, 0.5, what="the worker restarted once and grew again")
     end = datetime.now(UTC)
     samples = src.range('{job="worker",__name__=~"vllm:prefix_cache_.+"}',
                         end - timedelta(seconds=60), end, step="1s")

@@ -22,7 +22,7 @@ from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from mmlens.layout.imageinfo import to_data_url
-from tests.live_support import free_port_base, started
+from tests.live_support import free_port_base, started, zmq_connect
 
 TEXT = "Describe this image in detail please."
 
@@ -148,10 +148,9 @@ class KvSubscriber:
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt_string(zmq.SUBSCRIBE, topic)
-        self.sub.connect(endpoint)
+        zmq_connect(self.sub, endpoint)
         self.replay_endpoint = replay
         self.topic = topic
-        time.sleep(0.3)  # the SUB handshake; earlier batches are what replay is for
 
     def recv(self, timeout: float = 3.0) -> list[tuple[int, bytes]]:
         """All (seq, payload) messages arriving within `timeout` after the first one."""

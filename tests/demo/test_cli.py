@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.demo.support import image_messages, png_data_url
-from tests.live_support import REPO, free_port_base
+from tests.live_support import REPO, free_port_base, ready_info, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -38,17 +38,12 @@ def alive(pid: int) -> bool:
 def test_demo_cli_ready_request_and_clean_ctrl_c(tmp_path: Path) -> None:
     base = free_port_base(40)
     ready = tmp_path / "ready.json"
-    t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmlens", "demo", "--port-base", str(base), "--ready-file",
          str(ready), "--log-dir", str(tmp_path / "logs")],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        while not ready.exists():
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() - t0 < 20, "not ready within 20 s"
-            time.sleep(0.1)
-        info = json.loads(ready.read_text())
+        info = wait_until(lambda: ready_info(ready, proc), 20, what="demo ready")
         assert proc.stdout is not None
         assert json.loads(proc.stdout.readline()) == info  # the same line on stdout
         assert info["router"] == f"http://127.0.0.1:{base}"
@@ -81,18 +76,12 @@ def test_a_killed_demo_takes_its_processes_with_it(tmp_path: Path) -> None:
          "--connection", "http", "--ready-file", str(ready), "--log-dir", str(tmp_path / "logs")],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
-        info = json.loads(ready.read_text())
+        info = wait_until(lambda: ready_info(ready, proc), 20, what="demo ready")
         pids = [info["router_pid"], info["workers"][0]["pid"]]
         proc.kill()  # SIGKILL: no cleanup code of the demo runs
         proc.wait()
-        deadline = time.monotonic() + 15  # SMG still drains after its SIGTERM
-        while any(alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(alive(p) for p in pids)
+        # SMG still drains after its SIGTERM
+        wait_until(lambda: not any(alive(p) for p in pids), 15, 0.2, what="its processes gone")
         assert not listening(base) and not listening(base + 11)
     finally:
         if proc.poll() is None:

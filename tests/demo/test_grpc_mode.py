@@ -29,6 +29,7 @@ from tests.demo.support import (
     worker_http,
     worker_requests,
 )
+from tests.live_support import wait_until
 
 pytestmark = pytest.mark.live
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -324,10 +325,9 @@ def test_info_loads_and_abort_over_grpc(info: dict) -> None:
             request_id="to-abort", stream=True,
             tokenized=vllm_engine_pb2.TokenizedInput(input_ids=list(range(1000, 25000))),
             sampling_params=vllm_engine_pb2.SamplingParams(max_tokens=20)), timeout=20)
-        deadline = time.monotonic() + 10
-        while not any(r["request_id"] == "to-abort" for r in worker_requests(w["http"], 5)):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: any(r["request_id"] == "to-abort"
+                               for r in worker_requests(w["http"], 5)), 10, 0.02,
+                   what="the worker received the request")
         stub.Abort(vllm_engine_pb2.AbortRequest(request_ids=["to-abort"]), timeout=5)
         responses = list(stream)
     done = responses[-1].complete

@@ -19,6 +19,7 @@ from mmlens.demo.prefix_cache import (
 )
 
 from tests.demo.support import decode_payload, png_data_url
+from tests.live_support import wait_until_async
 
 BS = 4
 
@@ -196,10 +197,9 @@ def test_engine_queues_requests_when_the_cache_is_full() -> None:
             return finish
 
         a = asyncio.create_task(consume("a", list(range(16))))  # 4 of 6 blocks
-        await asyncio.sleep(0.005)
+        await wait_until_async(lambda: engine.running == 1, 5, what="a running")
         b = asyncio.create_task(consume("b", list(range(100, 116))))  # must wait for a
-        await asyncio.sleep(0.005)
-        queued = engine.waiting
+        queued = await wait_until_async(lambda: engine.waiting, 5, what="b queued")
         finishes = list(await asyncio.gather(a, b))
         try:
             await consume("c", list(range(200, 240)))  # 10 blocks can never fit

@@ -7,7 +7,6 @@ import contextlib
 import json
 import re
 import subprocess
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from mmlens.demo.dynamo_cluster import (
 
 from mmlens.ingest.router_logs import join, parse_lines
 from mmlens.records import RequestTrace, RoutingDecision
-from tests.live_support import free_port_base, started
+from tests.live_support import free_port_base, started, wait_until
 
 UNAVAILABLE = dynamo_available()
 # The marks of a module whose tests start the real Dynamo frontend: skipped without the extra.
@@ -49,17 +48,6 @@ def frontend_decisions(log: Path, errors: dict[str, int] | None = None,
     return parse_lines(LogFollower(str(log)).read_new(), errors)
 
 
-def wait_for(probe: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def decisions_for(cluster: DynamoCluster, trace: RequestTrace,
                   need: tuple[str, ...] = ("log:routing_best",)) -> list[RoutingDecision]:
     """Join the frontend log into the trace (waiting for the lines `need` names)."""
@@ -71,7 +59,7 @@ def decisions_for(cluster: DynamoCluster, trace: RequestTrace,
         have = {p.source for p in trace.predictions}
         return trace.predictions if all(n in have for n in need) else None
 
-    return wait_for(probe, 10.0, f"{need} in the frontend log for {trace.request_id}")
+    return wait_until(probe, 10.0, what=f"{need} in the frontend log for {trace.request_id}")
 
 
 def one(trace: RequestTrace, source: str) -> RoutingDecision:
@@ -117,6 +105,34 @@ def running_requests(cluster: DynamoCluster) -> float:
     return total
 
 
+def applied_stored(cluster: DynamoCluster) -> float:
+    """Stored-block events the frontend's KV index has applied so far (its
+    `dynamo_component_kv_cache_events_applied{event_type="stored",status="ok"}`)."""
+    import httpx
+
+    from mmlens.ingest.exposition import parse_exposition
+
+    text = httpx.get(cluster.ready_info()["router_metrics"], timeout=5.0).text
+    return sum(s.value for s in parse_exposition(text, "frontend", 0.0)
+               if s.name == "dynamo_component_kv_cache_events_applied"
+               and s.label("event_type") == "stored" and s.label("status") == "ok")
+
+
+def wait_router_indexed(cluster: DynamoCluster, before: float, timeout: float = 15.0) -> float:
+    """Until the frontend's KV index has applied stored-block events beyond `before` (a count
+    taken before the requests) and no more arrived over three polls: what those requests
+    stored is in the router's index. Returns the count."""
+    seen: list[float] = []
+
+    def settled() -> float | None:
+        seen.append(applied_stored(cluster))
+        if seen[-1] > before and len(seen) >= 3 and seen[-1] == seen[-3]:
+            return seen[-1]
+        return None
+
+    return wait_until(settled, timeout, 0.2, what="the router's KV index caught up")
+
+
 def overlapping_seeds(send_a: Callable[[], Any], send_b: Callable[[], Any],
                       cluster: DynamoCluster) -> tuple[Any, Any]:
     """Send seed B while seed A is still running on its engine, so the router's load
@@ -125,6 +141,7 @@ def overlapping_seeds(send_a: Callable[[], Any], send_b: Callable[[], Any],
 
     with ThreadPoolExecutor(2) as pool:
         fa = pool.submit(send_a)
-        wait_for(lambda: running_requests(cluster) >= 1 or fa.done(), 10.0, "seed A running")
+        wait_until(lambda: running_requests(cluster) >= 1 or fa.done(), 10.0,
+                   what="seed A running")
         fb = pool.submit(send_b)
         return fa.result(), fb.result()

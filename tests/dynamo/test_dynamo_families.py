@@ -3,7 +3,6 @@ two-worker A/B/A/B affinity, and GLM-5.3-Flash falling back to text-prefix routi
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -14,10 +13,12 @@ from mmlens.ingest.dynamo_logs import model_mm_routing, support_for
 from mmlens.records import RequestTrace
 from tests.dynamo.support import (
     LIVE_DYNAMO,
+    applied_stored,
     decisions_for,
     one,
     overlapping_seeds,
     running_dynamo,
+    wait_router_indexed,
     worker_requests,
 )
 
@@ -47,10 +48,11 @@ def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
         tc = TraceClient(http, layout_hook=model_layout_hook("kimi-k3", 16))
         a = ImagePart(solid_png(640, 480, (200, 30, 30)))
         b = ImagePart(solid_png(640, 480, (30, 30, 200)))
+        before = applied_stored(cluster)
         sa, sb = overlapping_seeds(lambda: _send(cluster, tc, a, "k3-A-seed", 160),
                                    lambda: _send(cluster, tc, b, "k3-B-seed", 16), cluster)
         seeds = {"A": sa, "B": sb}
-        time.sleep(1.0)
+        wait_router_indexed(cluster, before)
         replays = [(k, _send(cluster, tc, img, f"k3-{k}-{i}"))
                    for i, (k, img) in enumerate((("A", a), ("B", b), ("A", a), ("B", b)))]
         sizes = [(224, 224), (640, 480), (1024, 768), (1920, 1080), (4000, 3000)]

@@ -23,13 +23,16 @@ from mmlens.records import RequestTrace
 from tests.dynamo.media_server import MediaServer, media_server
 from tests.dynamo.support import (
     LIVE_DYNAMO,
+    applied_stored,
     decisions_for,
     listeners,
     one,
     overlapping_seeds,
     running_dynamo,
+    wait_router_indexed,
     worker_requests,
 )
+from tests.live_support import wait_until
 
 pytestmark = LIVE_DYNAMO
 
@@ -109,11 +112,12 @@ def test_every_listener_is_loopback(cluster: DynamoCluster) -> None:
 def test_abab_affinity_with_kv_events(cluster: DynamoCluster, client: TraceClient) -> None:
     a = ImagePart(solid_png(640, 480, (10, 180, 40)))
     b = ImagePart(solid_png(640, 480, (180, 40, 200)))
+    before = applied_stored(cluster)
     # Seeds overlap in time, so the router's load accounting spreads them over both workers.
     seeds = list(overlapping_seeds(lambda: send(cluster, client, [a], "aff-A-seed", 160),
                                    lambda: send(cluster, client, [b], "aff-B-seed", 16),
                                    cluster))
-    time.sleep(1.0)  # KV events reach the router's index
+    wait_router_indexed(cluster, before)
     replays = []
     for rid, img in (("aff-A-2", a), ("aff-B-2", b), ("aff-A-3", a), ("aff-B-3", b)):
         replays.append(send(cluster, client, [img], rid))
@@ -269,12 +273,20 @@ def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_pa
         runner.setup()
         runner.start_kv()
         runner.tick()
-        time.sleep(0.5)  # ZMQ subscriptions settle before events flow
+        # The collector's SUB sockets must join before the events flow, and PUB/SUB gives no
+        # signal when they have.
+        time.sleep(0.5)
+
+        def batches() -> float:
+            return sum(ep.health.counters.get("batches", 0) for ep in runner.kv.endpoints)
+
+        before, batches_before = applied_stored(cluster), batches()
         with httpx.Client() as http:
             tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", BLOCK))
             img = ImagePart(solid_png(1024, 768, (33, 66, 99)))
             traces = [send(cluster, tc, [img], f"collect-{i}") for i in range(2)]
-        time.sleep(1.0)
+        wait_router_indexed(cluster, before)
+        wait_until(lambda: batches() > batches_before, 10, what="KV batches at the collector")
         runner.record_traces(traces)
         runner.tick()
         runner.flush()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from typing import Any
 
 import httpx
@@ -14,7 +13,14 @@ from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, 
 from mmlens.demo.dynamo_cluster import DynamoCluster
 
 from mmlens.records import RequestTrace
-from tests.dynamo.support import LIVE_DYNAMO, decisions_for, running_dynamo, worker_requests
+from tests.dynamo.support import (
+    LIVE_DYNAMO,
+    applied_stored,
+    decisions_for,
+    running_dynamo,
+    wait_router_indexed,
+    worker_requests,
+)
 
 pytestmark = LIVE_DYNAMO
 
@@ -41,8 +47,10 @@ def test_approximate_mode_predicts_whole_blocks(tmp_path: Any) -> None:
                         model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
         tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", 16))
         img = ImagePart(solid_png(640, 480, (120, 10, 10)))
+        before = applied_stored(cluster)
         first = _send(cluster, tc, img, "approx-1")
-        time.sleep(0.3)
+        # Approximate mode: the router's own insert of what it routed counts as applied too.
+        wait_router_indexed(cluster, before)
         second = _send(cluster, tc, img, "approx-2")
         other = _send(cluster, tc, ImagePart(solid_png(640, 480, (10, 120, 10))), "approx-3")
         assert "--no-router-kv-events" in cluster._frontend_cmd()
@@ -64,8 +72,9 @@ def test_engine_count_drift_is_visible(tmp_path: Any) -> None:
                         model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
         tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", 16))
         img = ImagePart(solid_png(640, 480, (10, 10, 120)))
+        before = applied_stored(cluster)
         cold = _send(cluster, tc, img, "drift-1", text)
-        time.sleep(1.0)
+        wait_router_indexed(cluster, before)
         warm = _send(cluster, tc, img, "drift-2", text)
         records = worker_requests(cluster)
     expected = cold.expected_layout or {}
@@ -92,8 +101,9 @@ def test_vllm_zmq_events_normalized_by_dynamo(tmp_path: Any, legacy: bool) -> No
                         ) as cluster, httpx.Client() as http:
         tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", 16))
         img = ImagePart(solid_png(640, 480, (60, 60, 160)))
+        before = applied_stored(cluster)
         _send(cluster, tc, img, "zmq-1")
-        time.sleep(1.0)
+        wait_router_indexed(cluster, before)
         warm = _send(cluster, tc, img, "zmq-2")
         other = _send(cluster, tc, ImagePart(solid_png(640, 480, (160, 60, 60))), "zmq-3")
         relay = [json.loads(line) for line in

@@ -3,12 +3,9 @@ workload, Streamlit) on free loopback ports, shared by the live page and browser
 
 from __future__ import annotations
 
-import contextlib
-import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +14,7 @@ import httpx
 import pytest
 
 from mmlens.store.reader import StoreReader
-from tests.live_support import REPO, free_port, free_port_base, stop_process
+from tests.live_support import REPO, free_port, free_port_base, ready_info, stop_process, wait_until
 
 WARMUP_TRACES = 12
 
@@ -30,21 +27,18 @@ class LiveDashboard:
     pid: int
 
 
-def _wait_warm(db: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"dashboard exited with {proc.returncode}")
-        if db.exists():
-            reader = StoreReader(db)
-            try:
-                if (reader.trace_count() >= WARMUP_TRACES and reader.latest_kv_ts()
-                        and reader.latest_sample_ts()):
-                    return
-            finally:
-                reader.close()
-        time.sleep(0.5)
-    raise RuntimeError("warm-up traces did not reach the store in time")
+def _warm(db: Path, proc: subprocess.Popen[bytes]) -> bool:
+    """The warm-up's traces, KV events and samples are all in the store."""
+    if proc.poll() is not None:
+        raise RuntimeError(f"dashboard exited with {proc.returncode}")
+    if not db.exists():
+        return False
+    reader = StoreReader(db)
+    try:
+        return bool(reader.trace_count() >= WARMUP_TRACES and reader.latest_kv_ts()
+                    and reader.latest_sample_ts())
+    finally:
+        reader.close()
 
 
 @pytest.fixture(scope="session")
@@ -59,20 +53,15 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDas
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 90
-        while not (ready.exists() and ready.stat().st_size):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("dashboard not ready:\n" + (work / "dashboard.log")
-                                   .read_text()[-3000:])
-            time.sleep(0.3)
-        info = json.loads(ready.read_text())
-        _wait_warm(db, proc, 90)
+        try:
+            info = wait_until(lambda: ready_info(ready, proc), 90, 0.3, what="dashboard ready")
+        except (AssertionError, pytest.fail.Exception) as exc:  # timed out, or it exited
+            raise RuntimeError("dashboard not ready:\n" + (work / "dashboard.log")
+                               .read_text()[-3000:]) from exc
+        wait_until(lambda: _warm(db, proc), 90, 0.5, what="warm-up data in the store")
         url = info["dashboard"]
-        for _ in range(100):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.3)
+        wait_until(lambda: httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200,
+                   30, 0.3, what="Streamlit healthy", ignore=(httpx.HTTPError,))
         yield LiveDashboard(url, db, Path(info["config"]) if info.get("config") else None,
                             proc.pid)
     finally:

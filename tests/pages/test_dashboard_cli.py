@@ -3,18 +3,16 @@ Ctrl-C (SIGINT to its process group, as a terminal sends it) leaves no process b
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.live_support import REPO, free_port, free_port_base
+from tests.live_support import REPO, free_port, free_port_base, ready_info, wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -53,28 +51,18 @@ def test_ctrl_c_stops_every_child(tmp_path: Path) -> None:
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
-        while not (ready.exists() and ready.stat().st_size):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.3)
-        url = json.loads(ready.read_text())["dashboard"]
-        for _ in range(100):
-            try:
-                if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        url = wait_until(lambda: ready_info(ready, proc), 90, 0.3, what="dashboard ready")[
+            "dashboard"]
+        wait_until(lambda: httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200,
+                   30, 0.3, what="Streamlit healthy", ignore=(httpx.HTTPError,))
         # A deep link is served by the app (the page itself renders client-side).
         assert httpx.get(f"{url}/inspector?request=x", timeout=5).status_code == 200
         children = descendants(proc.pid)
         assert len(children) >= 5  # demo (router + 2 workers), collect, streamlit
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 0
-        deadline = time.monotonic() + 20
-        while any(alive(c) for c in children) and time.monotonic() < deadline:
-            time.sleep(0.3)
-        assert not [c for c in children if alive(c)]
+        wait_until(lambda: not any(alive(c) for c in children), 20, 0.3,
+                   what="every child gone")
         assert not ready.exists()
     finally:
         if proc.poll() is None:

@@ -3,11 +3,10 @@ workers, the collectors and the warm-up workload. The Lab sends real requests.""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from mmlens.store.reader import StoreReader
+from tests.live_support import wait_until
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
@@ -106,18 +105,17 @@ def test_lab_runs_a_scenario(live: LiveDashboard) -> None:
 def _traces_with_logged_candidates(db: object, timeout: float = 30.0) -> list[dict]:
     """Warm-up traces (written straight to the store by the Lab's sender) that the collector's
     log follower has since matched with SMG's "Cache routing dispatch" lines."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def found() -> list[dict]:
         reader = StoreReader(db)  # type: ignore[arg-type]
         try:
-            found = [t for t in reader.recent_traces(100) if any(
+            return [t for t in reader.recent_traces(100) if any(
                 p["source"] == "log:cache_trace" and p["candidates"]
                 for p in t["predictions"])]
         finally:
             reader.close()
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(1.0)
+
+    return wait_until(found, timeout, 1.0, what="traces with SMG's logged candidates")
 
 
 def test_warmup_decisions_show_real_smg_candidates(live: LiveDashboard) -> None:

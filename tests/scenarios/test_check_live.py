@@ -6,11 +6,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.live_support import free_port_base, stop_process
+from tests.live_support import free_port_base, ready_info, stop_process, wait_until
 
 pytestmark = pytest.mark.live
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -25,12 +24,7 @@ def demo(tmp_path, *extra):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not (ready.exists() and ready.stat().st_size):
-            assert proc.poll() is None, "demo exited before it was ready"
-            assert time.monotonic() < deadline, "demo not ready in 60 s"
-            time.sleep(0.2)
-        yield json.loads(ready.read_text())
+        yield wait_until(lambda: ready_info(ready, proc), 60, 0.2, what="demo ready")
     finally:
         stop_process(proc, signal.SIGTERM, 30, group=True)
 
