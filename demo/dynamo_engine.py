@@ -50,6 +50,7 @@ from mmlens.demo.expansion import Expander, PlaceholderMismatch
 from mmlens.demo.kv_publisher import KvPublisher
 from mmlens.demo.media import DecodedImage, MediaError, decode_image
 from mmlens.demo.model_dirs import MODELS
+from mmlens.demo.otlp_export import SpanExporter, TraceContext, traced_steps
 from mmlens.demo.prefix_cache import MediaSpan, PrefixCache
 from mmlens.demo.worker import ANSWER
 from mmlens.demo.worker_metrics import WorkerMetrics
@@ -103,6 +104,7 @@ class SimulatedVllmEngine(LLMEngine):
         self.snapshots: Any = None
         self.kv_relay: Any = None
         self.log = sys.stdout
+        self.tracer: SpanExporter | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     @classmethod
@@ -126,6 +128,8 @@ class SimulatedVllmEngine(LLMEngine):
         self.expander = Expander(self.model, processor_config, self.encode, a.count_drift)
         self.pad_token = self.model.token_id(self.model.core.pad)
         self.allowed_hosts = frozenset(h for h in a.allowed_media_hosts.split(",") if h)
+        if a.otlp_traces_endpoint:
+            self.tracer = SpanExporter(a.otlp_traces_endpoint, instance=str(worker_id))
         self.metrics = WorkerMetrics(self.model.served_name, a.block_size, a.num_blocks,
                                      a.max_model_len)
         # kv-path "pad": events reach Dynamo through its Python publisher with image runs
@@ -193,6 +197,9 @@ class SimulatedVllmEngine(LLMEngine):
             self.engine.aborted.add(context.id())
 
     async def cleanup(self) -> None:
+        if self.tracer is not None:
+            self.tracer.close()
+            self.tracer = None
         if self.kv_relay is not None:
             with contextlib.suppress(Exception):
                 self.kv_relay.shutdown()
@@ -270,7 +277,9 @@ class SimulatedVllmEngine(LLMEngine):
         final: dict[str, Any] | None = None
         pending: list[int] | None = None
         try:
-            async for toks, result in self.engine.run(rid, prompt, spans, max_tokens):
+            steps = traced_steps(self.engine.run(rid, prompt, spans, max_tokens), self.tracer,
+                                 rid, self.model.served_name, max_tokens, _context_of(context))
+            async for toks, result in steps:
                 if pending is not None:
                     yield {"token_ids": pending, "index": 0}
                 pending = toks
@@ -304,6 +313,16 @@ class SimulatedVllmEngine(LLMEngine):
         }
 
 
+def _context_of(context: Context) -> TraceContext | None:
+    """The Dynamo request's trace (the frontend's), for the worker's vLLM-shaped span."""
+    try:
+        trace, span = context.trace_id, context.span_id
+        return TraceContext(bytes.fromhex(trace), bytes.fromhex(span) if span else None) \
+            if trace and len(trace) == 32 else None
+    except (ValueError, AttributeError):
+        return None
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="mmlens.demo.dynamo_engine", description=__doc__)
     p.add_argument("--name", default="w1")
@@ -333,6 +352,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="ZMQ events as positional arrays (vLLM before PR #42892)")
     p.add_argument("--no-kv-events", action="store_true",
                    help="publish no KV events to Dynamo (for --no-router-kv-events runs)")
+    p.add_argument("--otlp-traces-endpoint", default="",
+                   help="export a vLLM-shaped llm_request span per request (OTLP/HTTP URL)")
     return p.parse_args(list(argv))
 
 

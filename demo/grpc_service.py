@@ -18,6 +18,7 @@ from mmlens.demo.engine import EngineError
 from mmlens.demo.expansion import PlaceholderMismatch
 from mmlens.demo.kv_publisher import PublishedBatch
 from mmlens.demo.media import MediaError
+from mmlens.demo.otlp_export import parse_traceparent, traced_steps
 from mmlens.demo.prefix_cache import AllCleared, Event, MediaSpan, RemovedBlocks, StoredBlocks
 from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
@@ -211,13 +212,15 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
             return
         sp = request.sampling_params
         max_tokens = sp.max_tokens if sp.HasField("max_tokens") else 16
-        s.log_request("grpc", request.request_id, prompt, media, request,
-                      metadata={k: v for k, v in context.invocation_metadata() or ()
-                                if isinstance(v, str)})
+        metadata = {k: v for k, v in context.invocation_metadata() or ()
+                    if isinstance(v, str)}
+        s.log_request("grpc", request.request_id, prompt, media, request, metadata=metadata)
         try:
             # aclosing: a cancelled RPC (client gone) releases the request's blocks at once.
-            async with contextlib.aclosing(
-                    s.engine.run(request.request_id, prompt, media, max_tokens)) as steps:
+            async with contextlib.aclosing(traced_steps(
+                    s.engine.run(request.request_id, prompt, media, max_tokens), s.tracer,
+                    request.request_id, s.model.served_name, max_tokens,
+                    parse_traceparent(metadata.get("traceparent")))) as steps:
                 async for new, res in steps:
                     if not (request.stream and new):
                         continue

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mmlens.demo.engine import EngineError, RequestResult
 from mmlens.demo.expansion import PlaceholderMismatch
 from mmlens.demo.media import MediaError
+from mmlens.demo.otlp_export import parse_traceparent, traced_steps
 from mmlens.demo.prefix_cache import MediaSpan
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -138,7 +139,9 @@ async def chat(request: Request) -> Response:
     state.log_request("http", rid, prompt, media, None)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     reply = _Reply(rid, int(time.time()), state.model.served_name, include_usage)
-    gen = state.engine.run(rid, prompt, media, max_tokens)
+    gen = traced_steps(state.engine.run(rid, prompt, media, max_tokens), state.tracer, rid,
+                       state.model.served_name, max_tokens,
+                       parse_traceparent(request.headers.get("traceparent")))
     if not body.get("stream"):
         return await _completion(state, gen, reply)
     try:

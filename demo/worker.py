@@ -26,6 +26,7 @@ from mmlens.demo.http_api import build_app
 from mmlens.demo.kv_publisher import KvPublisher
 from mmlens.demo.media import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, DecodedImage, decode_image
 from mmlens.demo.model_dirs import MODELS
+from mmlens.demo.otlp_export import SpanExporter
 from mmlens.demo.prefix_cache import MediaSpan, PrefixCache
 from mmlens.demo.worker_metrics import WorkerMetrics
 from tokenizers import Tokenizer
@@ -67,6 +68,9 @@ class WorkerState:
             self.publisher, self.metrics, self.encode(ANSWER),
             LatencyModel(speed=args.speed), max_model_len=args.max_model_len)
         self.started = time.time()
+        self.tracer = (SpanExporter(args.otlp_traces_endpoint, instance=args.otlp_instance
+                                    or f"grpc://127.0.0.1:{args.grpc_port}")
+                       if args.otlp_traces_endpoint else None)
         self.last_receive = 0.0
         self.seen: deque[dict[str, Any]] = deque(maxlen=200)
 
@@ -139,6 +143,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="comma-separated hosts whose http(s) images may be fetched")
     p.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_BYTES)
     p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS)
+    p.add_argument("--otlp-traces-endpoint", default="",
+                   help="export a vLLM-shaped llm_request span per request (OTLP/HTTP URL)")
+    p.add_argument("--otlp-instance", default="",
+                   help="service.instance.id of the spans (default: the gRPC URL)")
     return p.parse_args(list(argv))
 
 
@@ -165,6 +173,8 @@ async def serve(args: argparse.Namespace) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(http_task, 3)
     state.publisher.close()
+    if state.tracer is not None:
+        state.tracer.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

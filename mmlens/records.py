@@ -245,6 +245,7 @@ class RequestTrace:
     provenance: dict[str, str] = field(default_factory=dict)
     aliases: list[str] = field(default_factory=list)
     trace_id: str | None = None
+    rendered_tokens: int | None = None  # the prompt before image expansion (router's count)
 
 
 # --- Collector health ----------------------------------------------------------------------

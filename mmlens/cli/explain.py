@@ -12,7 +12,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mmlens.analysis.explain import Explanation, explain
+from mmlens.analysis.explain import Explanation, explain, keys_of
+from mmlens.analysis.verdicts import Judgement
+from mmlens.cli.observed_explain import judge_recorded
 from mmlens.store.reader import StoreReader, open_reader
 from mmlens.store.sqlite import StoreError
 
@@ -55,6 +57,11 @@ def main(argv: Sequence[str]) -> int:
         print(f"mmlens explain: {exc}", file=sys.stderr)
         return 2
     try:
+        trace = reader.trace(args.request)
+        if trace is not None and keys_of(trace) is None:
+            # No expected layout (a request mmlens did not send): judged on the router's
+            # prediction against what the engine realized.
+            return _print_judgement(judge_recorded(reader, args.request), args.json)
         result = explain_recorded(reader, args.request)
     finally:
         reader.close()
@@ -68,4 +75,20 @@ def main(argv: Sequence[str]) -> int:
         for key, value in result.evidence.items():
             if value not in (None, [], {}):
                 print(f"  {key}: {value}")
+    return 0
+
+
+def _print_judgement(j: Judgement | None, as_json: bool) -> int:
+    if j is None:
+        return 2
+    if as_json:
+        print(json.dumps(j.as_json(), default=str))
+        return 0
+    print(f"{j.category}: {j.headline}")
+    for key, value in j.evidence.items():
+        if value not in (None, [], {}):
+            print(f"  {key}: {value}")
+    print("  sources: " + ", ".join(f"{k} ← {v}" for k, v in sorted(j.sources.items())))
+    if j.unknown:
+        print("  unknown: " + ", ".join(j.unknown))
     return 0

@@ -86,6 +86,8 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
     elif msg.startswith("smg_mm_timing process_multimodal_plan") or msg == \
             "Token expansion complete":
         put(t, "processing_mode", "router", label)
+        put(t, "rendered_tokens", _int(obj.get("original_tokens", obj.get("original_len"))),
+            label)
     elif (m := _COMPLETED.match(msg)) is not None:
         alias(t, m.group(1))
     elif (m := _MODEL_IN.search(msg)) is not None and "Processing" in msg:
@@ -144,6 +146,7 @@ def _dynamo_outcome(t: RequestTrace, obj: dict[str, Any], label: str) -> None:
     worker = obj.get("decode_worker_id") or obj.get("prefill_worker_id")
     put(t, "worker", None if worker is None else str(worker), label)
     put(t, "completion_tokens", _int(obj.get("output_tokens")), label)
+    put(t, "rendered_tokens", _int(obj.get("input_tokens")), label)
 
 
 def fragment_of(obj: dict[str, Any], source: str = SOURCE_LOG,

@@ -86,6 +86,7 @@ def _dynamo_http(sp: SpanRecord) -> RequestTrace | None:
     worker = a.get("decode_worker_id") or a.get("prefill_worker_id")
     put(t, "worker", None if worker is None else str(worker), label)
     put(t, "completion_tokens", _int(a.get("output_tokens")), label)
+    put(t, "rendered_tokens", _int(a.get("input_tokens")), label)
     if a.get("request.outcome") == "success" or sp.status_code == 1:
         put(t, "status", 200, label)
     for ev in sp.events:

@@ -16,7 +16,10 @@ from mmlens.ingest.router_logs import request_keys
 
 
 def trace_keys(trace: Mapping[str, Any]) -> set[str]:
-    return request_keys(str(trace.get("request_id") or ""), trace.get("response_id"))
+    keys = request_keys(str(trace.get("request_id") or ""), trace.get("response_id"))
+    for alias in trace.get("aliases") or ():  # other ids an observed request is known by
+        keys |= request_keys(str(alias), str(alias))
+    return keys
 
 
 def _fingerprint(decision: Mapping[str, Any]) -> str:

@@ -19,6 +19,7 @@ import msgspec
 
 from mmlens.ingest.metrics_normalize import normalize_samples
 from mmlens.records import MetricSample
+from mmlens.ingest.router_logs import request_keys
 from mmlens.store.decisions import attach, trace_keys
 from mmlens.store.sqlite import Store, StoreError
 
@@ -75,9 +76,34 @@ class StoreReader:
             "AND kind IN ('removed', 'cleared')", (since, until))
         return [{"ts": ts, "worker": w, "kind": k, "n_blocks": n} for ts, w, k, n in rows]
 
+    def kv_blocks(self, worker: str, kind: str, since: float, until: float) -> int:
+        """Blocks one worker stored (or removed) between two times, from its KV events."""
+        row = self._rows("SELECT sum(n_blocks) FROM kv_events WHERE worker = ? AND kind = ? "
+                         "AND ts BETWEEN ? AND ?", (worker, kind, since, until))
+        return int(row[0][0] or 0) if row else 0
+
+    def has_kv_events(self, worker: str) -> bool:
+        return bool(self._rows("SELECT 1 FROM kv_events WHERE worker = ? LIMIT 1", (worker,)))
+
+    def traces_between(self, since: float, until: float, limit: int = 1000,
+                       ) -> list[dict[str, Any]]:
+        return [json.loads(body) for (body,) in self._rows(
+            "SELECT body FROM traces WHERE ts BETWEEN ? AND ? ORDER BY ts LIMIT ?",
+            (since, until, limit))]
+
     def trace(self, request_id: str) -> dict[str, Any] | None:
+        """A trace by its request id, or by any other id it is known by (response id,
+        engine id, trace id: see ``mmlens.ingest.observed.keys_of``)."""
         rows = self._rows("SELECT body FROM traces WHERE request_id = ? "
                           "ORDER BY ts DESC LIMIT 1", (request_id,))
+        if not rows:
+            keys = [*sorted(request_keys(request_id, request_id)), "trace:" + request_id]
+            try:
+                rows = self._rows("SELECT t.body FROM trace_keys k JOIN traces t "
+                                  f"ON t.rowid = k.row WHERE k.key IN ({','.join('?' * len(keys))})"
+                                  " LIMIT 1", keys)
+            except sqlite3.OperationalError:  # an older store without the key table
+                rows = []
         return self.with_decisions([json.loads(rows[0][0])])[0] if rows else None
 
     # --- routing decisions from router logs ---------------------------------------------------

@@ -1,0 +1,56 @@
+"""Verdicts for stored requests of any source: gathers from a store what
+``mmlens.analysis.verdicts.judge`` needs (the request with its logged decisions, the serving
+worker's KV events while it was served, its removals shortly before)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mmlens.analysis.verdicts import Judgement, judge
+from mmlens.records import RequestTrace
+from mmlens.store.reader import StoreReader
+
+EVICTION_WINDOW_S = 300.0
+KV_SLACK_S = 0.3  # events reach the store stamped up to this long after the engine's work
+
+
+def as_record(trace: dict[str, Any]) -> RequestTrace:
+    return msgspec.convert(trace, RequestTrace, strict=False)
+
+
+def dispatch_ts(t: RequestTrace) -> float:
+    """When the router dispatched it: SMG's cache trace has nanoseconds, log lines seconds."""
+    exact = [p.ts for p in t.predictions if p.ts is not None and p.source.endswith("cache_trace")]
+    return min(exact) if exact else t.ts
+
+
+def stored_while_served(reader: StoreReader, t: RequestTrace) -> int | None:
+    """Blocks the serving worker newly stored while serving ``t`` — None when unknown: no
+    KV events from it, no latency, or another request on it at the same time."""
+    if not t.worker or t.latency_s is None or not reader.has_kv_events(t.worker):
+        return None
+    start = dispatch_ts(t)
+    end = start + float(t.latency_s) + KV_SLACK_S
+    for other in reader.traces_between(start - 600.0, end):
+        if other.get("request_id") == t.request_id or other.get("worker") != t.worker:
+            continue
+        o = as_record(other)
+        o_start = dispatch_ts(o)
+        o_end = o_start + float(o.latency_s or 0.0) + KV_SLACK_S
+        if o_start < end and start < o_end:
+            return None  # two requests on one worker: its events cannot be told apart
+    return reader.kv_blocks(t.worker, "stored", start, end)
+
+
+def judge_recorded(reader: StoreReader, request_id: str) -> Judgement | None:
+    raw = reader.trace(request_id)
+    if raw is None:
+        return None
+    t = as_record(raw)
+    removed = 0
+    if t.worker:
+        start = dispatch_ts(t)
+        removed = reader.kv_blocks(t.worker, "removed", start - EVICTION_WINDOW_S, start)
+    return judge(t, stored_blocks=stored_while_served(reader, t), removed_blocks=removed)
