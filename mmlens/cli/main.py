@@ -55,6 +55,12 @@ def _explain(argv: list[str]) -> int | None:
     return explain.main(argv)
 
 
+def _tap(argv: list[str]) -> int | None:
+    from mmlens.cli import tap
+
+    return tap.main(argv)
+
+
 COMMANDS: dict[str, tuple[Command, str]] = {
     "layout": (_layout, "token layout of a chat request for a model family"),
     "demo": (_demo, "run the embedded demo cluster (real router, simulated workers)"),
@@ -63,6 +69,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "snapshot": (_snapshot, "print the current normalized state of a store"),
     "check": (_check, "run routing scenarios against a live router"),
     "explain": (_explain, "explain why a recorded request missed the cache"),
+    "tap": (_tap, "proxy a router and record every request passing through"),
 }
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 
 from mmlens.ingest.metrics_normalize import normalize_samples
-from mmlens.records import MetricSample
 from mmlens.ingest.router_logs import request_keys
+from mmlens.records import MetricSample
 from mmlens.store.decisions import attach, trace_keys
 from mmlens.store.sqlite import Store, StoreError
 

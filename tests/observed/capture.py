@@ -18,22 +18,22 @@ import os
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we spawn while gRPC runs
 
-import base64  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import base64
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
 
-import openai  # noqa: E402
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+import openai
+from mmlens.collectors.otlp_receiver import OtlpReceiver
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
-from mmlens.collectors.otlp_receiver import OtlpReceiver  # noqa: E402
-from mmlens.layout.synthetic_images import synthetic_png  # noqa: E402
-from tests.observed.external import MODEL, dynamo_cluster, smg_cluster  # noqa: E402
+from mmlens.layout.synthetic_images import synthetic_png
+from tests.observed.external import MODEL, dynamo_cluster, smg_cluster
 
 OUT = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 TEXT = "Describe this image in detail please."

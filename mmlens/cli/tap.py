@@ -1,0 +1,98 @@
+"""``mmlens tap --listen 127.0.0.1:PORT --upstream ROUTER_URL --db PATH``: a streaming
+reverse proxy in front of a router; clients point at the tap instead of the router, the tap
+passes everything through unchanged and records each request into the store.
+
+Privacy by default: image sizes and hashes and token counts, never prompt text or image
+bytes (``--store-text`` keeps the text). ``--sample 0.1`` records one request in ten (all
+are proxied). ``--layout-model`` (a family or a model directory) adds the expected token
+layout, so the explainer can compare requests by content."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from mmlens.collectors.observed_sink import ObservedSink
+from mmlens.collectors.tap import MAX_RECORD_BODY, LayoutFn, Recorder, Tap
+from mmlens.collectors.traces import ImagePart, model_layout_hook
+from mmlens.errors import ImageError
+from mmlens.ingest.tap_parse import RequestFacts
+from mmlens.layout.imageinfo import decode_data_url
+from mmlens.records import CollectorHealth, RequestTrace
+from mmlens.store.sqlite import Store, StoreError
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="mmlens tap", description=__doc__)
+    ap.add_argument("--listen", default="127.0.0.1:30080", help="HOST:PORT to serve on")
+    ap.add_argument("--upstream", required=True, help="the router's URL")
+    ap.add_argument("--db", required=True, help="SQLite store to record into")
+    ap.add_argument("--sample", type=float, default=1.0, help="fraction of requests recorded")
+    ap.add_argument("--store-text", action="store_true", help="also store prompt text")
+    ap.add_argument("--layout-model", help="family or model dir for expected token layouts")
+    ap.add_argument("--max-record-body", type=int, default=MAX_RECORD_BODY,
+                    help="request bodies larger than this are proxied but not recorded")
+    args = ap.parse_args(list(argv))
+    if not 0.0 <= args.sample <= 1.0:
+        ap.error("--sample must be between 0 and 1")
+    return args
+
+
+def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
+    hook = model_layout_hook(layout_model)
+
+    def fn(req: RequestFacts, t: RequestTrace) -> None:
+        images = []
+        for url in req.image_urls:
+            if not url.startswith("data:"):
+                return  # an http image's size is unknown without fetching it
+            try:
+                images.append(ImagePart(data=decode_data_url(url)))
+            except ImageError:
+                return
+        summary = hook(req.text, images, req.model or "")
+        if summary is None:
+            return
+        summary["parts"] = req.parts
+        if store_text:
+            summary["text"] = req.text
+        t.expected_layout = summary
+
+    return fn
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    try:
+        store = Store(args.db)
+    except (StoreError, OSError) as exc:
+        print(f"mmlens tap: {exc}", file=sys.stderr)
+        return 2
+    health = CollectorHealth("tap", args.upstream)
+    sink = ObservedSink(store.add_traces, hold_s=0.0)
+
+    def write(batch: list[RequestTrace]) -> None:
+        sink.add(batch)
+        sink.flush(force=True)
+        store.set_health([health, sink.health])
+
+    recorder = Recorder(write, health)
+    tap = Tap(args.upstream, recorder.submit, sample=args.sample, store_text=args.store_text,
+              max_record_body=args.max_record_body,
+              layout=layout_fn(args.layout_model, args.store_text) if args.layout_model
+              else None, health=health)
+    print(json.dumps({"event": "tap_ready", "listen": f"{host or '127.0.0.1'}:{port}",
+                      "upstream": args.upstream}), flush=True)
+    try:
+        web.run_app(tap.app(), host=host or "127.0.0.1", port=int(port), print=None,
+                    access_log=None, handle_signals=True)
+    finally:
+        recorder.close()
+        store.set_health([health, sink.health])
+        store.close()
+    return 0

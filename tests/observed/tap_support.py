@@ -1,0 +1,111 @@
+"""A fake OpenAI-compatible router and the tap in front of it, each on its own event loop
+thread on 127.0.0.1 (for tap tests and the tap benchmark)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+from aiohttp import web
+from mmlens.collectors.tap import Tap
+
+from mmlens.records import RequestTrace
+from tests.live_support import free_port
+
+HOST = "127.0.0.1"
+USAGE = {"prompt_tokens": 81, "completion_tokens": 3, "total_tokens": 84,
+         "prompt_tokens_details": {"cached_tokens": 80}}
+
+
+def chunk(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    if body.get("model") == "broken":
+        return web.json_response({"error": {"message": "no worker", "code": "no_worker"}},
+                                 status=503, headers={"x-smg-error-code": "no_worker"})
+    headers = {"x-smg-routed-worker-id": "grpc://127.0.0.1:50051",
+               "x-request-id": request.headers.get("x-request-id", "chatcmpl-up")}
+    if not body.get("stream"):
+        return web.json_response({"id": "chatcmpl-up-1", "object": "chat.completion",
+                                  "choices": [{"index": 0, "message": {"content": "hi"}}],
+                                  "usage": USAGE}, headers=headers)
+    resp = web.StreamResponse(headers={**headers, "content-type": "text/event-stream"})
+    await resp.prepare(request)
+    n = int(body.get("max_tokens") or 3)
+    for i in range(n):
+        await resp.write(chunk({"id": "chatcmpl-up-2", "choices": [
+            {"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}]}))
+        await asyncio.sleep(float(body.get("delay", 0.0)))
+    await resp.write(chunk({"id": "chatcmpl-up-2", "choices": [
+        {"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": USAGE}))
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def health(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def fake_router() -> web.Application:
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    return app
+
+
+class Served:
+    """An aiohttp app served from a daemon thread's own event loop."""
+
+    def __init__(self, app: web.Application, port: int) -> None:
+        self.port = port
+        self.url = f"http://{HOST}:{port}"
+        self.loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(app, access_log=None)
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("server did not start")
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._runner.setup())
+        self.loop.run_until_complete(web.TCPSite(self._runner, HOST, self.port).start())
+        ready.set()
+        self.loop.run_forever()
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+@contextlib.contextmanager
+def tap_in_front(upstream: str | None = None, **kwargs: Any,
+                 ) -> Iterator[tuple[Tap, str, list[RequestTrace]]]:
+    """The fake router (unless ``upstream`` is given) and a tap before it; yields the tap,
+    its URL and the records it made."""
+    router = None if upstream else Served(fake_router(), free_port())
+    records: list[RequestTrace] = []
+    record: Callable[[RequestTrace], None] = records.append
+    tap = Tap(upstream or router.url, record, **kwargs)  # type: ignore[union-attr]
+    served = Served(tap.app(), free_port())
+    try:
+        yield tap, served.url, records
+    finally:
+        served.stop()
+        if router is not None:
+            router.stop()
+
+
+def dumped(t: RequestTrace) -> str:
+    return json.dumps(asdict(t), default=str)
