@@ -50,6 +50,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--model", choices=sorted(MODELS), default="qwen3-vl",
                    help="demo model family (default qwen3-vl)")
     p.add_argument("--workers", type=int, default=2, help="simulated workers (default 2)")
+    p.add_argument("--engine", choices=["vllm", "sglang", "vllm,sglang", "sglang,vllm"],
+                   default="vllm",
+                   help="simulated workers speak vLLM's or SGLang's wire protocols (gRPC "
+                        "service, metric names, KV-event encoding), or alternate per worker "
+                        "(vllm,sglang); default vllm")
     p.add_argument("--connection", choices=["grpc", "http"], default="grpc",
                    help="how SMG talks to the workers (default grpc)")
     p.add_argument("--port-base", type=int, default=18400,
@@ -85,6 +90,7 @@ def count_drift(args: argparse.Namespace) -> list[int]:
 def config_from(args: argparse.Namespace) -> ClusterConfig:
     return ClusterConfig(
         family=args.model, workers=args.workers, connection=args.connection,
+        engine=args.engine,
         port_base=args.port_base, mm_processing=args.mm_processing,
         worker_mm_processor=args.worker_processing, count_drift=count_drift(args),
         legacy_kv_encoding=args.legacy_kv_encoding, block_size=args.block_size,

@@ -41,7 +41,8 @@ class ClusterError(RuntimeError):
 class ClusterConfig:
     family: str = "qwen3-vl"
     workers: int = 2
-    engine: str = "vllm"  # vllm | sglang: the wire protocols the simulated workers speak
+    # vllm | sglang, or one per worker ("vllm,sglang"): the wire protocols workers speak
+    engine: str = "vllm"
     connection: str = "grpc"  # grpc | http
     port_base: int = 18400
     mm_processing: str | None = None  # SMG --mm-processing: auto | router | worker
@@ -162,6 +163,8 @@ class Cluster:
     def __init__(self, cfg: ClusterConfig) -> None:
         if cfg.connection not in ("grpc", "http"):
             raise ValueError("connection must be grpc or http")
+        if not set(cfg.engine.split(",")) <= {"vllm", "sglang"}:
+            raise ValueError("engine must be vllm or sglang (or one per worker, comma-separated)")
         if cfg.family not in MODELS:
             raise ValueError(f"unknown demo model {cfg.family!r}; choose from {sorted(MODELS)}")
         self.cfg = cfg
@@ -198,14 +201,15 @@ class Cluster:
                 "grpc": f"grpc://{HOST}:{p['grpc']}",
                 "http": f"http://{HOST}:{p['http']}",
                 "metrics": f"http://{HOST}:{p['http']}/metrics",
-                "engine": self.cfg.engine,
+                "engine": self._engine(i),
                 "kv_events": f"tcp://{HOST}:{p['kv']}",
                 "kv_replay": f"tcp://{HOST}:{p['replay']}",
                 # The same events on the engine's SubscribeKvEvents stream (what SMG reads).
                 **({"kv_grpc": f"grpc://{HOST}:{p['grpc']}"}
                    if self.cfg.connection == "grpc" else {}),
                 "kv_topic": "kv-events",
-                "kv_encoding": "array" if self.cfg.legacy_kv_encoding else "map",
+                "kv_encoding": "array" if self.cfg.legacy_kv_encoding or
+                self._engine(i) == "sglang" else "map",
                 "mm_processor": "inprocess" if self.cfg.worker_mm_processor else "",
                 "count_drift": self._drift(i),
                 "pid": self.procs[i].popen.pid if i < len(self.procs) else None,
@@ -224,6 +228,10 @@ class Cluster:
             "router_pid": self.smg.popen.pid if self.smg else None,
         }
 
+    def _engine(self, i: int) -> str:
+        engines = self.cfg.engine.split(",")
+        return engines[i % len(engines)]
+
     def _drift(self, i: int) -> int:
         return self.cfg.count_drift[i] if i < len(self.cfg.count_drift) else 0
 
@@ -241,7 +249,8 @@ class Cluster:
                "--kv-port", str(p["kv"]), "--replay-port", str(p["replay"]),
                "--block-size", str(self.cfg.block_size),
                "--num-blocks", str(self.cfg.num_blocks), "--speed", str(self.cfg.speed),
-               "--count-drift", str(self._drift(i)), "--allowed-media-hosts", HOST]
+               "--count-drift", str(self._drift(i)), "--allowed-media-hosts", HOST,
+               "--engine", self._engine(i)]
         if self.cfg.worker_mm_processor:
             cmd += ["--mm-processor", "inprocess"]
         if self.cfg.legacy_kv_encoding:

@@ -58,6 +58,43 @@ def _proto_event(event: Event, event_id: int) -> common_pb2.KvCacheEvent:
     raise TypeError(event)
 
 
+async def stream_kv_events(service: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+    """The SubscribeKvEvents stream both engine services serve: ``service`` supplies
+    ``engine_load(load_only)`` and ``proto_batch(published)``."""
+    # SMG vetoes a worker whose stream does not answer within 2 s: headers go out at once.
+    await context.send_initial_metadata(())
+    pub = service.s.publisher
+    queue: asyncio.Queue[PublishedBatch | None] = asyncio.Queue()
+    pub.subscribers.add(queue)
+    last = 0
+    try:
+        # The stream's first record: the load right away, before any batch.
+        yield common_pb2.KvEventBatch(sequence_number=0, timestamp=time.time(), dp_rank=0,
+                                      load=service.engine_load(True))
+        if request.start_sequence_number > 0:
+            for b in pub.since(request.start_sequence_number - 1):
+                yield service.proto_batch(b)
+                last = b.seq + 1
+        while True:
+            try:
+                items = [await asyncio.wait_for(queue.get(), HEARTBEAT_S)]
+            except TimeoutError:
+                items = [None]  # idle: heartbeat
+            while not queue.empty():
+                items.append(queue.get_nowait())
+            for b in items:
+                if b is not None and b.seq + 1 > last:
+                    yield service.proto_batch(b)
+                    last = b.seq + 1
+            if None in items:
+                # One load-only record for a heartbeat or for load changes without a KV
+                # event (admission, completion), coalesced and sent after the batches.
+                yield common_pb2.KvEventBatch(sequence_number=last, timestamp=time.time(),
+                                              dp_rank=0, load=service.engine_load(True))
+    finally:
+        pub.subscribers.discard(queue)
+
+
 class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
     def __init__(self, state: WorkerState) -> None:
         self.s = state
@@ -65,7 +102,7 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
         self._load_sample = 0
 
     # -- loads ---------------------------------------------------------------------------
-    def _engine_load(self, load_only: bool) -> common_pb2.EngineLoad:
+    def engine_load(self, load_only: bool) -> common_pb2.EngineLoad:
         e = self.s.engine
         self._load_sample += 1
         return common_pb2.EngineLoad(
@@ -76,48 +113,18 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
             num_used_tokens=int(e.cache.usage() * e.cache.num_blocks * e.cache.block_size),
             max_total_num_tokens=e.cache.num_blocks * e.cache.block_size)
 
-    def _proto_batch(self, b: PublishedBatch) -> common_pb2.KvEventBatch:
+    def proto_batch(self, b: PublishedBatch) -> common_pb2.KvEventBatch:
         events = []
         for ev in b.events:
             self._event_id += 1
             events.append(_proto_event(ev, self._event_id))
         return common_pb2.KvEventBatch(sequence_number=b.seq + 1, timestamp=b.ts,
                                        events=events, dp_rank=0,
-                                       load=self._engine_load(False))
+                                       load=self.engine_load(False))
 
     async def SubscribeKvEvents(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        # SMG vetoes a worker whose stream does not answer within 2 s: headers go out at once.
-        await context.send_initial_metadata(())
-        pub = self.s.publisher
-        queue: asyncio.Queue[PublishedBatch | None] = asyncio.Queue()
-        pub.subscribers.add(queue)
-        last = 0
-        try:
-            # The stream's first record: the load right away, before any batch.
-            yield common_pb2.KvEventBatch(sequence_number=0, timestamp=time.time(), dp_rank=0,
-                                          load=self._engine_load(True))
-            if request.start_sequence_number > 0:
-                for b in pub.since(request.start_sequence_number - 1):
-                    yield self._proto_batch(b)
-                    last = b.seq + 1
-            while True:
-                try:
-                    items = [await asyncio.wait_for(queue.get(), HEARTBEAT_S)]
-                except TimeoutError:
-                    items = [None]  # idle: heartbeat
-                while not queue.empty():
-                    items.append(queue.get_nowait())
-                for b in items:
-                    if b is not None and b.seq + 1 > last:
-                        yield self._proto_batch(b)
-                        last = b.seq + 1
-                if None in items:
-                    # One load-only record for a heartbeat or for load changes without a KV
-                    # event (admission, completion), coalesced and sent after the batches.
-                    yield common_pb2.KvEventBatch(sequence_number=last, timestamp=time.time(),
-                                                  dp_rank=0, load=self._engine_load(True))
-        finally:
-            pub.subscribers.discard(queue)
+        async for batch in stream_kv_events(self, request, context):
+            yield batch
 
     async def GetLoads(self, request: Any, context: Any) -> Any:
         e = self.s.engine
@@ -241,7 +248,14 @@ async def start_grpc_server(state: WorkerState, host: str, port: int) -> grpc.ai
     opts = [("grpc.max_receive_message_length", 1 << 30),
             ("grpc.max_send_message_length", 64 << 20)]
     server = grpc.aio.server(options=opts)
-    vllm_engine_pb2_grpc.add_VllmEngineServicer_to_server(VllmEngineService(state), server)
+    if state.engine_kind == "sglang":
+        from mmlens.demo.sglang_service import SglangSchedulerService
+        from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc
+
+        sglang_scheduler_pb2_grpc.add_SglangSchedulerServicer_to_server(
+            SglangSchedulerService(state), server)
+    else:
+        vllm_engine_pb2_grpc.add_VllmEngineServicer_to_server(VllmEngineService(state), server)
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise OSError(f"cannot bind gRPC port {port}")
     await server.start()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import zmq
 import zmq.asyncio
-from mmlens.demo.kv_wire import encode_batch
+from mmlens.demo.kv_wire import encode_batch, encode_sglang_batch
 from mmlens.demo.prefix_cache import Event, RemovedBlocks, StoredBlocks
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
@@ -33,9 +33,11 @@ class PublishedBatch:
 
 class KvPublisher:
     def __init__(self, pub_endpoint: str | None, replay_endpoint: str | None,
-                 topic: str = "", legacy: bool = False, buffer_steps: int = 10_000) -> None:
+                 topic: str = "", legacy: bool = False, buffer_steps: int = 10_000,
+                 engine: str = "vllm") -> None:
         self.topic = topic.encode()
         self.legacy = legacy
+        self.engine = engine  # vllm | sglang: whose wire encoding the ZMQ payloads use
         self.buffer: deque[PublishedBatch] = deque(maxlen=buffer_steps)
         self.next_seq = 0
         self.counts = {"stored_blocks": 0, "removed_blocks": 0, "cleared": 0}
@@ -64,8 +66,9 @@ class KvPublisher:
         if not events:
             return
         ts = time.time()
-        batch = PublishedBatch(self.next_seq, ts, list(events),
-                               encode_batch(ts, list(events), self.legacy))
+        payload = (encode_sglang_batch(ts, list(events)) if self.engine == "sglang"
+                   else encode_batch(ts, list(events), self.legacy))
+        batch = PublishedBatch(self.next_seq, ts, list(events), payload)
         self.next_seq += 1
         self._count(events)
         self.buffer.append(batch)

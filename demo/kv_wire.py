@@ -103,3 +103,53 @@ def encode_batch(ts: float, events: list[Event], legacy: bool, dp_rank: int = 0)
     batch = KVEventBatch(ts=ts, events=[to_wire(e, legacy) for e in events],
                          data_parallel_rank=dp_rank)
     return _encoder.encode(batch)
+
+
+# --- SGLang ---------------------------------------------------------------------------------
+# SGLang's structs (python/sglang/srt/disaggregation/kv_events.py): array_like, int64 hashes,
+# one BlockStored / BlockRemoved per page, no extra_keys, `attn_dp_rank` on the batch.
+
+
+class SglangBlockStored(msgspec.Struct, tag="BlockStored", array_like=True):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None = None
+
+
+class SglangBlockRemoved(msgspec.Struct, tag="BlockRemoved", array_like=True):
+    block_hashes: list[int]
+    medium: str | None = None
+
+
+class SglangEventBatch(msgspec.Struct, array_like=True):
+    ts: float
+    events: list[Any]
+    attn_dp_rank: int | None = None
+
+
+def signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def sglang_pages(event: Event) -> list[msgspec.Struct]:
+    """One SGLang event per page of a demo event."""
+    if isinstance(event, StoredBlocks):
+        bs, out = event.block_size, []
+        parent = event.parent_block_hash
+        for i, h in enumerate(event.block_hashes):
+            out.append(SglangBlockStored(
+                [signed64(h)], None if parent is None else signed64(parent),
+                event.token_ids[i * bs:(i + 1) * bs], bs, None, MEDIUM_GPU))
+            parent = h
+        return out
+    if isinstance(event, RemovedBlocks):
+        return [SglangBlockRemoved([signed64(h)], MEDIUM_GPU) for h in event.block_hashes]
+    return [LegacyAllBlocksCleared()]
+
+
+def encode_sglang_batch(ts: float, events: list[Event], dp_rank: int = 0) -> bytes:
+    pages = [p for e in events for p in sglang_pages(e)]
+    return _encoder.encode(SglangEventBatch(ts=ts, events=pages, attn_dp_rank=dp_rank))

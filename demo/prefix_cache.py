@@ -103,11 +103,18 @@ class PrefixCache:
         parent: int | None = None
         bs = self.block_size
         for start in range(0, len(tokens) - bs + 1, bs):
-            extra = block_extra_keys(start, start + bs, media)
-            parent = chain_hash(parent, tokens[start : start + bs], extra, self.seed)
+            extra = self.extra_keys(start, start + bs, media)
+            parent = self.chain(parent, tokens[start : start + bs], extra)
             hashes.append(parent)
             extras.append(extra)
         return hashes, extras
+
+    def extra_keys(self, start: int, end: int, media: Sequence[MediaSpan],
+                   ) -> list[tuple[str, int]] | None:
+        return block_extra_keys(start, end, media)
+
+    def chain(self, parent: int | None, tokens: Sequence[int], extra: object) -> int:
+        return chain_hash(parent, tokens, extra, self.seed)
 
     def usage(self) -> float:
         used = sum(1 for c in self.ref_count.values() if c > 0)
@@ -184,7 +191,7 @@ class PrefixCache:
         parent = alloc.hashes[-1] if alloc.hashes else None
         while (len(alloc.hashes) + 1) * bs <= len(alloc.tokens):
             start = len(alloc.hashes) * bs
-            parent = chain_hash(parent, alloc.tokens[start : start + bs], None, self.seed)
+            parent = self.chain(parent, alloc.tokens[start : start + bs], None)
             alloc.hashes.append(parent)
             alloc.extra_keys.append(None)
         self.commit(alloc, events)
@@ -205,3 +212,24 @@ class PrefixCache:
         self.cached.clear()
         self.block_hash.clear()
         events.append(AllCleared())
+
+
+class SglangPrefixCache(PrefixCache):
+    """SGLang's page hashes: ``sha256(previous page digest ‖ uint32-le token ids)``, the event
+    value being the digest's first 8 bytes as a signed int64 (kept unsigned here, signed on
+    the wire). No extra keys: SGLang writes each image's pad value into the token ids."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.digests: dict[int, bytes] = {}
+
+    def extra_keys(self, start: int, end: int, media: Sequence[MediaSpan]) -> None:
+        return None
+
+    def chain(self, parent: int | None, tokens: Sequence[int], extra: object) -> int:
+        h = hashlib.sha256(self.digests.get(parent, b"") if parent is not None else b"")
+        h.update(b"".join(t.to_bytes(4, "little") for t in tokens))
+        digest = h.digest()
+        value = int.from_bytes(digest[:8], "big")
+        self.digests[value] = digest
+        return value

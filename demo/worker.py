@@ -27,8 +27,8 @@ from mmlens.demo.kv_publisher import KvPublisher
 from mmlens.demo.media import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, DecodedImage, decode_image
 from mmlens.demo.model_dirs import MODELS
 from mmlens.demo.otlp_export import SpanExporter
-from mmlens.demo.prefix_cache import MediaSpan, PrefixCache
-from mmlens.demo.worker_metrics import WorkerMetrics
+from mmlens.demo.prefix_cache import MediaSpan, PrefixCache, SglangPrefixCache
+from mmlens.demo.worker_metrics import SglangMetrics, WorkerMetrics
 from tokenizers import Tokenizer
 
 ANSWER = (" The picture shows a simulated scene. This demo worker answers every request with"
@@ -56,15 +56,20 @@ class WorkerState:
         self.allowed_hosts = frozenset(h for h in args.allowed_media_hosts.split(",") if h)
         self.max_image_bytes = args.max_image_bytes
         self.max_image_pixels = args.max_image_pixels
-        self.metrics = WorkerMetrics(self.model.served_name, args.block_size, args.num_blocks,
-                                     args.max_model_len)
+        # vllm | sglang: the wire protocols (gRPC service, metric names, KV-event encoding
+        # and block hashes) this worker speaks.
+        self.engine_kind = args.engine
+        sglang = args.engine == "sglang"
+        self.metrics = (SglangMetrics if sglang else WorkerMetrics)(
+            self.model.served_name, args.block_size, args.num_blocks, args.max_model_len)
         self.publisher = KvPublisher(
             f"tcp://127.0.0.1:{args.kv_port}" if args.kv_port else None,
             f"tcp://127.0.0.1:{args.replay_port}" if args.replay_port else None,
-            topic=args.kv_topic, legacy=args.legacy_kv_encoding)
+            topic=args.kv_topic, legacy=args.legacy_kv_encoding, engine=args.engine)
         self.engine = Engine(
-            PrefixCache(block_size=args.block_size, num_blocks=args.num_blocks,
-                        seed=args.hash_seed.encode()),
+            (SglangPrefixCache if sglang else PrefixCache)(
+                block_size=args.block_size, num_blocks=args.num_blocks,
+                seed=args.hash_seed.encode()),
             self.publisher, self.metrics, self.encode(ANSWER),
             LatencyModel(speed=args.speed), max_model_len=args.max_model_len)
         self.started = time.time()
@@ -122,6 +127,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="mmlens.demo.worker", description=__doc__)
     p.add_argument("--name", default="w1")
     p.add_argument("--family", choices=sorted(MODELS), default="qwen3-vl")
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm",
+                   help="whose wire protocols to speak (gRPC service, metrics, KV events)")
     p.add_argument("--model-dir", required=True)
     p.add_argument("--grpc-port", type=int, required=True)
     p.add_argument("--http-port", type=int, required=True)

@@ -99,3 +99,51 @@ class WorkerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class SglangMetrics(WorkerMetrics):
+    """SGLang's names (``--enable-metrics``): the engine's counters land on ``sglang:*``
+    series with SGLang's labels; what SGLang does not export goes to a registry nobody
+    serves."""
+
+    def __init__(self, model_name: str, block_size: int, num_gpu_blocks: int,
+                 max_model_len: int) -> None:
+        super().__init__(model_name, block_size, num_gpu_blocks, max_model_len)
+        self.hidden = self.registry  # the vLLM-named series: kept, never served
+        self._vllm_lv = self._lv
+        self.registry = r = CollectorRegistry()
+        labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
+        lv = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0",
+              "pp_rank": "0"}
+
+        def bind(metric: _M) -> _M:
+            metric.labels(**lv)
+            return metric
+
+        self.prefix_queries = bind(Counter("sglang:prompt_tokens", "Number of prefill tokens "
+                                           "processed.", labels, registry=r))
+        self.prefix_hits = bind(Counter("sglang:cached_tokens", "Number of cached prompt "
+                                        "tokens.", labels, registry=r))
+        self.generation_tokens = bind(Counter("sglang:generation_tokens", "Number of "
+                                              "generation tokens processed.", labels,
+                                              registry=r))
+        self.running = bind(Gauge("sglang:num_running_reqs", "The number of running requests.",
+                                  labels, registry=r))
+        self.waiting = bind(Gauge("sglang:num_queue_reqs", "The number of requests in the "
+                                  "waiting queue.", labels, registry=r))
+        self.kv_usage = bind(Gauge("sglang:token_usage", "The token usage.", labels,
+                                   registry=r))
+        self.ttft = bind(Histogram("sglang:time_to_first_token_seconds", "Histogram of time "
+                                   "to first token in seconds.", labels,
+                                   buckets=TTFT_BUCKETS, registry=r))
+        self.e2e = bind(Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-"
+                                  "end request latency in seconds", labels,
+                                  buckets=LATENCY_BUCKETS, registry=r))
+        bind(Gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV "
+                   "cache pool.", labels, registry=r)).labels(**lv).set(
+            block_size * num_gpu_blocks)
+        self._lv = lv
+
+    def lv(self, metric):  # type: ignore[no-untyped-def]
+        names = getattr(metric, "_labelnames", ())
+        return metric.labels(**(self._lv if "engine_type" in names else self._vllm_lv))
