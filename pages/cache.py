@@ -4,7 +4,8 @@ resident blocks, and the prefix tree of recent blocks."""
 import streamlit as st
 from mmlens.ui import shared
 
-from mmlens.analysis.timeseries import worker_hit_rate_series
+from mmlens.analysis import kv_divergence
+from mmlens.analysis.timeseries import HIT_NAMES, worker_hit_rate_series
 from mmlens.figures.cache import (
     hit_rate_figure,
     kv_event_timeline_figure,
@@ -12,6 +13,7 @@ from mmlens.figures.cache import (
     prefix_tree_figure,
     resident_blocks_figure,
 )
+from mmlens.figures.kv_divergence import divergence_figure
 from mmlens.records import MetricSample
 
 st.title("Cache")
@@ -20,7 +22,6 @@ if r is None:
     st.stop()
 path = r.path
 window = shared.window_slider("cache_window", 300)
-HIT_NAMES = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
 
 
 @st.fragment(run_every=shared.REFRESH_S)
@@ -32,7 +33,8 @@ def live() -> None:
         if series:
             st.plotly_chart(hit_rate_figure(series), key="hit_rate", width="stretch")
         else:
-            st.info("No prefix-cache traffic in this window (vLLM counters unchanged).")
+            st.info("No prefix-cache traffic in this window (vLLM and SGLang counters "
+                    "unchanged).")
         c1, c2 = st.columns(2)
         with c1:
             timeline = shared.kv_timeline(path, float(window), window / 60)
@@ -50,6 +52,26 @@ def live() -> None:
         events = shared.recent_kv_events(path, 200)
         if events:
             st.plotly_chart(prefix_tree_figure(events), key="prefix_tree", width="stretch")
+        views()
+
+
+def views() -> None:
+    st.subheader("Router view vs engine holdings")
+    view = kv_divergence.view_model(shared.kv_views(path, float(window)),
+                                    shared.recent_traces(path, 500))
+    if not view.points:
+        st.info("No comparison yet: it needs a router whose index mmlens can see (Dynamo's "
+                "event plane, SMG's smg_kv_index_blocks) or traced requests with a router "
+                "prediction, beside the engines' own KV events.")
+        return
+    for alert in view.alerts:
+        st.warning(alert.message)
+    st.plotly_chart(divergence_figure(view.points), key="kv_views", width="stretch")
+    st.dataframe(view.rows, hide_index=True, width="stretch")
+    st.caption("router only: blocks the router believes resident that the engine no longer "
+               "holds (it evicted them, or the router never heard the removal); engine only: "
+               "blocks the engine holds that the router does not know. Sources: event plane "
+               "(block sets), index gauge (counts), prediction (per request).")
 
 
 live()

@@ -43,7 +43,8 @@ def live() -> None:
         c4.metric("Image requests in worker mode", _pct(head.worker_mode_share))
 
         st.subheader("Alerts")
-        found = overview.alerts(snap, traces, now)
+        workers_seen = shared.worker_view(path)
+        found = overview.alerts(snap, traces, now) + workers_seen.alerts
         if not found:
             st.success("No alerts: KV events flow, predictions match what the engines found, "
                        "block sizes agree, workers are healthy.")
@@ -76,6 +77,10 @@ def live() -> None:
         if workers:
             st.markdown("**Workers as the router lists them**")
             st.dataframe(pd.DataFrame(workers), hide_index=True, width="stretch")
+        if workers_seen.rows:
+            st.markdown("**Workers: liveness (from the routers' own series) and where their KV "
+                        "events come from**")
+            st.dataframe(pd.DataFrame(workers_seen.rows), hide_index=True, width="stretch")
         if snap.get("hit_rates"):
             st.plotly_chart(worker_hit_rate_bars(snap["hit_rates"]), key="overview_hit_rates",
                             width="stretch")

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.records import MetricSample
@@ -102,6 +103,26 @@ def samples_json(path: str, names: tuple[str, ...], window_s: float) -> list[tup
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float, str, str, int]]:
     return _reader(path).kv_timeline(window_s, bucket_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def worker_view(path: str, window_s: float = 900.0) -> WorkersView:
+    """Per worker: live or gone (since when), its KV-event transport, and the alerts."""
+    r = _reader(path)
+    latest = r.latest_sample_ts() or time.time()
+    samples = r.samples(latest - window_s, liveness_names())
+    routers = sorted({s.target for s in samples})
+    live = worker_liveness(samples, r.scrape_times(latest - window_s, routers))
+    views = r.kv_views(latest - 120.0)
+    traces = r.recent_traces(200)
+    return workers_view(live, r.kv_state(), views, traces, time.time())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def kv_views(path: str, window_s: float) -> list[tuple[Any, ...]]:
+    r = _reader(path)
+    latest = r.latest_sample_ts() or time.time()
+    return r.kv_views(latest - window_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)

@@ -87,8 +87,9 @@ def prediction_points(traces: Iterable[Mapping[str, Any]], default_block_size: i
         worker = t.get("worker")
         if predicted is None or not worker or t.get("error"):
             continue
+        sizes = [p.get("block_size") for p in t.get("predictions") or [] if p.get("block_size")]
         layout = t.get("expected_layout") or {}
-        bs = int(layout.get("block_size") or default_block_size) or default_block_size
+        bs = int(sizes[0] if sizes else layout.get("block_size") or default_block_size)
         pred_blocks, cached_blocks = predicted // bs, int(t.get("cached_tokens") or 0) // bs
         out.append(ViewPoint(float(t.get("ts") or 0.0), str(worker), "prediction", pred_blocks,
                              cached_blocks, max(0, pred_blocks - cached_blocks),
@@ -132,9 +133,12 @@ def alerts(points: Sequence[ViewPoint], share: float = ALERT_SHARE,
                 "the engine evicted")))
         elif source != "prediction" and p.engine_only >= min_blocks and p.engine_only > share * max(
                 p.engine_blocks or 0, 1):
+            cause = ("lost or unapplied KV events" if source == "event_plane" else
+                     "its index keys blocks by token ids only, so different images of one "
+                     "size share entries (content-blind), or KV events were lost")
             found.append(DivergenceAlert(worker, source, (
                 f"{worker}: the engine holds {p.engine_only} block(s) the router does not know "
-                f"({source.replace('_', ' ')}) — lost or unapplied KV events")))
+                f"({source.replace('_', ' ')}) — {cause}")))
     return found
 
 
@@ -144,3 +148,24 @@ def engine_block_sets(workers: Mapping[tuple[str, int], Any]) -> dict[str, set[A
     for (worker, _rank), res in workers.items():
         out.setdefault(worker, set()).update(res.blocks)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ViewModel:
+    points: list[ViewPoint]
+    alerts: list[DivergenceAlert]
+    rows: list[dict[str, Any]]
+
+
+def view_model(stored: Sequence[Sequence[Any]], traces: Sequence[Mapping[str, Any]],
+               ) -> ViewModel:
+    """The Cache page's section: stored comparisons (``kv_views`` rows) and per-request
+    predictions, the latest per worker and source as a table, and the alerts."""
+    points = [ViewPoint(float(r[0]), str(r[1]), str(r[2]), r[3], r[4], int(r[5]), int(r[6]))
+              for r in stored]
+    points += prediction_points(traces)
+    points.sort(key=lambda p: p.ts)
+    rows = [{"worker": p.worker, "source": p.source, "router blocks": p.router_blocks,
+             "engine blocks": p.engine_blocks, "router only": p.router_only,
+             "engine only": p.engine_only} for (_, _), p in sorted(latest(points).items())]
+    return ViewModel(points, alerts(points), rows)

@@ -5,9 +5,13 @@ SMG its ``smg_worker_health``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from mmlens.analysis import kv_divergence
+from mmlens.analysis.overview import Alert
 from mmlens.records import MetricSample
 
 # metric name → the label naming the worker
@@ -61,3 +65,51 @@ def worker_liveness(samples: Iterable[MetricSample],
 
 def liveness_names() -> tuple[str, ...]:
     return tuple(WORKER_SERIES)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersView:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+
+
+def _clock(ts: float | None) -> str:
+    return "" if ts is None else time.strftime("%H:%M:%S", time.gmtime(ts))
+
+
+def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[Mapping[str, Any]],
+                 views: Sequence[Sequence[Any]], traces: Sequence[Mapping[str, Any]],
+                 now: float) -> WorkersView:
+    """The Overview's worker rows (state, since when, KV transport, resident blocks) and its
+    alerts for gone workers and router views that diverge from the engines' holdings."""
+    kv: dict[str, dict[str, Any]] = {}
+    for s in kv_state:
+        entry = kv.setdefault(str(s.get("worker")), {"transport": s.get("transport"),
+                                                      "resident": 0})
+        entry["resident"] += int(s.get("resident_blocks") or 0)
+    rows: list[dict[str, Any]] = []
+    alerts: list[Alert] = []
+    named = set()
+    for w in live:
+        named.add(w.worker)
+        k = kv.get(w.worker, {})
+        rows.append({"router": w.router, "worker": w.worker, "state": w.state,
+                     "since (UTC)": _clock(w.gone_since if w.state == "gone" else None),
+                     "last seen (s ago)": round(max(0.0, now - w.last_seen), 1),
+                     "KV transport": k.get("transport") or "—",
+                     "resident blocks": k.get("resident")})
+        if w.state == "gone":
+            alerts.append(Alert("warning", "worker_gone", (
+                f"{w.router}: worker {w.worker} is gone since {_clock(w.gone_since)} UTC "
+                "(its series vanished from the router's metrics)")))
+    for worker, k in sorted(kv.items()):
+        if worker not in named:
+            rows.append({"router": "", "worker": worker, "state": "—", "since (UTC)": "",
+                         "last seen (s ago)": None, "KV transport": k.get("transport") or "—",
+                         "resident blocks": k.get("resident")})
+    points = [kv_divergence.ViewPoint(float(r[0]), str(r[1]), str(r[2]), r[3], r[4],
+                                      int(r[5]), int(r[6])) for r in views]
+    points += kv_divergence.prediction_points(traces)
+    alerts += [Alert("warning", "kv_view_divergence", a.message)
+               for a in kv_divergence.alerts(points)]
+    return WorkersView(rows, alerts)

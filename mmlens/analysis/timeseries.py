@@ -53,27 +53,33 @@ def group_points(samples: Iterable[MetricSample], key_labels: tuple[str, ...],
     return {k: sorted(v.items()) for k, v in acc.items()}
 
 
+# Token-weighted prefix hits and queries per engine (SGLang counts cached and prompt tokens).
+HIT_COUNTERS = {
+    "vllm": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+             ("worker_addr", "engine")),
+    "sglang": ("sglang:cached_tokens_total", "sglang:prompt_tokens_total", ("dp_rank",)),
+}
+HIT_NAMES = tuple(n for hits, queries, _ in HIT_COUNTERS.values() for n in (hits, queries))
+
+
 def worker_hit_rate_series(samples: Iterable[MetricSample], step: float = 10.0,
                            ) -> dict[str, list[Point]]:
-    """Token-weighted prefix hit rate per worker per ``step`` seconds, from vLLM counters."""
-    hits: list[MetricSample] = []
-    queries: list[MetricSample] = []
-    for s in samples:
-        if s.name == "vllm:prefix_cache_hits_total":
-            hits.append(s)
-        elif s.name == "vllm:prefix_cache_queries_total":
-            queries.append(s)
-    h = group_points(hits, ("worker_addr", "engine"))
-    q = group_points(queries, ("worker_addr", "engine"))
+    """Token-weighted prefix hit rate per worker per ``step`` seconds, from the engines'
+    counters (vLLM and SGLang side by side; a rank other than 0 is named ``worker#rank``)."""
+    samples = list(samples)
     out: dict[str, list[Point]] = {}
-    for key, qpoints in sorted(q.items()):
-        target, addr, engine = key
-        name = addr or target
-        if engine not in ("", "0"):
-            name = f"{name}#{engine}"
-        series = ratio_series(h.get(key, []), qpoints, step)
-        if series:
-            out[name] = series
+    for hits_name, queries_name, labels in HIT_COUNTERS.values():
+        h = group_points((s for s in samples if s.name == hits_name), labels)
+        q = group_points((s for s in samples if s.name == queries_name), labels)
+        for key, qpoints in sorted(q.items()):
+            target, *rest = key
+            addr, rank = (rest[0], rest[1]) if len(rest) == 2 else ("", rest[0])
+            name = addr or target
+            if rank not in ("", "0"):
+                name = f"{name}#{rank}"
+            series = ratio_series(h.get(key, []), qpoints, step)
+            if series:
+                out[name] = series
     return out
 
 

@@ -1,0 +1,46 @@
+"""Router view vs engine holdings over time: per worker, blocks the router believes resident
+that the engine evicted (solid) and blocks the engine holds that the router does not know
+(dotted); one marker per routed request for prediction-based points."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from mmlens.analysis.kv_divergence import ViewPoint
+from mmlens.figures.token_layout import MARGIN
+
+_DASH = {"event_plane": "solid", "index_gauge": "dash"}
+
+
+def _clock(ts: Sequence[float]) -> list[str]:
+    return [time.strftime("%H:%M:%S", time.gmtime(t)) for t in ts]
+
+
+def divergence_figure(points: Sequence[ViewPoint]) -> go.Figure:
+    fig = go.Figure()
+    series: dict[tuple[str, str], list[ViewPoint]] = {}
+    for p in points:
+        series.setdefault((p.worker, p.source), []).append(p)
+    for (worker, source), pts in sorted(series.items()):
+        x = _clock([p.ts for p in pts])
+        if source == "prediction":
+            fig.add_trace(go.Scatter(
+                name=f"{worker} · predicted not cached", x=x, y=[p.router_only for p in pts],
+                mode="markers", marker={"symbol": "x", "size": 9},
+                customdata=[p.request_id for p in pts],
+                hovertemplate="%{customdata}: %{y} block(s) predicted, not cached<extra></extra>"))
+            continue
+        dash = _DASH.get(source, "solid")
+        fig.add_trace(go.Scatter(name=f"{worker} · router only ({source})", x=x,
+                                 y=[p.router_only for p in pts], mode="lines",
+                                 line={"dash": dash}))
+        fig.add_trace(go.Scatter(name=f"{worker} · engine only ({source})", x=x,
+                                 y=[p.engine_only for p in pts], mode="lines",
+                                 line={"dash": "dot"}))
+    fig.update_layout(title="Router view vs engine holdings (blocks, UTC)", height=340,
+                      yaxis={"title": "blocks", "rangemode": "tozero"}, margin=MARGIN,
+                      legend={"orientation": "h"})
+    return fig

@@ -1,0 +1,100 @@
+"""Router view vs engine holdings, and worker liveness: the pure analysis."""
+
+from __future__ import annotations
+
+from mmlens.analysis.kv_divergence import (
+    alerts,
+    compare_counts,
+    compare_sets,
+    engine_block_sets,
+    prediction_points,
+    view_model,
+)
+from mmlens.analysis.liveness import worker_liveness, workers_view
+from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.records import BlockRemoved, BlockStored, MetricSample, labels_of
+
+
+def test_set_differences_count_only_once_they_persist() -> None:
+    engine = {"w1": {1, 2, 3}, "w2": {9}}
+    router = {"w1": {1, 2, 4, 5}, "w3": {7}}
+    first, diffs = compare_sets(engine, router, 10.0)
+    assert [(p.worker, p.router_blocks, p.engine_blocks) for p in first] == [("w1", 4, 3)]
+    assert (first[0].router_only, first[0].engine_only) == (0, 0)  # may be in flight
+    engine["w1"].add(4)  # block 4's store reached the engine view late: never counted
+    second, _ = compare_sets(engine, router, 11.0, diffs)
+    assert (second[0].router_only, second[0].engine_only) == (1, 1)  # 5 and 3 persisted
+
+
+def test_counts_and_alerts_name_the_cause() -> None:
+    points = compare_counts({"w1": 47, "w2": 10}, {"w1": 12, "w2": 10}, 5.0)
+    assert [(p.worker, p.router_only, p.engine_only) for p in points] == [
+        ("w1", 0, 35), ("w2", 0, 0)]
+    found = alerts(points)
+    assert len(found) == 1 and found[0].worker == "w1"
+    assert "content-blind" in found[0].message
+    assert not alerts(compare_counts({"w1": 47}, {"w1": 46}, 5.0))  # 1 block: below the floor
+
+
+def test_predictions_that_the_engine_did_not_find() -> None:
+    traces = [
+        {"request_id": "a", "worker": "w1", "ts": 1.0, "cached_tokens": 0, "prompt_tokens": 96,
+         "predictions": [{"overlap_blocks": 6, "block_size": 16}]},
+        {"request_id": "b", "worker": "w1", "ts": 2.0, "cached_tokens": 80,
+         "predictions": [{"overlap_blocks": 5, "block_size": 16}]},
+        {"request_id": "c", "worker": "w2", "ts": 3.0, "error": "boom",
+         "predictions": [{"overlap_blocks": 5}]},
+    ]
+    points = prediction_points(traces)
+    assert [(p.request_id, p.router_only, p.engine_only) for p in points] == [
+        ("a", 6, 0), ("b", 0, 0)]
+    found = alerts(points)
+    assert found and "believes resident" in found[0].message  # 6 of 11 predicted missing
+
+
+def test_engine_block_sets_merge_ranks() -> None:
+    index = ResidentIndex()
+    index.apply([BlockStored("w1", 0, 0, 1.0, [1, 2], None, [], 16),
+                 BlockStored("w1", 1, 0, 1.0, [3], None, [], 16),
+                 BlockRemoved("w1", 0, 1, 2.0, [2])])
+    assert engine_block_sets(index.workers) == {"w1": {1, 3}}
+
+
+def test_view_model_rows_are_the_latest_per_source() -> None:
+    vm = view_model([(1.0, "w1", "event_plane", 4, 4, 0, 0), (2.0, "w1", "event_plane", 9, 3,
+                                                             6, 0)], [])
+    assert vm.rows == [{"worker": "w1", "source": "event_plane", "router blocks": 9,
+                        "engine blocks": 3, "router only": 6, "engine only": 0}]
+    assert len(vm.alerts) == 1
+
+
+def _sample(target: str, name: str, ts: float, value: float = 1.0, **labels: str,
+            ) -> MetricSample:
+    return MetricSample(target, name, labels_of(labels), value, ts)
+
+
+def test_a_worker_whose_series_vanished_is_gone_since_the_next_scrape() -> None:
+    reg = "dynamo_component_router_worker_registered"
+    samples = [_sample("demo", reg, 10.0, router_worker_id="111"),
+               _sample("demo", reg, 10.0, router_worker_id="222"),
+               _sample("demo", reg, 15.0, router_worker_id="111"),
+               _sample("demo", reg, 20.0, router_worker_id="111"),
+               _sample("smg", "smg_worker_health", 20.0, worker="grpc://a")]
+    live = {(w.router, w.worker): w for w in worker_liveness(samples)}
+    assert live[("demo", "111")].state == "live"
+    gone = live[("demo", "222")]
+    assert (gone.state, gone.last_seen, gone.gone_since) == ("gone", 10.0, 15.0)
+    # A router whose last worker left lists none of these series: its scrape times tell.
+    alone = worker_liveness([_sample("smg", "smg_worker_health", 5.0, worker="grpc://a")],
+                            {"smg": [5.0, 10.0]})
+    assert alone[0].state == "gone" and alone[0].gone_since == 10.0
+
+
+def test_workers_view_rows_and_alerts() -> None:
+    live = worker_liveness([
+        _sample("demo", "dynamo_component_router_worker_registered", 1.0, router_worker_id="7"),
+        _sample("demo", "dynamo_frontend_model_workers", 2.0)], {"demo": [1.0, 2.0]})
+    view = workers_view(live, [{"worker": "7", "rank": 0, "transport": "nats",
+                                "resident_blocks": 3}], [], [], 3.0)
+    assert view.rows[0]["state"] == "gone" and view.rows[0]["KV transport"] == "nats"
+    assert [a.cause for a in view.alerts] == ["worker_gone"]

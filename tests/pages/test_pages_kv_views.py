@@ -1,0 +1,61 @@
+"""The Cache page's router-view-vs-engine section and the Overview's worker liveness, on a
+store written through the store's own API (what `mmlens collect` writes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from mmlens.analysis.kv_divergence import ViewPoint
+from mmlens.records import CollectorHealth, MetricSample, labels_of
+from mmlens.store.sqlite import Store
+from tests.pages.apptest_util import assert_clean, figure_titled, messages, open_page
+
+REG = "dynamo_component_router_worker_registered"
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    now = time.time()
+    path = tmp_path / "views.db"
+    store = Store(path)
+    store.add_samples([
+        MetricSample("demo", REG, labels_of({"router_worker_id": "111"}), 1.0, now - 20),
+        MetricSample("demo", REG, labels_of({"router_worker_id": "222"}), 1.0, now - 20),
+        MetricSample("demo", REG, labels_of({"router_worker_id": "111"}), 1.0, now - 10),
+    ])
+    store.set_kv_state({"111#0": {"worker": "111", "rank": 0, "resident_blocks": 40,
+                                  "transport": "zmq"}}, now)
+    health = CollectorHealth("metrics", "demo")
+    health.ok(now - 10)
+    store.set_health([health], now)
+    store.add_kv_views([ViewPoint(now - 20, "111", "event_plane", 30, 30, 0, 0),
+                        ViewPoint(now - 10, "111", "event_plane", 40, 28, 12, 0)])
+    store.close()
+    monkeypatch.setenv("MMLENS_DB", str(path))
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    return path
+
+
+def test_cache_page_shows_router_only_blocks_and_alerts(db: Path) -> None:
+    at = open_page("cache")
+    assert_clean(at)
+    fig = figure_titled(at, "Router view vs engine holdings")
+    router_only = next(t for t in fig["data"] if "router only" in t["name"])
+    assert list(router_only["y"]) == [0, 12]
+    assert any("12 block(s) the router believes resident" in m
+               for m in messages(at)["warning"])
+
+
+def test_overview_shows_a_gone_worker_with_since_when(db: Path) -> None:
+    at = open_page("overview")
+    assert_clean(at)
+    text = messages(at)
+    assert any("worker_gone" in m and "222" in m for m in text["warning"])
+    assert any("kv_view_divergence" in m for m in text["warning"])
+    table = next(df.value for df in at.dataframe if "KV transport" in df.value.columns)
+    states = dict(zip(table["worker"], table["state"], strict=True))
+    assert states == {"111": "live", "222": "gone"}
+    assert table.set_index("worker").loc["111", "KV transport"] == "zmq"
