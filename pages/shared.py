@@ -56,6 +56,12 @@ def reader() -> StoreReader | None:
         return None
 
 
+# Where page_guard notes each exception it turned into a message, so that page tests fail on
+# one instead of passing on an error box (the last few only: a session lives long).
+CAUGHT_KEY = "_mmlens_page_guard_caught"
+CAUGHT_KEEP = 20
+
+
 @contextlib.contextmanager
 def page_guard(what: str) -> Iterator[None]:
     """No page ever shows a traceback: failures become one clear message."""
@@ -63,8 +69,15 @@ def page_guard(what: str) -> Iterator[None]:
         yield
     except (StoreError, ValueError, OSError, KeyError) as exc:
         st.error(f"{what}: {exc}")
+        _note_caught(what, exc)
     except Exception as exc:  # the last line of defence: say what failed, not where
         st.error(f"{what} failed: {type(exc).__name__}: {exc}")
+        _note_caught(what, exc)
+
+
+def _note_caught(what: str, exc: Exception) -> None:
+    caught = [*st.session_state.get(CAUGHT_KEY, []), f"{what}: {type(exc).__name__}: {exc}"]
+    st.session_state[CAUGHT_KEY] = caught[-CAUGHT_KEEP:]
 
 
 # --- cached queries (keyed by store path; the reader is not hashed) --------------------------

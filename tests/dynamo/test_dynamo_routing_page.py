@@ -12,7 +12,11 @@ import pytest
 from mmlens.ingest.dynamo_logs import model_mm_routing
 from mmlens.records import RequestTrace, RoutingDecision
 from mmlens.store.sqlite import Store
-from tests.pages.apptest_util import assert_clean, open_page
+from tests.pages.apptest_util import (  # strict_page_guard: autouse here
+    assert_clean,
+    open_page,
+    strict_page_guard,  # noqa: F401
+)
 
 SUPPORT = (Path(__file__).resolve().parent.parent / "fixtures"
            / "dynamo_frontend_mm_support_1.6.1.jsonl")

@@ -1,11 +1,16 @@
-"""AppTest helpers: open one page of the app, read its Plotly figures as JSON."""
+"""AppTest helpers: open one page of the app, read its Plotly figures as JSON, and fail a
+test when `page_guard` turned an exception into an error box it did not expect."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from mmlens.ui.shared import CAUGHT_KEY
 from streamlit.testing.v1 import AppTest
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -45,3 +50,63 @@ def messages(at: AppTest) -> dict[str, list[str]]:
 def assert_clean(at: AppTest) -> None:
     """No exception element (a traceback) on the page."""
     assert not at.exception, [e.value for e in at.exception]
+
+
+class CaughtByPageGuard(AssertionError):
+    """A page run ended well only because page_guard caught an exception."""
+
+
+_expecting: list[list[str]] = []  # the open expect_caught() blocks, innermost last
+
+
+def caught(at: AppTest) -> list[str]:
+    """What page_guard caught during the last run of `at` ("what: Type: message" each)."""
+    try:
+        return list(at.session_state[CAUGHT_KEY])
+    except KeyError:
+        return []
+
+
+@contextlib.contextmanager
+def expect_caught() -> Iterator[list[str]]:
+    """Declares that page_guard should catch an exception in the runs inside: they do not fail
+    the test, the yielded list gets what was caught, and the block fails if nothing was."""
+    got: list[str] = []
+    _expecting.append(got)
+    try:
+        yield got
+    finally:
+        _expecting.remove(got)
+    assert got, "page_guard caught nothing in an expect_caught() block"
+
+
+@contextlib.contextmanager
+def fail_on_caught() -> Iterator[None]:
+    """Every AppTest run inside (a widget interaction too) raises CaughtByPageGuard when
+    page_guard caught an exception outside an expect_caught() block."""
+    original = AppTest._run
+
+    def run(self: AppTest, *args: Any, **kwargs: Any) -> AppTest:
+        self.session_state[CAUGHT_KEY] = []  # this run's only
+        result = original(self, *args, **kwargs)
+        got = caught(self)
+        if got and _expecting:
+            _expecting[-1].extend(got)
+        elif got:
+            raise CaughtByPageGuard("page_guard caught (wrap the run in expect_caught() if the "
+                                    "test wants that): " + "; ".join(got))
+        return result
+
+    AppTest._run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AppTest._run = original  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def strict_page_guard() -> Iterator[None]:
+    """Autouse where imported: a test fails on an exception page_guard caught, unless the run
+    was inside expect_caught()."""
+    with fail_on_caught():
+        yield

@@ -15,6 +15,7 @@ import pytest
 
 from mmlens.store.reader import StoreReader
 from tests.live_support import REPO, free_port, free_port_base, ready_info, stop_process, wait_until
+from tests.pages.apptest_util import strict_page_guard  # noqa: F401  (autouse here)
 
 WARMUP_TRACES = 12
 

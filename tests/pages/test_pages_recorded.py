@@ -12,6 +12,7 @@ from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
+    expect_caught,
     figure_titled,
     figures,
     messages,
@@ -208,9 +209,11 @@ def test_lab_page_lists_router_model_and_sequences(db: Recorded) -> None:
     options = at.selectbox(key="lab_sequence").options
     assert any("A, B, A, B" in o for o in options)
     assert any(o.startswith("scenario isolation") for o in options)
-    at.text_input(key="lab_size").set_value("0x0").run()
+    with expect_caught() as got:
+        at.text_input(key="lab_size").set_value("0x0").run()
     assert_clean(at)
-    assert messages(at)["error"]
+    assert messages(at)["error"] == ["Lab: image width must be positive, got 0"]
+    assert got == ["Lab: ImageError: image width must be positive, got 0"]
 
 
 def test_targets_page_validates_toml(db: Recorded, tmp_path: Path,
