@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from mmlens.store.reader import StoreReader
 from tests.live_support import REPO, free_port, free_port_base, ready_info, stop_process, wait_until
 from tests.pages.apptest_util import strict_page_guard  # noqa: F401  (autouse here)
+from tests.pages.recorded_store import Recorded, fill
 
 WARMUP_TRACES = 12
 
@@ -28,11 +30,13 @@ class LiveDashboard:
     pid: int
 
 
-def _warm(db: Path, proc: subprocess.Popen[bytes]) -> bool:
-    """The warm-up's traces, KV events and samples are all in the store."""
+def _warm(db: Path, log: Path, proc: subprocess.Popen[bytes]) -> bool:
+    """The warm-up workload has finished (its summary line is in the dashboard's log; the
+    store also holds requests mmlens observed but did not send, so a row count says less)
+    and KV events and samples are in the store."""
     if proc.poll() is not None:
         raise RuntimeError(f"dashboard exited with {proc.returncode}")
-    if not db.exists():
+    if not db.exists() or "warm-up: " not in log.read_text(errors="replace"):
         return False
     reader = StoreReader(db)
     try:
@@ -59,7 +63,8 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDas
         except (AssertionError, pytest.fail.Exception) as exc:  # timed out, or it exited
             raise RuntimeError("dashboard not ready:\n" + (work / "dashboard.log")
                                .read_text()[-3000:]) from exc
-        wait_until(lambda: _warm(db, proc), 90, 0.5, what="warm-up data in the store")
+        wait_until(lambda: _warm(db, work / "dashboard.log", proc), 90, 0.5,
+                   what="warm-up done, its data in the store")
         url = info["dashboard"]
         wait_until(lambda: httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200,
                    30, 0.3, what="Streamlit healthy", ignore=(httpx.HTTPError,))
@@ -68,3 +73,17 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDas
     finally:
         stop_process(proc, signal.SIGTERM, 45)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    """A store of constructed records (tests/pages/recorded_store.py), one per test module."""
+    return fill(tmp_path_factory.mktemp("store") / "mmlens.db", time.time())
+
+
+@pytest.fixture
+def db(recorded: Recorded, monkeypatch: pytest.MonkeyPatch) -> Recorded:
+    """The pages read the recorded store (and no targets file)."""
+    monkeypatch.setenv("MMLENS_DB", str(recorded.path))
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    return recorded

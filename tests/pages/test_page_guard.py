@@ -3,9 +3,6 @@ declared that it expects one (expect_caught)."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import pytest
 import streamlit as st
 from mmlens.ui.shared import CAUGHT_KEEP
@@ -19,19 +16,7 @@ from tests.pages.apptest_util import (
     messages,
     open_page,
 )
-from tests.pages.recorded_store import fill
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fill(tmp_path_factory.mktemp("store") / "mmlens.db", time.time()).path
-
-
-@pytest.fixture
-def db(store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MMLENS_DB", str(store))
-    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
-    return store
+from tests.pages.recorded_store import Recorded
 
 
 def _planted(*_args: object, **_kwargs: object) -> None:
@@ -48,7 +33,7 @@ def _guarded_script() -> None:
     st.write("rendered")
 
 
-def test_a_page_whose_guard_caught_an_exception_fails_its_test(db: Path,
+def test_a_page_whose_guard_caught_an_exception_fails_its_test(db: Recorded,
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 ) -> None:
     monkeypatch.setattr(st, "subheader", _planted)  # called inside the Overview's guard
@@ -56,7 +41,7 @@ def test_a_page_whose_guard_caught_an_exception_fails_its_test(db: Path,
         open_page("overview")
 
 
-def test_an_expected_caught_exception_passes_and_is_named(db: Path,
+def test_an_expected_caught_exception_passes_and_is_named(db: Recorded,
                                                            monkeypatch: pytest.MonkeyPatch,
                                                            ) -> None:
     monkeypatch.setattr(st, "subheader", _planted)
@@ -68,13 +53,13 @@ def test_an_expected_caught_exception_passes_and_is_named(db: Path,
     assert got == ["Overview: RuntimeError: planted failure"] * 2
 
 
-def test_the_same_page_without_the_fault_passes(db: Path) -> None:
+def test_the_same_page_without_the_fault_passes(db: Recorded) -> None:
     at = open_page("overview")
     assert_clean(at)
     assert caught(at) == []
 
 
-def test_expect_caught_fails_when_nothing_was_caught(db: Path) -> None:
+def test_expect_caught_fails_when_nothing_was_caught(db: Recorded) -> None:
     with pytest.raises(AssertionError, match="caught nothing"), expect_caught():
         open_page("overview")
 

@@ -19,19 +19,7 @@ from tests.pages.apptest_util import (
     open_page,
     trace_names,
 )
-from tests.pages.recorded_store import W1, W2, Recorded, fill
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
-    return fill(tmp_path_factory.mktemp("store") / "mmlens.db", time.time())
-
-
-@pytest.fixture
-def db(recorded: Recorded, monkeypatch: pytest.MonkeyPatch) -> Recorded:
-    monkeypatch.setenv("MMLENS_DB", str(recorded.path))
-    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
-    return recorded
+from tests.pages.recorded_store import W1, W2, Recorded
 
 
 @pytest.mark.parametrize("page", PAGES)
