@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mmlens.ingest.observed import known
+from mmlens.ingest.observed import SOURCE_KV, known
 from mmlens.records import RequestTrace, RoutingDecision
 
 Verdict = Literal["hit", "cold", "false_hit", "spilled", "count_drift", "fallback",
@@ -40,6 +40,14 @@ class Realized:
     blocks: int
     tokens: int | None
     source: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWhileServed:
+    """What the serving worker's KV events showed while it served the request."""
+
+    blocks: int  # blocks newly stored
+    from_root: bool  # the first of them starts a chain (no parent): nothing was reused
 
 
 @dataclass
@@ -76,15 +84,21 @@ def _prediction(t: RequestTrace) -> dict[str, Any]:
 
 
 def realized_of(t: RequestTrace, block_size: int, request_blocks: int | None,
-                stored_blocks: int | None) -> Realized | None:
-    """Cached blocks the engine reported, else (with the request's block count) those it
-    did not have to store again while serving it (its KV events)."""
+                stored: StoredWhileServed | None) -> Realized | None:
+    """Cached blocks the engine reported; else what the serving worker's KV events say: a
+    chain stored from the root means nothing was cached, otherwise the request's full blocks
+    less those it stored (Dynamo counts a last partial block, engines cache full ones)."""
     if known(t, "cached_tokens"):
         src = t.provenance.get("cached_tokens", t.origin)
         return Realized(int(t.cached_tokens or 0) // block_size, t.cached_tokens, src)
-    if stored_blocks is not None and request_blocks:
-        return Realized(max(request_blocks - stored_blocks, 0), None, "kv_events")
-    return None
+    if stored is None:
+        return None
+    if stored.from_root or request_blocks == 0:
+        return Realized(0, None, SOURCE_KV)
+    if request_blocks is None:
+        return None
+    full = request_blocks - (1 if t.router_kind == "dynamo" else 0)
+    return Realized(max(full - stored.blocks, 1 if stored.blocks else 0), None, SOURCE_KV)
 
 
 def _router_prompt(t: RequestTrace, pred: dict[str, Any]) -> int | None:
@@ -105,11 +119,11 @@ def _sources(t: RequestTrace, pred: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def judge(t: RequestTrace, *, stored_blocks: int | None = None,
+def judge(t: RequestTrace, *, stored: StoredWhileServed | None = None,
           removed_blocks: int = 0) -> Judgement:
-    """``stored_blocks``: blocks the serving worker newly stored while serving ``t`` (None:
-    not known, e.g. no KV events or another request on that worker at the same time);
-    ``removed_blocks``: blocks it evicted in the minutes before."""
+    """``stored``: what the serving worker stored while serving ``t`` (None: not known, e.g.
+    no KV events or another request on that worker at the same time); ``removed_blocks``:
+    blocks it evicted in the minutes before."""
     pred = _prediction(t)
     bs = int(pred["block_size"])
     ev: dict[str, Any] = {k: pred[k] for k in ("predicted_blocks", "request_blocks", "branch",
@@ -121,11 +135,11 @@ def judge(t: RequestTrace, *, stored_blocks: int | None = None,
     if pred["predicted_blocks"] is None:
         unknown.append("predicted_blocks")
     j = Judgement(t.request_id, "unknown", "", ev, _sources(t, pred), unknown)
-    realized = realized_of(t, bs, pred["request_blocks"], stored_blocks)
+    realized = realized_of(t, bs, pred["request_blocks"], stored)
     if realized is not None:
         ev.update(realized_blocks=realized.blocks, realized_source=realized.source)
         j.sources["realized"] = realized.source
-        if "cached_tokens" in j.unknown and realized.source == "kv_events":
+        if "cached_tokens" in j.unknown and realized.source == SOURCE_KV:
             j.unknown.remove("cached_tokens")
     return _classify(j, t, pred, realized, bs, removed_blocks)
 

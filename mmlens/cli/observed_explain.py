@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from mmlens.analysis.verdicts import Judgement, judge
+from mmlens.analysis.verdicts import Judgement, StoredWhileServed, judge
 from mmlens.records import RequestTrace
 from mmlens.store.reader import StoreReader
 
@@ -26,14 +26,14 @@ def dispatch_ts(t: RequestTrace) -> float:
     return min(exact) if exact else t.ts
 
 
-def stored_while_served(reader: StoreReader, t: RequestTrace) -> int | None:
-    """Blocks the serving worker newly stored while serving ``t`` — None when unknown: no
-    KV events from it, no latency, or another request on it at the same time."""
+def stored_while_served(reader: StoreReader, t: RequestTrace) -> StoredWhileServed | None:
+    """What the serving worker newly stored while serving ``t`` — None when unknown: no KV
+    events from it, no latency, or another request on it at the same time."""
     if not t.worker or t.latency_s is None or not reader.has_kv_events(t.worker):
         return None
     start = dispatch_ts(t)
     end = start + float(t.latency_s) + KV_SLACK_S
-    for other in reader.traces_between(start - 600.0, end):
+    for other in reader.with_decisions(reader.traces_between(start - 600.0, end)):
         if other.get("request_id") == t.request_id or other.get("worker") != t.worker:
             continue
         o = as_record(other)
@@ -41,7 +41,9 @@ def stored_while_served(reader: StoreReader, t: RequestTrace) -> int | None:
         o_end = o_start + float(o.latency_s or 0.0) + KV_SLACK_S
         if o_start < end and start < o_end:
             return None  # two requests on one worker: its events cannot be told apart
-    return reader.kv_blocks(t.worker, "stored", start, end)
+    blocks = reader.kv_blocks(t.worker, "stored", start, end)
+    return StoredWhileServed(blocks, blocks > 0 and reader.first_stored_parent(
+        t.worker, start, end) is None)
 
 
 def judge_recorded(reader: StoreReader, request_id: str) -> Judgement | None:
@@ -53,4 +55,4 @@ def judge_recorded(reader: StoreReader, request_id: str) -> Judgement | None:
     if t.worker:
         start = dispatch_ts(t)
         removed = reader.kv_blocks(t.worker, "removed", start - EVICTION_WINDOW_S, start)
-    return judge(t, stored_blocks=stored_while_served(reader, t), removed_blocks=removed)
+    return judge(t, stored=stored_while_served(reader, t), removed_blocks=removed)

@@ -70,7 +70,7 @@ def is_request_path(path: Any) -> bool:
 
 def keys_of(t: RequestTrace) -> set[str]:
     """Every key another source may know this request by."""
-    keys = request_keys(t.request_id, t.response_id)
+    keys = request_keys(t.request_id, t.response_id) | request_keys(t.request_id, t.request_id)
     for a in t.aliases:
         keys |= request_keys(a, a)
     if t.trace_id:

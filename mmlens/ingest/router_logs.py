@@ -272,7 +272,9 @@ def request_keys(request_id: str, response_id: str | None) -> set[str]:
     keys = {request_id}
     if response_id:
         keys.add(response_id)
-        keys.add(_GRPC_ENGINE_SUFFIX.sub("", response_id))
+        root = _GRPC_ENGINE_SUFFIX.sub("", response_id)
+        if root not in ("chatcmpl", "cmpl"):  # Dynamo's `chatcmpl-<uuid>` is no `<rid>-<uuid>`
+            keys.add(root)
         if response_id.startswith("chatcmpl-"):
             # Dynamo: lines without `x_request_id` (e.g. "Selected worker") carry only its
             # internal request id, which the response id repeats as `chatcmpl-<id>`.

@@ -82,6 +82,14 @@ class StoreReader:
                          "AND ts BETWEEN ? AND ?", (worker, kind, since, until))
         return int(row[0][0] or 0) if row else 0
 
+    def first_stored_parent(self, worker: str, since: float, until: float) -> str | None:
+        """The parent hash of the first block a worker stored in a time window (None: the
+        chain starts at the root, or nothing was stored)."""
+        row = self._rows("SELECT parent FROM kv_events WHERE worker = ? AND kind = 'stored' "
+                         "AND ts BETWEEN ? AND ? ORDER BY ts, rowid LIMIT 1",
+                         (worker, since, until))
+        return row[0][0] if row else None
+
     def has_kv_events(self, worker: str) -> bool:
         return bool(self._rows("SELECT 1 FROM kv_events WHERE worker = ? LIMIT 1", (worker,)))
 

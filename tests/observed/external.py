@@ -77,7 +77,7 @@ def start_workers(ext: External, base: int, n: int, otlp: str | None,
 
 @contextlib.contextmanager
 def smg_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | None = None,
-                workers: int = 2,
+                workers: int = 2, cache_trace_header: bool = False,
                 log_dir: Path | None = None) -> Iterator[External]:
     """Two simulated gRPC vLLM workers (ports base+10…), then SMG 1.13 on `base` (metrics
     base+1) with JSON debug logs and the cache trace; `otlp_grpc` (host:port) turns tracing
@@ -87,6 +87,8 @@ def smg_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | N
     try:
         start_workers(ext, base + 10, workers, worker_otlp)
         env = dict(os.environ, SMG_CACHE_TRACE="1", HF_HUB_OFFLINE="1")
+        if cache_trace_header:  # the compact prediction as a response header (for the tap)
+            env["SMG_CACHE_TRACE_HEADER"] = "1"
         cmd = [*smg_command(), "launch", "--host", HOST, "--port", str(base),
                "--prometheus-host", HOST, "--prometheus-port", str(base + 1),
                "--worker-urls", *[w["grpc"] for w in ext.workers], "--policy", "cache_aware",
@@ -118,7 +120,8 @@ def write_json(path: Path, obj: Any) -> None:
 
 @contextlib.contextmanager
 def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | None = None,
-                   workers: int = 2, log_dir: Path | None = None) -> Iterator[External]:
+                   workers: int = 2, log_dir: Path | None = None,
+                   cache_trace_header: bool = False) -> Iterator[External]:
     """The real Dynamo 1.6.1 frontend (`--router-mode kv`, file discovery, loopback ZMQ
     broker) on `base` in front of simulated vLLM engines registered with the Dynamo runtime;
     `otlp_grpc` (host:port) turns on the frontend's OTLP export."""

@@ -1,0 +1,159 @@
+"""Traffic mmlens did not send, explained: the official `openai` client talks to the real SMG
+1.13 (gRPC) and the real Dynamo 1.6.1 frontend, in front of simulated workers this test
+starts itself; `mmlens collect` follows the router log and the workers' KV events (one store)
+and also receives OTLP spans (another store); `mmlens tap` sits between client and router
+(a third store). `mmlens explain` then classifies every request from each store on its own:
+router logs only, logs with OTLP, and the tap — a content-blind false hit on SMG among them."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from mmlens.layout.synthetic_images import synthetic_png
+from tests.live_support import REPO, free_port, free_port_base, stop_process, wait_until
+from tests.observed.external import MODEL, External, dynamo_cluster, smg_cluster
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
+TEXT = "Describe this image in detail please."
+RED = "data:image/png;base64," + base64.b64encode(
+    synthetic_png("solid", 64, 64, rgb=(200, 30, 30))).decode()
+BLUE = "data:image/png;base64," + base64.b64encode(
+    synthetic_png("solid", 224, 224, rgb=(30, 30, 200))).decode()
+# (name, image, stream); red and blue both expand to 64 image tokens (Qwen3-VL).
+WORKLOAD = [("red", RED, False), ("red-again", RED, False), ("blue", BLUE, False),
+            ("text", None, False), ("red-stream", RED, True)]
+EXPECTED = {
+    "smg": {"red": "cold", "red-again": "hit", "blue": "false_hit", "text": "cold",
+            "red-stream": "hit"},
+    # Dynamo routes on per-image pad values: blue is a new image to it, not a false hit.
+    "dynamo": {"red": "cold", "red-again": "hit", "blue": "cold", "text": "cold",
+               "red-stream": "hit"},
+}
+
+
+def mmlens(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "mmlens", *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+
+def config(path: Path, ext: External, kind: str, otlp: tuple[int, int] | None) -> Path:
+    lines = ["interval_s = 0.5", "[[router]]", 'name = "r"', f'kind = "{kind}"',
+             f'url = "{ext.router_url}"', f'log_file = "{ext.router_log}"',
+             "discover_workers = false"]
+    for w in ext.workers:
+        name = w.get("grpc") or w["worker_id"]
+        lines += ["[[worker]]", f'name = "{w["name"]}"', f'router_url = "{name}"',
+                  f'kv_events = "{w["kv_events"]}"', f'kv_replay = "{w["kv_replay"]}"']
+    if otlp:
+        lines += ["[otlp]", f"grpc_port = {otlp[0]}", f"http_port = {otlp[1]}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def running(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for p in procs:
+            stop_process(p, signal.SIGINT, 30)
+
+
+def send(base_url: str) -> dict[str, str]:
+    """The workload through `base_url`, one request at a time; the id each response had."""
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0)
+    ids = {}
+    for name, image, stream in WORKLOAD:
+        content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image}}] \
+            if image else []
+        messages = [{"role": "user", "content": [*content, {"type": "text", "text": TEXT}]}]
+        if stream:
+            chunks = list(client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=8, stream=True,
+                stream_options={"include_usage": True}))  # type: ignore
+            ids[name] = chunks[0].id
+        else:
+            ids[name] = client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=8).id  # type: ignore[arg-type]
+        time.sleep(0.4)  # one request at a time on a worker: its KV events tell them apart
+    return ids
+
+
+def explain(db: Path, rid: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "mmlens", "explain", "--db", str(db),
+                          "--request", rid, "--json"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def traces(db: Path) -> int:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+        return int(c.execute("SELECT count(*) FROM traces").fetchone()[0])
+
+
+def run_observed(tmp_path: Path, kind: str) -> None:
+    otlp = (free_port(), free_port())
+    base = free_port_base(40)
+    cluster = smg_cluster if kind == "smg" else dynamo_cluster
+    dbs = {mode: tmp_path / f"{mode}.db" for mode in ("logs", "otlp", "tap")}
+    with cluster(base, otlp_grpc=f"127.0.0.1:{otlp[0]}",
+                 worker_otlp=f"http://127.0.0.1:{otlp[1]}", log_dir=tmp_path / "logs",
+                 cache_trace_header=True) as ext:
+        tap_port = free_port()
+        procs = [
+            mmlens("collect", "--db", str(dbs["logs"]), "--config",
+                   str(config(tmp_path / "logs.toml", ext, kind, None))),
+            mmlens("collect", "--db", str(dbs["otlp"]), "--config",
+                   str(config(tmp_path / "otlp.toml", ext, kind, otlp))),
+            mmlens("tap", "--listen", f"127.0.0.1:{tap_port}", "--upstream", ext.router_url,
+                   "--db", str(dbs["tap"])),
+        ]
+        with running(procs):
+            tap_url = f"http://127.0.0.1:{tap_port}"
+            wait_until(lambda: httpx.get(tap_url + "/v1/models", timeout=1).status_code == 200,
+                       30, what="tap", ignore=(httpx.HTTPError,))
+            time.sleep(2.0)  # the collectors' KV subscriptions settle
+            ids = send(tap_url)
+            for mode, db in dbs.items():
+                wait_until(lambda db=db: db.exists() and traces(db) >= len(WORKLOAD), 30,
+                           what=f"{mode} store", ignore=(Exception,))
+            time.sleep(7.0)  # routers batch their spans for up to 5 s
+    for mode, db in dbs.items():
+        got = {name: explain(db, rid) for name, rid in ids.items()}
+        verdicts = {name: j["category"] for name, j in got.items()}
+        assert verdicts == EXPECTED[kind], (mode, {n: j["headline"] for n, j in got.items()})
+        want = {"logs": "kv_events", "otlp": "otlp:llm_request", "tap": "tap"}[mode]
+        for name, j in got.items():
+            assert j["sources"], j
+            if j["category"] in ("hit", "false_hit"):  # judged on what the engine realized
+                assert j["sources"]["realized"] == want, (mode, name, j)
+
+
+def test_smg_traffic_explained_from_logs_spans_and_tap(tmp_path: Path) -> None:
+    run_observed(tmp_path, "smg")
+
+
+def test_dynamo_traffic_explained_from_logs_spans_and_tap(tmp_path: Path) -> None:
+    from mmlens.demo.dynamo_cluster import dynamo_available
+
+    reason = dynamo_available()
+    if reason:
+        pytest.skip(reason)
+    run_observed(tmp_path, "dynamo")
