@@ -53,6 +53,7 @@ class EventPlaneCollector:
         self.health = CollectorHealth("kv_event_plane", name)
         self.health.counters[f"transport_{self.transport.replace('-', '_')}"] = 1
         self.last_seq: dict[int, int] = {}
+        self.ready = threading.Event()  # subscribed (NATS) or connected (ZMQ)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -110,6 +111,7 @@ class EventPlaneCollector:
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(self.url)
+        self.ready.set()
         try:
             while not stop.is_set():
                 if sock.poll(100):
@@ -141,7 +143,9 @@ class EventPlaneCollector:
                 continue
             try:
                 await nc.subscribe(self.subject, cb=on_msg)
+                await nc.flush()  # the server has the subscription: nothing after is missed
                 self.health.counters["subscribed"] = 1
+                self.ready.set()
                 while not stop.is_set():
                     await asyncio.sleep(0.1)
             finally:

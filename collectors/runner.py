@@ -198,10 +198,15 @@ class CollectorRunner:
         plane = EventPlaneCollector(name, url, on_events, namespace, self.zmq_context)
         return plane
 
-    def start_kv(self) -> None:
+    def start_kv(self, plane_wait_s: float = 3.0) -> None:
         self.kv_grpc.start()
         for plane in self.planes:
             plane.start()
+        # An event plane keeps nothing for late subscribers (NATS Core, ZMQ PUB): wait for
+        # the subscriptions before anything (a workload) makes the engines publish.
+        deadline = time.monotonic() + plane_wait_s
+        for plane in self.planes:
+            plane.ready.wait(max(0.0, deadline - time.monotonic()))
         if self.kv.endpoints and self._kv_thread is None:
             self._kv_thread = threading.Thread(target=self.kv.run, args=(self._kv_stop,),
                                                name="kv-events", daemon=True)

@@ -30,6 +30,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, help="stop after S seconds (default: run on)")
     ap.add_argument("--interval", type=float, help="override interval_s")
     ap.add_argument("--ready-file", help="add targets from a `mmlens demo --ready-file` file")
+    ap.add_argument("--kv-transport", choices=["zmq", "grpc"],
+                    help="demo workers: read their KV events over ZMQ or their SubscribeKvEvents "
+                         "gRPC stream (default: [demo] kv_transport, else zmq)")
     ap.add_argument("--router-log", action="append", default=[],
                     help="[NAME=]PATH of a router JSON log to follow; PATH - reads stdin")
     ap.add_argument("--otlp-grpc-port", type=int,
@@ -80,6 +83,8 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if args.ready_file:
         cfg.ready_file = args.ready_file
+    if args.kv_transport:
+        cfg.demo_kv_transport = args.kv_transport
     if args.interval:
         cfg.interval_s = args.interval
     if args.otlp_grpc_port is not None:
