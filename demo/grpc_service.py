@@ -58,6 +58,15 @@ def _proto_event(event: Event, event_id: int) -> common_pb2.KvCacheEvent:
     raise TypeError(event)
 
 
+def checked_ids(request: Any, vocab: int) -> list[int]:
+    """The request's token ids, refused when one lies outside the vocabulary."""
+    ids = list(request.tokenized.input_ids)
+    bad = [t for t in ids if t >= vocab]
+    if bad:
+        raise EngineError(f"token id {bad[0]} out of vocabulary (size {vocab})")
+    return ids
+
+
 async def stream_kv_events(service: Any, request: Any, context: Any) -> AsyncIterator[Any]:
     """The SubscribeKvEvents stream both engine services serve: ``service`` supplies
     ``engine_load(load_only)`` and ``proto_batch(published)``."""
@@ -186,11 +195,7 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
     async def _prompt(self, request: Any) -> tuple[list[int], list[MediaSpan]]:
         if request.WhichOneof("input") != "tokenized":
             raise EngineError("this engine accepts tokenized input only")
-        ids = list(request.tokenized.input_ids)
-        vocab = self.s.model.config["vocab_size"]
-        bad = [t for t in ids if t >= vocab]
-        if bad:
-            raise EngineError(f"token id {bad[0]} out of vocabulary (size {vocab})")
+        ids = checked_ids(request, self.s.model.config["vocab_size"])
         if request.HasField("media_refs") and request.media_refs.items:
             if request.HasField("mm_inputs"):
                 raise EngineError("media_refs and mm_inputs are mutually exclusive")

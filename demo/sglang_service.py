@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import struct_pb2
 from mmlens.demo.engine import EngineError
-from mmlens.demo.grpc_service import stream_kv_events
+from mmlens.demo.grpc_service import checked_ids, stream_kv_events
 from mmlens.demo.kv_publisher import PublishedBatch
 from mmlens.demo.kv_wire import signed64
 from mmlens.demo.prefix_cache import Event, MediaSpan, RemovedBlocks, StoredBlocks
@@ -160,11 +160,7 @@ class SglangSchedulerService(sglang_scheduler_pb2_grpc.SglangSchedulerServicer):
         return common_pb2.FlushCacheResponse(success=True, message="flushed")
 
     def _prompt(self, request: Any) -> tuple[list[int], list[MediaSpan]]:
-        ids = list(request.tokenized.input_ids)
-        vocab = self.s.model.config["vocab_size"]
-        bad = [t for t in ids if t >= vocab]
-        if bad:
-            raise EngineError(f"token id {bad[0]} out of vocabulary (size {vocab})")
+        ids = checked_ids(request, self.s.model.config["vocab_size"])
         if request.HasField("mm_inputs") and request.mm_inputs.mm_placeholders:
             return pad_images(ids, request.mm_inputs)
         return ids, []

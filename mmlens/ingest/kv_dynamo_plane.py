@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from mmlens.ingest.kv_events import KVEventError, normalize_hash
+from mmlens.ingest.kv_grpc import keyed_events
 from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 KV_TOPIC = "kv-events"
@@ -145,14 +146,4 @@ def router_events(msg: PlaneMessage, errors: dict[str, int] | None = None) -> li
         raise KVEventError("undecodable_msgpack", f"router events: {exc}") from None
     if not isinstance(items, list):
         items = [items]
-    out: list[KVEvent] = []
-    for i, raw in enumerate(items):
-        try:
-            rec = _event(raw, msg.sequence, msg.published_at)
-            rec.idx = i  # the store's key within a batch (with worker, rank, seq, ts)
-            out.append(rec)
-        except KVEventError as exc:
-            if errors is None:
-                raise
-            errors[exc.kind] = errors.get(exc.kind, 0) + 1
-    return out
+    return keyed_events(items, lambda raw: _event(raw, msg.sequence, msg.published_at), errors)

@@ -11,6 +11,7 @@ The messages are read by attribute only, so this module needs no gRPC import.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,25 @@ def _event(ev: Any, worker: str, rank: int, seq: int, ts: float) -> KVEvent:
     raise KVEventError("unknown_event_tag", repr(kind))
 
 
+def keyed_events(items: Iterable[Any], convert: Callable[[Any], KVEvent],
+                 errors: dict[str, int] | None) -> list[KVEvent]:
+    """``convert`` each raw event, keyed by its position in the batch (the store's key with
+    worker, rank, seq and ts); bad ones are counted in ``errors`` by kind and skipped (raised
+    when ``errors`` is None)."""
+    out: list[KVEvent] = []
+    for i, raw in enumerate(items):
+        try:
+            rec = convert(raw)
+        except KVEventError as exc:
+            if errors is None:
+                raise
+            errors[exc.kind] = errors.get(exc.kind, 0) + 1
+            continue
+        rec.idx = i
+        out.append(rec)
+    return out
+
+
 def batch_events(batch: Any, worker: str, errors: dict[str, int] | None = None) -> GrpcBatch:
     """One streamed batch as records; bad events are counted in ``errors`` and skipped."""
     seq = int(batch.sequence_number)
@@ -81,15 +101,6 @@ def batch_events(batch: Any, worker: str, errors: dict[str, int] | None = None) 
     if ts != ts or ts < 0:
         raise KVEventError("bad_number", f"batch timestamp {ts!r}")
     load_only = batch.HasField("load") and batch.load.load_only
-    out: list[KVEvent] = []
-    for i, ev in enumerate(batch.events):
-        try:
-            rec = _event(ev, worker, rank, seq, ts)
-            rec.idx = i  # the store's key within a batch (with worker, rank, seq, ts)
-            out.append(rec)
-        except KVEventError as exc:
-            if errors is None:
-                raise
-            errors[exc.kind] = errors.get(exc.kind, 0) + 1
+    out = keyed_events(batch.events, lambda ev: _event(ev, worker, rank, seq, ts), errors)
     return GrpcBatch(seq, rank, ts, bool(load_only) and not out, out,
                      snapshot=batch.HasField("snapshot"))
