@@ -211,3 +211,30 @@ def counts(judgements: Sequence[Judgement]) -> dict[str, int]:
     for j in judgements:
         out[j.category] += 1
     return out
+
+
+def as_trace(t: RequestTrace | dict[str, Any]) -> RequestTrace:
+    """A record from a stored trace body (dict) or the record itself."""
+    if isinstance(t, RequestTrace):
+        return t
+    import msgspec
+
+    return msgspec.convert(t, RequestTrace, strict=False)
+
+
+def judge_all(traces: Sequence[RequestTrace | dict[str, Any]]) -> list[Judgement]:
+    """Every request judged on what the store holds of it (no KV-event realization)."""
+    return [judge(as_trace(t)) for t in traces]
+
+
+def summary(traces: Sequence[RequestTrace | dict[str, Any]]) -> dict[str, Any]:
+    """Requests by origin and source, and verdicts over all of them (for the snapshot)."""
+    records = [as_trace(t) for t in traces]
+    by_origin: dict[str, int] = {}
+    by_source: dict[str, int] = {}
+    for t in records:
+        by_origin[t.origin] = by_origin.get(t.origin, 0) + 1
+        for s in t.sources or [t.origin]:
+            by_source[s] = by_source.get(s, 0) + 1
+    return {"requests": len(records), "by_origin": by_origin, "by_source": by_source,
+            "verdicts": counts([judge(t) for t in records])}

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mmlens.analysis.verdicts import judge_all, summary
 from mmlens.store.snapshot import build_snapshot
 from mmlens.store.sqlite import Store, StoreError
 
@@ -34,7 +35,22 @@ def summary_text(snap: dict[str, Any]) -> str:
     for key, r in snap["resident_blocks"].items():
         lines.append(f"resident {key}: {r['blocks']} blocks, {len(r['images'])} images")
     lines.append(f"traces: {len(snap['traces'])}")
+    obs = snap.get("observed")
+    if obs:
+        verdicts = ", ".join(f"{k} {v}" for k, v in obs["verdicts"].items() if v)
+        origins = ", ".join(f"{k} {v}" for k, v in obs["by_origin"].items())
+        lines.append(f"requests by origin: {origins or 'none'}; verdicts: {verdicts or 'none'}")
     return "\n".join(lines)
+
+
+def with_verdicts(snap: dict[str, Any]) -> dict[str, Any]:
+    """Each trace (any origin: mmlens' own and observed traffic) with its miss verdict, and a
+    summary by origin, source and verdict under ``observed`` (keys added, none renamed)."""
+    traces = snap.get("traces") or []
+    for t, j in zip(traces, judge_all(traces), strict=True):
+        t["verdict"] = {"category": j.category, "headline": j.headline, "unknown": j.unknown}
+    snap["observed"] = summary(traces)
+    return snap
 
 
 def main(argv: Sequence[str]) -> int:
@@ -45,7 +61,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"mmlens snapshot: {exc}", file=sys.stderr)
         return 2
     try:
-        snap = build_snapshot(store, window_s=args.window, n_traces=args.traces)
+        snap = with_verdicts(build_snapshot(store, window_s=args.window, n_traces=args.traces))
     finally:
         store.close()
     print(json.dumps(snap, default=str) if args.json else summary_text(snap))

@@ -84,6 +84,13 @@ def known(t: RequestTrace, name: str) -> bool:
     return t.origin != OBSERVED or name in t.provenance
 
 
+def same_request(a: RequestTrace, b: RequestTrace) -> bool:
+    """Whether two records sharing a key may be one request: two that mmlens sent itself
+    are one only under the same request id (a router answering every request with one
+    response id must not fold them together)."""
+    return a.origin == OBSERVED or b.origin == OBSERVED or a.request_id == b.request_id
+
+
 def _fingerprint(d: RoutingDecision) -> str:
     return json.dumps(asdict(d), sort_keys=True, default=str)
 

@@ -215,35 +215,42 @@ class Store:
         return n
 
     def _upsert(self, t: RequestTrace) -> None:
+        matches = [(row, old) for row, old in self._rows_sharing_keys(t)
+                   if observed.same_request(old, t)]
+        if not matches:
+            cur = self.db.execute("INSERT INTO traces VALUES (?,?,?,?)", (
+                t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str)))
+            self._index_keys(t, int(cur.lastrowid or 0))
+            return
+        merged = matches[0][1]
+        for _, old in matches[1:]:
+            merged = observed.merge(merged, old)
+        t = observed.merge(merged, t)
+        keep, extra = matches[0][0], [row for row, _ in matches[1:]]
+        self.db.execute("UPDATE traces SET ts=?, request_id=?, router=?, body=? WHERE rowid=?",
+                        (t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str), keep))
+        if extra:  # `t` joined records that were apart so far
+            marks = ",".join("?" * len(extra))
+            self.db.execute(f"DELETE FROM traces WHERE rowid IN ({marks})", extra)
+            self.db.execute(f"UPDATE trace_keys SET row=? WHERE row IN ({marks})",
+                            [keep, *extra])
+        self._index_keys(t, keep)
+
+    def _rows_sharing_keys(self, t: RequestTrace) -> list[tuple[int, RequestTrace]]:
         keys = sorted(observed.keys_of(t))
         rows = sorted({r for (r,) in self.db.execute(
             f"SELECT row FROM trace_keys WHERE key IN ({','.join('?' * len(keys))})", keys)})
-        if rows:
-            merged: RequestTrace | None = None
-            for (body,) in self.db.execute(
-                    f"SELECT body FROM traces WHERE rowid IN ({','.join('?' * len(rows))})"
-                    " ORDER BY rowid", rows):
-                try:
-                    old = decode_trace(body)
-                except (msgspec.ValidationError, msgspec.DecodeError):
-                    continue  # an unreadable row is left as it is
-                merged = old if merged is None else observed.merge(merged, old)
-            if merged is not None:
-                t = observed.merge(merged, t)
-                keep, extra = rows[0], rows[1:]
-                self.db.execute("UPDATE traces SET ts=?, request_id=?, router=?, body=? "
-                                "WHERE rowid=?", (t.ts, t.request_id, t.router,
-                                                  json.dumps(asdict(t), default=str), keep))
-                if extra:
-                    marks = ",".join("?" * len(extra))
-                    self.db.execute(f"DELETE FROM traces WHERE rowid IN ({marks})", extra)
-                    self.db.execute(f"UPDATE trace_keys SET row=? WHERE row IN ({marks})",
-                                    [keep, *extra])
-                self._index_keys(t, keep)
-                return
-        cur = self.db.execute("INSERT INTO traces VALUES (?,?,?,?)", (
-            t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str)))
-        self._index_keys(t, int(cur.lastrowid or 0))
+        if not rows:
+            return []
+        out = []
+        for rowid, body in self.db.execute(
+                f"SELECT rowid, body FROM traces WHERE rowid IN ({','.join('?' * len(rows))})"
+                " ORDER BY rowid", rows):
+            try:
+                out.append((int(rowid), decode_trace(body)))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue  # an unreadable row is left as it is
+        return out
 
     def _index_keys(self, t: RequestTrace, row: int) -> None:
         self.db.executemany("INSERT OR REPLACE INTO trace_keys VALUES (?, ?)",
