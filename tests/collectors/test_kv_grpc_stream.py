@@ -21,6 +21,7 @@ from smg_grpc_proto.generated import common_pb2
 
 from mmlens.ingest.kv_events import ResidentIndex
 from tests.fixtures_path import CAPTURES
+from tests.live_support import wait_until
 
 METHOD = "/vllm.grpc.engine.VllmEngine/SubscribeKvEvents"
 
@@ -40,11 +41,13 @@ class Script:
         self.skip: set[int] = set()  # sequences the live stream leaves out (a lost batch)
         self.live: list[common_pb2.KvEventBatch] = []  # sent once, after the buffer
         self.starts: list[int] = []
-        self.hold = threading.Event()
+        self.hold = threading.Event()  # set: every stream ends (the server is going away)
+        self.generation = 0  # bumped: the streams open now end (a publisher restart)
 
     def serve(self, request: common_pb2.SubscribeKvEventsRequest, context: object,
               ) -> Iterator[common_pb2.KvEventBatch]:
         self.starts.append(request.start_sequence_number)
+        generation = self.generation
         yield common_pb2.KvEventBatch(sequence_number=0, timestamp=time.time(),
                                       load=common_pb2.EngineLoad(load_only=True))
         replaying = len(self.starts) > 1
@@ -54,7 +57,7 @@ class Script:
                 yield self.buffer[seq]
         while self.live:
             yield self.live.pop(0)
-        while not self.hold.wait(0.05):
+        while not self.hold.wait(0.05) and generation == self.generation:
             pass
 
 
@@ -77,12 +80,6 @@ def server() -> Iterator[tuple[str, Script]]:
         srv.stop(0)
 
 
-def _wait(pred, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.05)
-
 
 def test_gap_is_filled_by_resubscribing(server: tuple[str, Script]) -> None:
     url, script = server
@@ -93,7 +90,7 @@ def test_gap_is_filled_by_resubscribing(server: tuple[str, Script]) -> None:
     stream = kv.add_worker("w1", url)
     kv.start()
     try:
-        _wait(lambda: stream.cursor == 4)
+        wait_until(lambda: stream.cursor == 4)
     finally:
         kv.close()
     assert script.starts[:2] == [1, 3]  # first contact from 1, then back to the gap
@@ -109,14 +106,12 @@ def test_restarted_publisher_is_reread_from_its_start(server: tuple[str, Script]
     stream = kv.add_worker("w1", url)
     kv.start()
     try:
-        _wait(lambda: stream.cursor == 3)
+        wait_until(lambda: stream.cursor == 3)
         # A new process: its own batches 1..3; its next live batch is 3, below our cursor + 1.
         script.buffer = {s: _batch(s, [100 + s]) for s in (1, 2, 3)}
         script.live = [script.buffer[3]]
-        script.hold.set()  # end the stream: the subscriber reconnects at 4
-        time.sleep(0.1)
-        script.hold.clear()
-        _wait(lambda: stream.health.counters.get("restarts", 0) >= 1 and stream.cursor == 3)
+        script.generation += 1  # end the stream: the subscriber reconnects at 4
+        wait_until(lambda: stream.health.counters.get("restarts", 0) >= 1 and stream.cursor == 3)
     finally:
         script.hold.set()
         kv.close()

@@ -6,7 +6,6 @@ only, so different images of one size share its entries)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from mmlens.config import Config
 from mmlens.store.reader import StoreReader
 from mmlens.store.sqlite import Store
 from tests.demo.support import chat, image_messages, png_data_url
-from tests.live_support import free_port_base, started
+from tests.live_support import free_port_base, started, wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -38,12 +37,6 @@ def _published(info: dict) -> dict[str, dict[str, int]]:
     return {w["url"]: httpx.get(f"{w['http']}/demo/kv/published", timeout=5).json()
             for w in info["workers"]}
 
-
-def _wait(pred, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.2)
 
 
 def test_grpc_streams_lose_nothing_and_track_smg(cluster: Cluster, tmp_path: Path) -> None:
@@ -72,7 +65,7 @@ def test_grpc_streams_lose_nothing_and_track_smg(cluster: Cluster, tmp_path: Pat
                        and counts.get(w, {}).get("removed_blocks", 0) == p["removed_blocks"]
                        for w, p in pub.items())
 
-        _wait(stored_all)
+        wait_until(stored_all)
         health = {h.target: h for h in runner.kv_grpc.health}
         assert all(not h.errors and h.counters["transport_grpc"] == 1 for h in health.values())
         state = {s["worker"]: s for s in store.kv_state()}
@@ -89,7 +82,7 @@ def test_grpc_streams_lose_nothing_and_track_smg(cluster: Cluster, tmp_path: Pat
             last = {r[1]: r for r in rows if r[2] == "index_gauge"}
             return busy <= set(last) and all(r[5] == 0 and r[6] == 0 for r in last.values())
 
-        _wait(views_agree)
+        wait_until(views_agree)
 
         # Same-size images of different colours: distinct engine blocks, shared SMG entries.
         for i in range(4):
@@ -102,7 +95,7 @@ def test_grpc_streams_lose_nothing_and_track_smg(cluster: Cluster, tmp_path: Pat
             last = {r[1]: r for r in rows if r[2] == "index_gauge"}
             return any(r[6] > 0 and r[3] < r[4] for r in last.values())
 
-        _wait(router_merges_images)
+        wait_until(router_merges_images)
     finally:
         runner.close()
         store.close()

@@ -8,7 +8,6 @@ mmlens stores every block both engines publish, over ZMQ and over the gRPC strea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +23,7 @@ from mmlens.config import Config
 from mmlens.ingest.metrics_normalize import normalize_samples
 from mmlens.store.sqlite import Store
 from tests.demo.support import KvSubscriber, chat, image_messages, png_data_url
-from tests.live_support import free_port_base, started
+from tests.live_support import free_port_base, started, wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -113,15 +112,14 @@ def test_both_engines_stored_without_loss(cluster: Cluster, tmp_path: Path,
     try:
         _serve_both(info, transport)
         pub = _published(info)
-        deadline = time.monotonic() + 15
-        while True:
+
+        def stored_all() -> bool:
             runner.tick()
             counts = store.kv_event_counts()
-            if all(counts.get(w, {}).get("stored_blocks", 0) == p["stored_blocks"]
-                   for w, p in pub.items()):
-                break
-            assert time.monotonic() < deadline, (counts, pub)
-            time.sleep(0.2)
+            return all(counts.get(w, {}).get("stored_blocks", 0) == p["stored_blocks"]
+                       for w, p in pub.items())
+
+        wait_until(stored_all, 15, what="every published block stored")
         assert all(not h.errors for h in runner.all_health() if h.collector == "kv_events")
         state = {s["worker"]: s for s in store.kv_state()}
         assert {s["transport"] for s in state.values()} == {transport}

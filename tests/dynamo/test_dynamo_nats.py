@@ -23,7 +23,8 @@ from mmlens.analysis.kv_divergence import alerts, prediction_points
 from mmlens.config import Config
 from mmlens.store.reader import StoreReader
 from mmlens.store.sqlite import Store
-from tests.dynamo.support import LIVE_DYNAMO, listeners, running_dynamo, wait_for, worker_requests
+from tests.dynamo.support import LIVE_DYNAMO, listeners, running_dynamo, worker_requests
+from tests.live_support import wait_until
 
 pytestmark = [*LIVE_DYNAMO, pytest.mark.slow,
               pytest.mark.skipif(infra_missing() is not None, reason=str(infra_missing()))]
@@ -62,7 +63,7 @@ def test_nats_plane_loses_nothing_and_agrees_with_the_engines(tmp_path: Path) ->
         runner.start_kv()
         try:
             plane = runner.planes[0]
-            wait_for(lambda: plane.health.counters.get("subscribed"), 10, "NATS subscription")
+            assert plane.ready.is_set()  # start_kv waited for the subscription
             for i in range(14):  # 6 blocks each: 48-block caches evict
                 _send(info["router"], _prompt(i))
             pub = _published(cluster)
@@ -79,7 +80,7 @@ def test_nats_plane_loses_nothing_and_agrees_with_the_engines(tmp_path: Path) ->
                     and stored.get(w, {}).get("removed_blocks", 0) == p["zmq"]["removed_blocks"]
                     for w, p in pub.items())
 
-            wait_for(all_counted, 15, "every published block counted on NATS and ZMQ")
+            wait_until(all_counted, 15, what="every published block counted on NATS and ZMQ")
             assert all(p["dynamo"]["dropped"] == 0 for p in pub.values())
             assert not plane.health.errors and plane.health.counters.get("gaps", 0) == 0
 
@@ -90,7 +91,7 @@ def test_nats_plane_loses_nothing_and_agrees_with_the_engines(tmp_path: Path) ->
                 return set(pub) <= set(last) and all(
                     r[5] == 0 and r[6] == 0 and r[3] == r[4] for r in last.values())
 
-            wait_for(views_agree, 10, "router view equal to the engines' holdings")
+            wait_until(views_agree, 10, what="router view equal to the engines' holdings")
         finally:
             runner.close()
             store.close()
