@@ -8,8 +8,11 @@ import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
+from mmlens.analysis.explain import keys_of
 from mmlens.analysis.request_view import RequestView, from_layout, from_trace, rebuild_parts
+from mmlens.analysis.verdicts import field_rows
 from mmlens.cli.explain import explain_recorded
+from mmlens.cli.observed_explain import judge_recorded
 from mmlens.figures.token_layout import layout_figure
 from mmlens.layout.composition import ImageInput, Layout
 from mmlens.layout.families import FAMILIES
@@ -34,7 +37,10 @@ def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> L
 
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
-def explanation(path: str, request_id: str) -> dict[str, Any] | None:
+def explanation(path: str, request_id: str, trace: dict[str, Any]) -> dict[str, Any] | None:
+    if keys_of(trace) is None:  # no expected layout: judged on prediction vs realization
+        judged = judge_recorded(shared.reader_for(path), request_id)
+        return None if judged is None else judged.as_json()
     result = explain_recorded(shared.reader_for(path), request_id, HISTORY)
     return None if result is None else result.as_json()
 
@@ -104,21 +110,34 @@ def captured(path: str) -> None:
             st.caption(f"layout not rebuilt: {exc}")
     rv = from_trace(trace, layout)
     show(rv, f"{rid} → {shared.short_worker(trace.get('worker'))}")
-    expl = explanation(path, rid)
+    expl = explanation(path, rid, trace)
     if expl is not None:
         st.subheader("Why this many cached tokens")
         box = st.success if expl["category"] == "hit" else st.warning
-        box(f"**{expl['category']}** — {expl['headline']} (realized {expl['realized_tokens']} "
-            f"tokens; the best any worker could have served: {expl['best_tokens']})")
+        if "realized_tokens" in expl:
+            box(f"**{expl['category']}** — {expl['headline']} (realized "
+                f"{expl['realized_tokens']} tokens; the best any worker could have served: "
+                f"{expl['best_tokens']})")
+        else:
+            box(f"**{expl['category']}** — {expl['headline']}")
         if expl["evidence"]:
             with st.expander("Evidence"):
                 st.json(expl["evidence"])
+    if trace.get("origin") == "observed":
+        st.subheader("Where each field came from")
+        st.dataframe(pd.DataFrame(field_rows(trace)).astype(str), hide_index=True,
+                     width="stretch")
+        st.caption("An observed request (not sent by mmlens): " + ", ".join(
+            trace.get("sources") or []) + ". \"unknown\": no source told it (e.g. the "
+            "realized hit without the tap, a worker span or KV events).")
     st.subheader("Routing")
     c1, c2, c3 = st.columns(3)
     c1.metric("Worker", shared.short_worker(trace.get("worker")))
     c2.metric("Router predicted (tokens)", "—" if rv.predicted_tokens is None
               else rv.predicted_tokens)
-    c3.metric("Engine cached (tokens)", trace.get("cached_tokens") or 0)
+    c3.metric("Engine cached (tokens)", (trace.get("cached_tokens") or 0)
+              if trace.get("origin") != "observed" or "cached_tokens" in (
+                  trace.get("provenance") or {}) else "unknown")
     if trace.get("error"):
         st.error(f"The router answered {trace.get('status')} {trace.get('error_code')}: "
                  f"{trace['error']}")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.analysis.verdicts import judge_all
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import parse_label
 
@@ -196,21 +197,31 @@ def _kv_event_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]],
 
 
 def _false_hit_alerts(traces: Sequence[dict[str, Any]]) -> list[Alert]:
-    false_hits = []
-    for t in traces:
-        p = predicted_tokens(t)
-        bs = int((t.get("expected_layout") or {}).get("block_size") or 16)
-        if p is not None and p >= int(t.get("cached_tokens") or 0) + bs:
-            false_hits.append(t)
-    with_pred = sum(1 for t in traces if predicted_tokens(t) is not None)
+    """False hits and spills over all traffic (mmlens' own and observed requests), judged on
+    what is known of each: a request whose realized hit is unknown counts as neither."""
+    judged = list(zip(traces, judge_all(traces), strict=True))
+    known = [(t, j) for t, j in judged if j.category not in ("unknown", "error")]
+    with_pred = sum(1 for t, j in known if j.evidence.get("predicted_blocks") is not None
+                    or predicted_tokens(t) is not None)
+    false_hits = [(t, j) for t, j in known if j.category == "false_hit"]
+    spills = [(t, j) for t, j in known if j.category == "spilled"]
+    unknown = sum(1 for _, j in judged if j.category == "unknown")
+    observed = sum(1 for t, _ in false_hits if t.get("origin") == "observed")
+    out = []
     if false_hits and len(false_hits) >= FALSE_HIT_SHARE * max(with_pred, 1):
-        ex = false_hits[0]
-        return [Alert("warning", "false_hits", (
-            f"{len(false_hits)} of {with_pred} recent requests: the router predicted cached "
-            f"blocks the engine did not have (content-blind false hits), e.g. "
-            f"{ex['request_id']}: predicted {predicted_tokens(ex)}, cached "
-            f"{ex.get('cached_tokens') or 0}"))]
-    return []
+        ex, exj = false_hits[0]
+        out.append(Alert("warning", "false_hits", (
+            f"{len(false_hits)} of {with_pred} recent requests ({observed} not sent by "
+            "mmlens): the router predicted cached blocks the engine did not have "
+            f"(content-blind false hits), e.g. {ex['request_id']}: {exj.headline}"
+            + (f"; {unknown} more with the realized hit unknown" if unknown else ""))))
+    if spills and len(spills) >= FALSE_HIT_SHARE * max(len(known), 1):
+        ex, exj = spills[0]
+        out.append(Alert("info", "spills", (
+            f"{len(spills)} of {len(known)} recent requests were spilled or load-balanced "
+            f"away from the worker holding their prefix, e.g. {ex['request_id']}: "
+            f"{exj.headline}")))
+    return out
 
 
 def _block_size_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> list[Alert]:

@@ -9,6 +9,8 @@ from typing import Any
 
 from mmlens.analysis.explain import ERROR_HINTS
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.analysis.verdicts import as_trace, judge
+from mmlens.ingest.observed import known
 from mmlens.store.decisions import merged
 
 # The router's error codes and their fixes live with the miss explainer; transport failures
@@ -88,15 +90,21 @@ def policy_text(view: dict[str, Any]) -> str:
 
 
 def decision_rows(traces: Sequence[dict[str, Any]], limit: int = 100) -> list[dict[str, Any]]:
+    """Recent requests of any origin (mmlens' own, or observed through router logs, spans or
+    the tap), each with its verdict; values nobody told are "?"."""
     rows = []
     for t in traces[:limit]:
         view = merged(t.get("predictions") or [])
+        rec = as_trace(t)
         rows.append({
             "ts": t.get("ts") or 0.0, "request": t["request_id"],
             "worker": t.get("worker") or view.get("worker") or "—",
             "branch": view.get("branch") or "—",
             "overlap": overlap_text(view),
-            "predicted": predicted_tokens(t), "cached": t.get("cached_tokens") or 0,
+            "verdict": judge(rec).category,
+            "origin": "+".join(rec.sources) if rec.origin == "observed" else rec.origin,
+            "predicted": predicted_tokens(t),
+            "cached": (t.get("cached_tokens") or 0) if known(rec, "cached_tokens") else "?",
             "prompt": t.get("prompt_tokens"), "model": t.get("model"),
             "mode": t.get("processing_mode") or "—",
             "policy": policy_text(view),

@@ -238,3 +238,23 @@ def summary(traces: Sequence[RequestTrace | dict[str, Any]]) -> dict[str, Any]:
             by_source[s] = by_source.get(s, 0) + 1
     return {"requests": len(records), "by_origin": by_origin, "by_source": by_source,
             "verdicts": counts([judge(t) for t in records])}
+
+
+FIELDS = ("worker", "model", "status", "prompt_tokens", "cached_tokens", "completion_tokens",
+          "latency_s", "ttft_s", "processing_mode", "rendered_tokens", "images")
+
+
+def field_rows(t: RequestTrace | dict[str, Any]) -> list[dict[str, Any]]:
+    """Each field of a request with its value and the source that told it, or "unknown"."""
+    rec = as_trace(t)
+    rows = []
+    for name in FIELDS:
+        value: Any = getattr(rec, name)
+        if name == "images":
+            value = len(value) if value else None
+        if known(rec, name) and (name != "images" or value is not None):
+            source = rec.provenance.get(name, rec.origin)
+            rows.append({"field": name, "value": value, "source": source})
+        else:
+            rows.append({"field": name, "value": None, "source": "unknown"})
+    return rows

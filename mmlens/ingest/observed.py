@@ -40,8 +40,14 @@ def source_of(label: str) -> str:
     return label.split(":", 1)[0]
 
 
-def rank(label: str | None) -> int:
-    return _RANK.get(source_of(label), 0) if label else 0
+def rank(label: str | None, name: str = "") -> float:
+    if not label:
+        return 0
+    if name == "worker" and label == "otlp:resource":
+        # A worker naming itself (service.instance.id) is the deployment's word; the router's
+        # name for it is the one its logs, metrics and KV events use.
+        return 1.5
+    return _RANK.get(source_of(label), 0)
 
 
 def fragment(request_id: str, source: str, ts: float, router_kind: str = "auto",
@@ -133,7 +139,7 @@ def merge(base: RequestTrace, new: RequestTrace) -> RequestTrace:
         if label is None:
             continue
         old = base.provenance.get(name)
-        if (mine and old is None) or (old is not None and rank(old) >= rank(label)):
+        if (mine and old is None) or (old is not None and rank(old, name) >= rank(label, name)):
             continue
         setattr(base, name, getattr(new, name))
         base.provenance[name] = label

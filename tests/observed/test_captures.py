@@ -93,8 +93,8 @@ def test_one_record_per_request_with_its_sources(tmp_path: Path, router: str) ->
         for t in traces:
             assert t["origin"] == "observed" and t["sources"] == ["otlp", "router_log"]
             assert t["provenance"]["cached_tokens"] == "otlp:llm_request"
-            assert t["provenance"]["worker"] in ("router_log:smg", "router_log:dynamo",
-                                                 "otlp:resource")
+            # The router's name for the worker wins over the worker naming itself.
+            assert t["provenance"]["worker"] in ("router_log:smg", "otlp:dynamo.http-request")
         for r in responses(prefix).values():  # found by the id the client got back
             t = reader.trace(r["id"])
             assert t is not None
