@@ -228,17 +228,19 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         name="glm-5.3-flash", display="GLM-5.3-Flash",
-        model_types=("glm53_flash",),
+        model_types=("glm53_flash", "glm5_next"),
         id_patterns=(("glm-5.3-flash",), ("glm5.3-flash",), ("glm-5-next",), ("glm5-next",),
                      ("glm5_next",)),
         chat=GLM_CHAT, anchor="<|image|>", pad="<|image|>",
         structural=("<|begin_of_image|>", "<|end_of_image|>"), special_ids=GLM_IDS,
-        expansion=Expansion.PAD_RUN, max_images=10, default_params=GLM4V_DEFAULTS,
-        params_from=pc.glm53_params, count=it.glm_tokens, tokenizer="synthetic",
+        expansion=Expansion.PAD_RUN, max_images=10, default_params=it.Glm5Params(),
+        params_from=pc.glm53_params, count=it.glm5_tokens, tokenizer="synthetic",
         smg_spec="glm53_flash", smg_worker_expandable=True, dynamo_prompt_kind=None,
         requires_processor_config=True,
-        notes=("SMG 1.13 resizes GLM-5.3-Flash images like GLM-4V but rounds each side up to "
-               "the 28-px grid: 640×480 gives 414 where HF's GLM-4V gives 391.",
+        notes=("Counts follow SMG 1.13 (the router view): HF's glm5_next resize (sides rounded "
+               "up to the 28-px grid, 640×480 → 414 where GLM-4V gives 391) with SMG's budget "
+               "keys: top-level min_pixels/max_pixels first, then min_image_tokens/"
+               "max_image_tokens, else 16/8000 tokens; `size` is read by neither.",
                "SMG ignores a processor config with one wrongly typed value and falls back to "
                "its defaults; mmlens refuses it instead."),
     ),

@@ -55,14 +55,19 @@ class QwenParams:
 
 
 def qwen_smart_resize(
-    height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int,
+    *, at_least_one_cell: bool = False,
 ) -> tuple[int, int]:
     """Resize target (h̄, w̄): multiples of `factor`, area within [min_pixels, max_pixels].
 
     640×480 at factor 28 → (476, 644); 224×224 at factor 32, min 65536 → (256, 256).
+    A side under factor/2 rounds to 0 and the min-pixels rescale takes over; with
+    `at_least_one_cell` (Dynamo 1.6.1's estimator) it rounds to one cell instead.
     """
-    h_bar = round(height / factor) * factor  # may be 0 for a side < factor/2: then upscaled
+    h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
+    if at_least_one_cell:
+        h_bar, w_bar = max(factor, h_bar), max(factor, w_bar)
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
@@ -91,7 +96,6 @@ class GlmParams:
     temporal_patch_size: int
     min_pixels: int
     max_pixels: int
-    round_up: bool = False  # SMG 1.13's GLM-5.3-Flash rounds sides up, HF's GLM-4V to nearest
 
 
 def glm_smart_resize(
@@ -104,9 +108,8 @@ def glm_smart_resize(
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    to_grid = math.ceil if p.round_up else round
-    h_bar = to_grid(height / factor) * factor
-    w_bar = to_grid(width / factor) * factor
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
     t_bar = round(frames / t) * t
     if t_bar * h_bar * w_bar > p.max_pixels:
         beta = math.sqrt(frames * height * width / p.max_pixels)
@@ -123,6 +126,64 @@ def glm_tokens(width: int, height: int, p: GlmParams) -> int:
     check_size(width, height)
     check_aspect(width, height, 200, "glm-4v")
     h_bar, w_bar = glm_smart_resize(height, width, p)
+    return (h_bar // p.patch_size) * (w_bar // p.patch_size) // (p.merge_size**2)
+
+
+# --- GLM-5.3-Flash (HF `glm5_next`) --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Glm5Params:
+    """Budgets are pixels of t̄·h̄·w̄ (t̄ = 2 for an image); HF states them in image tokens
+    (16 and 8000 by default, one token = t̄·factor² pixels)."""
+
+    patch_size: int = 14
+    merge_size: int = 2
+    temporal_patch_size: int = 2
+    min_pixels: int = 16 * 2 * 28 * 28
+    max_pixels: int = 8000 * 2 * 28 * 28
+    max_aspect: float | None = None  # SMG refuses images over 200:1; HF has no limit
+
+    @property
+    def pixels_per_token(self) -> int:
+        return self.temporal_patch_size * (self.patch_size * self.merge_size) ** 2
+
+
+def glm5_smart_resize(height: int, width: int, p: Glm5Params) -> tuple[int, int]:
+    """Sides rounded *up* to the grid (no upscaling of a short side first); under the minimum
+    both sides scale up; over the maximum the tallest content height whose rounded-up canvas
+    fits is searched (SMG 1.13 and transformers' glm5_next agree on this)."""
+    factor = p.patch_size * p.merge_size
+    frames = p.temporal_patch_size  # one image fills the temporal patch
+
+    def up(value: float) -> int:
+        return math.ceil(value / factor) * factor
+
+    h_bar, w_bar = up(height), up(width)
+    if frames * h_bar * w_bar < p.min_pixels:
+        scale = math.sqrt(p.min_pixels / (frames * height * width))
+        h_bar = up(max(1, math.ceil(height * scale)))
+        w_bar = up(max(1, math.ceil(width * scale)))
+    if frames * h_bar * w_bar > p.max_pixels:
+        if p.max_pixels < frames * factor * factor:
+            raise LayoutError(f"max_pixels {p.max_pixels} is below one {factor}-px patch")
+        low, high = 1, height
+        h_bar = w_bar = factor
+        while low <= high:
+            mid = (low + high) // 2
+            cand_h, cand_w = up(mid), up(max(1, width * mid // height))
+            if frames * cand_h * cand_w <= p.max_pixels:
+                h_bar, w_bar, low = cand_h, cand_w, mid + 1
+            else:
+                high = mid - 1
+    return h_bar, w_bar
+
+
+def glm5_tokens(width: int, height: int, p: Glm5Params) -> int:
+    check_size(width, height)
+    if p.max_aspect is not None:
+        check_aspect(width, height, p.max_aspect, "glm-5.3-flash")
+    h_bar, w_bar = glm5_smart_resize(height, width, p)
     return (h_bar // p.patch_size) * (w_bar // p.patch_size) // (p.merge_size**2)
 
 

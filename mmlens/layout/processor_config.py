@@ -14,6 +14,7 @@ from typing import Any
 from mmlens.errors import ProcessorConfigError
 from mmlens.layout.image_tokens import (
     MAX_SIDE,
+    Glm5Params,
     GlmParams,
     KimiParams,
     Llama4Params,
@@ -99,17 +100,61 @@ def glm_params(cfg: Config, defaults: GlmParams) -> GlmParams:
     )
 
 
-def glm53_params(cfg: Config, defaults: GlmParams) -> GlmParams:
-    """SMG 1.13 reads top-level min_pixels, max_pixels and patch_size; a `size` object has
-    no effect there, so it is not read here either. All three must be present."""
-    return GlmParams(
-        patch_size=get_patch(cfg, None, "patch_size"),
-        merge_size=get_patch(cfg, defaults.merge_size, "merge_size"),
-        temporal_patch_size=get_patch(cfg, defaults.temporal_patch_size, "temporal_patch_size"),
-        min_pixels=get_int(cfg, None, "min_pixels"),
-        max_pixels=get_int(cfg, None, "max_pixels"),
-        round_up=True,
+def _glm5_grid(cfg: Config, defaults: Glm5Params) -> dict[str, int]:
+    return {
+        "patch_size": get_patch(cfg, defaults.patch_size, "patch_size"),
+        "merge_size": get_patch(cfg, defaults.merge_size, "merge_size"),
+        "temporal_patch_size": get_patch(cfg, defaults.temporal_patch_size,
+                                         "temporal_patch_size"),
+    }
+
+
+def _glm5_budget(cfg: Config, grid: dict[str, int], keys: tuple[str, ...], default: int,
+                 ) -> int:
+    """A pixel budget from the first present key: `*_pixels` as is, `*_image_tokens` times
+    the pixels one token covers."""
+    per_token = grid["temporal_patch_size"] * (grid["patch_size"] * grid["merge_size"]) ** 2
+    for key in keys:
+        value = lookup(cfg, key)
+        if value is not None:
+            n = positive_int(value, key)
+            return n * per_token if key.endswith("_image_tokens") else n
+    return default // Glm5Params().pixels_per_token * per_token
+
+
+def glm53_params(cfg: Config, defaults: Glm5Params) -> Glm5Params:
+    """SMG 1.13 (observed): top-level `min_pixels`/`max_pixels` first, then HF's
+    `min_image_tokens`/`max_image_tokens`, else 16/8000 tokens; `size` is not read; images
+    over 200:1 are refused."""
+    grid = _glm5_grid(cfg, defaults)
+    p = Glm5Params(
+        **grid,
+        min_pixels=_glm5_budget(cfg, grid, ("min_pixels", "min_image_tokens"),
+                                defaults.min_pixels),
+        max_pixels=_glm5_budget(cfg, grid, ("max_pixels", "max_image_tokens"),
+                                defaults.max_pixels),
+        max_aspect=200,
     )
+    return _ordered(p)
+
+
+def glm5_hf_params(cfg: Config, defaults: Glm5Params) -> Glm5Params:
+    """transformers' glm5_next processor: only `min_image_tokens`/`max_image_tokens`; neither
+    top-level pixel keys nor `size` are read; no aspect limit."""
+    grid = _glm5_grid(cfg, defaults)
+    p = Glm5Params(
+        **grid,
+        min_pixels=_glm5_budget(cfg, grid, ("min_image_tokens",), defaults.min_pixels),
+        max_pixels=_glm5_budget(cfg, grid, ("max_image_tokens",), defaults.max_pixels),
+    )
+    return _ordered(p)
+
+
+def _ordered(p: Glm5Params) -> Glm5Params:
+    if p.min_pixels > p.max_pixels:
+        raise ProcessorConfigError(
+            f"min pixel budget {p.min_pixels} is larger than the max {p.max_pixels}")
+    return p
 
 
 def kimi_params(cfg: Config, defaults: KimiParams) -> KimiParams:
