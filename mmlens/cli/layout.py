@@ -19,8 +19,11 @@ from mmlens.layout.imageinfo import (
     probe_image,
     to_data_url,
 )
-from mmlens.layout.modeldir import resolve_model
+from mmlens.layout.modeldir import Model, resolve_model
 from mmlens.layout.report import layout_summary, layout_table
+from mmlens.layout.router_report import views_summary, views_table
+from mmlens.layout.router_views import router_views
+from mmlens.layout.routers import DYNAMO_BACKENDS
 
 
 class AppendPart(argparse.Action):
@@ -74,6 +77,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--image", action=AppendPart, help="WxH, an image file, or a URL")
     p.add_argument("--text", action=AppendPart, help="text part of the message")
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--dynamo-tokenizer", choices=DYNAMO_BACKENDS, default="default",
+                   help="the Dynamo frontend's --tokenizer backend (Kimi-K3 needs basetenkenizer "
+                        "for exact MM routing)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(list(argv))
     if not getattr(args, "parts", None):
@@ -94,10 +100,37 @@ def main(argv: Sequence[str]) -> int:
                 parts.append(img)
             else:
                 parts.append(value)
-        layout = model.layout(parts, block_size=args.block_size)
+        summary = _summary(model, parts, images, args)
     except LayoutError as exc:
         print(f"mmlens layout: {exc}", file=sys.stderr)
         return 2
-    summary = layout_summary(layout, model.family, images)
-    print(json.dumps(summary) if args.json else layout_table(summary))
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        head = layout_table(summary) if "spans" in summary else (
+            f"family {summary['family']}  block size {summary['block_size']}  "
+            f"tokenizer {summary['tokenizer']}")
+        print(head + "\n" + views_table(summary["views"]))
     return 0
+
+
+def _summary(model: Model, parts: list[Part], images: list[ImageInput],
+             args: argparse.Namespace) -> dict[str, Any]:
+    """The layout summary plus the per-router views. When the family's own count refuses an
+    image (an aspect ratio over 200:1) the views still tell what each party would do."""
+    try:
+        layout = model.layout(parts, block_size=args.block_size)
+    except LayoutError as exc:
+        views = router_views(model, parts, block_size=args.block_size,
+                             dynamo_backend=args.dynamo_tokenizer)
+        print(f"mmlens layout: note: {exc}; the per-router views show each party's outcome",
+              file=sys.stderr)
+        return {"family": model.family.name, "block_size": args.block_size,
+                "tokenizer": model.tokenizer.source,
+                "synthetic_tokenizer": model.tokenizer.synthetic, "layout_error": str(exc),
+                "views": views_summary(views, args.block_size)}
+    summary = layout_summary(layout, model.family, images)
+    views = router_views(model, parts, block_size=args.block_size,
+                         dynamo_backend=args.dynamo_tokenizer)
+    summary["views"] = views_summary(views, args.block_size)
+    return summary

@@ -246,8 +246,12 @@ def build_layout(
     engine_processor_config: Mapping[str, Any] | None = None,
     engine_count_drift: int = 0,
     block_size: int = 16,
+    counts: Sequence[int] | None = None,
 ) -> Layout:
-    """Lay out a rendered prompt whose anchors stand for `images`, in order."""
+    """Lay out a rendered prompt whose anchors stand for `images`, in order.
+
+    `counts` (one N per image) replaces the family's formula in both views: a router's own
+    count (mmlens.layout.router_views)."""
     if block_size <= 0:
         raise LayoutError(f"block size must be positive, got {block_size}")
     if len(images) > family.max_images:
@@ -262,12 +266,21 @@ def build_layout(
             f"the prompt has {len(positions)} image anchor(s) {family.anchor} but the request "
             f"carries {len(images)} image(s)"
         )
-    params = family.params(processor_config)
-    engine_params = (params if engine_processor_config is None
-                     else family.params(engine_processor_config))
     text_len = len(rendered_ids) - len(images)
-    counts = image_counts(family, images, params, text_len)
-    engine_counts = image_counts(family, images, engine_params, text_len)
+    if counts is not None:
+        if len(counts) != len(images):
+            raise LayoutError(f"{len(counts)} count(s) for {len(images)} image(s)")
+        for img in images:
+            check_size(img.width, img.height)
+        params = engine_params = (family.params(processor_config)
+                                  if family.expansion is Expansion.LLAMA4_TILES else None)
+        counts = engine_counts = list(counts)
+    else:
+        params = family.params(processor_config)
+        engine_params = (params if engine_processor_config is None
+                         else family.params(engine_processor_config))
+        counts = image_counts(family, images, params, text_len)
+        engine_counts = image_counts(family, images, engine_params, text_len)
     if engine_count_drift:
         engine_counts = [max(1, n + engine_count_drift) for n in engine_counts]
 

@@ -4,8 +4,10 @@
   RGB bytes with frontend decoding; the image's run is replaced by the pad value
   1_000_000 + (mm_hash & (2^30 − 1)); the routing ids are zero-padded to a block multiple
   and every block is hashed with XXH3-64, seed 1337, over little-endian u32 ids.
-- SMG: the item identifier is the blake3 hex of the raw encoded bytes (1.9 source); its
-  cache-aware block hashes cover token ids only, so two images with the same N collide.
+- SMG: the item identifier is the blake3 hex of the raw encoded bytes; SMG 1.13 re-keys it
+  for families that composite transparent images over white (Qwen3-VL, GLM-5.3-Flash; see
+  `smg_identity`). Its cache-aware block hashes cover token ids only, so two images with the
+  same N collide.
 - vLLM: placeholder ids stay identical for all images; a block overlapping an image carries
   `extra_keys` entries (identifier, image offset − block start).
 """
@@ -46,6 +48,29 @@ def dynamo_hash_hex(mm_hash: int) -> str:
 
 def smg_identifier(data: bytes) -> str:
     return blake3(data).hexdigest()
+
+
+SMG_PARAMS_TAG = b"smg.media.params.v1"
+
+
+def smg_identity(data: bytes, transparency: str | None = None) -> str:
+    """The identifier SMG 1.13 forwards (`mm_hashes`) for one image's encoded bytes.
+
+    Without a transparency policy (Kimi-K3) it is the blake3 hex of the bytes. With one
+    (Qwen3-VL and GLM-5.3-Flash use "composite_over_white") that hex is hashed again as
+    blake3(tag ‖ u64-LE length of the hex ‖ hex ‖ policy name), so pixels and bytes alone do
+    not give it. Found in the 1.13 binary and checked against every identity it forwarded.
+    """
+    return smg_identity_of_digest(smg_identifier(data), transparency)
+
+
+def smg_identity_of_digest(digest: str, transparency: str | None = None) -> str:
+    """`smg_identity` from the blake3 hex of the bytes."""
+    if transparency is None:
+        return digest
+    hexed = digest.encode()
+    return blake3(SMG_PARAMS_TAG + len(hexed).to_bytes(8, "little") + hexed
+                  + transparency.encode()).hexdigest()
 
 
 def block_hashes(ids: Sequence[int], block_size: int, seed: int = XXH3_SEED) -> list[int]:

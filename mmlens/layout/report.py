@@ -12,13 +12,17 @@ from mmlens.layout.hashing import (
     dynamo_mm_hash_url,
     dynamo_routing,
     smg_identifier,
+    smg_identity,
 )
+from mmlens.layout.routers import SMG_TRANSPARENCY
 
 
-def image_identity(image: ImageInput) -> dict[str, Any]:
+def image_identity(image: ImageInput, family: str | None = None) -> dict[str, Any]:
+    """The identity each router gives the image: SMG's forwarded identifier (re-keyed for
+    the families that composite transparency over white) and Dynamo's mm_hash."""
     ident: dict[str, Any] = {"smg": None, "dynamo_mm_hash": None}
     if image.data is not None:
-        ident["smg"] = smg_identifier(image.data)
+        ident["smg"] = smg_identity(image.data, SMG_TRANSPARENCY.get(family or ""))
     if image.url is not None:
         ident["dynamo_mm_hash"] = dynamo_mm_hash_url(image.url)
     return ident
@@ -44,7 +48,7 @@ def layout_summary(layout: Layout, family: Family, images: Sequence[ImageInput])
         "images": [
             {"width": im.width, "height": im.height, "tokens": im.tokens,
              "expanded_length": im.expanded_length, "engine_tokens": im.engine_tokens,
-             "identity": image_identity(src)}
+             "identity": image_identity(src, family.name)}
             for im, src in zip(layout.images, images, strict=True)
         ],
         "anchor_view": {"token_count": len(layout.anchor)},
@@ -66,7 +70,7 @@ def layout_summary(layout: Layout, family: Family, images: Sequence[ImageInput])
     }
     summary["block_keys"] = content_block_keys(
         layout.engine, [content_identity(i, n) for n, i in enumerate(images)], layout.block_size)
-    hashes = [image_identity(i)["dynamo_mm_hash"] for i in images]
+    hashes = [image_identity(i, family.name)["dynamo_mm_hash"] for i in images]
     if family.dynamo_prompt_kind is not None and all(h is not None for h in hashes):
         routing = dynamo_routing(layout, hashes)
         summary["routers"]["dynamo"].update(

@@ -70,7 +70,6 @@ def test_human_table(capsys):
 @pytest.mark.parametrize(("args", "message"), [
     (["--model", "nope", "--image", "64x64"], "unknown model family"),
     (["--model", "qwen3-vl", "--image", "0x64"], "must be positive"),
-    (["--model", "qwen3-vl", "--image", "30000x20"], "aspect ratio"),
     (["--model", "llava-1.5", *["--image", "64x64"] * 5], "at most 4 images"),
     (["--model", "qwen3-vl", "--image", "no-such-file.png"], "neither WxH"),
     (["--model", "glm-5.3-flash", "--image", "64x64"], "processor config"),
@@ -101,3 +100,44 @@ def test_console_entry_point_runs_as_a_module():
         [sys.executable, "-m", "mmlens", "layout", "--model", "qwen3-vl", "--image",
          "1280x720", "--json"], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(proc.stdout)["images"][0]["tokens"] == 880
+
+
+def test_extreme_aspect_gives_each_party_s_outcome_not_a_bare_refusal(capsys):
+    assert main(["layout", "--model", "qwen3-vl", "--image", "30000x20", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "aspect ratio" in captured.err
+    out = json.loads(captured.out)
+    assert "aspect ratio" in out["layout_error"]
+    views = out["views"]
+    assert views["engine"]["outcome"] == views["smg"]["outcome"] == "refuse"
+    assert views["dynamo"]["outcome"] == "exact"
+    assert views["dynamo"]["images"][0]["tokens"] == 1
+
+
+def test_views_in_json_and_table(capsys, tmp_path):
+    path = tmp_path / "red.png"
+    Image.new("RGB", (64, 64), (255, 0, 0)).save(path)
+    args = ["--model", "qwen3-vl", "--text", "Compare", "--image", str(path), "--text", "ok"]
+    out = run_json(capsys, *args)
+    assert REQUIRED <= out.keys()
+    views = out["views"]
+    assert {"engine", "smg", "dynamo", "differences"} <= views.keys()
+    for party in ("engine", "smg", "dynamo"):
+        v = views[party]
+        assert {"outcome", "rendering", "rendered_tokens", "prompt_tokens", "routed_tokens",
+                "images", "block_hashes", "observed"} <= v.keys()
+    assert views["smg"]["images"][0]["identity"] == out["images"][0]["identity"]["smg"]
+    assert views["smg"]["images"][0]["offset"] == 4 and views["engine"]["images"][0]["offset"] == 5
+    assert [d["cause"] for d in views["differences"]] == ["part order"]
+    assert views["dynamo"]["routing_blocks"] == views["dynamo"]["routed_tokens"] // 16
+    assert main(["layout", *args]) == 0
+    table = capsys.readouterr().out
+    assert "per-router views" in table and "part order" in table
+
+
+def test_dynamo_tokenizer_option(capsys):
+    args = ["--model", "kimi-k3", "--image", "640x480", "--text", "hi"]
+    assert run_json(capsys, *args)["views"]["dynamo"]["outcome"] == "fallback"
+    out = run_json(capsys, *args, "--dynamo-tokenizer", "basetenkenizer")
+    assert out["views"]["dynamo"]["outcome"] == "exact"
+    assert any(d["cause"] == "chat format" for d in out["views"]["differences"])
