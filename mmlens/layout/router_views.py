@@ -35,7 +35,7 @@ from mmlens.layout.routers import (
     Rendering,
     count_images,
     count_rule,
-    dynamo_fallback_reason,
+    dynamo_outcome,
     present_keys,
     render_rule,
     smg_refusal,
@@ -135,8 +135,10 @@ def party_view(party: Party, model: Model, parts: Sequence[Part], block_size: in
     rendering = render_rule(party, family, parts, _is_image, dynamo_backend)
     images = [p for p in rendering.parts if isinstance(p, ImageInput)]
     rule = count_rule(party, family)
-    reason = (smg_refusal(family) if party is Party.SMG else
-              dynamo_fallback_reason(family, dynamo_backend) if party is Party.DYNAMO else None)
+    smg_reason = smg_refusal(family) if party is Party.SMG else None
+    verdict = (dynamo_outcome(family, dynamo_backend) if party is Party.DYNAMO else
+               ("refuse", smg_reason) if smg_reason else None)
+    reason = verdict[1] if verdict else None
     rendered = _layout(model, rendering, [1] * len(images), block_size).anchor
     config_note, params = None, None
     counted: tuple[Counted, ...] = tuple(Counted(None) for _ in images)
@@ -148,7 +150,7 @@ def party_view(party: Party, model: Model, parts: Sequence[Part], block_size: in
     expanded = rule is not None and not reason and not refused
     layout = (_layout(model, rendering, [c.tokens or 0 for c in counted], block_size)
               if expanded else None)
-    outcome, reason = _outcome(party, reason, refused)
+    outcome, reason = _outcome(party, verdict, refused)
     offsets = _offsets(layout, rendered)
     mm_hashes = [_identity(party, family.name, img)[1] for img in images]
     pads = _pad_values(party, layout, mm_hashes)
@@ -176,11 +178,15 @@ def _pad_values(party: Party, layout: Layout | None,
     return list(dynamo_routing(layout, [h for h in mm_hashes if h is not None]).pad_values)
 
 
-def _outcome(party: Party, reason: str | None, refused: list[str]) -> tuple[str, str | None]:
-    if party is Party.DYNAMO and reason:
-        return "fallback", f"text-prefix routing: {reason}"
-    if party is Party.SMG and reason:
-        return ("refuse" if reason.startswith("HTTP") else "unsupported"), reason
+def _outcome(party: Party, verdict: tuple[str, str] | None,
+             refused: list[str]) -> tuple[str, str | None]:
+    if verdict is not None:
+        kind, reason = verdict
+        if kind == "fallback":
+            return "fallback", f"text-prefix routing: {reason}"
+        if party is Party.SMG and not reason.startswith("HTTP"):
+            return "unsupported", reason
+        return "refuse", reason
     if refused:
         status = {Party.ENGINE: "HTTP 400: the engine's processor refuses the image",
                   Party.SMG: "HTTP 400 multimodal_processing_failed",

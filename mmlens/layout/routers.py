@@ -206,7 +206,7 @@ def render_rule(party: Party, family: Family, parts: Sequence[Any], is_image: Ca
     if party is Party.SMG and family.name in QWEN:
         return Rendering((*images, "".join(texts)) if texts else tuple(images), None,
                          "SMG renders every image part first, then the text parts joined")
-    if party is Party.DYNAMO and family.name == "kimi-k3" and dynamo_backend == "basetenkenizer":
+    if party is Party.DYNAMO and family.name == "kimi-k3":
         joined = (("".join(texts),) if texts and not images else tuple(parts))
         return Rendering(joined, DYNAMO_K3_CHAT,
                          "Dynamo's built-in Kimi-K3 format (thinking-effort system message, "
@@ -220,18 +220,24 @@ def render_rule(party: Party, family: Family, parts: Sequence[Any], is_image: Ca
 
 # --- outcome -------------------------------------------------------------------------------
 
-def dynamo_fallback_reason(family: Family, backend: str) -> str | None:
-    """Why Dynamo would route this family on the rendered text only, if it would."""
+K3_SEGMENTED = ("HTTP 500 Failed to generate completions: Failed to gather tokens: tokenizer "
+                "backend does not support segmented encoding (every Kimi-K3 request, text "
+                "only too; Kimi-K3 needs --tokenizer basetenkenizer)")
+
+
+def dynamo_outcome(family: Family, backend: str) -> tuple[str, str] | None:
+    """("fallback", why) when Dynamo routes this family on the rendered text only,
+    ("refuse", what the client gets) when it fails the request, None for exact routing."""
+    if family.name == "kimi-k3" and backend == "default":
+        return "refuse", K3_SEGMENTED
     if backend == "fastokens":
-        return "the fastokens tokenizer backend disables MM-aware KV routing for every model"
+        return "fallback", ("the fastokens tokenizer backend disables MM-aware KV routing for "
+                            "every model")
     if family.dynamo_prompt_kind is None:
         if family.name.startswith("glm"):
-            return (f"no image processor registered for {family.model_types[0]} "
-                    "(mm_routing: not supported for MM-aware KV routing)")
-        return "no image placeholder resolved for this family"
-    if family.name == "kimi-k3" and backend != "basetenkenizer":
-        return ("the tokenizer backend does not support segmented encoding (Kimi-K3 needs "
-                "--tokenizer basetenkenizer)")
+            return "fallback", (f"no image processor registered for {family.model_types[0]} "
+                                "(mm_routing: not supported for MM-aware KV routing)")
+        return "fallback", "no image placeholder resolved for this family"
     return None
 
 

@@ -137,7 +137,7 @@ def test_views_in_json_and_table(capsys, tmp_path):
 
 def test_dynamo_tokenizer_option(capsys):
     args = ["--model", "kimi-k3", "--image", "640x480", "--text", "hi"]
-    assert run_json(capsys, *args)["views"]["dynamo"]["outcome"] == "fallback"
+    assert run_json(capsys, *args)["views"]["dynamo"]["outcome"] == "refuse"
     out = run_json(capsys, *args, "--dynamo-tokenizer", "basetenkenizer")
     assert out["views"]["dynamo"]["outcome"] == "exact"
     assert any(d["cause"] == "chat format" for d in out["views"]["differences"])

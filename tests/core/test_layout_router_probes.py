@@ -26,7 +26,7 @@ from mmlens.layout.tokenizers import family_tokenizer
 
 FOLDER = Path(__file__).resolve().parent.parent / "fixtures" / "router_probes"
 PROBES = {p.stem: json.loads(p.read_text()) for p in sorted(FOLDER.glob("*.json"))}
-MAIN = [k for k in PROBES if k.count("-") >= 1 and not k.endswith("-default-tokenizer")]
+MAIN = [k for k in PROBES if not k.endswith("-tokenizer")]
 
 
 def merged_config(probe: Mapping[str, Any], processor: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,3 +156,28 @@ def test_dynamo_rendering_and_identities_equal_the_router_view(family):
                 assert view.routed_tokens == message["routing_len"], tag
         else:
             assert view.outcome == "fallback" and message["n"] == [], tag
+
+
+@pytest.mark.parametrize(("backend", "outcome"), [("default", "refuse"),
+                                                  ("fastokens", "fallback")])
+def test_kimi_k3_with_other_dynamo_tokenizer_backends(backend, outcome):
+    probe = PROBES[f"dynamo-kimi-k3-{backend}-tokenizer"]
+    assert probe["tokenizer_backend"] == backend
+    model = demo_model(probe)
+    statuses = {o["status"] for o in probe["counts"]}
+    statuses |= {m["status"] for m in probe["messages"].values()}
+    for tag, message in probe["messages"].items():
+        view = party_view(Party.DYNAMO, model, message_parts(message), 16, backend)
+        assert view.outcome == outcome, tag
+        if outcome == "fallback":
+            assert list(view.rendered_ids) == message["ids"], tag
+            assert all(im.tokens is None for im in view.images), tag  # not routed on
+    if outcome == "refuse":  # every request, text only too, fails in the frontend
+        assert statuses == {500}
+    else:  # routed on the text, but each image still counted (for metrics only)
+        assert statuses == {200}
+        sizes = [(o["w"], o["h"]) for o in probe["counts"]]
+        rule = count_rule(Party.DYNAMO, model.family)
+        assert rule is not None
+        counted = count_images(rule, model.family, sizes, model.processor_config, 20).counts
+        assert [o["n"] for o in probe["counts"]] == [[c.tokens] for c in counted]

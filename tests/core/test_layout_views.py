@@ -122,8 +122,8 @@ def test_kimi_k3_in_dynamo_needs_basetenkenizer_and_then_renders_its_own_format(
     model = resolve_model("kimi-k3")
     parts = ["Compare", png(640, 480), "Which is taller?"]
     default = router_views(model, parts)
-    assert default.dynamo.outcome == "fallback"
-    assert "segmented encoding" in default.dynamo.reason
+    assert default.dynamo.outcome == "refuse"
+    assert "HTTP 500" in default.dynamo.reason and "segmented encoding" in default.dynamo.reason
     baseten = router_views(model, parts, dynamo_backend="basetenkenizer")
     assert baseten.dynamo.outcome == "exact" and baseten.dynamo.images[0].tokens == 414
     detail = causes(baseten, "dynamo")["chat format"]
@@ -131,6 +131,7 @@ def test_kimi_k3_in_dynamo_needs_basetenkenizer_and_then_renders_its_own_format(
     assert delta > 300 and f"({delta:+d})" in detail
     fastokens = router_views(model, parts, dynamo_backend="fastokens")
     assert fastokens.dynamo.outcome == "fallback"
+    assert fastokens.dynamo.rendered_ids == baseten.dynamo.rendered_ids  # the same format
 
 
 def test_identities_per_router():
