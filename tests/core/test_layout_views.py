@@ -184,3 +184,20 @@ def test_glm5_budget_cut_is_a_bounded_search():
     for budget in (1 << 21, 1 << 40):
         n = glm5_tokens(16000, 65535, Glm5Params(max_pixels=budget))
         assert 0 < n * Glm5Params().pixels_per_token <= budget
+
+
+def test_inspector_panel_rows():
+    from mmlens.figures.router_views import router_panel
+
+    panel = router_panel(resolve_model("qwen3-vl"), ["Compare", png(64, 64), "ok",
+                                                     png(4500, 20)])
+    assert [r["party"] for r in panel.parties] == ["engine (HF semantics)", "SMG 1.13",
+                                                   "Dynamo 1.6.1"]
+    engine, smg, dynamo = panel.parties
+    assert (engine["outcome"], smg["outcome"], dynamo["outcome"]) == ("refuse", "refuse",
+                                                                       "exact")
+    assert dynamo["image tokens"] == "64, 1" and dynamo["blocks"] == dynamo["routed on"] // 16
+    assert smg["image offsets"] == "4, 7"  # refused: the anchors, images first
+    assert {d["cause"] for d in panel.differences} >= {"part order", "refusal",
+                                                       "engine refuses"}
+    assert any(n.startswith("smg: HTTP 400") for n in panel.notes)
