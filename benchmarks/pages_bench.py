@@ -32,6 +32,7 @@ from mmlens.records import (  # noqa: E402
     BlockRemoved,
     BlockStored,
     CollectorHealth,
+    ExpectedLayout,
     ImageInfo,
     ImageRef,
     MetricSample,
@@ -39,7 +40,6 @@ from mmlens.records import (  # noqa: E402
     RoutingDecision,
     labels_of,
 )
-from mmlens.store.reader import ensure_read_indexes  # noqa: E402
 from mmlens.store.sqlite import Store  # noqa: E402
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -57,12 +57,13 @@ def template_traces(n_images: int = 24) -> list[RequestTrace]:
         w, h = sizes[i % len(sizes)]
         data = synthetic_png("solid", w, h, rgb=(i * 10 % 256, 80, 160))
         images = [ImagePart(data)] * (1 + i % 2)
-        layout = hook("Describe this image in detail please.", images, MODEL)
+        layout = ExpectedLayout.from_summary(
+            hook("Describe this image in detail please.", images, MODEL) or {})
         t = RequestTrace(f"tmpl-{i}", ROUTER, "smg", MODEL, 0.0, False,
                          images=[ImageInfo("data", len(data), w, h,
                                            {"smg_blake3": smg_identifier(data)})
                                  for _ in images], expected_layout=layout, status=200)
-        t.prompt_tokens = layout["engine_prompt_tokens"]
+        t.prompt_tokens = layout.engine_prompt_tokens
         out.append(t)
     return out
 
@@ -78,7 +79,6 @@ def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
     _fill_samples(store, now)
     _fill_state(store, n_blocks, now)
     store.close()
-    ensure_read_indexes(path)
     print(f"filled {path.name}: {n_traces} traces in {t1 - t0:.1f} s, {written} KV blocks "
           f"({n_events} events) in {t2 - t1:.1f} s, {path.stat().st_size / 1e6:.0f} MB",
           flush=True)

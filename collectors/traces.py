@@ -21,7 +21,7 @@ import httpx
 
 from mmlens.ingest.router_logs import cache_trace_decision
 from mmlens.layout.synthetic_images import synthetic_png
-from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
+from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
 
 LayoutHook = Callable[[str, Sequence["ImagePart"], str], dict[str, Any] | None]
 
@@ -147,9 +147,11 @@ class TraceClient:
                              images=[_image_info(im) for im in images])
         if self.layout_hook is not None:
             try:
-                trace.expected_layout = self.layout_hook(text, images, model)
+                summary = self.layout_hook(text, images, model)
+                if summary is not None:
+                    trace.expected_layout = ExpectedLayout.from_summary(summary)
             except Exception as exc:  # a layout the core refuses is information, not a crash
-                trace.expected_layout = {"error": f"{type(exc).__name__}: {exc}"}
+                trace.expected_layout = ExpectedLayout.failed(f"{type(exc).__name__}: {exc}")
         headers = {"x-request-id": rid, "content-type": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"

@@ -6,8 +6,15 @@ cheap to build (KV events arrive at hundreds of thousands of blocks per second).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple
+
+# The stored layout's records live with the layout; re-exported here with the other records.
+from mmlens.layout.expected import ExpectedLayout as ExpectedLayout
+from mmlens.layout.expected import LayoutImage as LayoutImage
+from mmlens.layout.expected import LayoutPart as LayoutPart
+from mmlens.layout.expected import LayoutSpan as LayoutSpan
+from mmlens.layout.expected import ViewCount as ViewCount
 
 Labels = tuple[tuple[str, str], ...]
 """Label pairs sorted by name; hashable so a series can be a dict key."""
@@ -96,6 +103,44 @@ class AllBlocksCleared:
 KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 """Not frozen (a frozen dataclass sets each field through object.__setattr__, the largest
 per-event cost after decoding); treat them as immutable."""
+
+
+@dataclass(slots=True)
+class KVEventRow:
+    """A stored KV event as the store returns it: one row per event, block hashes decoded
+    (empty where the query did not ask for them), image identifiers of stored blocks."""
+
+    ts: float
+    worker: str
+    rank: int
+    seq: int
+    kind: Literal["stored", "removed", "cleared"]
+    n_blocks: int
+    parent: BlockHash | None = None
+    block_hashes: list[BlockHash] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ResidentSummary:
+    """Blocks resident on one worker rank, as the KV-event index last summarized them."""
+
+    worker: str
+    rank: int
+    resident_blocks: int = 0
+    images: dict[str, int] = field(default_factory=dict)  # identifier → resident blocks
+    stored: int = 0
+    removed: int = 0
+    removed_unknown: int = 0
+    clears: int = 0
+    restarts: int = 0
+    transport: str | None = None  # how its KV events arrive: zmq, grpc, nats, zmq-broker
+    updated: float | None = None
+
+    @property
+    def label(self) -> str:
+        """``worker``, or ``worker#rank`` beyond rank 0."""
+        return self.worker if not self.rank else f"{self.worker}#{self.rank}"
 
 
 # --- Router state ----------------------------------------------------------------------
@@ -232,7 +277,7 @@ class RequestTrace:
     ttft_s: float | None = None
     processing_mode: str | None = None
     predictions: list[RoutingDecision] = field(default_factory=list)
-    expected_layout: dict[str, Any] | None = None
+    expected_layout: ExpectedLayout | None = None
     error: str | None = None
     error_code: str | None = None
     response_id: str | None = None
@@ -247,6 +292,17 @@ class RequestTrace:
     trace_id: str | None = None
     rendered_tokens: int | None = None  # the prompt before image expansion (router's count)
 
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or (self.status or 200) >= 400
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored and printed shape: every field, the layout in its summary shape."""
+        out = asdict(self)
+        out["expected_layout"] = (None if self.expected_layout is None
+                                  else self.expected_layout.to_json())
+        return out
+
 
 # --- Collector health ----------------------------------------------------------------------
 
@@ -257,11 +313,13 @@ class CollectorHealth:
 
     collector: str
     target: str
+    updated: float | None = None  # when the store last wrote this row (read side only)
     last_success: float | None = None
     last_error: str | None = None
     last_error_ts: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
+    instance: str = ""  # the collector process that wrote the row (read side only)
 
     def error(self, kind: str, message: str, ts: float) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1

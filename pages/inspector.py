@@ -14,6 +14,7 @@ from mmlens.analysis.verdicts import field_rows
 from mmlens.cli.explain import explain_recorded
 from mmlens.cli.observed_explain import judge_recorded
 from mmlens.figures.token_layout import layout_figure
+from mmlens.ingest.observed import known
 from mmlens.layout.composition import ImageInput, Layout
 from mmlens.layout.families import FAMILIES
 from mmlens.layout.hashing import dynamo_mm_hash_url, smg_identifier
@@ -37,8 +38,8 @@ def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> L
 
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
-def explanation(path: str, request_id: str, trace: dict[str, Any]) -> dict[str, Any] | None:
-    if keys_of(trace) is None:  # no expected layout: judged on prediction vs realization
+def explanation(path: str, request_id: str, has_layout: bool) -> dict[str, Any] | None:
+    if not has_layout:  # no expected layout: judged on prediction vs realization
         judged = judge_recorded(shared.reader_for(path), request_id)
         return None if judged is None else judged.as_json()
     result = explain_recorded(shared.reader_for(path), request_id, HISTORY)
@@ -74,7 +75,7 @@ def show(rv: RequestView, title: str) -> None:
 def captured(path: str) -> None:
     traces = shared.recent_traces(path)
     wanted = st.query_params.get("request")
-    by_id = {t["request_id"]: t for t in traces}
+    by_id = {t.request_id: t for t in traces}
     if wanted and wanted not in by_id:
         t = shared.trace_by_id(path, wanted)
         if t is None:
@@ -88,10 +89,10 @@ def captured(path: str) -> None:
 
     def label(rid: str) -> str:
         t = by_id[rid]
-        when = time.strftime("%H:%M:%S", time.gmtime(t.get("ts") or 0))
-        outcome = (f"error {t.get('error_code')}" if t.get("error") else
-                   f"cached {t.get('cached_tokens') or 0}/{t.get('prompt_tokens')}")
-        return f"{when} · {rid} · {shared.short_worker(t.get('worker'))} · {outcome}"
+        when = time.strftime("%H:%M:%S", time.gmtime(t.ts or 0))
+        outcome = (f"error {t.error_code}" if t.error else
+                   f"cached {t.cached_tokens or 0}/{t.prompt_tokens}")
+        return f"{when} · {rid} · {shared.short_worker(t.worker)} · {outcome}"
 
     index = ids.index(wanted) if wanted in ids else 0
     rid = st.selectbox("Request", ids, index=index, format_func=label, key="inspector_request")
@@ -109,8 +110,8 @@ def captured(path: str) -> None:
         except ValueError as exc:
             st.caption(f"layout not rebuilt: {exc}")
     rv = from_trace(trace, layout)
-    show(rv, f"{rid} → {shared.short_worker(trace.get('worker'))}")
-    expl = explanation(path, rid, trace)
+    show(rv, f"{rid} → {shared.short_worker(trace.worker)}")
+    expl = explanation(path, rid, keys_of(trace) is not None)
     if expl is not None:
         st.subheader("Why this many cached tokens")
         box = st.success if expl["category"] == "hit" else st.warning
@@ -123,29 +124,27 @@ def captured(path: str) -> None:
         if expl["evidence"]:
             with st.expander("Evidence"):
                 st.json(expl["evidence"])
-    if trace.get("origin") == "observed":
+    if trace.origin == "observed":
         st.subheader("Where each field came from")
         st.dataframe(pd.DataFrame(field_rows(trace)).astype(str), hide_index=True,
                      width="stretch")
         st.caption("An observed request (not sent by mmlens): " + ", ".join(
-            trace.get("sources") or []) + ". \"unknown\": no source told it (e.g. the "
+            trace.sources) + ". \"unknown\": no source told it (e.g. the "
             "realized hit without the tap, a worker span or KV events).")
     st.subheader("Routing")
     c1, c2, c3 = st.columns(3)
-    c1.metric("Worker", shared.short_worker(trace.get("worker")))
+    c1.metric("Worker", shared.short_worker(trace.worker))
     c2.metric("Router predicted (tokens)", "—" if rv.predicted_tokens is None
               else rv.predicted_tokens)
-    c3.metric("Engine cached (tokens)", (trace.get("cached_tokens") or 0)
-              if trace.get("origin") != "observed" or "cached_tokens" in (
-                  trace.get("provenance") or {}) else "unknown")
-    if trace.get("error"):
-        st.error(f"The router answered {trace.get('status')} {trace.get('error_code')}: "
-                 f"{trace['error']}")
-    preds = [{k: p.get(k) for k in ("source", "worker", "branch", "overlap_blocks",
-                                     "request_blocks", "block_size", "kv_hit_rate",
-                                     "original_tokens", "expanded_tokens")}
-             | {"warnings": "; ".join(p.get("warnings") or [])}
-             for p in trace.get("predictions") or []]
+    c3.metric("Engine cached (tokens)", (trace.cached_tokens or 0)
+              if known(trace, "cached_tokens") else "unknown")
+    if trace.error:
+        st.error(f"The router answered {trace.status} {trace.error_code}: {trace.error}")
+    preds = [{k: getattr(p, k) for k in ("source", "worker", "branch", "overlap_blocks",
+                                         "request_blocks", "block_size", "kv_hit_rate",
+                                         "original_tokens", "expanded_tokens")}
+             | {"warnings": "; ".join(p.warnings)}
+             for p in trace.predictions]
     if preds:
         shared.routing_detail(trace)
         with st.expander("Everything the router said, by source"):
@@ -153,16 +152,16 @@ def captured(path: str) -> None:
     else:
         st.caption("The router said nothing about this decision (no cache-trace header, no "
                    "matching log line).")
-    images = [{"image": i, "size": f"{im.get('width')}x{im.get('height')}",
-               "bytes": im.get("byte_size"), "url": im.get("url_kind"),
-               **{k: v[:16] for k, v in (im.get("identities") or {}).items()}}
-              for i, im in enumerate(trace.get("images") or [])]
+    images = [{"image": i, "size": f"{im.width}x{im.height}",
+               "bytes": im.byte_size, "url": im.url_kind,
+               **{k: v[:16] for k, v in im.identities.items()}}
+              for i, im in enumerate(trace.images)]
     if images:
         st.dataframe(pd.DataFrame(images), hide_index=True, width="stretch")
-    ttft = trace.get("ttft_s")
-    st.caption(f"latency {trace.get('latency_s') or 0:.3f} s · TTFT "
-               f"{'—' if ttft is None else f'{ttft:.3f} s'} · stream {trace.get('stream')} · "
-               f"model {trace.get('model')}")
+    ttft = trace.ttft_s
+    st.caption(f"latency {trace.latency_s or 0:.3f} s · TTFT "
+               f"{'—' if ttft is None else f'{ttft:.3f} s'} · stream {trace.stream} · "
+               f"model {trace.model}")
 
 
 def compose() -> None:

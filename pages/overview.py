@@ -24,9 +24,9 @@ def _pct(v: float | None) -> str:
 def live() -> None:
     with shared.page_guard("Overview"):
         snap = shared.snapshot(path)
-        traces = snap["traces"]
+        traces = snap.traces
         now = time.time()
-        if not snap["health"] and not traces:
+        if not snap.health and not traces:
             st.info("No data yet: the collectors have not reported. Targets appear after "
                     "their first scrape (a few seconds).")
             return
@@ -53,9 +53,9 @@ def live() -> None:
             box(f"**{a.cause}** — {a.message}")
 
         st.subheader("Targets")
-        if snap.get("latest_sample_ts") is None:
+        if snap.latest_sample_ts is None:
             st.warning("No metrics scraped yet: the router or the workers may be down.")
-        prom = (snap.get("targets") or {}).get("prometheus")
+        prom = (snap.targets or {}).get("prometheus")
         st.caption(f"Prometheus: {prom}" if prom else
                    "Prometheus: not configured (metrics are scraped directly from /metrics).")
         rows = overview.target_rows(snap, now)
@@ -69,8 +69,8 @@ def live() -> None:
                     "status": w["status"], "load": w["load"],
                     "kv_block_size": w["kv_block_size"],
                     "mm_processor": w.get("mm_processor") or "—"}
-                   for s in snap.get("router_state") or [] for w in s.get("workers") or []]
-        down = [s["router"] for s in snap.get("router_state") or [] if not s.get("workers")
+                   for s in snap.router_state or [] for w in s.get("workers") or []]
+        down = [s["router"] for s in snap.router_state or [] if not s.get("workers")
                 and s.get("kind") == "smg"]
         for name in down:
             st.error(f"Router {name} is down or unreachable: its /workers did not answer.")
@@ -81,8 +81,8 @@ def live() -> None:
             st.markdown("**Workers: liveness (from the routers' own series) and where their KV "
                         "events come from**")
             st.dataframe(pd.DataFrame(workers_seen.rows), hide_index=True, width="stretch")
-        if snap.get("hit_rates"):
-            st.plotly_chart(worker_hit_rate_bars(snap["hit_rates"]), key="overview_hit_rates",
+        if snap.metrics.hit_rates:
+            st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates), key="overview_hit_rates",
                             width="stretch")
 
 

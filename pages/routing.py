@@ -32,18 +32,18 @@ def live() -> None:
         series = {k: v for k, v in series.items() if any(p[1] for p in v)}
         if series:
             st.plotly_chart(mode_reason_figure(series), key="mode_reason", width="stretch")
-        elif snap.get("mm_processing"):
+        elif snap.metrics.mm_processing:
             st.info("No image requests in this window; totals since the router started: "
                     + ", ".join(f"{m['mode']}/{m['reason']} {m['count']:.0f}"
-                                for m in snap["mm_processing"]))
+                                for m in snap.metrics.mm_processing))
         else:
             st.info("No `smg_mm_processing_total` yet: no image request has reached an SMG "
                     "router (or the router's metrics are not scraped).")
-        if snap.get("cache_aware_branches"):
-            st.plotly_chart(branches_figure(snap["cache_aware_branches"]), key="branches",
+        if snap.metrics.cache_aware_branches:
+            st.plotly_chart(branches_figure(snap.metrics.cache_aware_branches), key="branches",
                             width="stretch")
         applied = {t: h["events_applied"] for t, h in
-                   (snap.get("router_kv_event_health") or {}).items() if h.get("events_applied")}
+                   snap.metrics.kv_event_health.items() if h.get("events_applied")}
         if applied:
             st.plotly_chart(dynamo_events_figure(applied), key="dynamo_events", width="stretch")
 
@@ -56,7 +56,7 @@ def live() -> None:
                        "fallbacks (e.g. image dims not fetched) appear under warnings below.")
 
         st.subheader("Recent decisions")
-        decisions = decision_rows(snap["traces"])
+        decisions = decision_rows(snap.traces)
         if decisions:
             df = pd.DataFrame(decisions)
             df.insert(0, "time", [time.strftime("%H:%M:%S", time.gmtime(t)) for t in df.pop("ts")])
@@ -75,12 +75,12 @@ def live() -> None:
                        "(`SMG_CACHE_TRACE=1` log lines, followed by `mmlens collect`) and "
                        "Dynamo's routing log; the `x-smg-cache-trace` header alone names only "
                        "the chosen worker and its prediction.")
-            shared.decision_detail(snap["traces"], key="routing_decision")
+            shared.decision_detail(snap.traces, key="routing_decision")
         else:
             st.info("No traced requests yet: send some from the Lab page.")
 
         st.subheader("Strict-mode and routing errors")
-        errors = strict_mode_rows(snap["traces"])
+        errors = strict_mode_rows(snap.traces)
         if errors:
             st.dataframe(pd.DataFrame(errors), hide_index=True, width="stretch")
         else:

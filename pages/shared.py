@@ -11,12 +11,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from mmlens.analysis.decisions import merged
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.layout.imageinfo import ImageInfo, probe_image
-from mmlens.records import MetricSample
-from mmlens.store.decisions import merged
+from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary
+from mmlens.state import Snapshot
 from mmlens.store.reader import StoreReader, open_reader
+from mmlens.store.snapshot import build_snapshot
 from mmlens.store.sqlite import StoreError
 
 ENV_DB = "MMLENS_DB"
@@ -84,8 +86,8 @@ def _note_caught(what: str, exc: Exception) -> None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
-def snapshot(path: str, n_traces: int = 200) -> dict[str, Any]:
-    return _reader(path).snapshot(n_traces=n_traces)
+def snapshot(path: str, n_traces: int = 200) -> Snapshot:
+    return build_snapshot(_reader(path), n_traces=n_traces, count_kv_events=False)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=16)
@@ -94,12 +96,12 @@ def meta(path: str, key: str) -> Any:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
-def recent_traces(path: str, limit: int = 300) -> list[dict[str, Any]]:
+def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
     return _reader(path).recent_traces(limit)
 
 
 @st.cache_data(ttl=60, show_spinner=False, max_entries=256)
-def trace_by_id(path: str, request_id: str) -> dict[str, Any] | None:
+def trace_by_id(path: str, request_id: str) -> RequestTrace | None:
     return _reader(path).trace(request_id)
 
 
@@ -139,12 +141,12 @@ def kv_views(path: str, window_s: float) -> list[tuple[Any, ...]]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
-def recent_kv_events(path: str, limit: int) -> list[dict[str, Any]]:
+def recent_kv_events(path: str, limit: int) -> list[KVEventRow]:
     return _reader(path).recent_kv_events(limit)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
-def kv_state(path: str) -> list[dict[str, Any]]:
+def kv_state(path: str) -> list[ResidentSummary]:
     return _reader(path).kv_state()
 
 
@@ -187,11 +189,11 @@ def sidebar_status() -> None:
     st.sidebar.caption(f"Store `{os.path.basename(path)}` · last scrape {ago(snap_ts)}")
 
 
-def routing_detail(trace: dict[str, Any]) -> None:
+def routing_detail(trace: RequestTrace) -> None:
     """Candidates, scores and spill gates the router reported for one request."""
-    view = merged(trace.get("predictions") or [])
-    st.caption(f"policy {policy_text(view)} · branch {view.get('branch') or '—'} · from "
-               f"{', '.join(view['sources']) or 'nothing'}")
+    view = merged(trace.predictions)
+    st.caption(f"policy {policy_text(view)} · branch {view.branch or '—'} · from "
+               f"{', '.join(view.sources) or 'nothing'}")
     candidates = candidate_rows(view)
     if candidates:
         st.dataframe(pd.DataFrame(candidates), hide_index=True, width="stretch")
@@ -210,15 +212,15 @@ def routing_detail(trace: dict[str, Any]) -> None:
                    "(e.g. first sight of a prefix → least expected wait).")
 
 
-def decision_detail(traces: list[dict[str, Any]], key: str) -> None:
+def decision_detail(traces: list[RequestTrace], key: str) -> None:
     """An expander to read one recent decision's candidates, scores and gates in full."""
     with st.expander("Candidates, scores and gates of one decision"):
-        ids = [t["request_id"] for t in traces]
+        ids = [t.request_id for t in traces]
         rid = st.selectbox("Request", ids, key=key)
-        trace = next((t for t in traces if t["request_id"] == rid), None)
+        trace = next((t for t in traces if t.request_id == rid), None)
         if trace is not None:
             routing_detail(trace)
-            st.markdown(f"[Open in the inspector]({inspector_link(trace['request_id'])})")
+            st.markdown(f"[Open in the inspector]({inspector_link(trace.request_id)})")
 
 
 def uploaded_images(key: str) -> list[tuple[bytes, ImageInfo]]:

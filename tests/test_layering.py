@@ -214,23 +214,8 @@ def test_the_graph_covers_the_tree() -> None:
 
 # Known edges another change removes; each is checked to be gone by its own xfail test, so
 # the rule above stays strict for everything else.
-PENDING_PURE = {
-    "mmlens.analysis.routing_table imports mmlens.store.decisions":
-        "analysis reads the decision merge from records once the typed read side lands",
-}
-
-
-def _pending(violation: str) -> bool:
-    return any(edge in violation for edge in PENDING_PURE)
-
-
 def test_pure_packages_import_no_io() -> None:
-    assert [v for v in pure_violations(REPO) if not _pending(v)] == []
-
-
-@pytest.mark.xfail(strict=True, reason="typed read side lands with the datapath helper")
-def test_pure_packages_pending_edges_are_gone() -> None:
-    assert [v for v in pure_violations(REPO) if _pending(v)] == []
+    assert pure_violations(REPO) == []
 
 
 def test_only_the_demo_command_imports_the_demo() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from mmlens.records import ImageInfo, RequestTrace, ResidentSummary
 
 
 @dataclass(slots=True)
@@ -23,31 +24,29 @@ class ImageAffinity:
         return max(self.workers.values()) / self.requests if self.requests else 0.0
 
 
-def image_key(image: dict[str, Any], scheme: str = "smg_blake3") -> str | None:
-    ids = image.get("identities") or {}
+def image_key(image: ImageInfo, scheme: str = "smg_blake3") -> str | None:
+    ids = image.identities
     return ids.get(scheme) or ids.get("smg_blake3") or ids.get("dynamo_mm_hash_url")
 
 
-def image_affinity(traces: Iterable[dict[str, Any]]) -> list[ImageAffinity]:
+def image_affinity(traces: Iterable[RequestTrace]) -> list[ImageAffinity]:
     """Per image identity seen in successful traces: requests and where they landed."""
     by_id: dict[str, ImageAffinity] = {}
     for t in traces:
-        worker = t.get("worker")
-        if not worker or t.get("error"):
+        worker = t.worker
+        if not worker or t.error:
             continue
-        for im in t.get("images") or []:
+        for im in t.images:
             key = image_key(im)
             if key is None:
                 continue
             a = by_id.setdefault(key, ImageAffinity(key))
             a.requests += 1
             a.workers[worker] += 1
-            ts = t.get("ts")
-            if ts is not None:
-                a.first_seen = ts if a.first_seen is None else min(a.first_seen, ts)
-                a.last_seen = ts if a.last_seen is None else max(a.last_seen, ts)
-            if im.get("width"):
-                a.size = f"{im['width']}x{im['height']}"
+            a.first_seen = t.ts if a.first_seen is None else min(a.first_seen, t.ts)
+            a.last_seen = t.ts if a.last_seen is None else max(a.last_seen, t.ts)
+            if im.width:
+                a.size = f"{im.width}x{im.height}"
     return sorted(by_id.values(), key=lambda a: (-a.requests, a.identity))
 
 
@@ -58,20 +57,15 @@ def sankey_links(affinities: Sequence[ImageAffinity], max_images: int = 40,
             for w, n in sorted(a.workers.items())]
 
 
-def multi_resident(kv_state: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+def multi_resident(kv_state: Sequence[ResidentSummary]) -> dict[str, list[str]]:
     """Image identifiers (as the engines key them) resident on more than one worker."""
     where: dict[str, set[str]] = {}
     for row in kv_state:
-        label = row["worker"] if not row.get("rank") else f"{row['worker']}#{row['rank']}"
-        for ident, blocks in (row.get("images") or {}).items():
+        for ident, blocks in row.images.items():
             if blocks:
-                where.setdefault(ident, set()).add(label)
+                where.setdefault(ident, set()).add(row.label)
     return {k: sorted(v) for k, v in sorted(where.items()) if len(v) > 1}
 
 
-def worker_image_sets(kv_state: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for row in kv_state:
-        label = row["worker"] if not row.get("rank") else f"{row['worker']}#{row['rank']}"
-        out[label] = {k: v for k, v in (row.get("images") or {}).items() if v}
-    return out
+def worker_image_sets(kv_state: Sequence[ResidentSummary]) -> dict[str, dict[str, int]]:
+    return {row.label: {k: v for k, v in row.images.items() if v} for row in kv_state}

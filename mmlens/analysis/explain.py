@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mmlens.records import ExpectedLayout, KVEventRow, RequestTrace
+
 Category = Literal["hit", "error", "no_layout", "count_drift", "false_hit", "fallback", "cold",
                    "evicted", "events_blind", "spilled", "unexplained"]
 
@@ -60,143 +62,190 @@ def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
     return n
 
 
-def keys_of(trace: dict[str, Any]) -> list[str] | None:
-    lay = trace.get("expected_layout")
-    if isinstance(lay, dict) and isinstance(lay.get("block_keys"), list):
-        return lay["block_keys"]
-    return None
+def keys_of(trace: RequestTrace) -> list[str] | None:
+    lay = trace.expected_layout
+    return None if lay is None else lay.block_keys
 
 
-def held_blocks(trace: dict[str, Any], history: Iterable[dict[str, Any]]
-                ) -> dict[str, tuple[int, dict[str, Any]]]:
+def held_blocks(trace: RequestTrace, history: Iterable[RequestTrace]
+                ) -> dict[str, tuple[int, RequestTrace]]:
     """Per worker: the most leading blocks an earlier request there shares with `trace`."""
     keys = keys_of(trace) or []
-    best: dict[str, tuple[int, dict[str, Any]]] = {}
+    best: dict[str, tuple[int, RequestTrace]] = {}
     for h in history:
-        if h.get("ts", 0) >= trace.get("ts", 0) or h.get("error") or not h.get("worker"):
+        if h.ts >= trace.ts or h.error or not h.worker:
             continue
         other = keys_of(h)
         if not other:
             continue
         n = common_prefix(keys, other)
-        if n and n > best.get(h["worker"], (0, {}))[0]:
-            best[h["worker"]] = (n, h)
+        if n and n > best.get(h.worker, (0, None))[0]:
+            best[h.worker] = (n, h)
     return best
 
 
-def predicted_blocks(trace: dict[str, Any]) -> int | None:
-    for p in trace.get("predictions") or []:
-        if p.get("overlap_blocks") is not None:
-            return int(p["overlap_blocks"])
-    return None
+def predicted_blocks(trace: RequestTrace) -> int | None:
+    return next((p.overlap_blocks for p in trace.predictions if p.overlap_blocks is not None),
+                None)
 
 
-def router_notes(trace: dict[str, Any]) -> list[str]:
+def router_notes(trace: RequestTrace) -> list[str]:
     notes = []
-    for p in trace.get("predictions") or []:
-        notes += [str(w) for w in p.get("warnings") or []]
-        if p.get("branch"):
-            notes.append(f"branch {p['branch']}")
+    for p in trace.predictions:
+        notes += [str(w) for w in p.warnings]
+        if p.branch:
+            notes.append(f"branch {p.branch}")
     return notes
 
 
-def first_image_start(trace: dict[str, Any]) -> int | None:
-    lay = trace.get("expected_layout") or {}
-    starts = [s["start"] for s in lay.get("spans") or [] if s.get("kind") == "image"]
+def first_image_start(layout: ExpectedLayout) -> int | None:
+    starts = [s.start for s in layout.spans if s.kind == "image"]
     return min(starts) if starts else None
 
 
-def explain(
-    trace: dict[str, Any],
-    history: Sequence[dict[str, Any]],
-    block_size: int,
-    *,
-    removed_events: Sequence[dict[str, Any]] = (),
-    events_unavailable: Iterable[str] = (),
-) -> Explanation:
-    """`removed_events`: KV-event rows (`ts`, `worker`, `kind`, `n_blocks`) of kind removed or
-    cleared; `events_unavailable`: workers whose KV events the router does not receive."""
-    rid = str(trace.get("request_id"))
-    bs = block_size
-    cached = int(trace.get("cached_tokens") or 0)
-    worker = trace.get("worker")
-    if trace.get("error") or (trace.get("status") or 200) >= 400:
-        code = trace.get("error_code") or ""
-        return Explanation(rid, "error", f"the request failed: {code or trace.get('status')}",
-                           0, 0, {"error": trace.get("error"), "error_code": code,
-                                  "what_to_change": ERROR_HINTS.get(code, "")})
-    lay = trace.get("expected_layout")
-    if not isinstance(lay, dict) or keys_of(trace) is None:
-        return Explanation(rid, "no_layout", "no expected layout was recorded for this request",
-                           cached, 0, {"layout_error": (lay or {}).get("error")})
+@dataclass
+class _Case:
+    """What the rules below judge: the request, its layout and the workers' holdings."""
 
+    trace: RequestTrace
+    layout: ExpectedLayout
+    bs: int
+    cached: int
+    realized_n: int
+    best_worker: str | None
+    best_n: int
+    served_n: int
+    served_seed: RequestTrace | None
+    ev: dict[str, Any]
+
+    def result(self, category: Category, headline: str, best_blocks: int | None = None,
+               ) -> Explanation:
+        best = self.best_n if best_blocks is None else best_blocks
+        return Explanation(self.trace.request_id, category, headline, self.cached,
+                           best * self.bs, self.ev)
+
+
+def _case(trace: RequestTrace, layout: ExpectedLayout, history: Sequence[RequestTrace],
+          bs: int) -> _Case:
     held = held_blocks(trace, history)
     best_worker, (best_n, seed) = max(held.items(), key=lambda kv: kv[1][0],
-                                      default=(None, (0, {})))
-    served_n, served_seed = held.get(worker, (0, {})) if worker else (0, {})
-    realized_n = cached // bs
+                                      default=(None, (0, None)))
+    worker = trace.worker
+    served_n, served_seed = held.get(worker, (0, None)) if worker else (0, None)
+    cached = trace.cached_tokens or 0
     ev: dict[str, Any] = {
-        "worker": worker, "cached_tokens": cached, "realized_blocks": realized_n,
+        "worker": worker, "cached_tokens": cached, "realized_blocks": cached // bs,
         "best_worker": best_worker, "best_blocks": best_n, "served_worker_blocks": served_n,
-        "seed_request": seed.get("request_id"), "prompt_tokens": trace.get("prompt_tokens"),
-        "predicted_blocks": predicted_blocks(trace), "router_notes": router_notes(trace),
+        "seed_request": None if seed is None else seed.request_id,
+        "prompt_tokens": trace.prompt_tokens, "predicted_blocks": predicted_blocks(trace),
+        "router_notes": router_notes(trace),
     }
-    expected_prompt = lay.get("engine_prompt_tokens")
-    prompt = trace.get("prompt_tokens")
-    if expected_prompt is not None and prompt is not None and prompt != expected_prompt:
-        diff = prompt - expected_prompt
-        start = first_image_start(trace)
-        n_images = max(1, len(lay.get("images") or []))
-        n0 = (lay.get("images") or [{}])[0].get("tokens", 0)
-        block = None if start is None else (start + min(n0, n0 + diff // n_images)) // bs
-        ev.update(expected_prompt_tokens=expected_prompt, difference=diff,
-                  first_divergent_block=block)
-        return Explanation(rid, "count_drift", (
-            f"count drift: the engine expanded to {prompt} tokens, the router's layout has "
-            f"{expected_prompt} ({diff:+d}); blocks from {block} on shift and cannot match"),
-            cached, best_n * bs, ev)
-    predicted = ev["predicted_blocks"]
-    if predicted is not None and predicted > realized_n + 1 and served_n < predicted:
-        return Explanation(rid, "false_hit", (
-            f"content-blind false hit: the router predicted {predicted} blocks on {worker}, the "
-            f"engine found {realized_n}; that worker held only {served_n} blocks of this "
-            "request's content (same token ids, another image)"), cached, best_n * bs, ev)
-    if best_n and realized_n + 1 >= best_n:
-        return Explanation(rid, "hit", (
-            f"no miss: {cached} cached tokens, {best_n} blocks were available from earlier "
-            "requests"), cached, best_n * bs, ev)
-    notes = " ".join(ev["router_notes"]).lower()
-    if any(m in notes for m in FALLBACK_MARKERS):
-        return Explanation(rid, "fallback", (
-            "the router fell back to text-prefix routing: " + "; ".join(ev["router_notes"])),
-            cached, best_n * bs, ev)
-    if best_n == 0:
-        return Explanation(rid, "cold", "cold: no worker held any of this request's blocks",
-                           cached, 0, ev)
-    if worker and served_n > realized_n + 1:
-        seed_ts = served_seed.get("ts", 0)
-        removed = [r for r in removed_events if r.get("worker") == worker
-                   and seed_ts <= r.get("ts", 0) <= trace.get("ts", 0)]
-        ev["removed_events_between"] = len(removed)
-        ev["removed_blocks_between"] = sum(int(r.get("n_blocks") or 0) for r in removed)
-        if removed:
-            return Explanation(rid, "evicted", (
-                f"evicted: {worker} held {served_n} blocks after "
-                f"{served_seed.get('request_id')}, then removed "
-                f"{ev['removed_blocks_between']} blocks before this request"),
-                cached, best_n * bs, ev)
-        return Explanation(rid, "unexplained", (
-            f"{worker} should have held {served_n} blocks (from "
-            f"{served_seed.get('request_id')}) but the engine found {realized_n}, and no "
-            "removal was seen"), cached, best_n * bs, ev)
-    blind = set(events_unavailable)
-    if best_worker in blind or worker in blind:
-        return Explanation(rid, "events_blind", (
+    return _Case(trace, layout, bs, cached, cached // bs, best_worker, best_n, served_n,
+                 served_seed, ev)
+
+
+def _count_drift(c: _Case) -> Explanation | None:
+    expected, prompt = c.layout.engine_prompt_tokens, c.trace.prompt_tokens
+    if expected is None or prompt is None or prompt == expected:
+        return None
+    diff = prompt - expected
+    start = first_image_start(c.layout)
+    n_images = max(1, len(c.layout.images))
+    n0 = c.layout.images[0].tokens if c.layout.images else 0
+    block = None if start is None else (start + min(n0, n0 + diff // n_images)) // c.bs
+    c.ev.update(expected_prompt_tokens=expected, difference=diff, first_divergent_block=block)
+    return c.result("count_drift", (
+        f"count drift: the engine expanded to {prompt} tokens, the router's layout has "
+        f"{expected} ({diff:+d}); blocks from {block} on shift and cannot match"))
+
+
+def _false_hit(c: _Case) -> Explanation | None:
+    predicted = c.ev["predicted_blocks"]
+    if predicted is None or predicted <= c.realized_n + 1 or c.served_n >= predicted:
+        return None
+    return c.result("false_hit", (
+        f"content-blind false hit: the router predicted {predicted} blocks on "
+        f"{c.trace.worker}, the engine found {c.realized_n}; that worker held only "
+        f"{c.served_n} blocks of this request's content (same token ids, another image)"))
+
+
+def _hit(c: _Case) -> Explanation | None:
+    if not (c.best_n and c.realized_n + 1 >= c.best_n):
+        return None
+    return c.result("hit", (f"no miss: {c.cached} cached tokens, {c.best_n} blocks were "
+                            "available from earlier requests"))
+
+
+def _fallback(c: _Case) -> Explanation | None:
+    notes = " ".join(c.ev["router_notes"]).lower()
+    if not any(m in notes for m in FALLBACK_MARKERS):
+        return None
+    return c.result("fallback", "the router fell back to text-prefix routing: "
+                    + "; ".join(c.ev["router_notes"]))
+
+
+def _cold(c: _Case) -> Explanation | None:
+    if c.best_n:
+        return None
+    return c.result("cold", "cold: no worker held any of this request's blocks", 0)
+
+
+def _evicted(c: _Case, removed_events: Sequence[KVEventRow]) -> Explanation | None:
+    worker, seed = c.trace.worker, c.served_seed
+    if not worker or c.served_n <= c.realized_n + 1:
+        return None
+    seed_ts = 0.0 if seed is None else seed.ts
+    seed_id = None if seed is None else seed.request_id
+    removed = [r for r in removed_events
+               if r.worker == worker and seed_ts <= r.ts <= c.trace.ts]
+    c.ev["removed_events_between"] = len(removed)
+    c.ev["removed_blocks_between"] = sum(r.n_blocks for r in removed)
+    if removed:
+        return c.result("evicted", (
+            f"evicted: {worker} held {c.served_n} blocks after {seed_id}, then removed "
+            f"{c.ev['removed_blocks_between']} blocks before this request"))
+    return c.result("unexplained", (
+        f"{worker} should have held {c.served_n} blocks (from {seed_id}) but the engine "
+        f"found {c.realized_n}, and no removal was seen"))
+
+
+def _blind_or_spilled(c: _Case, blind: set[str]) -> Explanation:
+    worker, best = c.trace.worker, c.best_worker
+    if best in blind or worker in blind:
+        return c.result("events_blind", (
             f"events blind: the router gets no KV events from "
-            f"{best_worker if best_worker in blind else worker}, so it could not see that "
-            f"{best_worker} held {best_n} blocks"), cached, best_n * bs, ev)
-    return Explanation(rid, "spilled", (
-        f"spilled or load-balanced away: {best_worker} held {best_n} blocks, the router sent "
-        f"the request to {worker}" + (f" ({'; '.join(ev['router_notes'])})"
-                                      if ev["router_notes"] else "")),
-        cached, best_n * bs, ev)
+            f"{best if best in blind else worker}, so it could not see that {best} held "
+            f"{c.best_n} blocks"))
+    notes = c.ev["router_notes"]
+    return c.result("spilled", (
+        f"spilled or load-balanced away: {best} held {c.best_n} blocks, the router sent "
+        f"the request to {worker}" + (f" ({'; '.join(notes)})" if notes else "")))
+
+
+def explain(
+    trace: RequestTrace,
+    history: Sequence[RequestTrace],
+    block_size: int,
+    *,
+    removed_events: Sequence[KVEventRow] = (),
+    events_unavailable: Iterable[str] = (),
+) -> Explanation:
+    """`removed_events`: KV-event rows of kind removed or cleared; `events_unavailable`:
+    workers whose KV events the router does not receive."""
+    rid = trace.request_id
+    if trace.failed:
+        code = trace.error_code or ""
+        return Explanation(rid, "error", f"the request failed: {code or trace.status}",
+                           0, 0, {"error": trace.error, "error_code": code,
+                                  "what_to_change": ERROR_HINTS.get(code, "")})
+    lay = trace.expected_layout
+    if lay is None or lay.block_keys is None:
+        return Explanation(rid, "no_layout", "no expected layout was recorded for this request",
+                           trace.cached_tokens or 0, 0,
+                           {"layout_error": None if lay is None else lay.error})
+    c = _case(trace, lay, history, block_size)
+    for rule in (_count_drift, _false_hit, _hit, _fallback, _cold):
+        found = rule(c)
+        if found is not None:
+            return found
+    return _evicted(c, removed_events) or _blind_or_spilled(c, set(events_unavailable))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.records import RequestTrace
 
 ALERT_SHARE = 0.2
 ALERT_MIN_BLOCKS = 4
@@ -77,23 +78,23 @@ def compare_counts(engine: Mapping[str, int], router: Mapping[str, int], ts: flo
             for w in sorted(set(engine) & set(router))]
 
 
-def prediction_points(traces: Iterable[Mapping[str, Any]], default_block_size: int = 16,
+def prediction_points(traces: Iterable[RequestTrace], default_block_size: int = 16,
                       ) -> list[ViewPoint]:
     """One point per routed request whose router predicted an overlap: predicted blocks the
     engine did not find are router-only, found blocks beyond the prediction engine-only."""
     out = []
     for t in traces:
-        predicted = predicted_tokens(dict(t))
-        worker = t.get("worker")
-        if predicted is None or not worker or t.get("error"):
+        predicted = predicted_tokens(t)
+        if predicted is None or not t.worker or t.error:
             continue
-        sizes = [p.get("block_size") for p in t.get("predictions") or [] if p.get("block_size")]
-        layout = t.get("expected_layout") or {}
-        bs = int(sizes[0] if sizes else layout.get("block_size") or default_block_size)
-        pred_blocks, cached_blocks = predicted // bs, int(t.get("cached_tokens") or 0) // bs
-        out.append(ViewPoint(float(t.get("ts") or 0.0), str(worker), "prediction", pred_blocks,
+        sizes = [p.block_size for p in t.predictions if p.block_size]
+        lay = t.expected_layout
+        bs = sizes[0] if sizes else (lay.block_size if lay is not None else 0)
+        bs = bs or default_block_size
+        pred_blocks, cached_blocks = predicted // bs, (t.cached_tokens or 0) // bs
+        out.append(ViewPoint(t.ts or 0.0, t.worker, "prediction", pred_blocks,
                              cached_blocks, max(0, pred_blocks - cached_blocks),
-                             max(0, cached_blocks - pred_blocks), str(t.get("request_id"))))
+                             max(0, cached_blocks - pred_blocks), t.request_id))
     return sorted(out, key=lambda p: p.ts)
 
 
@@ -157,7 +158,7 @@ class ViewModel:
     rows: list[dict[str, Any]]
 
 
-def view_model(stored: Sequence[Sequence[Any]], traces: Sequence[Mapping[str, Any]],
+def view_model(stored: Sequence[Sequence[Any]], traces: Sequence[RequestTrace],
                ) -> ViewModel:
     """The Cache page's section: stored comparisons (``kv_views`` rows) and per-request
     predictions, the latest per worker and source as a table, and the alerts."""

@@ -42,19 +42,15 @@ def plan_steps(sequence: str, images: Sequence[T], text: str,
 
 
 def result_row(label: str, router: str, trace: RequestTrace) -> dict[str, Any]:
-    layout = trace.expected_layout or {}
-    pred = predicted_tokens({"predictions": [
-        {"overlap_blocks": p.overlap_blocks, "block_size": p.block_size,
-         "kv_hit_rate": p.kv_hit_rate} for p in trace.predictions],
-        "prompt_tokens": trace.prompt_tokens})
+    lay = trace.expected_layout
     return {
         "step": label, "router": router, "request": trace.request_id,
         "worker": trace.worker or "—", "prompt_tokens": trace.prompt_tokens,
-        "cached_tokens": trace.cached_tokens, "predicted": pred,
+        "cached_tokens": trace.cached_tokens, "predicted": predicted_tokens(trace),
         "ttft_ms": None if trace.ttft_s is None else round(trace.ttft_s * 1000, 1),
-        "expected_router_view": (layout.get("router_view") or {}).get("token_count"),
-        "expected_worker_view": (layout.get("worker_view") or {}).get("token_count"),
-        "expected_engine": layout.get("engine_prompt_tokens"),
+        "expected_router_view": lay.router_view.token_count if lay and lay.router_view else None,
+        "expected_worker_view": lay.worker_view.token_count if lay and lay.worker_view else None,
+        "expected_engine": lay.engine_prompt_tokens if lay else None,
         "mode": trace.processing_mode or "—",
         "error": f"{trace.error_code}: {trace.error}" if trace.error else "",
     }

@@ -12,7 +12,7 @@ from typing import Any
 
 from mmlens.analysis import kv_divergence
 from mmlens.analysis.overview import Alert
-from mmlens.records import MetricSample
+from mmlens.records import MetricSample, RequestTrace, ResidentSummary
 
 # metric name → the label naming the worker
 WORKER_SERIES = {
@@ -77,16 +77,15 @@ def _clock(ts: float | None) -> str:
     return "" if ts is None else time.strftime("%H:%M:%S", time.gmtime(ts))
 
 
-def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[Mapping[str, Any]],
-                 views: Sequence[Sequence[Any]], traces: Sequence[Mapping[str, Any]],
+def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[ResidentSummary],
+                 views: Sequence[Sequence[Any]], traces: Sequence[RequestTrace],
                  now: float) -> WorkersView:
     """The Overview's worker rows (state, since when, KV transport, resident blocks) and its
     alerts for gone workers and router views that diverge from the engines' holdings."""
     kv: dict[str, dict[str, Any]] = {}
     for s in kv_state:
-        entry = kv.setdefault(str(s.get("worker")), {"transport": s.get("transport"),
-                                                      "resident": 0})
-        entry["resident"] += int(s.get("resident_blocks") or 0)
+        entry = kv.setdefault(s.worker, {"transport": s.transport, "resident": 0})
+        entry["resident"] += s.resident_blocks
     rows: list[dict[str, Any]] = []
     alerts: list[Alert] = []
     named = set()

@@ -1,4 +1,4 @@
-"""The overview page's content from a snapshot (``mmlens.store.snapshot.build_snapshot``) and recent
+"""The overview page's content from a snapshot (``mmlens.store.snapshot.Snapshot``) and recent
 traces: target health, headline numbers and alerts that name their cause."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.analysis.verdicts import judge_all
+from mmlens.records import CollectorHealth, RequestTrace
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import parse_label
+from mmlens.state import Snapshot
 
 EVENTS_STALE_S = 120.0
 TARGET_STALE_S = 30.0
@@ -39,43 +41,43 @@ def _age(ts: float | None, now: float) -> float | None:
     return None if ts is None else max(0.0, now - ts)
 
 
-def target_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
+def target_rows(snap: Snapshot, now: float) -> list[dict[str, Any]]:
     """One row per collector target: kind, last success age, errors, KV freshness."""
     rows = []
-    for h in snap.get("health") or []:
-        if (h["collector"] == "discovery" and not h["errors"]) or h["collector"] == SHARD_COLLECTOR:
+    for h in snap.health:
+        if (h.collector == "discovery" and not h.errors) or h.collector == SHARD_COLLECTOR:
             continue
-        age = _age(h.get("last_success"), now)
-        if h.get("last_success") is None:
-            state = "no data yet" if not h["errors"] else "down"
-        elif age is not None and age > (EVENTS_STALE_S if h["collector"] == "kv_events"
+        age = _age(h.last_success, now)
+        if h.last_success is None:
+            state = "no data yet" if not h.errors else "down"
+        elif age is not None and age > (EVENTS_STALE_S if h.collector == "kv_events"
                                         else TARGET_STALE_S):
             state = "stale"
         else:
             state = "ok"
-        if h.get("last_error_ts") and (h.get("last_success") or 0) < h["last_error_ts"]:
+        if h.last_error_ts and (h.last_success or 0) < h.last_error_ts:
             state = "down"
-        rows.append({"collector": h["collector"], "target": h["target"], "state": state,
+        rows.append({"collector": h.collector, "target": h.target, "state": state,
                      "last success (s ago)": None if age is None else round(age, 1),
-                     "errors": sum(h["errors"].values()),
-                     "last error": h.get("last_error") or ""})
+                     "errors": sum(h.errors.values()),
+                     "last error": h.last_error or ""})
     return rows
 
 
-def shard_rows(snap: dict[str, Any], now: float) -> list[dict[str, Any]]:
+def shard_rows(snap: Snapshot, now: float) -> list[dict[str, Any]]:
     """One row per collector shard (``mmlens collect --shard I/N``): its last tick and the
     workers, KV endpoints and events it owns."""
-    newest: dict[str, dict[str, Any]] = {}  # a restarted shard leaves its old process's row
-    for h in snap.get("health") or []:
-        old = newest.get(h["target"])
-        if h["collector"] == SHARD_COLLECTOR and (
-                old is None or (h.get("last_success") or 0) > (old.get("last_success") or 0)):
-            newest[h["target"]] = h
+    newest: dict[str, CollectorHealth] = {}  # a restarted shard leaves its old process's row
+    for h in snap.health:
+        old = newest.get(h.target)
+        if h.collector == SHARD_COLLECTOR and (
+                old is None or (h.last_success or 0) > (old.last_success or 0)):
+            newest[h.target] = h
     rows = []
     for h in newest.values():
-        c = h["counters"]
-        age = _age(h.get("last_success"), now)
-        rows.append({"shard": h["target"],
+        c = h.counters
+        age = _age(h.last_success, now)
+        rows.append({"shard": h.target,
                      "state": "ok" if age is not None and age <= TARGET_STALE_S else "stale",
                      "last tick (s ago)": None if age is None else round(age, 1),
                      "workers": int(c.get("workers", 0)),
@@ -91,14 +93,14 @@ def _shard_order(row: dict[str, Any]) -> tuple[int, int, str]:
     return (shard.count, shard.index, "") if shard else (0, 0, row["shard"])
 
 
-def headline(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> Headline:
-    hits = sum(r["hits_increase"] for r in snap.get("hit_rates") or []
-               if r["source"] in ("vllm", "sglang"))
-    queries = sum(r["queries_increase"] for r in snap.get("hit_rates") or []
-                  if r["source"] in ("vllm", "sglang"))
+def headline(snap: Snapshot, traces: Sequence[RequestTrace]) -> Headline:
+    engines = [r for r in snap.metrics.hit_rates if r.source in ("vllm", "sglang")]
+    hits = sum(r.hits_increase for r in engines)
+    queries = sum(r.queries_increase for r in engines)
     if queries <= 0:  # no traffic in the window: fall back to the cumulative counters
-        rates = [r for r in snap.get("hit_rates") or [] if r.get("cumulative_rate") is not None]
-        engine = (sum(r["cumulative_rate"] for r in rates) / len(rates)) if rates else None
+        rates = [r.cumulative_rate for r in snap.metrics.hit_rates
+                 if r.cumulative_rate is not None]
+        engine = (sum(rates) / len(rates)) if rates else None
     else:
         engine = hits / queries
     pred_tokens = 0
@@ -106,17 +108,17 @@ def headline(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> Headline
     n_pred = 0
     for t in traces:
         p = predicted_tokens(t)
-        if p is None or not t.get("prompt_tokens"):
+        if p is None or not t.prompt_tokens:
             continue
         n_pred += 1
-        pred_tokens += min(p, int(t["prompt_tokens"]))
-        prompt_tokens += int(t["prompt_tokens"])
-    dyn = [d["predicted_hit_rate_mean"] for d in (snap.get("dynamo") or {}).values()
+        pred_tokens += min(p, t.prompt_tokens)
+        prompt_tokens += t.prompt_tokens
+    dyn = [d["predicted_hit_rate_mean"] for d in snap.metrics.dynamo.values()
            if d.get("predicted_hit_rate_mean") is not None]
     predicted = (pred_tokens / prompt_tokens if prompt_tokens else
                  (sum(dyn) / len(dyn) if dyn else None))
     modes: dict[str, float] = {}
-    for row in snap.get("mm_processing") or []:
+    for row in snap.metrics.mm_processing:
         modes[row["mode"]] = modes.get(row["mode"], 0.0) + float(row["count"])
     total = sum(modes.values())
     return Headline(
@@ -127,7 +129,7 @@ def headline(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> Headline
         image_requests=total)
 
 
-def alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]], now: float) -> list[Alert]:
+def alerts(snap: Snapshot, traces: Sequence[RequestTrace], now: float) -> list[Alert]:
     out: list[Alert] = []
     out += _kv_event_alerts(snap, traces, now)
     out += _false_hit_alerts(traces)
@@ -138,7 +140,7 @@ def alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]], now: float) -
     return out
 
 
-def _shard_alerts(snap: dict[str, Any], now: float) -> list[Alert]:
+def _shard_alerts(snap: Snapshot, now: float) -> list[Alert]:
     """A shard that never reported or stopped ticking leaves its workers uncollected."""
     rows = shard_rows(snap, now)
     seen: dict[int, set[int]] = {}
@@ -160,16 +162,16 @@ def _shard_alerts(snap: dict[str, Any], now: float) -> list[Alert]:
     return out
 
 
-def _kv_event_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]],
+def _kv_event_alerts(snap: Snapshot, traces: Sequence[RequestTrace],
                      now: float) -> list[Alert]:
     out = []
     served: dict[str, float] = {}
     for t in traces:
-        if t.get("worker") and not t.get("error"):
-            served[t["worker"]] = max(served.get(t["worker"], 0.0), t.get("ts") or 0.0)
-    for target, ep in ((snap.get("kv_event_health") or {}).get("endpoints") or {}).items():
+        if t.worker and not t.error:
+            served[t.worker] = max(served.get(t.worker, 0.0), t.ts or 0.0)
+    for target, ep in snap.kv_endpoints.items():
         worker = target.rsplit("#", 1)[0]
-        last = ep.get("last_success")
+        last = ep.last_success
         last_served = served.get(worker)
         # A worker that served nothing has nothing to announce: silence is only news after
         # it stored blocks (a request landed on it) and no batch followed.
@@ -179,11 +181,11 @@ def _kv_event_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]],
                 f"{now - last_served:.0f} s ago but no event batch arrived "
                 f"{'ever' if last is None else f'since {now - last:.0f} s ago'} — the "
                 "router is blind to what this worker caches")))
-        elif ep.get("gaps"):
+        elif ep.gaps:
             out.append(Alert("warning", "kv_events_gaps", (
-                f"{target}: {ep['gaps']} sequence gap(s), {ep.get('replayed_batches', 0)} "
+                f"{target}: {ep.gaps} sequence gap(s), {ep.replayed_batches} "
                 "batch(es) replayed")))
-    for target, h in (snap.get("router_kv_event_health") or {}).items():
+    for target, h in snap.metrics.kv_event_health.items():
         for worker, w in (h.get("workers") or {}).items():
             if w.get("unavailable"):
                 out.append(Alert("error", "kv_events_unavailable", (
@@ -196,7 +198,7 @@ def _kv_event_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]],
     return out
 
 
-def _false_hit_alerts(traces: Sequence[dict[str, Any]]) -> list[Alert]:
+def _false_hit_alerts(traces: Sequence[RequestTrace]) -> list[Alert]:
     """False hits and spills over all traffic (mmlens' own and observed requests), judged on
     what is known of each: a request whose realized hit is unknown counts as neither."""
     judged = list(zip(traces, judge_all(traces), strict=True))
@@ -206,39 +208,38 @@ def _false_hit_alerts(traces: Sequence[dict[str, Any]]) -> list[Alert]:
     false_hits = [(t, j) for t, j in known if j.category == "false_hit"]
     spills = [(t, j) for t, j in known if j.category == "spilled"]
     unknown = sum(1 for _, j in judged if j.category == "unknown")
-    observed = sum(1 for t, _ in false_hits if t.get("origin") == "observed")
+    observed = sum(1 for t, _ in false_hits if t.origin == "observed")
     out = []
     if false_hits and len(false_hits) >= FALSE_HIT_SHARE * max(with_pred, 1):
         ex, exj = false_hits[0]
         out.append(Alert("warning", "false_hits", (
             f"{len(false_hits)} of {with_pred} recent requests ({observed} not sent by "
             "mmlens): the router predicted cached blocks the engine did not have "
-            f"(content-blind false hits), e.g. {ex['request_id']}: {exj.headline}"
+            f"(content-blind false hits), e.g. {ex.request_id}: {exj.headline}"
             + (f"; {unknown} more with the realized hit unknown" if unknown else ""))))
     if spills and len(spills) >= FALSE_HIT_SHARE * max(len(known), 1):
         ex, exj = spills[0]
         out.append(Alert("info", "spills", (
             f"{len(spills)} of {len(known)} recent requests were spilled or load-balanced "
-            f"away from the worker holding their prefix, e.g. {ex['request_id']}: "
+            f"away from the worker holding their prefix, e.g. {ex.request_id}: "
             f"{exj.headline}")))
     return out
 
 
-def _block_size_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> list[Alert]:
+def _block_size_alerts(snap: Snapshot, traces: Sequence[RequestTrace]) -> list[Alert]:
     sizes: dict[str, set[int]] = {}
-    for state in snap.get("router_state") or []:
+    for state in snap.router_state or []:
         for w in state.get("workers") or []:
             if w.get("kv_block_size"):
                 sizes.setdefault(f"worker {w['url']} (router /workers)", set()).add(
                     int(w["kv_block_size"]))
-    for target, d in (snap.get("dynamo") or {}).items():
+    for target, d in snap.metrics.dynamo.items():
         for model, bs in (d.get("block_size") or {}).items():
             sizes.setdefault(f"{target} {model} (Dynamo)", set()).add(int(bs))
     for t in traces[:50]:
-        for p in t.get("predictions") or []:
-            if p.get("block_size"):
-                sizes.setdefault(f"router {t.get('router')} (cache trace)", set()).add(
-                    int(p["block_size"]))
+        for p in t.predictions:
+            if p.block_size:
+                sizes.setdefault(f"router {t.router} (cache trace)", set()).add(p.block_size)
     distinct = {b for v in sizes.values() for b in v}
     if len(distinct) > 1:
         detail = "; ".join(f"{k}: {sorted(v)}" for k, v in sorted(sizes.items()))
@@ -247,32 +248,32 @@ def _block_size_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -
     return []
 
 
-def _fallback_alerts(snap: dict[str, Any], traces: Sequence[dict[str, Any]]) -> list[Alert]:
+def _fallback_alerts(snap: Snapshot, traces: Sequence[RequestTrace]) -> list[Alert]:
     out = []
-    for target, branches in (snap.get("cache_aware_branches") or {}).items():
+    for target, branches in snap.metrics.cache_aware_branches.items():
         total = sum(branches.values())
         fallback = sum(v for k, v in branches.items() if "fallback" in k)
         if total and fallback / total > 0.25:
             out.append(Alert("warning", "fallbacks", (
                 f"{target}: {fallback:.0f} of {total:.0f} cache-aware decisions fell back to "
                 "load-based selection")))
-    warned = [t for t in traces if any(p.get("warnings") for p in t.get("predictions") or [])]
+    warned = [t for t in traces if any(p.warnings for p in t.predictions)]
     if warned:
         out.append(Alert("warning", "text_prefix_fallback", (
             f"{len(warned)} recent request(s) carry router warnings (text-prefix fallback or "
-            f"skipped MM routing), e.g. {warned[0]['request_id']}")))
+            f"skipped MM routing), e.g. {warned[0].request_id}")))
     return out
 
 
-def _health_alerts(snap: dict[str, Any]) -> list[Alert]:
+def _health_alerts(snap: Snapshot) -> list[Alert]:
     out = []
-    for state in snap.get("router_state") or []:
+    for state in snap.router_state or []:
         for w in state.get("workers") or []:
             if not w.get("healthy", True):
                 status = w.get("status") or "unhealthy"
                 out.append(Alert("error", "worker_unhealthy",
                                  f"{state.get('router')}: worker {w['url']} is {status}"))
-    for row in snap.get("worker_health") or []:
+    for row in snap.metrics.worker_health:
         if row.get("healthy") is False:
             out.append(Alert("error", "worker_unhealthy",
                              f"{row['target']} reports worker {row['worker']} unhealthy"))

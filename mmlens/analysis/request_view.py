@@ -1,20 +1,19 @@
 """One request as the inspector shows it: views, blocks, counts and where router and worker part.
 
-Input is a stored trace (a JSON dict of ``RequestTrace``) or a layout composed on the page.
-When the trace's expected layout carries the prompt text and the model (the dashboard's own
-senders add them), the full layout with token ids is rebuilt; otherwise the router view's
-spans from the summary are used and the worker view is derived by folding each image run back
-into one anchor.
+Input is a stored ``RequestTrace`` or a layout composed on the page. When the trace's expected
+layout kept the prompt text and the model (the sender opted in), the full layout with token
+ids is rebuilt; otherwise the stored layout's router-view spans and per-block content keys are
+shown and the worker view is derived by folding each image run back into one anchor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from mmlens.layout.composition import ImageInput, Layout, Span, SpanKind, View
 from mmlens.layout.hashing import block_hashes, dynamo_routing, vllm_extra_keys
+from mmlens.records import ExpectedLayout, LayoutSpan, RequestTrace
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +25,7 @@ class ViewRow:
     spans: tuple[Span, ...]
     block_hashes: tuple[int, ...] = ()  # per full block; empty when ids are unknown
     block_images: tuple[tuple[str, ...], ...] = ()  # per full block: image identifiers
+    block_keys: tuple[str, ...] = ()  # per full block: stored content key (no token ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +82,8 @@ def fold_images(spans: Sequence[Span]) -> tuple[Span, ...]:
     return tuple(out)
 
 
-def spans_from_summary(items: Sequence[dict[str, Any]]) -> tuple[Span, ...]:
-    return tuple(Span(SpanKind(s["kind"]), int(s["start"]), int(s["length"]),
-                      s.get("image_index")) for s in items)
+def spans_from_layout(items: Sequence[LayoutSpan]) -> tuple[Span, ...]:
+    return tuple(Span(SpanKind(s.kind), s.start, s.length, s.image_index) for s in items)
 
 
 def _row(name: str, view: View, block_size: int, identifiers: Sequence[str] | None) -> ViewRow:
@@ -146,88 +145,104 @@ def from_layout(layout: Layout, identities: Sequence[str | int | None] = (),
     return rv
 
 
-def _image_identities(trace: dict[str, Any]) -> list[str | None]:
-    out: list[str | None] = []
-    for im in trace.get("images") or []:
-        ids = im.get("identities") or {}
-        out.append(ids.get("smg_blake3") or ids.get("dynamo_mm_hash_url"))
-    return out
+def _image_identities(trace: RequestTrace) -> list[str | None]:
+    return [im.identities.get("smg_blake3") or im.identities.get("dynamo_mm_hash_url")
+            for im in trace.images]
 
 
-def _dynamo_hashes(trace: dict[str, Any]) -> list[int] | None:
-    if trace.get("router_kind") != "dynamo":
+def _dynamo_hashes(trace: RequestTrace) -> list[int] | None:
+    if trace.router_kind != "dynamo":
         return None
     out = []
-    for im in trace.get("images") or []:
-        h = (im.get("identities") or {}).get("dynamo_mm_hash_url")
+    for im in trace.images:
+        h = im.identities.get("dynamo_mm_hash_url")
         if not h:
             return None
         out.append(int(h, 16))
     return out
 
 
-def predicted_tokens(trace: dict[str, Any]) -> int | None:
+def predicted_tokens(trace: RequestTrace) -> int | None:
     """Tokens the router expected to find cached: overlap blocks × block size, or Dynamo's
     predicted ratio × prompt tokens."""
-    preds = trace.get("predictions") or []
     # Block counts first: Dynamo's `nvext.timing` (a ratio) usually precedes the log line
     # `[ROUTING] Best … X/Y` that says the same in whole blocks.
-    for p in preds:
-        if p.get("overlap_blocks") is not None:
-            return int(p["overlap_blocks"]) * int(p.get("block_size") or 16)
-    for p in preds:
-        if p.get("kv_hit_rate") is not None and trace.get("prompt_tokens"):
-            return round(float(p["kv_hit_rate"]) * int(trace["prompt_tokens"]))
+    for p in trace.predictions:
+        if p.overlap_blocks is not None:
+            return p.overlap_blocks * (p.block_size or 16)
+    for p in trace.predictions:
+        if p.kv_hit_rate is not None and trace.prompt_tokens:
+            return round(p.kv_hit_rate * trace.prompt_tokens)
     return None
 
 
-def from_trace(trace: dict[str, Any], layout: Layout | None = None) -> RequestView:
+def _from_stored(trace: RequestTrace, lay: ExpectedLayout,
+                 identities: Sequence[str | None]) -> RequestView:
+    """The stored layout without token ids: router spans, per-block content keys."""
+    spans = spans_from_layout(lay.spans)
+    bs = lay.block_size
+    router_len = lay.router_view.token_count if lay.router_view else 0
+    worker_spans = fold_images(spans)
+    worker_len = sum(s.length for s in worker_spans)
+    labels = [image_label(i, identities[i] if i < len(identities) else None)
+              for i in range(len(lay.images))]
+    rv = RequestView(trace.request_id, bs, [
+        ViewRow(f"router view ({router_len})", router_len, spans,
+                block_keys=tuple(lay.block_keys or ())),
+        ViewRow(f"worker view ({worker_len})", worker_len, worker_spans),
+    ], labels, counts={
+        "anchor_view": lay.anchor_view.token_count if lay.anchor_view else None,
+        "router_view": router_len,
+        "worker_view": lay.worker_view.token_count if lay.worker_view else None,
+        "engine_expected": lay.engine_prompt_tokens,
+        "engine_prompt_tokens": None})
+    rv.notes.append("the prompt text was not stored with this request: spans and per-block "
+                    "content keys (token ids + image identities) come from the stored layout; "
+                    "token-id block hashes are not shown")
+    dyn = lay.routers.get("dynamo") or {}
+    if trace.router_kind == "dynamo" and dyn.get("pad_values"):
+        rv.notes.append(
+            f"Dynamo's routing view: {dyn.get('expanded_prompt_len')} tokens zero-padded to "
+            f"{dyn.get('total_tokens')} ({dyn.get('routing_blocks')} routing blocks); each "
+            "image run is its pad value: " + ", ".join(
+                f"image {i} → {pad}" for i, pad in enumerate(dyn["pad_values"])))
+    return rv
+
+
+def _no_layout(trace: RequestTrace) -> RequestView:
+    rv = RequestView(trace.request_id, 16, [], [], counts={
+        "anchor_view": None, "router_view": None, "worker_view": None,
+        "engine_expected": None, "engine_prompt_tokens": None})
+    err = trace.expected_layout.error if trace.expected_layout else None
+    rv.notes.append(f"no expected layout: {err}" if err else
+                    "no expected layout was recorded for this request")
+    return rv
+
+
+def from_trace(trace: RequestTrace, layout: Layout | None = None) -> RequestView:
     """The inspector's view of a recorded request. ``layout`` is the rebuilt full layout when
     the caller could rebuild it (see ``rebuild_parts``)."""
-    summary = trace.get("expected_layout") or {}
+    lay = trace.expected_layout
     identities = _image_identities(trace)
     if layout is not None:
-        rv = from_layout(layout, identities, trace.get("request_id"),
+        rv = from_layout(layout, identities, trace.request_id,
                          dynamo_mm_hashes=_dynamo_hashes(trace))
-        if trace.get("router_kind") == "dynamo":
+        if trace.router_kind == "dynamo":
             rv.notes.append("router-view block hashes follow Dynamo's scheme: each image run "
                             "hashed as its pad value 1_000_000 + (mm_hash & 2^30−1), the "
                             "prompt zero-padded to a block multiple")
-    elif summary.get("spans"):
-        spans = spans_from_summary(summary["spans"])
-        bs = int(summary.get("block_size") or 16)
-        router_len = int(summary["router_view"]["token_count"])
-        worker_spans = fold_images(spans)
-        worker_len = sum(s.length for s in worker_spans)
-        labels = [image_label(i, identities[i] if i < len(identities) else None)
-                  for i in range(len(summary.get("images") or []))]
-        rv = RequestView(trace.get("request_id"), bs, [
-            ViewRow(f"router view ({router_len})", router_len, spans),
-            ViewRow(f"worker view ({worker_len})", worker_len, worker_spans),
-        ], labels, counts={
-            "anchor_view": summary.get("anchor_view", {}).get("token_count"),
-            "router_view": router_len,
-            "worker_view": summary.get("worker_view", {}).get("token_count"),
-            "engine_expected": summary.get("engine_prompt_tokens"),
-            "engine_prompt_tokens": None})
-        rv.notes.append("token ids were not recorded with this request: spans come from the "
-                        "expected layout, block hashes are not shown")
+    elif lay is not None and lay.ok and lay.spans:
+        rv = _from_stored(trace, lay, identities)
     else:
-        bs = 16
-        rv = RequestView(trace.get("request_id"), bs, [], [], counts={
-            "anchor_view": None, "router_view": None, "worker_view": None,
-            "engine_expected": None, "engine_prompt_tokens": None})
-        err = summary.get("error")
-        rv.notes.append(f"no expected layout: {err}" if err else
-                        "no expected layout was recorded for this request")
-    rv.counts["engine_prompt_tokens"] = trace.get("prompt_tokens")
-    rv.cached_tokens = trace.get("cached_tokens")
+        rv = _no_layout(trace)
+    rv.counts["engine_prompt_tokens"] = trace.prompt_tokens
+    rv.cached_tokens = trace.cached_tokens
     rv.predicted_tokens = predicted_tokens(trace)
-    rv.worker = trace.get("worker")
-    if trace.get("processing_mode") == "worker":
+    rv.worker = trace.worker
+    if trace.processing_mode == "worker":
         rv.notes.append("worker mode: the router forwarded the worker view (one anchor per "
                         "image) and routed on it; the worker expanded the images itself")
-    explain_observed(rv, trace)
+    explain_observed(rv)
     return rv
 
 
@@ -238,7 +253,7 @@ def _first_image_start(rv: RequestView) -> int | None:
     return min(starts) if starts else None
 
 
-def explain_observed(rv: RequestView, trace: dict[str, Any]) -> None:
+def explain_observed(rv: RequestView) -> None:
     """Compare what the engine reported with the expected layout and the router's prediction."""
     bs = rv.block_size
     expected = rv.counts.get("engine_expected")
@@ -270,17 +285,15 @@ def explain_observed(rv: RequestView, trace: dict[str, Any]) -> None:
             "hit to the router (content-blind false hit)")))
 
 
-def rebuild_parts(trace: dict[str, Any]) -> tuple[str, list[ImageInput | str], int] | None:
-    """``(model, parts, block_size)`` to rebuild a trace's full layout, when the trace's
-    expected layout carries the text and model (the dashboard's senders record them)."""
-    summary = trace.get("expected_layout") or {}
-    text = summary.get("text")
-    model = summary.get("layout_model")
-    if text is None or not model:
+def rebuild_parts(trace: RequestTrace) -> tuple[str, list[ImageInput | str], int] | None:
+    """``(model, parts, block_size)`` to rebuild a trace's full layout, when its expected
+    layout kept the text and model (stored only when the sender opted in)."""
+    lay = trace.expected_layout
+    if lay is None or lay.text is None or not lay.layout_model:
         return None
     images: list[ImageInput | str] = []
-    for im in trace.get("images") or []:
-        if not im.get("width") or not im.get("height"):
+    for im in trace.images:
+        if not im.width or not im.height:
             return None
-        images.append(ImageInput(int(im["width"]), int(im["height"])))
-    return str(model), [*images, str(text)], int(summary.get("block_size") or 16)
+        images.append(ImageInput(im.width, im.height))
+    return lay.layout_model, [*images, lay.text], lay.block_size

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mmlens.analysis.decisions import DecisionView, merged
 from mmlens.analysis.explain import ERROR_HINTS
 from mmlens.analysis.request_view import predicted_tokens
-from mmlens.analysis.verdicts import as_trace, judge
+from mmlens.analysis.verdicts import judge
 from mmlens.ingest.observed import known
-from mmlens.store.decisions import merged
+from mmlens.records import RequestTrace, RoutingCandidate, RoutingScore, SpillGate
 
 # The router's error codes and their fixes live with the miss explainer; transport failures
 # are the trace client's own codes.
@@ -32,136 +33,125 @@ def _num(v: Any, digits: int = 2) -> str:
     return f"{float(v):.{digits}f}".rstrip("0").rstrip(".")
 
 
-def overlap_text(view: dict[str, Any]) -> str:
+def overlap_text(view: DecisionView) -> str:
     """Blocks the router found cached out of the request's, or, on SMG's approximate tree,
     matched out of input units."""
-    if view.get("overlap_blocks") is not None:
-        return f"{view['overlap_blocks']}/{view.get('request_blocks')}"
-    if view.get("matched_units") is not None:
-        return f"{view['matched_units']}/{view.get('input_units')} units"
+    if view.overlap_blocks is not None:
+        return f"{view.overlap_blocks}/{view.request_blocks}"
+    if view.matched_units is not None:
+        return f"{view.matched_units}/{view.input_units} units"
     return "—"
 
 
-def candidates_text(candidates: Sequence[dict[str, Any]]) -> str:
+def candidates_text(candidates: Sequence[RoutingCandidate]) -> str:
     """``host:port load N`` per candidate, flagged when unhealthy or overloaded."""
     parts = []
     for c in candidates:
-        flags = [f for f, bad in (("unhealthy", c.get("healthy") is False),
-                                  ("overloaded", c.get("overloaded") is True)) if bad]
-        load = f" load {_num(c['load'])}" if c.get("load") is not None else ""
-        parts.append(_worker(c.get("worker")) + load + (f" ({', '.join(flags)})" if flags
-                                                         else ""))
+        flags = [f for f, bad in (("unhealthy", c.healthy is False),
+                                  ("overloaded", c.overloaded is True)) if bad]
+        load = f" load {_num(c.load)}" if c.load is not None else ""
+        parts.append(_worker(c.worker) + load + (f" ({', '.join(flags)})" if flags else ""))
     return " · ".join(parts) or "—"
 
 
 _SCORE_NAMES = {"policy_affinity": "affinity", "expected_wait": "wait"}
 
 
-def score_text(s: dict[str, Any]) -> str:
-    name = _SCORE_NAMES.get(str(s.get("source")), str(s.get("source")))
-    unit = s.get("unit")
-    value = _num(s.get("value")) + (" s" if unit == "seconds" else
-                                    " blocks" if unit == "blocks" else "")
-    device = s.get("device_blocks")
+def score_text(s: RoutingScore) -> str:
+    name = _SCORE_NAMES.get(s.source, s.source)
+    value = _num(s.value) + (" s" if s.unit == "seconds" else
+                             " blocks" if s.unit == "blocks" else "")
+    device = s.device_blocks
     extra = (f" (device {_num(device)} blocks)"
-             if device is not None and device != s.get("value") else "")
-    return f"{name} {_worker(s.get('worker'))}: {value}{extra}"
+             if device is not None and device != s.value else "")
+    return f"{name} {_worker(s.worker)}: {value}{extra}"
 
 
-def scores_text(scores: Sequence[dict[str, Any]]) -> str:
+def scores_text(scores: Sequence[RoutingScore]) -> str:
     return " · ".join(score_text(s) for s in scores) or "—"
 
 
-def gate_text(g: dict[str, Any]) -> str:
+def gate_text(g: SpillGate) -> str:
     """SMG spills when load > average × relative and load > average + absolute."""
-    verdict = "spill" if g.get("spill") else "stay" if g.get("spill") is False else "?"
-    return (f"{_worker(g.get('worker'))}: load {_num(g.get('load'))} vs avg "
-            f"{_num(g.get('average_load'))} ×{_num(g.get('relative_threshold'))} / "
-            f"+{_num(g.get('absolute_threshold'))} → {verdict}")
+    verdict = "spill" if g.spill else "stay" if g.spill is False else "?"
+    return (f"{_worker(g.worker)}: load {_num(g.load)} vs avg "
+            f"{_num(g.average_load)} ×{_num(g.relative_threshold)} / "
+            f"+{_num(g.absolute_threshold)} → {verdict}")
 
 
-def gates_text(gates: Sequence[dict[str, Any]]) -> str:
+def gates_text(gates: Sequence[SpillGate]) -> str:
     return " · ".join(gate_text(g) for g in gates) or "—"
 
 
-def policy_text(view: dict[str, Any]) -> str:
-    parts = [view.get("policy"), view.get("origin"), view.get("prediction_source")]
+def policy_text(view: DecisionView) -> str:
+    parts = [view.policy, view.origin, view.prediction_source]
     return " / ".join(str(p) for p in parts if p) or "—"
 
 
-def decision_rows(traces: Sequence[dict[str, Any]], limit: int = 100) -> list[dict[str, Any]]:
+def decision_rows(traces: Sequence[RequestTrace], limit: int = 100) -> list[dict[str, Any]]:
     """Recent requests of any origin (mmlens' own, or observed through router logs, spans or
     the tap), each with its verdict; values nobody told are "?"."""
     rows = []
     for t in traces[:limit]:
-        view = merged(t.get("predictions") or [])
-        rec = as_trace(t)
+        view = merged(t.predictions)
         rows.append({
-            "ts": t.get("ts") or 0.0, "request": t["request_id"],
-            "worker": t.get("worker") or view.get("worker") or "—",
-            "branch": view.get("branch") or "—",
+            "ts": t.ts or 0.0, "request": t.request_id,
+            "worker": t.worker or view.worker or "—",
+            "branch": view.branch or "—",
             "overlap": overlap_text(view),
-            "verdict": judge(rec).category,
-            "origin": "+".join(rec.sources) if rec.origin == "observed" else rec.origin,
+            "verdict": judge(t).category,
+            "origin": "+".join(t.sources) if t.origin == "observed" else t.origin,
             "predicted": predicted_tokens(t),
-            "cached": (t.get("cached_tokens") or 0) if known(rec, "cached_tokens") else "?",
-            "prompt": t.get("prompt_tokens"), "model": t.get("model"),
-            "mode": t.get("processing_mode") or "—",
+            "cached": (t.cached_tokens or 0) if known(t, "cached_tokens") else "?",
+            "prompt": t.prompt_tokens, "model": t.model,
+            "mode": t.processing_mode or "—",
             "policy": policy_text(view),
-            "candidates": candidates_text(view["candidates"]),
-            "scores": scores_text(view["scores"]),
-            "gates": gates_text(view["gates"]),
-            "warnings": "; ".join(view["warnings"]),
-            "status": str(t.get("error_code") or t.get("status") or "—"),
+            "candidates": candidates_text(view.candidates),
+            "scores": scores_text(view.scores),
+            "gates": gates_text(view.gates),
+            "warnings": "; ".join(view.warnings),
+            "status": str(t.error_code or t.status or "—"),
         })
     return rows
 
 
-def candidate_rows(view: dict[str, Any]) -> list[dict[str, Any]]:
+def candidate_rows(view: DecisionView) -> list[dict[str, Any]]:
     """One row per worker the router considered, with its scores and gate beside it."""
-    workers = [c.get("worker") for c in view["candidates"]]
-    workers += [w for w in (s.get("worker") for s in view["scores"] + view["gates"])
+    workers = [c.worker for c in view.candidates]
+    workers += [w for w in (x.worker for x in [*view.scores, *view.gates])
                 if w and w not in workers]
     rows = []
     for w in workers:
-        c = next((c for c in view["candidates"] if c.get("worker") == w), {})
+        c = next((c for c in view.candidates if c.worker == w), RoutingCandidate(w or ""))
         rows.append({
-            "worker": _worker(w), "chosen": w == view.get("worker"),
-            "load": c.get("load"), "healthy": c.get("healthy"),
-            "overloaded": c.get("overloaded"),
-            "scores": scores_text([s for s in view["scores"] if s.get("worker") == w]),
-            "gate": gates_text([g for g in view["gates"] if g.get("worker") == w]),
+            "worker": _worker(w), "chosen": w == view.worker,
+            "load": c.load, "healthy": c.healthy, "overloaded": c.overloaded,
+            "scores": scores_text([s for s in view.scores if s.worker == w]),
+            "gate": gates_text([g for g in view.gates if g.worker == w]),
         })
     return rows
 
 
-def score_rows(view: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"source": s.get("source"), "worker": _worker(s.get("worker")),
-             "value": s.get("value"), "unit": s.get("unit") or "—",
-             "device blocks": s.get("device_blocks"),
-             "details": ", ".join(f"{k}={v}" for k, v in (s.get("details") or {}).items())}
-            for s in view["scores"]]
+def score_rows(view: DecisionView) -> list[dict[str, Any]]:
+    return [{"source": s.source, "worker": _worker(s.worker), "value": s.value,
+             "unit": s.unit or "—", "device blocks": s.device_blocks,
+             "details": ", ".join(f"{k}={v}" for k, v in s.details.items())}
+            for s in view.scores]
 
 
-def gate_rows(view: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"worker": _worker(g.get("worker")), "load": g.get("load"),
-             "average load": g.get("average_load"),
-             "relative threshold": g.get("relative_threshold"),
-             "absolute threshold": g.get("absolute_threshold"),
-             "absolute margin": g.get("absolute_margin"), "spill": g.get("spill")}
-            for g in view["gates"]]
+def gate_rows(view: DecisionView) -> list[dict[str, Any]]:
+    return [{"worker": _worker(g.worker), "load": g.load, "average load": g.average_load,
+             "relative threshold": g.relative_threshold,
+             "absolute threshold": g.absolute_threshold,
+             "absolute margin": g.absolute_margin, "spill": g.spill}
+            for g in view.gates]
 
 
-def strict_mode_rows(traces: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    for t in traces:
-        code = t.get("error_code")
-        if not t.get("error"):
-            continue
-        rows.append({"request": t["request_id"], "status": t.get("status"),
-                     "error_code": code or "—", "message": (t.get("error") or "")[:200],
-                     "what to change": ADVICE.get(code or "", "see the message")})
-    return rows
+def strict_mode_rows(traces: Sequence[RequestTrace]) -> list[dict[str, Any]]:
+    return [{"request": t.request_id, "status": t.status, "error_code": t.error_code or "—",
+             "message": (t.error or "")[:200],
+             "what to change": ADVICE.get(t.error_code or "", "see the message")}
+            for t in traces if t.error]
 
 
 def dynamo_verdict_rows(verdicts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,11 +8,11 @@ the runner's business (collectors/scenario_runner.py); nothing here touches the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mmlens.analysis.explain import Explanation, explain
-from mmlens.records import RequestTrace
+from mmlens.records import ExpectedLayout, RequestTrace
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 RGB = tuple[int, int, int]
@@ -112,9 +112,9 @@ def failed_requests(traces: Sequence[RequestTrace]) -> list[str]:
             if t.error or (t.status or 0) >= 400]
 
 
-def layout_of(trace: RequestTrace) -> dict[str, Any] | None:
+def layout_of(trace: RequestTrace) -> ExpectedLayout | None:
     lay = trace.expected_layout
-    return lay if isinstance(lay, dict) and "spans" in lay else None
+    return lay if lay is not None and lay.ok else None
 
 
 def image_starts(trace: RequestTrace) -> list[int]:
@@ -122,9 +122,9 @@ def image_starts(trace: RequestTrace) -> list[int]:
     if lay is None:
         return []
     starts: dict[int, int] = {}
-    for span in lay["spans"]:
-        if span["kind"] == "image" and span["image_index"] is not None:
-            starts.setdefault(span["image_index"], span["start"])
+    for span in lay.spans:
+        if span.kind == "image" and span.image_index is not None:
+            starts.setdefault(span.image_index, span.start)
     return [starts[i] for i in sorted(starts)]
 
 
@@ -268,8 +268,8 @@ def judge_parity(ctx: Context, traces: Sequence[RequestTrace]):
     reasons = []
     for t in traces:
         lay = layout_of(t)
-        expected = lay.get("engine_prompt_tokens") if lay else None
-        n_images = len(lay["images"]) if lay else 0
+        expected = lay.engine_prompt_tokens if lay else None
+        n_images = len(lay.images) if lay else 0
         row = {"request_id": t.request_id, "expected_prompt_tokens": expected,
                "engine_prompt_tokens": t.prompt_tokens, "processing_mode": t.processing_mode,
                "router_expanded_tokens": next(
@@ -286,7 +286,7 @@ def judge_parity(ctx: Context, traces: Sequence[RequestTrace]):
             per = diff / n_images if n_images else diff
             starts = image_starts(t)
             # The shorter of the two image runs ends first; ids differ from there on.
-            n_expected = lay["images"][0]["tokens"]
+            n_expected = lay.images[0].tokens if lay and lay.images else 0
             block = ((starts[0] + min(n_expected, n_expected + int(per))) // ctx.block_size
                      if starts else None)
             row["first_divergent_block"] = block
@@ -389,5 +389,4 @@ def judge(scenario: Scenario, ctx: Context, traces: Sequence[RequestTrace]) -> R
 
 def explain_each(traces: Sequence[RequestTrace], block_size: int) -> list[Explanation]:
     """Each request explained against the scenario's requests before it."""
-    as_dicts = [asdict(t) for t in traces]
-    return [explain(d, as_dicts[:i], block_size) for i, d in enumerate(as_dicts)]
+    return [explain(t, traces[:i], block_size) for i, t in enumerate(traces)]

@@ -158,10 +158,7 @@ def main(argv: Sequence[str]) -> int:
                 children.start("collect", [py, "-m", "mmlens", "collect", "--config",
                                            str(config), "--db", str(db),
                                            "--interval", str(args.interval)], env)
-                if _wait_for_file(db, 20.0):
-                    from mmlens.store.reader import ensure_read_indexes
-
-                    ensure_read_indexes(db)
+                _wait_for_file(db, 20.0)
             if args.demo and not args.no_warmup:
                 children.start("warmup", [py, "-m", "mmlens.collectors.warmup", "--ready-file",
                                           env["MMLENS_DEMO_READY"], "--db", str(db)], env)

@@ -10,20 +10,20 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from mmlens.analysis.explain import Explanation, explain, keys_of
 from mmlens.analysis.verdicts import Judgement
 from mmlens.cli.observed_explain import judge_recorded
+from mmlens.records import RequestTrace
 from mmlens.store.reader import StoreReader, open_reader
 from mmlens.store.sqlite import StoreError
 
 HISTORY = 5000
 
 
-def block_size_of(trace: dict[str, Any], default: int = 16) -> int:
-    lay = trace.get("expected_layout") or {}
-    return int(lay.get("block_size") or default)
+def block_size_of(trace: RequestTrace, default: int = 16) -> int:
+    lay = trace.expected_layout
+    return lay.block_size if lay is not None and lay.block_size else default
 
 
 def events_unavailable(reader: StoreReader, until: float) -> set[str]:
@@ -37,9 +37,9 @@ def explain_recorded(reader: StoreReader, request_id: str,
     trace = reader.trace(request_id)
     if trace is None:
         return None
-    ts = float(trace.get("ts") or time.time())
+    ts = trace.ts or time.time()
     history = reader.traces_before(ts, history_limit)
-    since = min((float(t.get("ts") or ts) for t in history), default=ts)
+    since = min((t.ts or ts for t in history), default=ts)
     return explain(trace, history, block_size_of(trace),
                    removed_events=reader.removals(since, ts),
                    events_unavailable=events_unavailable(reader, ts))

@@ -4,20 +4,12 @@ worker's KV events while it was served, its removals shortly before)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import msgspec
-
 from mmlens.analysis.verdicts import Judgement, StoredWhileServed, judge
 from mmlens.records import RequestTrace
 from mmlens.store.reader import StoreReader
 
 EVICTION_WINDOW_S = 300.0
 KV_SLACK_S = 0.3  # events reach the store stamped up to this long after the engine's work
-
-
-def as_record(trace: dict[str, Any]) -> RequestTrace:
-    return msgspec.convert(trace, RequestTrace, strict=False)
 
 
 def dispatch_ts(t: RequestTrace) -> float:
@@ -33,10 +25,9 @@ def stored_while_served(reader: StoreReader, t: RequestTrace) -> StoredWhileServ
         return None
     start = dispatch_ts(t)
     end = start + float(t.latency_s) + KV_SLACK_S
-    for other in reader.with_decisions(reader.traces_between(start - 600.0, end)):
-        if other.get("request_id") == t.request_id or other.get("worker") != t.worker:
+    for o in reader.with_decisions(reader.traces_between(start - 600.0, end)):
+        if o.request_id == t.request_id or o.worker != t.worker:
             continue
-        o = as_record(other)
         o_start = dispatch_ts(o)
         o_end = o_start + float(o.latency_s or 0.0) + KV_SLACK_S
         if o_start < end and start < o_end:
@@ -47,10 +38,9 @@ def stored_while_served(reader: StoreReader, t: RequestTrace) -> StoredWhileServ
 
 
 def judge_recorded(reader: StoreReader, request_id: str) -> Judgement | None:
-    raw = reader.trace(request_id)
-    if raw is None:
+    t = reader.trace(request_id)
+    if t is None:
         return None
-    t = as_record(raw)
     removed = 0
     if t.worker:
         start = dispatch_ts(t)

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from mmlens.analysis.verdicts import judge_all, summary
+from mmlens.state import Snapshot
+from mmlens.store.reader import StoreReader
 from mmlens.store.snapshot import build_snapshot
-from mmlens.store.sqlite import Store, StoreError
+from mmlens.store.sqlite import StoreError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -22,47 +24,48 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return ap.parse_args(list(argv))
 
 
-def summary_text(snap: dict[str, Any]) -> str:
-    lines = [f"schema {snap['schema_version']}, latest sample {snap['latest_sample_ts']}"]
-    for h in snap["health"]:
-        errs = ", ".join(f"{k}={v}" for k, v in h["errors"].items()) or "no errors"
-        lines.append(f"  [{h['collector']}] {h['target']}: last ok {h['last_success']}; {errs}")
-    for hr in snap["hit_rates"]:
-        rate = "n/a" if hr["hit_rate"] is None else f"{hr['hit_rate']:.3f}"
-        lines.append(f"hit rate {hr['worker']} ({hr['source']}, {hr['model']}): {rate}")
-    for row in snap["mm_processing"]:
+def summary_text(snap: Snapshot, observed: dict[str, Any] | None = None) -> str:
+    lines = [f"schema {snap.schema_version}, latest sample {snap.latest_sample_ts}"]
+    for h in snap.health:
+        errs = ", ".join(f"{k}={v}" for k, v in h.errors.items()) or "no errors"
+        lines.append(f"  [{h.collector}] {h.target}: last ok {h.last_success}; {errs}")
+    for hr in snap.metrics.hit_rates:
+        rate = "n/a" if hr.hit_rate is None else f"{hr.hit_rate:.3f}"
+        lines.append(f"hit rate {hr.worker} ({hr.source}, {hr.model}): {rate}")
+    for row in snap.metrics.mm_processing:
         lines.append(f"mm processing {row['model']} {row['mode']}/{row['reason']}: {row['count']}")
-    for key, r in snap["resident_blocks"].items():
-        lines.append(f"resident {key}: {r['blocks']} blocks, {len(r['images'])} images")
-    lines.append(f"traces: {len(snap['traces'])}")
-    obs = snap.get("observed")
-    if obs:
-        verdicts = ", ".join(f"{k} {v}" for k, v in obs["verdicts"].items() if v)
-        origins = ", ".join(f"{k} {v}" for k, v in obs["by_origin"].items())
+    for r in snap.resident:
+        lines.append(f"resident {r.worker}#{r.rank}: {r.resident_blocks} blocks, "
+                     f"{len(r.images)} images")
+    lines.append(f"traces: {len(snap.traces)}")
+    if observed:
+        verdicts = ", ".join(f"{k} {v}" for k, v in observed["verdicts"].items() if v)
+        origins = ", ".join(f"{k} {v}" for k, v in observed["by_origin"].items())
         lines.append(f"requests by origin: {origins or 'none'}; verdicts: {verdicts or 'none'}")
     return "\n".join(lines)
 
 
-def with_verdicts(snap: dict[str, Any]) -> dict[str, Any]:
-    """Each trace (any origin: mmlens' own and observed traffic) with its miss verdict, and a
-    summary by origin, source and verdict under ``observed`` (keys added, none renamed)."""
-    traces = snap.get("traces") or []
-    for t, j in zip(traces, judge_all(traces), strict=True):
+def with_verdicts(snap: Snapshot) -> dict[str, Any]:
+    """The snapshot's JSON with each trace's miss verdict (any origin: mmlens' own and observed
+    traffic) and a summary by origin, source and verdict under ``observed``."""
+    doc = snap.to_json()
+    for t, j in zip(doc["traces"], judge_all(snap.traces), strict=True):
         t["verdict"] = {"category": j.category, "headline": j.headline, "unknown": j.unknown}
-    snap["observed"] = summary(traces)
-    return snap
+    doc["observed"] = summary(snap.traces)
+    return doc
 
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     try:
-        store = Store(args.db, readonly=True)
+        reader = StoreReader(args.db)
     except (StoreError, OSError) as exc:
         print(f"mmlens snapshot: {exc}", file=sys.stderr)
         return 2
     try:
-        snap = with_verdicts(build_snapshot(store, window_s=args.window, n_traces=args.traces))
+        snap = build_snapshot(reader, window_s=args.window, n_traces=args.traces)
     finally:
-        store.close()
-    print(json.dumps(snap, default=str) if args.json else summary_text(snap))
+        reader.close()
+    doc = with_verdicts(snap)
+    print(json.dumps(doc, default=str) if args.json else summary_text(snap, doc["observed"]))
     return 0

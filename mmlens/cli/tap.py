@@ -22,7 +22,7 @@ from mmlens.collectors.traces import ImagePart, model_layout_hook
 from mmlens.errors import ImageError
 from mmlens.ingest.tap_parse import RequestFacts
 from mmlens.layout.imageinfo import decode_data_url
-from mmlens.records import CollectorHealth, RequestTrace
+from mmlens.records import CollectorHealth, ExpectedLayout, RequestTrace
 from mmlens.store.sqlite import Store, StoreError
 
 
@@ -60,7 +60,7 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
         summary["parts"] = req.parts
         if store_text:
             summary["text"] = req.text
-        t.expected_layout = summary
+        t.expected_layout = ExpectedLayout.from_summary(summary)
 
     return fn
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import plotly.graph_objects as go
 
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
+from mmlens.ingest.metrics_normalize import HitRate
+from mmlens.records import KVEventRow, RequestTrace, ResidentSummary
 
 Point = tuple[float, float]
 
@@ -29,19 +30,19 @@ def hit_rate_figure(series: Mapping[str, Sequence[Point]]) -> go.Figure:
     return fig
 
 
-def predicted_vs_realized_figure(traces: Sequence[dict[str, Any]]) -> go.Figure:
+def predicted_vs_realized_figure(traces: Sequence[RequestTrace]) -> go.Figure:
     """One point per request: router-predicted vs engine-cached tokens; points carry the
     request id (customdata) so a click can open the inspector."""
     xs, ys, ids, texts = [], [], [], []
     for t in traces:
         p = predicted_tokens(t)
-        if p is None or t.get("error"):
+        if p is None or t.error:
             continue
         xs.append(p)
-        ys.append(int(t.get("cached_tokens") or 0))
-        ids.append(t["request_id"])
-        texts.append(f"{t['request_id']}<br>worker {t.get('worker')}<br>predicted {p}, "
-                     f"cached {ys[-1]} of {t.get('prompt_tokens')}")
+        ys.append(t.cached_tokens or 0)
+        ids.append(t.request_id)
+        texts.append(f"{t.request_id}<br>worker {t.worker}<br>predicted {p}, "
+                     f"cached {ys[-1]} of {t.prompt_tokens}")
     fig = go.Figure()
     top = max(xs + ys + [16])
     fig.add_trace(go.Scatter(name="realized = predicted", x=[0, top], y=[0, top], mode="lines",
@@ -71,12 +72,11 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
     return fig
 
 
-def resident_blocks_figure(kv_state: Sequence[dict[str, Any]]) -> go.Figure:
-    labels = [r["worker"] if not r.get("rank") else f"{r['worker']}#{r['rank']}"
-              for r in kv_state]
-    image_blocks = [sum((r.get("images") or {}).values()) for r in kv_state]
+def resident_blocks_figure(kv_state: Sequence[ResidentSummary]) -> go.Figure:
+    labels = [r.label for r in kv_state]
+    image_blocks = [sum(r.images.values()) for r in kv_state]
     fig = go.Figure([
-        go.Bar(name="resident blocks", x=labels, y=[r.get("resident_blocks", 0) for r in kv_state],
+        go.Bar(name="resident blocks", x=labels, y=[r.resident_blocks for r in kv_state],
                marker={"color": "#2680c2"}),
         go.Bar(name="…with image keys", x=labels, y=image_blocks, marker={"color": "#8719e0"}),
     ])
@@ -85,7 +85,7 @@ def resident_blocks_figure(kv_state: Sequence[dict[str, Any]]) -> go.Figure:
     return fig
 
 
-def prefix_tree_figure(events: Sequence[dict[str, Any]], max_nodes: int = 1500) -> go.Figure:
+def prefix_tree_figure(events: Sequence[KVEventRow], max_nodes: int = 1500) -> go.Figure:
     """An icicle of recent BlockStored chains: each block's parent is the previous block of
     its event (or the event's parent hash); blocks of events carrying image keys are marked."""
     ids: list[str] = []
@@ -94,22 +94,22 @@ def prefix_tree_figure(events: Sequence[dict[str, Any]], max_nodes: int = 1500) 
     colors: list[str] = []
     seen: set[str] = set()
     roots: set[str] = set()
-    for ev in sorted(events, key=lambda e: (e["ts"], e["seq"])):
-        if ev["kind"] != "stored":
+    for ev in sorted(events, key=lambda e: (e.ts, e.seq)):
+        if ev.kind != "stored":
             continue
-        root = f"worker {ev['worker']}"
+        root = f"worker {ev.worker}"
         if root not in roots:
             roots.add(root)
             ids.append(root)
             parents.append("")
             labels.append(root)
             colors.append("#d9e2ec")
-        parent = f"{ev['worker']}/{ev['parent']}" if ev.get("parent") is not None else root
+        parent = f"{ev.worker}/{ev.parent}" if ev.parent is not None else root
         if parent not in seen and parent != root:
             parent = root  # parent stored before the window: hang the chain on the worker
-        has_image = bool(ev.get("images"))
-        for h in ev["block_hashes"]:
-            node = f"{ev['worker']}/{h}"
+        has_image = bool(ev.images)
+        for h in ev.block_hashes:
+            node = f"{ev.worker}/{h}"
             if node not in seen:
                 seen.add(node)
                 ids.append(node)
@@ -132,14 +132,14 @@ def prefix_tree_figure(events: Sequence[dict[str, Any]], max_nodes: int = 1500) 
     return fig
 
 
-def worker_hit_rate_bars(hit_rates: Sequence[dict[str, Any]]) -> go.Figure:
+def worker_hit_rate_bars(hit_rates: Sequence[HitRate]) -> go.Figure:
     """Per worker: token-weighted hit rate over the window (cumulative when idle)."""
-    rows = [h for h in hit_rates if h.get("hit_rate") is not None]
+    rows = [h for h in hit_rates if h.hit_rate is not None]
     fig = go.Figure(go.Bar(
-        name="hit rate", x=[h["worker"] for h in rows], y=[h["hit_rate"] for h in rows],
-        text=[f"{h['hit_rate']:.0%}" for h in rows], marker={"color": CACHED_COLOR},
-        hovertext=[f"{h['hits_increase']:.0f} of {h['queries_increase']:.0f} tokens in "
-                   f"{h['window_s']:.0f} s ({h['source']})" for h in rows]))
+        name="hit rate", x=[h.worker for h in rows], y=[h.hit_rate for h in rows],
+        text=[f"{h.hit_rate:.0%}" for h in rows], marker={"color": CACHED_COLOR},
+        hovertext=[f"{h.hits_increase:.0f} of {h.queries_increase:.0f} tokens in "
+                   f"{h.window_s:.0f} s ({h.source})" for h in rows]))
     fig.update_layout(title="Engine prefix hit rate per worker (last 5 min)",
                       yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=300, margin=MARGIN)
     return fig

@@ -114,6 +114,8 @@ def _block_hover(fig: go.Figure, rv: RequestView) -> None:
             text += " (full)" if full else f" (partial, {end - start}/{bs}: never cached)"
             if b < len(row.block_hashes):
                 text += f"<br>hash {row.block_hashes[b]:016x}"
+            if b < len(row.block_keys):
+                text += f"<br>content key {row.block_keys[b]} (engine view)"
             if b < len(row.block_images) and row.block_images[b]:
                 text += "<br>extra_keys " + ", ".join(row.block_images[b])
             xs.append(start + (end - start) / 2)

@@ -20,7 +20,7 @@ from mmlens.ingest.observed import SOURCE_TAP, fragment, put
 from mmlens.ingest.router_logs import cache_trace_decision
 from mmlens.layout.hashing import dynamo_hash_hex, dynamo_mm_hash_url, smg_identifier
 from mmlens.layout.imageinfo import decode_data_url, probe_image
-from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
+from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
 
 LABEL = SOURCE_TAP
 
@@ -205,8 +205,7 @@ def to_fragment(req: RequestFacts, resp: ResponseFacts, *, client_request_id: st
         d.request_id = d.request_id or rid
     t.router_kind = resp.router_kind
     if req.parts:  # the part layout; a full token layout replaces it with --layout-model
-        t.expected_layout = {"parts": req.parts}
-        if req.store_text:
-            t.expected_layout["text"] = req.text
+        t.expected_layout = ExpectedLayout.from_summary(
+            {"parts": req.parts, "text": req.text if req.store_text else None})
         t.provenance["expected_layout"] = LABEL
     return t

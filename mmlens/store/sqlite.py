@@ -2,7 +2,8 @@
 
 Holds metric samples, compact KV events (one row per event, hashes as msgpack), the latest
 resident-block summary per worker, request traces (JSON), routing decisions from router logs
-(JSON, keyed by request id, joined to traces when read) and collector health.
+(JSON, keyed by request id, joined to traces when read) and collector health. Reads return
+typed records (``mmlens.records``); ``mmlens.store.codec`` decodes the stored JSON.
 """
 
 from __future__ import annotations
@@ -18,13 +19,19 @@ from typing import Any
 import msgspec
 
 from mmlens.ingest import observed
+from mmlens.ingest.router_logs import request_keys
 from mmlens.records import (
+    BlockRemoved,
+    BlockStored,
     CollectorHealth,
     KVEvent,
+    KVEventRow,
     MetricSample,
     RequestTrace,
+    ResidentSummary,
     RoutingDecision,
 )
+from mmlens.store import codec
 
 # Tables are only ever added (CREATE … IF NOT EXISTS on every writable open), so adding one
 # keeps the version: an older store gains it when a collector opens it, and readers treat a
@@ -79,16 +86,14 @@ _KV_COLUMNS = "ts, worker, rank, seq, kind, n_blocks, parent, hashes, images, id
 PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions", "kv_views")
 
 _enc = msgspec.msgpack.Encoder()
-_dec = msgspec.msgpack.Decoder()
 
 
 class StoreError(RuntimeError):
     pass
 
 
-def decode_trace(body: str | bytes) -> RequestTrace:
-    """A stored trace body (JSON of ``RequestTrace``, older rows lack newer fields)."""
-    return msgspec.json.decode(body, type=RequestTrace, strict=False)
+def _body(t: RequestTrace) -> str:
+    return json.dumps(t.to_json(), default=str)
 
 
 class Store:
@@ -160,22 +165,17 @@ class Store:
         so events already stored are not counted twice."""
         rows = []
         for ev in events:
-            if ev.kind == "stored":
+            if isinstance(ev, BlockStored):
                 images = None
-                if ev.images:  # type: ignore[union-attr]
-                    images = json.dumps(sorted({r[0] for refs in ev.images  # type: ignore[union-attr]
-                                                if refs for r in refs}))
-                parent = ev.parent  # type: ignore[union-attr]
-                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "stored",
-                             len(ev.block_hashes),  # type: ignore[union-attr]
-                             None if parent is None else str(parent),
-                             _enc.encode(ev.block_hashes), images,  # type: ignore[union-attr]
-                             ev.idx))
-            elif ev.kind == "removed":
-                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "removed",
-                             len(ev.block_hashes), None,  # type: ignore[union-attr]
-                             _enc.encode(ev.block_hashes), None,  # type: ignore[union-attr]
-                             ev.idx))
+                if ev.images:
+                    images = json.dumps(sorted({r[0] for refs in ev.images if refs
+                                                for r in refs}))
+                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "stored", len(ev.block_hashes),
+                             None if ev.parent is None else str(ev.parent),
+                             _enc.encode(ev.block_hashes), images, ev.idx))
+            elif isinstance(ev, BlockRemoved):
+                rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "removed", len(ev.block_hashes),
+                             None, _enc.encode(ev.block_hashes), None, ev.idx))
             else:
                 rows.append((ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None,
                              ev.idx))
@@ -219,7 +219,7 @@ class Store:
                    if observed.same_request(old, t)]
         if not matches:
             cur = self.db.execute("INSERT INTO traces VALUES (?,?,?,?)", (
-                t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str)))
+                t.ts, t.request_id, t.router, _body(t)))
             self._index_keys(t, int(cur.lastrowid or 0))
             return
         merged = matches[0][1]
@@ -228,7 +228,7 @@ class Store:
         t = observed.merge(merged, t)
         keep, extra = matches[0][0], [row for row, _ in matches[1:]]
         self.db.execute("UPDATE traces SET ts=?, request_id=?, router=?, body=? WHERE rowid=?",
-                        (t.ts, t.request_id, t.router, json.dumps(asdict(t), default=str), keep))
+                        (t.ts, t.request_id, t.router, _body(t), keep))
         if extra:  # `t` joined records that were apart so far
             marks = ",".join("?" * len(extra))
             self.db.execute(f"DELETE FROM traces WHERE rowid IN ({marks})", extra)
@@ -246,10 +246,9 @@ class Store:
         for rowid, body in self.db.execute(
                 f"SELECT rowid, body FROM traces WHERE rowid IN ({','.join('?' * len(rows))})"
                 " ORDER BY rowid", rows):
-            try:
-                out.append((int(rowid), decode_trace(body)))
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                continue  # an unreadable row is left as it is
+            old = codec.trace(body)
+            if old is not None:  # an unreadable row is left as it is
+                out.append((int(rowid), old))
         return out
 
     def _index_keys(self, t: RequestTrace, row: int) -> None:
@@ -332,20 +331,39 @@ class Store:
         row = self.db.execute("SELECT max(ts) FROM samples").fetchone()
         return row[0] if row else None
 
-    def kv_state(self) -> list[dict[str, Any]]:
-        return [json.loads(s) | {"updated": ts} for ts, s in
-                self.db.execute("SELECT ts, summary FROM kv_state ORDER BY worker, rank")]
-
-    def kv_event_rows(self, limit: int = 100) -> list[dict[str, Any]]:
+    def kv_state(self) -> list[ResidentSummary]:
         out = []
-        for ts, worker, rank, seq, kind, n, parent, hashes, images in self.db.execute(
-                "SELECT ts, worker, rank, seq, kind, n_blocks, parent, hashes, images "
-                "FROM kv_events ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,)):
-            out.append({"ts": ts, "worker": worker, "rank": rank, "seq": seq, "kind": kind,
-                        "n_blocks": n, "parent": parent,
-                        "block_hashes": _dec.decode(hashes) if hashes else [],
-                        "images": json.loads(images) if images else []})
+        for ts, summary in self.db.execute(
+                "SELECT ts, summary FROM kv_state ORDER BY worker, rank"):
+            row = codec.resident(summary, ts)
+            if row is not None:
+                out.append(row)
         return out
+
+    def kv_event_rows(self, limit: int | None = 100, *, since: float | None = None,
+                      until: float | None = None, kinds: Sequence[str] = (),
+                      hashes: bool = True) -> list[KVEventRow]:
+        """Stored KV events, newest first; ``hashes=False`` skips decoding block hashes (a
+        window of removals needs only counts)."""
+        where, args = [], []
+        if since is not None:
+            where.append("ts >= ?")
+            args.append(since)
+        if until is not None:
+            where.append("ts <= ?")
+            args.append(until)
+        if kinds:
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args += list(kinds)
+        sql = ("SELECT ts, worker, rank, seq, kind, n_blocks, parent, "
+               f"{'hashes' if hashes else 'NULL'}, images FROM kv_events")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY ts DESC, rowid DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        return [codec.kv_row(row) for row in self.db.execute(sql, args)]
 
     def kv_event_counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -357,14 +375,51 @@ class Store:
             w[f"{kind}_blocks"] = blocks or 0
         return out
 
-    def traces(self, limit: int = 20) -> list[dict[str, Any]]:
-        return [json.loads(body) for (body,) in self.db.execute(
-            "SELECT body FROM traces ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,))]
+    def traces(self, limit: int = 20, before: float | None = None) -> list[RequestTrace]:
+        """The newest ``limit`` traces (those recorded before ``before`` when given), newest
+        first, as recorded: logged decisions are joined by ``StoreReader``."""
+        if before is None:
+            rows = self.db.execute(
+                "SELECT body FROM traces ORDER BY ts DESC, rowid DESC LIMIT ?", (limit,))
+        else:
+            rows = self.db.execute("SELECT body FROM traces WHERE ts < ? "
+                                   "ORDER BY ts DESC, rowid DESC LIMIT ?", (before, limit))
+        return codec.traces(body for (body,) in rows)
 
-    def decisions(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def traces_between(self, since: float, until: float, limit: int = 1000,
+                       ) -> list[RequestTrace]:
+        """Traces from ``since`` to ``until``, oldest first."""
+        return codec.traces(body for (body,) in self.db.execute(
+            "SELECT body FROM traces WHERE ts BETWEEN ? AND ? ORDER BY ts LIMIT ?",
+            (since, until, limit)))
+
+    def trace(self, request_id: str) -> RequestTrace | None:
+        rows = self.db.execute("SELECT body FROM traces WHERE request_id = ? "
+                               "ORDER BY ts DESC, rowid DESC LIMIT 1", (request_id,)).fetchall()
+        found = codec.traces(body for (body,) in rows)
+        return found[0] if found else None
+
+    def trace_by_key(self, key: str) -> RequestTrace | None:
+        """The trace known by ``key`` as another id (response id, engine id, trace id)."""
+        keys = [*sorted(request_keys(key, key)), "trace:" + key]
+        try:
+            rows = self.db.execute(
+                "SELECT t.body FROM trace_keys k JOIN traces t ON t.rowid = k.row "
+                f"WHERE k.key IN ({','.join('?' * len(keys))}) LIMIT 1", keys).fetchall()
+        except sqlite3.OperationalError:  # an older store without the key table
+            return None
+        found = codec.traces(body for (body,) in rows)
+        return found[0] if found else None
+
+    def trace_count(self) -> int:
+        # max(rowid) is O(1); traces are append-only apart from pruning the oldest.
+        row = self.db.execute("SELECT max(rowid) FROM traces").fetchone()
+        return int(row[0] or 0)
+
+    def decisions(self, request_ids: Sequence[str]) -> list[RoutingDecision]:
         """Decisions logged under any of ``request_ids``, oldest first (an older store without
         the table has none)."""
-        out: list[dict[str, Any]] = []
+        out: list[RoutingDecision] = []
         ids = list(dict.fromkeys(request_ids))
         for start in range(0, len(ids), 500):  # below SQLite's bound-parameter limit
             chunk = ids[start:start + 500]
@@ -376,21 +431,19 @@ class Store:
                 if "no such table" in str(exc):
                     return []
                 raise
-            out += [json.loads(body) for (body,) in rows]
-        out.sort(key=lambda d: d.get("ts") or 0.0)  # stable: rowid order within a timestamp
+            out += codec.decisions(body for (body,) in rows)
+        out.sort(key=lambda d: d.ts or 0.0)  # stable: rowid order within a timestamp
         return out
 
-    def health(self) -> list[dict[str, Any]]:
-        cols = ("collector", "target", "updated", "last_success", "last_error", "last_error_ts")
-        out = []
-        for row in self.db.execute(
-                "SELECT * FROM health ORDER BY collector, target, instance"):
-            item = dict(zip(cols, row[:6], strict=True))
-            item["errors"] = json.loads(row[6])
-            item["counters"] = json.loads(row[7])
-            item["instance"] = row[8] if len(row) > 8 else ""
-            out.append(item)
-        return out
+    def health(self) -> list[CollectorHealth]:
+        # SELECT *: a read-only schema-1 store has no instance column yet.
+        return [CollectorHealth(*row[:6], errors=codec.json_dict(row[6]),
+                                counters=codec.json_dict(row[7]),
+                                instance=row[8] if len(row) > 8 else "")
+                for row in self.db.execute(
+                    "SELECT * FROM health ORDER BY collector, target, instance"
+                    if "instance" in self._columns("health") else
+                    "SELECT * FROM health ORDER BY collector, target")]
 
     def meta(self, key: str) -> Any:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from mmlens.collectors.background import start_background
 
 from mmlens.config import Config, RouterTarget
+from mmlens.state import Snapshot
+from mmlens.store.reader import StoreReader
 from mmlens.store.snapshot import build_snapshot
-from mmlens.store.sqlite import Store
 from tests.collectors.loopback import Loopback, Route
 from tests.fixtures_path import capture
 from tests.live_support import wait_until
@@ -23,20 +24,20 @@ def test_background_collectors_and_concurrent_reader(tmp_path) -> None:
         bg = start_background(cfg, tmp_path / "bg.db")
         reader = None
 
-        def collected() -> dict | None:
+        def collected() -> Snapshot | None:
             nonlocal reader
             assert bg.running
             if not (tmp_path / "bg.db").exists():
                 return None
-            reader = reader or Store(tmp_path / "bg.db", readonly=True)
+            reader = reader or StoreReader(tmp_path / "bg.db")
             snap = build_snapshot(reader)
-            return snap if snap["cache_aware_branches"] and snap["router_state"] else None
+            return snap if snap.metrics.cache_aware_branches and snap.router_state else None
 
         try:
             snap = wait_until(collected, 10, what="branches and router state in the store")
-            assert snap["cache_aware_branches"]["smg"] == {"tree_match": 5.0,
-                                                           "expected_wait_fallback": 2.0}
-            assert [w["url"] for w in snap["router_state"][0]["workers"]] == [
+            assert snap.metrics.cache_aware_branches["smg"] == {"tree_match": 5.0,
+                                                                "expected_wait_fallback": 2.0}
+            assert [w["url"] for w in snap.router_state[0]["workers"]] == [
                 "http://127.0.0.1:18002", "http://127.0.0.1:18001"]
         finally:
             bg.stop()

@@ -48,16 +48,13 @@ def test_followed_log_decisions_reach_traces_written_elsewhere(tmp_path: Path) -
         assert len(reader.decisions_for(HIT)) == 1
         trace = reader.trace(HIT)
         assert trace is not None
-        logged = next(p for p in trace["predictions"] if p["source"] == "log:cache_trace")
-        assert [c["worker"] for c in logged["candidates"]] == [
+        logged = next(p for p in trace.predictions if p.source == "log:cache_trace")
+        assert [c.worker for c in logged.candidates] == [
             "grpc://127.0.0.1:24410", "grpc://127.0.0.1:24420"]
-        assert logged["gates"][0]["spill"] is False
-        assert {s["source"] for s in logged["scores"]} == {"policy_affinity", "expected_wait"}
-    finally:
-        reader.close()
-    store = Store(db)
-    try:  # `mmlens snapshot` joins them the same way
-        traces = {t["request_id"]: t for t in build_snapshot(store)["traces"]}
+        assert logged.gates[0].spill is False
+        assert {s.source for s in logged.scores} == {"policy_affinity", "expected_wait"}
+        # `mmlens snapshot` joins them the same way
+        traces = {t["request_id"]: t for t in build_snapshot(reader).to_json()["traces"]}
         snap_trace = traces[HIT]
         assert [p["source"] for p in snap_trace["predictions"]] == [
             "header:x-smg-cache-trace", "log:cache_trace"]
@@ -66,4 +63,4 @@ def test_followed_log_decisions_reach_traces_written_elsewhere(tmp_path: Path) -
         (other,) = (t for rid, t in traces.items() if rid != HIT)
         assert other["origin"] == "observed" and other["sources"] == ["router_log"]
     finally:
-        store.close()
+        reader.close()

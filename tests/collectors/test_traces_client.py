@@ -151,4 +151,5 @@ def test_layout_hook_failure_is_recorded_not_raised() -> None:
 
     client = TraceClient(httpx.Client(transport=httpx.MockTransport(handler)), layout_hook=hook)
     t = client.send("http://r", "m", "x")
-    assert t.expected_layout == {"error": "ValueError: unknown family"}
+    assert t.expected_layout is not None
+    assert t.expected_layout.to_json() == {"error": "ValueError: unknown family"}

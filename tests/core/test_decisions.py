@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
+from mmlens.analysis.decisions import merged
 from mmlens.analysis.routing_table import (
     candidate_rows,
     candidates_text,
@@ -17,9 +18,16 @@ from mmlens.analysis.routing_table import (
     scores_text,
 )
 from mmlens.ingest.router_logs import cache_trace_decision, parse_lines
-from mmlens.records import RequestTrace, RoutingDecision
-from mmlens.store.decisions import attach, merged
+from mmlens.records import (
+    RequestTrace,
+    RoutingCandidate,
+    RoutingDecision,
+    RoutingScore,
+    SpillGate,
+)
+from mmlens.store.decisions import attach
 from mmlens.store.reader import StoreReader
+from mmlens.store.snapshot import build_snapshot
 from mmlens.store.sqlite import Store
 from tests.fixtures_path import capture
 
@@ -56,16 +64,18 @@ def test_store_round_trip_and_reader_join_by_response_id(tmp_path: Path) -> None
     store.close()
     reader = StoreReader(db)
     try:
-        assert [d["source"] for d in reader.decisions_for(HIT)] == ["log:cache_trace"]
+        assert [d.source for d in reader.decisions_for(HIT)] == ["log:cache_trace"]
         assert len(reader.decisions_for(HIT, HIT_RESPONSE)) == 2
         trace = reader.trace(HIT)
         assert trace is not None
-        assert [p["source"] for p in trace["predictions"]] == [
+        assert [p.source for p in trace.predictions] == [
             "header:x-smg-cache-trace", "log:cache_trace", "log:other"]
-        assert [c["worker"] for c in trace["predictions"][1]["candidates"]] == [W1, W2]
-        recent = {t["request_id"]: t for t in reader.recent_traces(10)}
-        assert len(recent[HIT]["predictions"]) == 3 and len(recent["other"]["predictions"]) == 1
-        assert reader.snapshot()["traces"][1]["predictions"][1]["gates"][0]["spill"] is False
+        assert [c.worker for c in trace.predictions[1].candidates] == [W1, W2]
+        recent = {t.request_id: t for t in reader.recent_traces(10)}
+        assert len(recent[HIT].predictions) == 3 and len(recent["other"].predictions) == 1
+        snap = build_snapshot(reader, count_kv_events=False)
+        assert snap.traces[1].predictions[1].gates[0].spill is False
+        assert snap.to_json()["traces"][1]["predictions"][1]["gates"][0]["spill"] is False
     finally:
         reader.close()
 
@@ -75,7 +85,7 @@ def test_store_prunes_decisions_with_the_rest(tmp_path: Path) -> None:
     store.add_decisions([RoutingDecision("old", "smg", "log:x", ts=1.0),
                          RoutingDecision("new", "smg", "log:x")], ts=1000.0)
     assert store.prune(retention_s=10, max_bytes=1e12, now=1005.0) == 1
-    assert [d["request_id"] for d in store.decisions(["old", "new"])] == ["new"]
+    assert [d.request_id for d in store.decisions(["old", "new"])] == ["new"]
     store.close()
 
 
@@ -96,43 +106,54 @@ def test_reader_on_a_store_from_before_the_decisions_table(tmp_path: Path) -> No
     writer.close()
 
 
-def test_attach_skips_decisions_the_collector_already_joined() -> None:
-    logged = [asdict(d) for d in _logged()]
-    trace = asdict(_lab_trace(HIT, None, 1.0))
-    trace["predictions"].append(logged[1])  # joined in memory by CollectorRunner
+def test_attach_skips_decisions_an_old_row_already_holds() -> None:
+    logged = _logged()
+    trace = _lab_trace(HIT, None, 1.0)
+    # Rows written while the collector still joined decisions in memory carry them.
+    trace.predictions.append(replace(logged[1]))
     assert attach([trace], logged) == 0
-    lab = asdict(_lab_trace(HIT, None, 1.0))
+    lab = _lab_trace(HIT, None, 1.0)
     assert attach([lab], logged) == 1 and attach([lab], logged) == 0
-    timing = {"request_id": HIT, "source": "log:mm_timing", "expanded_tokens": 81}
-    assert attach([lab], [timing]) == 1 and lab["processing_mode"] == "router"
+    timing = RoutingDecision(HIT, "smg", "log:mm_timing", expanded_tokens=81)
+    assert attach([lab], [timing]) == 1 and lab.processing_mode == "router"
 
 
 def test_merged_view_prefers_block_counts_and_keeps_every_detail() -> None:
-    header, (_, logged) = asdict(_header(HIT)), _logged()
-    dynamo = [{"source": "log:cost_formula", "candidates": [{"worker": "7"}],
-               "scores": [{"source": "cost", "worker": "7", "value": 6.0}]},
-              {"source": "log:cost_formula", "candidates": [{"worker": "9", "load": None}],
-               "scores": [{"source": "cost", "worker": "9", "value": 8.5}]},
-              {"source": "log:routing_best", "worker": "7", "overlap_blocks": 5,
-               "request_blocks": 6}]
-    view = merged([header, asdict(logged)])
-    assert (view["worker"], view["branch"], view["policy"], view["origin"]) == (
+    header, (_, logged) = _header(HIT), _logged()
+    dynamo = [RoutingDecision("r", "dynamo", "log:cost_formula",
+                              candidates=[RoutingCandidate("7")],
+                              scores=[RoutingScore("cost", "7", 6.0)]),
+              RoutingDecision("r", "dynamo", "log:cost_formula",
+                              candidates=[RoutingCandidate("9", load=None)],
+                              scores=[RoutingScore("cost", "9", 8.5)]),
+              RoutingDecision("r", "dynamo", "log:routing_best", worker="7", overlap_blocks=5,
+                              request_blocks=6)]
+    view = merged([header, logged])
+    assert (view.worker, view.branch, view.policy, view.origin) == (
         W2, "event_hit", "cache_aware", "policy")
-    assert len(view["candidates"]) == 2 and len(view["gates"]) == 1
-    assert view["sources"] == ["header:x-smg-cache-trace", "log:cache_trace"]
+    assert len(view.candidates) == 2 and len(view.gates) == 1
+    assert view.sources == ["header:x-smg-cache-trace", "log:cache_trace"]
     dyn = merged(dynamo)
-    assert (dyn["worker"], dyn["overlap_blocks"]) == ("7", 5)
-    assert [c["worker"] for c in dyn["candidates"]] == ["7", "9"]
-    assert [s["value"] for s in dyn["scores"]] == [6.0, 8.5]
+    assert (dyn.worker, dyn.overlap_blocks) == ("7", 5)
+    assert [c.worker for c in dyn.candidates] == ["7", "9"]
+    assert [s.value for s in dyn.scores] == [6.0, 8.5]
+
+
+def test_merged_candidates_keep_earlier_detail_later_values_win() -> None:
+    view = merged([
+        RoutingDecision("r", "smg", "a", candidates=[RoutingCandidate("w", 2.0, True)]),
+        RoutingDecision("r", "smg", "b", candidates=[RoutingCandidate("w", None, None, True)]),
+        RoutingDecision("r", "smg", "c", candidates=[RoutingCandidate("w", 5.0)])])
+    assert view.candidates == [RoutingCandidate("w", 5.0, True, True)]
 
 
 def test_decision_rows_show_candidates_scores_and_gates() -> None:
-    first, hit = (asdict(d) for d in _logged())
+    first, hit = _logged()
     traces = [
-        {"request_id": HIT, "ts": 2.0, "worker": W2, "prompt_tokens": 81,
-         "cached_tokens": 80, "predictions": [asdict(_header(HIT)), hit]},
-        {"request_id": FIRST, "ts": 1.0, "predictions": [first]},
-        {"request_id": "bare", "ts": 0.5, "predictions": []},
+        RequestTrace(HIT, "r", "smg", "m", 2.0, False, worker=W2, prompt_tokens=81,
+                     cached_tokens=80, predictions=[_header(HIT), hit]),
+        RequestTrace(FIRST, "r", "smg", "m", 1.0, False, predictions=[first]),
+        RequestTrace("bare", "r", "smg", "m", 0.5, False),
     ]
     hit_row, first_row, bare = decision_rows(traces)
     assert (hit_row["worker"], hit_row["branch"], hit_row["overlap"]) == (W2, "event_hit", "5/5")
@@ -151,19 +172,17 @@ def test_decision_rows_show_candidates_scores_and_gates() -> None:
 
 
 def test_text_flags_unhealthy_overloaded_and_spills() -> None:
-    assert candidates_text([{"worker": W1, "load": 70, "healthy": False},
-                            {"worker": W2, "load": 3.5, "overloaded": True}]) == (
+    assert candidates_text([RoutingCandidate(W1, 70, healthy=False),
+                            RoutingCandidate(W2, 3.5, overloaded=True)]) == (
         "127.0.0.1:24410 load 70 (unhealthy) · 127.0.0.1:24420 load 3.5 (overloaded)")
-    assert gates_text([{"worker": W1, "load": 200.0, "average_load": 20.0,
-                        "relative_threshold": 1.5, "absolute_threshold": 64,
-                        "spill": True}]).endswith("→ spill")
-    assert scores_text([{"source": "cost", "worker": "7", "value": 6.0, "unit": "cost",
-                         "device_blocks": 5.0}]) == "cost 7: 6 (device 5 blocks)"
+    assert gates_text([SpillGate(W1, 200.0, 20.0, 1.5, 64, spill=True)]).endswith("→ spill")
+    assert scores_text([RoutingScore("cost", "7", 6.0, "cost", 5.0)]) == (
+        "cost 7: 6 (device 5 blocks)")
 
 
 def test_detail_rows_put_each_candidate_beside_its_scores_and_gate() -> None:
     _, hit = _logged()
-    view = merged([asdict(hit)])
+    view = merged([hit])
     rows = {r["worker"]: r for r in candidate_rows(view)}
     assert rows["127.0.0.1:24420"]["chosen"] and not rows["127.0.0.1:24410"]["chosen"]
     assert rows["127.0.0.1:24420"]["gate"].endswith("→ stay")

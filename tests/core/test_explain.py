@@ -1,4 +1,13 @@
 from mmlens.analysis.explain import explain
+from mmlens.records import (
+    ExpectedLayout,
+    KVEventRow,
+    LayoutImage,
+    LayoutSpan,
+    RequestTrace,
+    RoutingDecision,
+    ViewCount,
+)
 
 BS = 16
 
@@ -6,15 +15,22 @@ BS = 16
 def t(rid, ts, worker, keys, cached=0, prompt=None, *, expected=None, predicted=None,
       notes=(), error=None, code=None):
     prompt = prompt if prompt is not None else len(keys) * BS + 5
-    lay = {"block_keys": list(keys), "engine_prompt_tokens": expected or prompt,
-           "spans": [{"kind": "image", "start": 4, "length": 64, "image_index": 0}],
-           "images": [{"tokens": 64}]}
+    lay = ExpectedLayout(block_keys=list(keys), engine_prompt_tokens=expected or prompt,
+                         router_view=ViewCount(expected or prompt),
+                         spans=[LayoutSpan("image", 4, 64, 0)],
+                         images=[LayoutImage(64, 64, 64)])
     preds = []
     if predicted is not None or notes:
-        preds.append({"overlap_blocks": predicted, "warnings": list(notes), "branch": None})
-    return {"request_id": rid, "ts": ts, "worker": worker, "cached_tokens": cached,
-            "prompt_tokens": prompt, "expected_layout": lay, "predictions": preds,
-            "error": error, "error_code": code, "status": 400 if error else 200}
+        preds.append(RoutingDecision(rid, "smg", "test", overlap_blocks=predicted,
+                                     warnings=list(notes)))
+    return RequestTrace(rid, "http://r", "smg", "m", ts, False, worker=worker,
+                        cached_tokens=cached, prompt_tokens=prompt, expected_layout=lay,
+                        predictions=preds, error=error, error_code=code,
+                        status=400 if error else 200)
+
+
+def removal(ts, worker, n):
+    return KVEventRow(ts, worker, 0, 0, "removed", n)
 
 
 A = ["a1", "a2", "a3", "a4", "a5"]
@@ -44,10 +60,10 @@ def test_spilled_names_the_worker_that_held_more():
 
 
 def test_evicted_when_blocks_were_removed_between_seed_and_replay():
-    removed = [{"ts": 1.5, "worker": "w1", "kind": "removed", "n_blocks": 5}]
+    removed = [removal(1.5, "w1", 5)]
     e = explain(t("r", 2, "w1", A), [t("s", 1, "w1", A)], BS, removed_events=removed)
     assert e.category == "evicted" and e.evidence["removed_blocks_between"] == 5
-    later = [{"ts": 3.0, "worker": "w1", "kind": "removed", "n_blocks": 5}]
+    later = [removal(3.0, "w1", 5)]
     e = explain(t("r", 2, "w1", A), [t("s", 1, "w1", A)], BS, removed_events=later)
     assert e.category == "unexplained"
 
@@ -80,5 +96,9 @@ def test_later_requests_are_not_evidence():
 
 
 def test_no_layout():
-    e = explain({"request_id": "r", "ts": 1, "worker": "w1", "expected_layout": None}, [], BS)
-    assert e.category == "no_layout"
+    bare = RequestTrace("r", "http://r", "smg", "m", 1, False, worker="w1")
+    e = explain(bare, [], BS)
+    assert e.category == "no_layout" and e.evidence["layout_error"] is None
+    bare.expected_layout = ExpectedLayout.failed("UnknownFamilyError: no family")
+    e = explain(bare, [], BS)
+    assert e.category == "no_layout" and e.evidence["layout_error"].startswith("Unknown")

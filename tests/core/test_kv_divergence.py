@@ -12,7 +12,15 @@ from mmlens.analysis.kv_divergence import (
 )
 from mmlens.analysis.liveness import worker_liveness, workers_view
 from mmlens.ingest.kv_events import ResidentIndex
-from mmlens.records import BlockRemoved, BlockStored, MetricSample, labels_of
+from mmlens.records import (
+    BlockRemoved,
+    BlockStored,
+    MetricSample,
+    RequestTrace,
+    ResidentSummary,
+    RoutingDecision,
+    labels_of,
+)
 
 
 def test_set_differences_count_only_once_they_persist() -> None:
@@ -37,14 +45,14 @@ def test_counts_and_alerts_name_the_cause() -> None:
 
 
 def test_predictions_that_the_engine_did_not_find() -> None:
-    traces = [
-        {"request_id": "a", "worker": "w1", "ts": 1.0, "cached_tokens": 0, "prompt_tokens": 96,
-         "predictions": [{"overlap_blocks": 6, "block_size": 16}]},
-        {"request_id": "b", "worker": "w1", "ts": 2.0, "cached_tokens": 80,
-         "predictions": [{"overlap_blocks": 5, "block_size": 16}]},
-        {"request_id": "c", "worker": "w2", "ts": 3.0, "error": "boom",
-         "predictions": [{"overlap_blocks": 5}]},
-    ]
+    def trace(rid, worker, ts, cached, overlap, block_size=16, error=None):
+        return RequestTrace(rid, "http://r", "smg", "m", ts, False, worker=worker,
+                            cached_tokens=cached, error=error, predictions=[RoutingDecision(
+                                rid, "smg", "header", overlap_blocks=overlap,
+                                block_size=block_size)])
+
+    traces = [trace("a", "w1", 1.0, 0, 6), trace("b", "w1", 2.0, 80, 5),
+              trace("c", "w2", 3.0, 0, 5, None, "boom")]
     points = prediction_points(traces)
     assert [(p.request_id, p.router_only, p.engine_only) for p in points] == [
         ("a", 6, 0), ("b", 0, 0)]
@@ -94,7 +102,6 @@ def test_workers_view_rows_and_alerts() -> None:
     live = worker_liveness([
         _sample("demo", "dynamo_component_router_worker_registered", 1.0, router_worker_id="7"),
         _sample("demo", "dynamo_frontend_model_workers", 2.0)], {"demo": [1.0, 2.0]})
-    view = workers_view(live, [{"worker": "7", "rank": 0, "transport": "nats",
-                                "resident_blocks": 3}], [], [], 3.0)
+    view = workers_view(live, [ResidentSummary("7", 0, 3, transport="nats")], [], [], 3.0)
     assert view.rows[0]["state"] == "gone" and view.rows[0]["KV transport"] == "nats"
     assert [a.cause for a in view.alerts] == ["worker_gone"]

@@ -2,7 +2,7 @@ import pytest
 
 from mmlens.analysis import scenarios as sc
 from mmlens.layout.families import get_family
-from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.records import ExpectedLayout, RequestTrace, RoutingDecision
 
 QWEN3 = get_family("qwen3-vl")
 CTX = sc.Context(block_size=16, model_family="qwen3-vl",
@@ -14,8 +14,9 @@ def trace(rid, worker, prompt, cached, *, starts=(4,), tokens=(300,), predicted=
     spans = [{"kind": "text", "start": 0, "length": starts[0], "image_index": None}]
     for i, (s, n) in enumerate(zip(starts, tokens, strict=True)):
         spans.append({"kind": "image", "start": s, "length": n, "image_index": i})
-    layout = {"spans": spans, "engine_prompt_tokens": prompt if expected is None else expected,
-              "images": [{"tokens": n} for n in tokens]}
+    layout = ExpectedLayout.from_summary({
+        "spans": spans, "engine_prompt_tokens": prompt if expected is None else expected,
+        "images": [{"width": 64, "height": 64, "tokens": n} for n in tokens]})
     t = RequestTrace(rid, "http://r", "smg", "m", 0.0, False, status=status, worker=worker,
                      prompt_tokens=prompt, cached_tokens=cached, expected_layout=layout,
                      error=error)
@@ -133,8 +134,8 @@ def test_html_report_is_self_contained():
 def test_rows_carry_miss_explanations():
     a, b = trace("a", "w1", 317, 304), trace("b", "w1", 317, 0, predicted=19)
     a.ts, b.ts = 1.0, 2.0
-    a.expected_layout["block_keys"] = ["k-red-0", "k-red-1"]
-    b.expected_layout["block_keys"] = ["k-blue-0", "k-blue-1"]
+    a.expected_layout.block_keys = ["k-red-0", "k-red-1"]
+    b.expected_layout.block_keys = ["k-blue-0", "k-blue-1"]
     rows = sc.judge(plan("isolation"), CTX, [a, b]).requests
     assert rows[1]["explanation"].startswith("false_hit: ")
     assert rows[0]["explanation"].startswith("false_hit") is False

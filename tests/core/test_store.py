@@ -48,20 +48,34 @@ def test_wal_schema_and_round_trips(tmp_path) -> None:
     assert (s.target, s.name, s.labels, s.value, s.ts) == ("t", "x_total", (("a", "1"),), 3.0,
                                                            10.0)
     rows = reader.kv_event_rows()
-    assert [r["kind"] for r in rows] == ["cleared", "removed", "stored"]
-    assert rows[2]["block_hashes"] == [BIG, "ab" * 32] and rows[2]["images"] == [img]
+    assert [r.kind for r in rows] == ["cleared", "removed", "stored"]
+    assert rows[2].block_hashes == [BIG, "ab" * 32] and rows[2].images == [img]
+    assert rows[2].n_blocks == 2 and rows[2].parent is None and rows[0].block_hashes == []
+    removals = reader.kv_event_rows(None, since=11.5, kinds=("removed", "cleared"),
+                                    hashes=False)
+    assert [(r.kind, r.n_blocks, r.block_hashes) for r in removals] == [
+        ("cleared", 0, []), ("removed", 1, [])]
     assert reader.kv_event_counts() == {"w": {
         "stored_events": 1, "stored_blocks": 2, "removed_events": 1, "removed_blocks": 1,
         "cleared_events": 1, "cleared_blocks": 0}}
     (t,) = reader.traces()
-    assert t["cached_tokens"] == 80 and t["predictions"][0]["branch"] == "event_hit"
+    assert isinstance(t, RequestTrace) and t == trace
     (hh,) = reader.health()
-    assert hh["errors"] == {"timeout": 1} and hh["last_success"] == 10.0
+    assert isinstance(hh, CollectorHealth) and hh.updated == 15.0
+    assert hh.errors == {"timeout": 1} and hh.last_success == 10.0
     (k,) = reader.kv_state()
-    assert k["resident_blocks"] == 5 and k["updated"] == 16.0
+    assert (k.resident_blocks, k.images, k.updated, k.label) == (5, {img: 2}, 16.0, "w")
     with pytest.raises(sqlite3.OperationalError):
         reader.add_samples([MetricSample("t", "y", (), 1.0, 1.0)])
     reader.close()
+    store.close()
+
+
+def test_parent_hash_comes_back_as_the_engine_sent_it(tmp_path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.add_kv_events([BlockStored("w", 0, 1, 1.0, [1], BIG, [1] * 16, 16),
+                         BlockStored("w", 0, 2, 2.0, [2], "ab" * 32, [1] * 16, 16)])
+    assert [r.parent for r in store.kv_event_rows()] == ["ab" * 32, BIG]
     store.close()
 
 
@@ -131,10 +145,10 @@ def test_health_rows_are_kept_per_collector_instance(tmp_path) -> None:
     one.set_health([a], 2.0, instance="host:1")
     two.set_health([b], 3.0, instance="host:2")
     one.set_health([a], 4.0, instance="host:1")
-    rows = {h["instance"]: h for h in Store(db, readonly=True).health()}
+    rows = {h.instance: h for h in Store(db, readonly=True).health()}
     assert set(rows) == {"host:1", "host:2"}
-    assert rows["host:1"]["errors"] == {"bad_batch": 1} and rows["host:1"]["updated"] == 4.0
-    assert rows["host:2"]["counters"] == {"batches": 7}
+    assert rows["host:1"].errors == {"bad_batch": 1} and rows["host:1"].updated == 4.0
+    assert rows["host:2"].counters == {"batches": 7}
 
 
 def test_schema_1_store_is_migrated_in_place(tmp_path) -> None:
@@ -161,5 +175,5 @@ def test_schema_1_store_is_migrated_in_place(tmp_path) -> None:
     assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 1
     assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 0
     store.set_health([CollectorHealth("m", "t")], 2.0, instance="i")
-    assert [h["instance"] for h in store.health()] == ["i"]
+    assert [h.instance for h in store.health()] == ["i"]
     store.close()

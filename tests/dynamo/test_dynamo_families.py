@@ -74,7 +74,8 @@ def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
         assert t.cached_tokens == (t.prompt_tokens - 1) // 16 * 16 > t.prompt_tokens // 2
     # mmlens' Kimi-K3 formula equals Dynamo's logged count (and SMG's, per the family).
     for (w, h), t in zip(sizes, counted, strict=True):
-        mine = (t.expected_layout or {}).get("images", [{}])[0].get("tokens")
+        assert t.expected_layout is not None and t.expected_layout.images
+        mine = t.expected_layout.images[0].tokens
         assert one(t, "log:mm_image_tokens").image_tokens == [mine], (w, h)
 
 

@@ -167,8 +167,8 @@ def test_image_token_counts_equal_dynamo_log(cluster: DynamoCluster,
         t = send(cluster, client, [img], f"count-{w}x{h}", max_tokens=1)
         decisions_for(cluster, t, ("log:mm_image_tokens", "log:routing_best"))
         expected = t.expected_layout
-        assert expected and "error" not in expected, expected
-        mine = expected["images"][0]["tokens"]
+        assert expected is not None and expected.ok, expected
+        mine = expected.images[0].tokens
         logged = one(t, "log:mm_image_tokens").image_tokens
         best = one(t, "log:routing_best")
         rows.append((w, h, mine, logged, t.prompt_tokens, best.request_blocks))
@@ -262,6 +262,7 @@ def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_pa
     from mmlens.demo.cluster import write_ready
 
     from mmlens.config import Config
+    from mmlens.store.reader import StoreReader
     from mmlens.store.snapshot import build_snapshot
     from mmlens.store.sqlite import Store
 
@@ -292,8 +293,10 @@ def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_pa
         runner.flush()
     finally:
         runner.close()
-    snap = build_snapshot(store)
     store.close()
+    reader = StoreReader(tmp_path / "mmlens.db")
+    snap = build_snapshot(reader).to_json()
+    reader.close()
     assert snap["dynamo"]["demo"]["block_size"][MODEL] == BLOCK
     assert snap["router_kv_event_health"]["demo"]["events_flowing"] is True
     served = traces[0].worker

@@ -77,9 +77,10 @@ def test_engine_count_drift_is_visible(tmp_path: Any) -> None:
         wait_router_indexed(cluster, before)
         warm = _send(cluster, tc, img, "drift-2", text)
         records = worker_requests(cluster)
-    expected = cold.expected_layout or {}
-    length = expected["engine_prompt_tokens"]  # mmlens' (and Dynamo's) expanded length
-    assert expected["images"][0]["tokens"] == 300
+    expected = cold.expected_layout
+    assert expected is not None and expected.engine_prompt_tokens is not None
+    length = expected.engine_prompt_tokens  # mmlens' (and Dynamo's) expanded length
+    assert expected.images[0].tokens == 300
     # The engine expanded 303 image tokens, not 300.
     assert cold.prompt_tokens == warm.prompt_tokens == length + 3
     assert all(r["matches_router_view"] is False for r in records)

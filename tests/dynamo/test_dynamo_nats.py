@@ -9,7 +9,6 @@ as blocks the router believes resident that the engine evicted, and the alert fi
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import httpx
@@ -110,7 +109,7 @@ def test_approximate_router_keeps_blocks_the_engine_evicted() -> None:
         # The engine really evicted (its own ZMQ stream says so); the router was told nothing.
         last = worker_requests(cluster)[-1]["kv_published"]
         assert last["zmq"]["removed_blocks"] > 0 and last["dynamo"]["stored_blocks"] == 0
-        points = prediction_points([asdict(seed), asdict(again)])
+        points = prediction_points([seed, again])
         assert points[-1].router_only >= 4, points  # predicted from its own tree, not cached
         assert again.cached_tokens < 16
         found = alerts(points)

@@ -91,18 +91,18 @@ def test_one_record_per_request_with_its_sources(tmp_path: Path, router: str) ->
         traces = reader.recent_traces(50)
         assert len(traces) == 5
         for t in traces:
-            assert t["origin"] == "observed" and t["sources"] == ["otlp", "router_log"]
-            assert t["provenance"]["cached_tokens"] == "otlp:llm_request"
+            assert t.origin == "observed" and t.sources == ["otlp", "router_log"]
+            assert t.provenance["cached_tokens"] == "otlp:llm_request"
             # The router's name for the worker wins over the worker naming itself.
-            assert t["provenance"]["worker"] in ("router_log:smg", "otlp:dynamo.http-request")
+            assert t.provenance["worker"] in ("router_log:smg", "otlp:dynamo.http-request")
         for r in responses(prefix).values():  # found by the id the client got back
             t = reader.trace(r["id"])
             assert t is not None
-            assert t["prompt_tokens"] == r["usage"]["prompt_tokens"]
+            assert t.prompt_tokens == r["usage"]["prompt_tokens"]
             cached = (r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-            assert t["cached_tokens"] == cached
+            assert t.cached_tokens == cached
             if "x-smg-routed-worker-id" in r["headers"]:
-                assert t["worker"] == r["headers"]["x-smg-routed-worker-id"]
+                assert t.worker == r["headers"]["x-smg-routed-worker-id"]
     finally:
         reader.close()
 

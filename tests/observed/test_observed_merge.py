@@ -18,7 +18,8 @@ from mmlens.ingest.observed import (
 )
 from mmlens.ingest.router_logs import request_keys
 from mmlens.records import RequestTrace
-from mmlens.store.sqlite import Store, decode_trace
+from mmlens.store.codec import trace as decode_trace
+from mmlens.store.sqlite import Store
 
 
 def frag(rid: str, source: str, **fields: object) -> RequestTrace:
@@ -69,5 +70,6 @@ def test_a_fragment_joining_two_records_merges_them(tmp_path: Path) -> None:
     store.add_traces([bridge])
     (body,) = [b for (b,) in store.db.execute("SELECT body FROM traces")]
     t = decode_trace(body)
+    assert t is not None
     assert (t.worker, t.cached_tokens) == ("w1", 32) and "other" in t.aliases
     store.close()

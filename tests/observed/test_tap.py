@@ -42,8 +42,9 @@ def test_json_passes_through_and_is_recorded_privately() -> None:
         (im,) = t.images
         assert (im.width, im.height, im.byte_size) == (64, 48, len(PNG))
         assert set(im.identities) == {"smg_blake3", "dynamo_mm_hash_url"}
-        assert t.expected_layout == {"parts": [{"kind": "image", "index": 0},
-                                               {"kind": "text", "chars": len(SECRET)}]}
+        assert t.expected_layout is not None
+        assert t.expected_layout.to_json() == {"parts": [{"kind": "image", "index": 0},
+                                                         {"kind": "text", "chars": len(SECRET)}]}
         text = dumped(t)
         assert SECRET not in text and base64.b64encode(PNG).decode()[:40] not in text
 
@@ -53,7 +54,7 @@ def test_store_text_keeps_the_text() -> None:
         httpx.post(url + "/v1/chat/completions", json=body())
         time.sleep(0.1)
         assert records[0].expected_layout is not None
-        assert records[0].expected_layout["text"] == SECRET
+        assert records[0].expected_layout.text == SECRET
 
 
 def test_sse_chunks_pass_through_with_ttft_and_usage() -> None:

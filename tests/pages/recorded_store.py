@@ -15,6 +15,7 @@ from mmlens.layout.imageinfo import probe_image
 from mmlens.records import (
     BlockStored,
     CollectorHealth,
+    ExpectedLayout,
     ImageInfo,
     ImageRef,
     MetricSample,
@@ -50,8 +51,9 @@ def _trace(rid: str, ts: float, images: list[bytes], worker: str | None, *, cach
            error_code: str | None = None) -> RequestTrace:
     hook = layout_hook_with_text("qwen3-vl")
     parts = [ImagePart(data) for data in images]
-    layout = hook(text, parts, MODEL)
-    assert layout is not None
+    summary = hook(text, parts, MODEL)
+    assert summary is not None
+    layout = ExpectedLayout.from_summary(summary)
     infos = []
     for data in images:
         size = probe_image(data)
@@ -64,7 +66,8 @@ def _trace(rid: str, ts: float, images: list[bytes], worker: str | None, *, cach
         t.status, t.error, t.error_code = 503, "no worker can process media refs", error_code
         return t
     t.status, t.worker = 200, worker
-    t.prompt_tokens = layout["engine_prompt_tokens"] + drift
+    assert layout.engine_prompt_tokens is not None
+    t.prompt_tokens = layout.engine_prompt_tokens + drift
     t.cached_tokens = cached
     t.completion_tokens, t.latency_s, t.ttft_s = 8, 0.05, 0.02
     if overlap_blocks is not None:

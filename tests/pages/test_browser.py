@@ -86,7 +86,7 @@ def test_overview_url_and_deep_links_resolve(live_dashboard: LiveDashboard,
         assert browser_page.get_by_text("Page not found").count() == 0
     reader = StoreReader(live_dashboard.db)
     try:
-        rid = reader.recent_traces(1)[0]["request_id"]
+        rid = reader.recent_traces(1)[0].request_id
     finally:
         reader.close()
     browser_page.goto(f"{live_dashboard.url}/inspector?request={rid}",

@@ -20,8 +20,21 @@ from mmlens.figures.cache import (
 )
 from mmlens.figures.routing import mode_reason_figure
 from mmlens.figures.token_layout import layout_figure
+from mmlens.ingest.metrics_normalize import HitRate, NormalizedMetrics
 from mmlens.layout.composition import ImageInput, Span, SpanKind
 from mmlens.layout.modeldir import resolve_model
+from mmlens.records import (
+    ExpectedLayout,
+    ImageInfo,
+    KVEventRow,
+    LayoutImage,
+    LayoutSpan,
+    RequestTrace,
+    ResidentSummary,
+    RoutingDecision,
+    ViewCount,
+)
+from mmlens.state import Snapshot
 from mmlens.targets_toml import config_toml_from_ready, validate_toml
 
 
@@ -66,20 +79,23 @@ def test_engine_drift_marks_first_divergent_block(qwen3) -> None:
 
 
 def test_trace_without_text_uses_summary_spans() -> None:
-    trace = {"request_id": "r", "prompt_tokens": 84, "cached_tokens": 0, "worker": "w",
-             "images": [{"width": 64, "height": 64, "identities": {"smg_blake3": "ab" * 32}}],
-             "predictions": [{"overlap_blocks": 5, "block_size": 16}],
-             "expected_layout": {"block_size": 16, "images": [{}],
-                                 "anchor_view": {"token_count": 18},
-                                 "router_view": {"token_count": 81},
-                                 "worker_view": {"token_count": 18},
-                                 "engine_prompt_tokens": 81,
-                                 "spans": [{"kind": "text", "start": 0, "length": 4},
-                                           {"kind": "image", "start": 4, "length": 64,
-                                            "image_index": 0},
-                                           {"kind": "text", "start": 68, "length": 13}]}}
+    lay = ExpectedLayout(block_size=16, images=[LayoutImage(64, 64, 64)],
+                         anchor_view=ViewCount(18), router_view=ViewCount(81),
+                         worker_view=ViewCount(18), engine_prompt_tokens=81,
+                         spans=[LayoutSpan("text", 0, 4), LayoutSpan("image", 4, 64, 0),
+                                LayoutSpan("text", 68, 13)],
+                         block_keys=[f"{k:016x}" for k in range(5)])
+    trace = RequestTrace("r", "http://r", "smg", "m", 1.0, False, prompt_tokens=84,
+                         worker="w", expected_layout=lay,
+                         images=[ImageInfo("data", 155, 64, 64, {"smg_blake3": "ab" * 32})],
+                         predictions=[RoutingDecision("r", "smg", "header", overlap_blocks=5,
+                                                      block_size=16)])
     rv = from_trace(trace)
     assert [r.name for r in rv.rows] == ["router view (81)", "worker view (18)"]
+    # Without the prompt text the stored content keys stand in for block hashes on hover.
+    assert rv.rows[0].block_keys == tuple(lay.block_keys)
+    hover = next(t for t in layout_figure(rv).data if t.name == "blocks")
+    assert any("content key 0000000000000004" in h for h in hover.hovertext)
     reasons = {d.reason: d for d in rv.divergences}
     # 84 observed vs 81 expected: the image run differs, so from block (4+64)//16 = 4 on.
     assert reasons["count_drift"].block == 4
@@ -88,10 +104,10 @@ def test_trace_without_text_uses_summary_spans() -> None:
 
 
 def test_predicted_vs_realized_carries_request_ids() -> None:
-    traces = [{"request_id": "a", "cached_tokens": 80, "prompt_tokens": 81,
-               "predictions": [{"overlap_blocks": 5, "block_size": 16}]},
-              {"request_id": "b", "cached_tokens": 0, "prompt_tokens": 81,
-               "predictions": []}]
+    traces = [RequestTrace("a", "r", "smg", "m", 1.0, False, cached_tokens=80,
+                           prompt_tokens=81, predictions=[RoutingDecision(
+                               "a", "smg", "header", overlap_blocks=5, block_size=16)]),
+              RequestTrace("b", "r", "smg", "m", 2.0, False, prompt_tokens=81)]
     fig = predicted_vs_realized_figure(traces)
     assert fig.data[1].customdata == ("a",)
     assert (fig.data[1].x, fig.data[1].y) == ((80,), (80,))
@@ -105,10 +121,8 @@ def test_kv_timeline_removed_blocks_point_down() -> None:
 
 
 def test_prefix_tree_links_chains_and_marks_images() -> None:
-    events = [{"ts": 1.0, "seq": 0, "kind": "stored", "worker": "w", "parent": None,
-               "block_hashes": [1, 2], "images": ["x"]},
-              {"ts": 2.0, "seq": 1, "kind": "stored", "worker": "w", "parent": 2,
-               "block_hashes": [3], "images": []}]
+    events = [KVEventRow(1.0, "w", 0, 0, "stored", 2, None, [1, 2], ["x"]),
+              KVEventRow(2.0, "w", 0, 1, "stored", 1, 2, [3], [])]
     tree = prefix_tree_figure(events).data[0]
     parent = dict(zip(tree.ids, tree.parents, strict=True))
     assert parent == {"worker w": "", "w/1": "worker w", "w/2": "w/1", "w/3": "w/2"}
@@ -117,20 +131,23 @@ def test_prefix_tree_links_chains_and_marks_images() -> None:
 
 
 def test_affinity_and_sankey() -> None:
-    img = {"identities": {"smg_blake3": "aa" * 32}, "width": 64, "height": 64}
-    other = {"identities": {"smg_blake3": "bb" * 32}}
-    traces = [{"worker": "w1", "ts": 1.0, "images": [img]},
-              {"worker": "w1", "ts": 2.0, "images": [img]},
-              {"worker": "w2", "ts": 3.0, "images": [img, other]},
-              {"worker": None, "ts": 4.0, "images": [img], "error": "x"}]
+    img = ImageInfo("data", 10, 64, 64, {"smg_blake3": "aa" * 32})
+    other = ImageInfo("data", identities={"smg_blake3": "bb" * 32})
+
+    def t(worker, ts, images, error=None):
+        return RequestTrace(f"r{ts}", "r", "smg", "m", ts, False, worker=worker,
+                            images=images, error=error)
+
+    traces = [t("w1", 1.0, [img]), t("w1", 2.0, [img]), t("w2", 3.0, [img, other]),
+              t(None, 4.0, [img], "x")]
     aff = image_affinity(traces)
     assert aff[0].requests == 3 and aff[0].stuck_ratio == pytest.approx(2 / 3)
     assert (aff[0].first_seen, aff[0].last_seen) == (1.0, 3.0)
     links = sankey_links(aff)
     sankey = affinity_sankey(links).data[0]
     assert sum(sankey.link.value) == 4
-    assert multi_resident([{"worker": "w1", "rank": 0, "images": {"x": 1}},
-                           {"worker": "w2", "rank": 0, "images": {"x": 2, "y": 0}}]) == {
+    assert multi_resident([ResidentSummary("w1", 0, images={"x": 1}),
+                           ResidentSummary("w2", 0, images={"x": 2, "y": 0})]) == {
         "x": ["w1", "w2"]}
 
 
@@ -149,11 +166,12 @@ def test_mode_reason_figure_one_trace_per_mode_reason() -> None:
 
 
 def test_overview_alerts_block_size_and_unhealthy() -> None:
-    snap = {"router_state": [{"router": "smg", "workers": [
+    snap = Snapshot(router_state=[{"router": "smg", "workers": [
         {"url": "w1", "kv_block_size": 16, "healthy": True},
         {"url": "w2", "kv_block_size": 64, "healthy": False, "status": "failed"}]}],
-        "hit_rates": [{"source": "vllm", "hits_increase": 30.0, "queries_increase": 60.0}],
-        "mm_processing": [{"mode": "worker", "count": 3.0}, {"mode": "router", "count": 1.0}]}
+        metrics=NormalizedMetrics(
+            hit_rates=[HitRate("w1", "w1", "m", "vllm", 30.0, 60.0, 10.0, 0.5, 0.5, 0.5)],
+            mm_processing=[{"mode": "worker", "count": 3.0}, {"mode": "router", "count": 1.0}]))
     causes = {a.cause for a in alerts(snap, [], 0.0)}
     assert {"block_size_mismatch", "worker_unhealthy"} <= causes
     head = headline(snap, [])
@@ -199,9 +217,9 @@ def test_dynamo_trace_hashes_router_blocks_with_pad_values(qwen3) -> None:
     from mmlens.layout.hashing import dynamo_routing
 
     layout = qwen3.layout([ImageInput(64, 64), "hi"], block_size=16)
-    trace = {"request_id": "d", "router_kind": "dynamo", "prompt_tokens": len(layout.engine),
-             "images": [{"width": 64, "height": 64,
-                         "identities": {"dynamo_mm_hash_url": "00000000000000ff"}}]}
+    trace = RequestTrace("d", "http://r", "dynamo", "m", 1.0, False,
+                         prompt_tokens=len(layout.engine), images=[ImageInfo(
+                             "http", None, 64, 64, {"dynamo_mm_hash_url": "00000000000000ff"})])
     rv = from_trace(trace, layout)
     assert rv.rows[0].block_hashes == dynamo_routing(layout, [0xFF]).block_hashes
     assert any("Dynamo" in n for n in rv.notes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mmlens.records import RequestTrace
 from mmlens.store.reader import StoreReader
 from tests.live_support import wait_until
 from tests.pages.apptest_util import (
@@ -49,10 +50,10 @@ def test_overview_shows_demo_numbers(live: LiveDashboard) -> None:
 def test_inspector_rebuilds_a_warmup_request(live: LiveDashboard) -> None:
     reader = StoreReader(live.db)
     try:
-        two = next(t for t in reader.recent_traces(50) if len(t["images"]) == 2)
+        two = next(t for t in reader.recent_traces(50) if len(t.images) == 2)
     finally:
         reader.close()
-    at = open_page("inspector", {"request": two["request_id"]})
+    at = open_page("inspector", {"request": two.request_id})
     assert_clean(at)
     names = trace_names(figures(at)[0])
     assert sum(n.startswith("image ") for n in names) == 2
@@ -102,16 +103,15 @@ def test_lab_runs_a_scenario(live: LiveDashboard) -> None:
     assert any(s.startswith("**pass**") for s in messages(at)["success"])
 
 
-def _traces_with_logged_candidates(db: object, timeout: float = 30.0) -> list[dict]:
+def _traces_with_logged_candidates(db: object, timeout: float = 30.0) -> list[RequestTrace]:
     """Warm-up traces (written straight to the store by the Lab's sender) that the collector's
     log follower has since matched with SMG's "Cache routing dispatch" lines."""
 
-    def found() -> list[dict]:
+    def found() -> list[RequestTrace]:
         reader = StoreReader(db)  # type: ignore[arg-type]
         try:
             return [t for t in reader.recent_traces(100) if any(
-                p["source"] == "log:cache_trace" and p["candidates"]
-                for p in t["predictions"])]
+                p.source == "log:cache_trace" and p.candidates for p in t.predictions)]
         finally:
             reader.close()
 
@@ -121,24 +121,24 @@ def _traces_with_logged_candidates(db: object, timeout: float = 30.0) -> list[di
 def test_warmup_decisions_show_real_smg_candidates(live: LiveDashboard) -> None:
     traces = _traces_with_logged_candidates(live.db)
     assert len(traces) >= 10
-    logged = [p for t in traces for p in t["predictions"] if p["source"] == "log:cache_trace"]
+    logged = [p for t in traces for p in t.predictions if p.source == "log:cache_trace"]
     # Two simulated workers behind the real SMG 1.13: both are candidates every time.
-    assert all(len(p["candidates"]) == 2 for p in logged)
-    assert all(c["healthy"] is True for p in logged for c in p["candidates"])
-    assert {p["policy"] for p in logged} == {"cache_aware"}
-    assert {"expected_wait"} <= {s["source"] for p in logged for s in p["scores"]}
-    hits = [p for p in logged if p["branch"] == "event_hit"]
-    assert hits and all(p["gates"] and "policy_affinity" in {s["source"] for s in p["scores"]}
+    assert all(len(p.candidates) == 2 for p in logged)
+    assert all(c.healthy is True for p in logged for c in p.candidates)
+    assert {p.policy for p in logged} == {"cache_aware"}
+    assert {"expected_wait"} <= {s.source for p in logged for s in p.scores}
+    hits = [p for p in logged if p.branch == "event_hit"]
+    assert hits and all(p.gates and "policy_affinity" in {s.source for s in p.scores}
                         for p in hits)
 
     at = open_page("routing")
     assert_clean(at)
     rows = at.dataframe[0].value.set_index("request")
-    hit = next(t for t in traces if any(p in hits for p in t["predictions"]))
-    row = rows.loc[hit["request_id"]]
+    hit = next(t for t in traces if any(p in hits for p in t.predictions))
+    row = rows.loc[hit.request_id]
     assert row["candidates"].count(" load ") == 2
     assert "affinity" in row["scores"] and "→ " in row["gates"]
-    at = open_page("inspector", {"request": hit["request_id"]})
+    at = open_page("inspector", {"request": hit.request_id})
     assert_clean(at)
     candidates = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
     assert len(candidates) == 2 and candidates["chosen"].sum() == 1

@@ -31,7 +31,7 @@ def _root_id(db: Path, response_id: str) -> str:
     try:
         t = reader.trace(response_id)
         assert t is not None
-        return str(t["request_id"])
+        return t.request_id
     finally:
         reader.close()
 

@@ -1,0 +1,94 @@
+"""Stored rows → typed records.
+
+Trace and decision bodies are the JSON of their dataclass (``RequestTrace.to_json``,
+``asdict(RoutingDecision)``) as every mmlens version wrote them; fields added since decode to
+their defaults and unknown fields are ignored. A body that does not decode is skipped and
+logged, never fatal: one bad row must not hide the rest of a page (the row stays stored).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+import msgspec
+
+from mmlens.records import KVEventRow, RequestTrace, ResidentSummary, RoutingDecision
+
+log = logging.getLogger("mmlens.store")
+
+T = TypeVar("T")
+
+_trace_dec = msgspec.json.Decoder(RequestTrace)
+_decision_dec = msgspec.json.Decoder(RoutingDecision)
+_hashes_dec = msgspec.msgpack.Decoder()
+
+
+def _decode(body: str | bytes, decoder: msgspec.json.Decoder[T], kind: type[T]) -> T | None:
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
+        pass
+    # Python's json writes NaN/Infinity and older rows may hold 3.0 where an int is due:
+    # a lax second pass before giving up.
+    try:
+        return msgspec.convert(json.loads(body), kind, strict=False)
+    except (ValueError, TypeError, msgspec.ValidationError) as exc:
+        log.warning("skipping an undecodable stored %s: %s", kind.__name__, exc)
+        return None
+
+
+def trace(body: str | bytes) -> RequestTrace | None:
+    return _decode(body, _trace_dec, RequestTrace)
+
+
+def traces(bodies: Iterable[str | bytes]) -> list[RequestTrace]:
+    return [t for t in map(trace, bodies) if t is not None]
+
+
+def decisions(bodies: Iterable[str | bytes]) -> list[RoutingDecision]:
+    out = []
+    for body in bodies:
+        d = _decode(body, _decision_dec, RoutingDecision)
+        if d is not None:
+            out.append(d)
+    return out
+
+
+def json_dict(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def resident(summary: str, updated: float) -> ResidentSummary | None:
+    try:
+        row = msgspec.convert(json.loads(summary), ResidentSummary, strict=False)
+    except (ValueError, TypeError, msgspec.ValidationError) as exc:
+        log.warning("skipping an undecodable resident-block summary: %s", exc)
+        return None
+    row.updated = updated
+    return row
+
+
+def block_hash(value: str | None) -> int | str | None:
+    """A parent hash as stored (text): the engine's int, or its hex string."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def kv_row(row: tuple[Any, ...]) -> KVEventRow:
+    ts, worker, rank, seq, kind, n, parent, hashes, images = row
+    return KVEventRow(ts, worker, rank, seq, kind, n, block_hash(parent),
+                      _hashes_dec.decode(hashes) if hashes else [],
+                      json.loads(images) if images else [])
