@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mmlens.records import CollectorHealth, ExpectedLayout, RequestTrace, RoutingDecision
 from mmlens.store import codec
 from mmlens.store.reader import StoreReader
@@ -108,3 +110,15 @@ def test_a_part_layout_without_tokens_round_trips() -> None:
     lay = ExpectedLayout.from_summary(body)
     assert lay.ok and lay.block_keys is None and lay.to_json() == body
     assert ExpectedLayout.from_summary({**body, "text": "t"}).to_json() == {**body, "text": "t"}
+
+
+@pytest.mark.parametrize("family", ["qwen3-vl", "kimi-k3", "llava-1.5"])
+def test_the_layout_summary_round_trips_through_the_record(family: str) -> None:
+    """Every key ``layout_summary`` writes has a field: a key added there without one would be
+    dropped from stored traces."""
+    from mmlens.collectors.traces import ImagePart, model_layout_hook, solid_png
+
+    red = solid_png(64, 64)
+    summary = model_layout_hook(family)("Describe this.", [ImagePart(red)], "m")
+    assert summary is not None
+    assert ExpectedLayout.from_summary(summary).to_json() == summary
