@@ -92,6 +92,11 @@ class RouterViews:
         return (self.engine, self.smg, self.dynamo)
 
 
+def model_type_of(model: Model) -> str:
+    value = model.config.get("model_type") if model.config else None
+    return value if isinstance(value, str) else model.family.model_types[0]
+
+
 def _is_image(part: Any) -> bool:
     return isinstance(part, ImageInput)
 
@@ -136,7 +141,8 @@ def party_view(party: Party, model: Model, parts: Sequence[Part], block_size: in
     images = [p for p in rendering.parts if isinstance(p, ImageInput)]
     rule = count_rule(party, family)
     smg_reason = smg_refusal(family) if party is Party.SMG else None
-    verdict = (dynamo_outcome(family, dynamo_backend) if party is Party.DYNAMO else
+    verdict = (dynamo_outcome(family, dynamo_backend, model_type_of(model))
+               if party is Party.DYNAMO else
                ("refuse", smg_reason) if smg_reason else None)
     reason = verdict[1] if verdict else None
     rendered = _layout(model, rendering, [1] * len(images), block_size).anchor
@@ -241,7 +247,9 @@ def differences(engine: PartyView, view: PartyView, model: Model) -> list[Differ
     """How `view` departs from the engine's, each with its cause."""
     out: list[Difference] = []
     party = view.party
-    if view.outcome in ("fallback", "refuse", "unsupported") and view.reason:
+    per_image = any(i.refusal for i in view.images)
+    if view.reason and (view.outcome in ("fallback", "unsupported") or (
+            view.outcome == "refuse" and engine.outcome != "refuse" and not per_image)):
         cause = {"fallback": "fallback", "refuse": "refusal", "unsupported": "unsupported"}
         out.append(Difference(party, cause[view.outcome], view.reason))
     if view.rendered_ids != engine.rendered_ids:

@@ -225,7 +225,8 @@ K3_SEGMENTED = ("HTTP 500 Failed to generate completions: Failed to gather token
                 "only too; Kimi-K3 needs --tokenizer basetenkenizer)")
 
 
-def dynamo_outcome(family: Family, backend: str) -> tuple[str, str] | None:
+def dynamo_outcome(family: Family, backend: str,
+                   model_type: str | None = None) -> tuple[str, str] | None:
     """("fallback", why) when Dynamo routes this family on the rendered text only,
     ("refuse", what the client gets) when it fails the request, None for exact routing."""
     if family.name == "kimi-k3" and backend == "default":
@@ -235,8 +236,9 @@ def dynamo_outcome(family: Family, backend: str) -> tuple[str, str] | None:
                             "every model")
     if family.dynamo_prompt_kind is None:
         if family.name.startswith("glm"):
-            return "fallback", (f"no image processor registered for {family.model_types[0]} "
-                                "(mm_routing: not supported for MM-aware KV routing)")
+            return "fallback", (f"no image processor registered for "
+                                f"{model_type or family.model_types[0]} (mm_routing: not "
+                                "supported for MM-aware KV routing)")
         return "fallback", "no image placeholder resolved for this family"
     return None
 
