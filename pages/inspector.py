@@ -13,6 +13,8 @@ from mmlens.analysis.request_view import RequestView, from_layout, from_trace, r
 from mmlens.analysis.verdicts import field_rows
 from mmlens.cli.explain import explain_recorded
 from mmlens.cli.observed_explain import judge_recorded
+from mmlens.errors import LayoutError
+from mmlens.figures.router_views import router_panel
 from mmlens.figures.token_layout import layout_figure
 from mmlens.ingest.observed import known
 from mmlens.layout.composition import ImageInput, Layout
@@ -72,6 +74,21 @@ def show(rv: RequestView, title: str) -> None:
         st.caption(note)
 
 
+def per_router(model: str, parts: list[Any], block_size: int) -> None:
+    """The engine's, SMG's and Dynamo's own views of the request, and how each differs."""
+    st.subheader("Each router's view")
+    try:
+        panel = router_panel(model_for(model), parts, block_size)
+    except LayoutError as exc:
+        st.caption(f"per-router views not built: {exc}")
+        return
+    st.dataframe(pd.DataFrame(panel.parties).astype(str), hide_index=True, width="stretch")
+    for d in panel.differences:
+        st.warning(f"**{d['router']} — {d['cause']}**: {d['detail']}")
+    for note in panel.notes:
+        st.caption(note)
+
+
 def captured(path: str) -> None:
     traces = shared.recent_traces(path)
     wanted = st.query_params.get("request")
@@ -111,6 +128,8 @@ def captured(path: str) -> None:
             st.caption(f"layout not rebuilt: {exc}")
     rv = from_trace(trace, layout)
     show(rv, f"{rid} → {shared.short_worker(trace.worker)}")
+    if rebuild is not None:
+        per_router(rebuild[0], rebuild[1], rebuild[2])
     expl = explanation(path, rid, keys_of(trace) is not None)
     if expl is not None:
         st.subheader("Why this many cached tokens")
@@ -199,9 +218,13 @@ def compose() -> None:
             identities.append(f"{dynamo_mm_hash_url(url.strip()):016x}")
         except ValueError as exc:
             st.error(str(exc))
-    layout = model_for(model).layout([*images, text], block_size=block_size,
-                                     engine_count_drift=drift)
-    show(from_layout(layout, identities), f"{model}: {len(images)} image(s)")
+    try:
+        layout = model_for(model).layout([*images, text], block_size=block_size,
+                                         engine_count_drift=drift)
+        show(from_layout(layout, identities), f"{model}: {len(images)} image(s)")
+    except LayoutError as exc:
+        st.warning(f"{exc}: each router's outcome is below.")
+    per_router(model, [*images, text], block_size)
 
 
 r = shared.reader()

@@ -106,6 +106,21 @@ def test_inspector_compose_mode_follows_its_widgets(db: Recorded) -> None:
     assert any("not an image size" in e for e in messages(at)["error"])
 
 
+def test_inspector_shows_each_router_s_view_and_outcome(db: Recorded) -> None:
+    at = open_page("inspector")
+    at.radio(key="inspector_mode").set_value("Compose").run()
+    at.text_input(key="compose_sizes").set_value("640x480, 4500x20").run()
+    assert_clean(at)  # an image over 200:1 is an outcome per router, not a page error
+    table = next(d.value for d in at.dataframe if "outcome" in d.value.columns)
+    outcomes = dict(zip(table["party"], table["outcome"], strict=True))
+    assert outcomes == {"engine (HF semantics)": "refuse", "SMG 1.13": "refuse",
+                        "Dynamo 1.6.1": "exact"}
+    assert table.loc[table["party"] == "Dynamo 1.6.1", "image tokens"].item() == "300, 1"
+    warnings = messages(at)["warning"]
+    assert any("aspect ratio" in w and "each router's outcome" in w for w in warnings)
+    assert any("Dynamo 1.6.1 — engine refuses" in w for w in warnings)
+
+
 def test_routing_page_charts_and_tables(db: Recorded) -> None:
     at = open_page("routing")
     assert_clean(at)
