@@ -158,11 +158,12 @@ def party_view(party: Party, model: Model, parts: Sequence[Part], block_size: in
               if expanded else None)
     outcome, reason = _outcome(party, verdict, refused)
     offsets = _offsets(layout, rendered)
-    mm_hashes = [_identity(party, family.name, img)[1] for img in images]
+    idents = [_identity(party, family.name, img) for img in images]
+    mm_hashes = [h for _, h in idents]
     pads = _pad_values(party, layout, mm_hashes)
     views = tuple(
-        ImageView(i, img.width, img.height, c.tokens, c.refusal,
-                  _identity(party, family.name, img)[0], pads[i], offsets[i])
+        ImageView(i, img.width, img.height, c.tokens, c.refusal, idents[i][0], pads[i],
+                  offsets[i])
         for i, (img, c) in enumerate(zip(images, counted, strict=True)))
     hashes, routed = _hashes(party, layout, rendered, block_size, images, mm_hashes,
                              outcome)
