@@ -9,10 +9,10 @@ span over a router log). A field of an observed request without provenance is un
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import asdict
 from typing import Any
+
+import msgspec
 
 from mmlens.ingest.router_logs import request_keys
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
@@ -97,8 +97,11 @@ def same_request(a: RequestTrace, b: RequestTrace) -> bool:
     return a.origin == OBSERVED or b.origin == OBSERVED or a.request_id == b.request_id
 
 
-def _fingerprint(d: RoutingDecision) -> str:
-    return json.dumps(asdict(d), sort_keys=True, default=str)
+_fp = msgspec.json.Encoder(enc_hook=str, order="sorted")
+
+
+def _fingerprint(d: RoutingDecision) -> bytes:
+    return _fp.encode(d)
 
 
 def _merge_images(base: RequestTrace, new: RequestTrace) -> None:
@@ -166,6 +169,40 @@ def merge(base: RequestTrace, new: RequestTrace) -> RequestTrace:
             base.predictions.append(p)
             seen.add(_fingerprint(p))
     return base
+
+
+def absorb(base: RequestTrace, f: RequestTrace) -> None:
+    """Fold a fragment of the same request from the same source into ``base`` (a later line
+    of one log says more): its fields win; images from per-image lines add up."""
+    for name, label in f.provenance.items():
+        if name == "images":
+            if label.endswith(":append") and base.provenance.get("images") == label:
+                base.images = base.images + f.images
+            else:
+                base.images = f.images
+        elif name != "expected_layout":
+            setattr(base, name, getattr(f, name))
+        base.provenance[name] = label
+    for a in f.aliases:
+        alias(base, a)
+    base.trace_id = base.trace_id or f.trace_id
+    if f.ts and (not base.ts or f.ts < base.ts):
+        base.ts = f.ts
+    if base.router_kind == "auto":
+        base.router_kind = f.router_kind
+
+
+def coalesce(fragments: Iterable[RequestTrace]) -> list[RequestTrace]:
+    """Fragments of one source with equal request ids folded together (cheap; a full
+    ``merge`` by every key happens downstream)."""
+    by_id: dict[str, RequestTrace] = {}
+    for f in fragments:
+        base = by_id.get(f.request_id)
+        if base is None:
+            by_id[f.request_id] = f
+        else:
+            absorb(base, f)
+    return list(by_id.values())
 
 
 def merge_all(fragments: Iterable[RequestTrace]) -> list[RequestTrace]:

@@ -1,0 +1,133 @@
+"""Observed-request ingest throughput: router log lines and OTLP spans parsed and stored, on
+one core (prints figures; not a unit test).
+
+Usage: taskset -c 0 python benchmarks/observed_ingest.py [--requests N]
+
+Times are this process's CPU seconds (``time.process_time``): the rate one core sustains,
+whatever else runs on the machine.
+
+The real captures (tests/fixtures/captures/: SMG 1.13 JSON debug logs with the cache trace,
+its OTLP export with the workers' vLLM-shaped spans; Dynamo 1.6.1 JSONL and its export) are
+replayed N times under fresh request and trace ids. Counted: routing decisions (the lines
+and span events ``router_logs.decision_from`` turns into decisions) per second, from raw
+text/protobuf to rows in a fresh SQLite store (decisions, merged observed requests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from mmlens.collectors.observed_sink import ObservedSink
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from mmlens.ingest.observed_logs import read_lines
+from mmlens.ingest.observed_spans import read_spans
+from mmlens.ingest.otlp import parse_export
+from mmlens.store.sqlite import Store
+
+# Lines and span exports one collector tick (0.5 s) reads at the rates aimed for (20,000
+# decisions/s ≈ 100,000 SMG debug lines/s); the store commits once per tick.
+TICK_LINES = 20_000
+TICK_EXPORTS = 50
+CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "captures"
+
+
+TRACE_ID = re.compile(r"\b[0-9a-f]{32}\b")
+
+
+def log_lines(prefix: str, copies: int) -> list[tuple[str, list[str]]]:
+    """The capture's request lines, each copy under new request and trace ids; with the tag
+    of each copy (its spans get the same new ids)."""
+    text = (CAPTURES / f"{prefix}_observed_log.jsonl").read_text()
+    objs = [json.loads(line) for line in text.splitlines()]
+    ids = sorted({o.get("span", {}).get("request_id") or o.get("request_id") or ""
+                  for o in objs} - {""}, key=len, reverse=True)
+    out = []
+    for _ in range(copies):
+        tag = uuid.uuid4().hex[:8]
+        copy = TRACE_ID.sub(lambda m, tag=tag: m.group(0)[:24] + tag, text)
+        for rid in ids:
+            copy = copy.replace(rid, f"{rid[:12]}{tag}{rid[12:]}")
+        out.append((tag, copy.splitlines()))
+    return out
+
+
+def exports(prefix: str, tags: list[str]) -> list[bytes]:
+    bodies = [p.read_bytes() for p in sorted(CAPTURES.glob(f"{prefix}_otlp_export_*.pb"))]
+    out = []
+    for tag in tags:
+        for body in bodies:
+            req = ExportTraceServiceRequest()
+            req.ParseFromString(body)
+            for rs in req.resource_spans:
+                for ss in rs.scope_spans:
+                    for sp in ss.spans:
+                        sp.trace_id = sp.trace_id[:12] + bytes.fromhex(tag)
+                        for kv in sp.attributes:
+                            v = kv.value.string_value
+                            if kv.value.WhichOneof("value") == "string_value" and len(v) > 12 \
+                                    and kv.key in ("request_id", "gen_ai.request.id"):
+                                kv.value.string_value = f"{v[:12]}{tag}{v[12:]}"
+            out.append(req.SerializeToString())
+    return out
+
+
+def run(prefix: str, copies: int, store: Store) -> dict[str, float]:
+    """Log lines, then span exports, each parsed and stored; counts and seconds of each."""
+    tagged = log_lines(prefix, copies)
+    lines = [line for _, chunk in tagged for line in chunk]
+    bodies = exports(prefix, [tag for tag, _ in tagged])
+    sink = ObservedSink(store.add_traces, store.add_decisions, hold_s=0.0)
+    t0 = time.process_time()
+    log_dec = 0
+    for i in range(0, len(lines), TICK_LINES):  # a collector tick's worth at a time
+        decisions, frags = read_lines(lines[i:i + TICK_LINES])
+        store.add_decisions(decisions)
+        log_dec += len(decisions)
+        sink.add(frags)
+        sink.flush(force=True)
+    t1 = time.process_time()
+    span_dec = spans = 0
+    for i, body in enumerate(bodies):
+        records = parse_export(body)
+        frags, decisions = read_spans(records)
+        spans += len(records)
+        span_dec += len(decisions)
+        sink.add(frags, decisions)
+        if i % TICK_EXPORTS == TICK_EXPORTS - 1:  # one write per tick, not per export
+            sink.flush(force=True)
+    sink.flush(force=True)
+    t2 = time.process_time()
+    rows = store.db.execute("SELECT count(*) FROM traces").fetchone()[0]
+    return {"lines": len(lines), "log_decisions": log_dec, "log_s": t1 - t0, "spans": spans,
+            "span_decisions": span_dec, "span_s": t2 - t1, "requests": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--requests", type=int, default=20_000,
+                    help="requests per router (each capture holds 5)")
+    args = ap.parse_args()
+    copies = max(1, args.requests // 5)
+    with tempfile.TemporaryDirectory() as tmp:
+        for prefix in ("smg_1.13", "dynamo_1.6.1"):
+            store = Store(Path(tmp) / f"{prefix}.db")
+            r = run(prefix, copies, store)
+            store.close()
+            print(f"{prefix} logs: {r['lines']} lines, {r['log_decisions']} decisions in "
+                  f"{r['log_s']:.2f} s → {r['log_decisions'] / r['log_s']:,.0f} decisions/s "
+                  f"({r['lines'] / r['log_s']:,.0f} lines/s)")
+            print(f"{prefix} spans: {r['spans']} spans, {r['span_decisions']} decisions in "
+                  f"{r['span_s']:.2f} s → {r['spans'] / r['span_s']:,.0f} spans/s, "
+                  f"{r['span_decisions'] / r['span_s']:,.0f} decisions/s; "
+                  f"{r['requests']} observed requests stored")
+
+
+if __name__ == "__main__":
+    main()
