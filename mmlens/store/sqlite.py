@@ -8,6 +8,7 @@ typed records (``mmlens.records``); ``mmlens.store.codec`` decodes the stored JS
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
@@ -94,8 +95,16 @@ class StoreError(RuntimeError):
 _json = msgspec.json.Encoder(enc_hook=str)
 
 
+_TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(RequestTrace))
+
+
 def _body(t: RequestTrace) -> str:
-    return _json.encode(t.to_json()).decode()
+    """``RequestTrace.to_json`` as JSON text, without its deep copy (msgspec encodes the
+    nested records as they are)."""
+    out = {name: getattr(t, name) for name in _TRACE_FIELDS}
+    if t.expected_layout is not None:
+        out["expected_layout"] = t.expected_layout.to_json()
+    return _json.encode(out).decode()
 
 
 def _decision_body(d: RoutingDecision) -> str:
