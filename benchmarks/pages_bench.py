@@ -23,17 +23,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mmlens.collectors.lab import layout_hook_with_text  # noqa: E402
+from mmlens.collectors.trace_sink import SentRequest, TraceSink  # noqa: E402
 from mmlens.collectors.traces import ImagePart  # noqa: E402
 
-from mmlens.layout.hashing import smg_identifier  # noqa: E402
 from mmlens.layout.synthetic_images import synthetic_png  # noqa: E402
 from mmlens.records import (  # noqa: E402
     BlockRemoved,
     BlockStored,
     CollectorHealth,
-    ExpectedLayout,
-    ImageInfo,
     ImageRef,
     MetricSample,
     RequestTrace,
@@ -50,20 +47,16 @@ PAGES = ("overview", "inspector", "routing", "affinity", "cache", "lab", "target
 
 def template_traces(n_images: int = 24) -> list[RequestTrace]:
     """A few dozen traces with real expected layouts, cloned to make the 100k."""
-    hook = layout_hook_with_text("qwen3-vl")
+    sink = TraceSink(layout_model="qwen3-vl", keep_text=True)
     out = []
     sizes = [(64, 64), (224, 224), (640, 480), (1280, 720)]
     for i in range(n_images):
         w, h = sizes[i % len(sizes)]
         data = synthetic_png("solid", w, h, rgb=(i * 10 % 256, 80, 160))
         images = [ImagePart(data)] * (1 + i % 2)
-        layout = ExpectedLayout.from_summary(
-            hook("Describe this image in detail please.", images, MODEL) or {})
-        t = RequestTrace(f"tmpl-{i}", ROUTER, "smg", MODEL, 0.0, False,
-                         images=[ImageInfo("data", len(data), w, h,
-                                           {"smg_blake3": smg_identifier(data)})
-                                 for _ in images], expected_layout=layout, status=200)
-        t.prompt_tokens = layout.engine_prompt_tokens
+        t = RequestTrace(f"tmpl-{i}", ROUTER, "smg", MODEL, 0.0, False, status=200)
+        sink.describe(t, SentRequest("Describe this image in detail please.", images))
+        t.prompt_tokens = t.expected_layout.engine_prompt_tokens if t.expected_layout else None
         out.append(t)
     return out
 

@@ -24,10 +24,10 @@ from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.otlp_receiver import OtlpReceiver
 from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.collectors.router_state import RouterStateCollector
+from mmlens.collectors.trace_sink import TraceSink
 
 from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, engine_block_sets
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
-from mmlens.ingest import router_logs
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.ingest.kv_events import ResidentIndex
 from mmlens.ingest.lag import LagHistogram
@@ -38,7 +38,6 @@ from mmlens.records import (
     KVEvent,
     MetricSample,
     RequestTrace,
-    RoutingDecision,
     SpanRecord,
 )
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
@@ -47,7 +46,6 @@ from mmlens.store.sqlite import Store
 
 log = logging.getLogger("mmlens.collect")
 
-MAX_DECISIONS = 50_000
 LAG_WINDOW_S = 300.0
 
 
@@ -78,9 +76,7 @@ class CollectorRunner:
         self.promql = PromQLSource(prom) if prom is not None else None
         self.followers: dict[str, LogFollower | StreamFollower] = dict(log_streams or {})
         self.log_health: dict[str, CollectorHealth] = {}
-        self.decisions: dict[str, list[RoutingDecision]] = {}
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
-        self.pending_traces: list[tuple[float, RequestTrace]] = []
         self.discovery_health = CollectorHealth("discovery", "config")
         # Health rows are kept per collector process: two collectors on one store both show.
         self.instance = f"{socket.gethostname()}:{os.getpid()}"
@@ -89,7 +85,8 @@ class CollectorRunner:
         self.ticks = 0
         self.store_lag, self._lag_since = LagHistogram(), time.time()
         # Requests mmlens did not send: router logs, OTLP spans (and the tap, its own process).
-        self.observed = ObservedSink(self.store.add_traces, self.store.add_decisions)
+        self.traces = TraceSink(self.store.add_traces)
+        self.observed = ObservedSink(self.traces.record_all, self.store.add_decisions)
         self.otlp: OtlpReceiver | None = None
 
     # --- set-up ----------------------------------------------------------------------------
@@ -228,7 +225,6 @@ class CollectorRunner:
             self.store.set_meta("router_state", states)
 
         self._read_logs()
-        self._flush_traces(now)
         self.observed.flush()
         self._drain_kv(now)
         self.ticks += 1
@@ -300,33 +296,19 @@ class CollectorRunner:
             for d in found:
                 if d.ts is None:
                     d.ts = now
-                self.decisions.setdefault(d.request_id, []).append(d)
-            # Stored on their own too: traces the Lab, the warm-up or `mmlens check` write
-            # straight to the store meet their decisions when read.
+            # Stored on their own: every trace meets its decisions when read (the one join).
             self.store.add_decisions(found)
             self.observed.add(frags)
             h.ok(now)
             h.count("lines", len(lines))
             h.count("decisions", len(found))
-        if len(self.decisions) > MAX_DECISIONS:
-            for key in list(self.decisions)[: len(self.decisions) - MAX_DECISIONS]:
-                del self.decisions[key]
 
     def record_traces(self, traces: list[RequestTrace]) -> None:
-        """Traces wait one tick so log lines about them can be joined first."""
-        now = time.time()
-        self.pending_traces.extend((now, t) for t in traces)
-
-    def _flush_traces(self, now: float, hold_s: float = 1.0) -> None:
-        ready = [t for ts, t in self.pending_traces if now - ts >= hold_s]
-        self.pending_traces = [(ts, t) for ts, t in self.pending_traces if now - ts < hold_s]
-        if ready:
-            router_logs.join(ready, [d for ds in self.decisions.values() for d in ds])
-            self.store.add_traces(ready)
+        """Traces sent elsewhere in this process (``mmlens collect --workload``), stored now."""
+        self.traces.record_all(traces)
 
     def flush(self) -> None:
         self._read_logs()
-        self._flush_traces(time.time(), hold_s=0.0)
         self.observed.flush(force=True)
         self._drain_kv(time.time())
         self.store.set_health(self.all_health(), instance=self.instance)

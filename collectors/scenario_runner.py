@@ -8,7 +8,8 @@ from contextlib import ExitStack
 
 import httpx
 from mmlens.collectors.media_server import MediaServer
-from mmlens.collectors.traces import ImagePart, LayoutHook, TraceClient, solid_png
+from mmlens.collectors.trace_sink import TraceSink
+from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 
 from mmlens.analysis import scenarios as sc
 from mmlens.records import RequestTrace
@@ -18,10 +19,12 @@ Progress = Callable[[str, int, int], None]
 
 class ScenarioRunner:
     def __init__(self, client: httpx.Client, router_url: str, model: str, *,
-                 router_kind: str = "auto", layout_hook: LayoutHook | None = None,
+                 router_kind: str = "auto", sink: TraceSink | None = None,
                  worker_mode_router_url: str | None = None, api_key: str | None = None,
                  max_tokens: int = 4, progress: Progress | None = None) -> None:
-        self.tracer = TraceClient(client, layout_hook=layout_hook)
+        """``sink`` records every request's trace (with its expected layout; in the store
+        when it writes), before the scenario is judged."""
+        self.tracer = TraceClient(client, sink=sink)
         self.router_url = router_url
         self.model = model
         self.router_kind = router_kind
@@ -29,7 +32,6 @@ class ScenarioRunner:
         self.api_key = api_key
         self.max_tokens = max_tokens
         self.progress = progress
-        self.sent: list[RequestTrace] = []
 
     def parts(self, spec: sc.RequestSpec, media: MediaServer | None) -> list[ImagePart]:
         out = []
@@ -64,11 +66,10 @@ class ScenarioRunner:
                 # ImagePart with both bytes and URL: send the URL, keep the bytes for layout.
                 trace = self.tracer.send(url, self.model, spec.text, images,
                                          router_kind=self.router_kind,
-                                         max_tokens=self.max_tokens, api_key=self.api_key)
-                if spec.mode == "worker":
-                    trace.processing_mode = trace.processing_mode or "worker"
+                                         max_tokens=self.max_tokens, api_key=self.api_key,
+                                         processing_mode="worker" if spec.mode == "worker"
+                                         else None)
                 traces.append(trace)
-        self.sent.extend(traces)
         if self.progress:
             self.progress(f"{scenario.name}: done", len(scenario.requests),
                           len(scenario.requests))

@@ -8,99 +8,25 @@ when it is 0) means 0.
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
+from mmlens.collectors.trace_sink import SentRequest, TraceSink
 
 from mmlens.ingest.router_logs import cache_trace_decision
+from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
-from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
+from mmlens.records import RequestTrace, RoutingDecision
 
-LayoutHook = Callable[[str, Sequence["ImagePart"], str], dict[str, Any] | None]
-
-
-@dataclass(frozen=True, slots=True)
-class ImagePart:
-    """An image to send: raw bytes (sent as a data: URL) or an http(s) URL passed through."""
-
-    data: bytes | None = None
-    url: str | None = None
-    mime: str = "image/png"
-
-    def as_url(self) -> str:
-        if self.url is not None:
-            return self.url
-        assert self.data is not None
-        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode()}"
+__all__ = ["ImagePart", "TraceClient", "solid_png"]
 
 
 def solid_png(width: int, height: int, rgb: tuple[int, int, int] = (200, 30, 30)) -> bytes:
     return synthetic_png("solid", width, height, rgb=rgb)
-
-
-def _image_info(part: ImagePart) -> ImageInfo:
-    if part.data is None:
-        return ImageInfo("http", identities={"dynamo_mm_hash_url": _dynamo_hash(part.as_url())})
-    info = ImageInfo("data", byte_size=len(part.data))
-    try:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(part.data)) as img:
-            info.width, info.height = img.size
-    except Exception:  # unreadable bytes are still sent; the router will say what it thinks
-        pass
-    info.identities = _identities(part)
-    return info
-
-
-def _dynamo_hash(url: str) -> str:
-    import xxhash
-
-    return f"{xxhash.xxh3_64_intdigest(url.encode()):016x}"
-
-
-def _identities(part: ImagePart) -> dict[str, str]:
-    """Identity under each router's scheme, from the core's hashing module."""
-    out = {"dynamo_mm_hash_url": _dynamo_hash(part.as_url())}
-    try:
-        from mmlens.layout.hashing import smg_identifier
-
-        if part.data is not None:
-            out["smg_blake3"] = smg_identifier(part.data)
-    except ImportError:
-        pass
-    return out
-
-
-def model_layout_hook(model: str, block_size: int = 16) -> LayoutHook:
-    """Expected layout from the core (`mmlens.layout.modeldir.resolve_model`), for traces."""
-
-    def hook(text: str, images: Sequence[ImagePart], _model: str) -> dict[str, Any] | None:
-        from mmlens.layout.composition import ImageInput
-        from mmlens.layout.imageinfo import probe_image
-        from mmlens.layout.modeldir import resolve_model
-        from mmlens.layout.report import layout_summary
-
-        resolved = resolve_model(model)
-        inputs = []
-        for part in images:
-            if part.data is None:
-                return None  # the size of a URL image is unknown without fetching it
-            info = probe_image(part.data)
-            inputs.append(ImageInput(info.width, info.height, data=part.data,
-                                     url=part.as_url(), format=info.format))
-        parts: list[Any] = [*inputs, text]
-        layout = resolved.layout(parts, block_size=block_size)
-        return layout_summary(layout, resolved.family, inputs)
-
-    return hook
 
 
 def _error_code(resp: httpx.Response, body: Any) -> str | None:
@@ -119,11 +45,14 @@ def _error_code(resp: httpx.Response, body: Any) -> str | None:
 
 
 class TraceClient:
+    """Sends traced requests; each trace goes through ``sink`` (by default one that describes
+    the images and stores nothing)."""
+
     def __init__(self, client: httpx.Client, timeout_s: float = 60.0,
-                 layout_hook: LayoutHook | None = None) -> None:
+                 sink: TraceSink | None = None) -> None:
         self.client = client
         self.timeout = httpx.Timeout(timeout_s)
-        self.layout_hook = layout_hook
+        self.sink = sink or TraceSink()
 
     def build_body(self, model: str, text: str, images: Sequence[ImagePart], stream: bool,
                    max_tokens: int, router_kind: str) -> dict[str, Any]:
@@ -140,18 +69,13 @@ class TraceClient:
 
     def send(self, router_url: str, model: str, text: str, images: Sequence[ImagePart] = (),
              *, router_kind: str = "auto", stream: bool = False, max_tokens: int = 8,
-             request_id: str | None = None, api_key: str | None = None) -> RequestTrace:
+             request_id: str | None = None, api_key: str | None = None,
+             processing_mode: str | None = None) -> RequestTrace:
+        """``processing_mode``: the mode the target router is known to run in, when known."""
         rid = request_id or f"mmlens-{uuid.uuid4().hex[:16]}"
         trace = RequestTrace(request_id=rid, router=router_url, router_kind=router_kind,
                              model=model, ts=time.time(), stream=stream,
-                             images=[_image_info(im) for im in images])
-        if self.layout_hook is not None:
-            try:
-                summary = self.layout_hook(text, images, model)
-                if summary is not None:
-                    trace.expected_layout = ExpectedLayout.from_summary(summary)
-            except Exception as exc:  # a layout the core refuses is information, not a crash
-                trace.expected_layout = ExpectedLayout.failed(f"{type(exc).__name__}: {exc}")
+                             processing_mode=processing_mode)
         headers = {"x-request-id": rid, "content-type": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -172,7 +96,7 @@ class TraceClient:
             trace.error, trace.error_code = f"{type(exc).__name__}: {exc}", "unreachable"
         if trace.latency_s is None:
             trace.latency_s = time.perf_counter() - t0
-        return trace
+        return self.sink.record(trace, SentRequest(text, images))
 
     @staticmethod
     def _json(resp: httpx.Response) -> Any:

@@ -12,10 +12,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from mmlens.collectors.lab import LabSender
-from mmlens.collectors.traces import ImagePart
+from mmlens.collectors.sender import Sender
 
 from mmlens.config import read_ready_file
+from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 
 TEXT = "Describe this image in detail please."
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
     ready = read_ready_file(args.ready_file)
     model = ready["models"][0]
-    sender = LabSender(args.db)
+    sender = Sender(args.db)
     failures = 0
     try:
         for text, images, stream in workload():
@@ -49,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 [ImagePart(data) for data in images],
                                 router_kind=str(ready.get("router_kind", "smg")),
                                 layout_model=model.get("family") or model["id"],
-                                block_size=int(ready.get("block_size", 16)), stream=stream)
+                                block_size=int(ready.get("block_size", 16)), stream=stream,
+                                keep_text=True)  # mmlens' own fixed prompts, nobody's data
             failures += trace.error is not None
             time.sleep(args.delay)
     finally:

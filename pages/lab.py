@@ -3,8 +3,7 @@ router-mode and worker-mode prompt token counts of the same request."""
 
 import pandas as pd
 import streamlit as st
-from mmlens.collectors.lab import LabSender, run_scenario
-from mmlens.collectors.traces import ImagePart
+from mmlens.collectors.sender import Sender
 from mmlens.ui import shared
 
 from mmlens.analysis.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
@@ -12,6 +11,7 @@ from mmlens.analysis.scenarios import NAMES as SCENARIOS
 from mmlens.config import RouterTarget
 from mmlens.layout.families import get_family
 from mmlens.layout.imageinfo import parse_size
+from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 
 st.title("Lab")
@@ -22,8 +22,8 @@ path = r.path
 
 
 @st.cache_resource(show_spinner=False)
-def sender(db: str) -> LabSender:
-    return LabSender(db)
+def sender(db: str) -> Sender:
+    return Sender(db)
 
 
 def routers(targets: dict | None) -> list[dict]:
@@ -92,6 +92,11 @@ with shared.page_guard("Lab"):
     compare = s3.toggle("Compare across routers", key="lab_compare",
                         help="send the same request to every configured router, e.g. one in "
                              "router mode and one in worker mode")
+    keep_text = st.toggle(
+        "Store the prompt text", key="lab_keep_text",
+        help="off: the store keeps counts, spans, per-block content keys and image "
+             "identities, never the text; on: the inspector can also rebuild every view's "
+             "token ids and hashes")
     go = st.button("Send", type="primary", key="lab_send")
 
     if go and sequence.startswith("scenario:"):
@@ -101,8 +106,8 @@ with shared.page_guard("Lab"):
             bar.progress(min(1.0, done / max(total, 1)), text=what)
 
         others = [x["url"] for x in known if x["name"] != name]
-        result = run_scenario(
-            path, router["url"], model or "default", layout_model, sequence.split(":", 1)[1],
+        result = sender(path).run_scenario(
+            router["url"], model or "default", layout_model, sequence.split(":", 1)[1],
             router_kind=router["kind"], worker_mode_router_url=others[0] if others else None,
             progress=progress)
         bar.empty()
@@ -122,7 +127,8 @@ with shared.page_guard("Lab"):
             for label, step_text, step_parts in steps:
                 trace = sender(path).send(
                     rt.url, model or "default", step_text, step_parts, router_kind=rt.kind,
-                    layout_model=layout_model, stream=stream, api_key=rt.api_key())
+                    layout_model=layout_model, stream=stream, api_key=rt.api_key(),
+                    keep_text=keep_text)
                 results.append(result_row(label, tgt["name"], trace))
                 done += 1
                 bar.progress(done / total, text=f"{label} → {tgt['name']}")

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import httpx
 
 from mmlens.analysis import scenarios as sc
-from mmlens.collectors.lab import layout_hook_with_text
 from mmlens.collectors.scenario_runner import ScenarioRunner
+from mmlens.collectors.trace_sink import TraceSink, store_writer
 from mmlens.errors import LayoutError
 
 
@@ -94,8 +94,11 @@ def main(argv: Sequence[str]) -> int:
         if not args.json:
             print(f"  {what} ({done}/{total})", file=sys.stderr)
 
-    runner = ScenarioRunner(client, args.router, args.model, router_kind=args.kind,
-                            layout_hook=layout_hook_with_text(args.model_dir or args.model, block),
+    # Every request's trace goes through the sink (into the store with --db); the scenarios'
+    # prompts are mmlens' own, so their text is kept for the inspector's full rebuild.
+    sink = TraceSink(store_writer(args.db) if args.db else None,
+                     layout_model=args.model_dir or args.model, block_size=block, keep_text=True)
+    runner = ScenarioRunner(client, args.router, args.model, router_kind=args.kind, sink=sink,
                             worker_mode_router_url=args.worker_mode_router, api_key=api_key,
                             progress=progress)
     plans = {s.name: s for s in sc.build(ctx, salt)}
@@ -103,14 +106,6 @@ def main(argv: Sequence[str]) -> int:
     meta = {"router": args.router, "kind": args.kind, "model": args.model,
             "family": model.family.name, "block size": str(block), "salt": str(salt),
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if args.db:
-        from mmlens.store.sqlite import Store
-
-        store = Store(args.db)
-        try:
-            store.add_traces(runner.sent)
-        finally:
-            store.close()
     if args.report:
         from mmlens.figures.report_html import render
 

@@ -13,7 +13,8 @@ import httpx
 
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.runner import CollectorRunner
-from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.collectors.trace_sink import TraceSink
+from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.config import Config, ConfigError, load_config
 from mmlens.shard import ShardError, parse_shard
 from mmlens.store.sqlite import Store, StoreError
@@ -59,16 +60,15 @@ def run_workload(runner: CollectorRunner, client: httpx.Client, n: int, model: s
         states = runner.store.meta("router_state") or [runner.router_state.poll(router)]
         models = states[0].get("models") or [] if states else []
         model = models[0] if models else "default"
-    hook = model_layout_hook(layout_model) if layout_model else None
-    tracer = TraceClient(client, layout_hook=hook)
+    # The runner's store, written on this (the runner's) thread.
+    tracer = TraceClient(client, sink=TraceSink(runner.store.add_traces,
+                                                layout_model=layout_model))
     images = [solid_png(w, h, rgb) for w, h, rgb in _WORKLOAD_IMAGES]
-    traces = []
     for i in range(n):
         img = images[(i // 2) % len(images)]
-        traces.append(tracer.send(router.url, model, "Describe this image in detail please.",
-                                  [ImagePart(img)], router_kind=router.kind,
-                                  stream=i % 3 == 2, api_key=router.api_key()))
-    runner.record_traces(traces)
+        tracer.send(router.url, model, "Describe this image in detail please.",
+                    [ImagePart(img)], router_kind=router.kind, stream=i % 3 == 2,
+                    api_key=router.api_key())
 
 
 def main(argv: Sequence[str]) -> int:

@@ -18,11 +18,12 @@ from aiohttp import web
 
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.tap import MAX_RECORD_BODY, LayoutFn, Recorder, Tap
-from mmlens.collectors.traces import ImagePart, model_layout_hook
+from mmlens.collectors.trace_sink import TraceSink
 from mmlens.errors import ImageError
 from mmlens.ingest.tap_parse import RequestFacts
 from mmlens.layout.imageinfo import decode_data_url
-from mmlens.records import CollectorHealth, ExpectedLayout, RequestTrace
+from mmlens.layout.sent import describe_image
+from mmlens.records import CollectorHealth, LayoutPart, RequestTrace
 from mmlens.store.sqlite import Store, StoreError
 
 
@@ -43,7 +44,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
-    hook = model_layout_hook(layout_model)
+    sink = TraceSink(layout_model=layout_model)
 
     def fn(req: RequestFacts, t: RequestTrace) -> None:
         images = []
@@ -51,16 +52,16 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
             if not url.startswith("data:"):
                 return  # an http image's size is unknown without fetching it
             try:
-                images.append(ImagePart(data=decode_data_url(url)))
+                images.append(describe_image(url, decode_data_url(url)))
             except ImageError:
                 return
-        summary = hook(req.text, images, req.model or "")
-        if summary is None:
+        lay = sink.layout(req.text, images)
+        if lay is None:
             return
-        summary["parts"] = req.parts
+        lay.parts = [LayoutPart(**p) for p in req.parts]
         if store_text:
-            summary["text"] = req.text
-        t.expected_layout = ExpectedLayout.from_summary(summary)
+            lay.text = req.text
+        t.expected_layout = lay
 
     return fn
 
@@ -74,7 +75,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"mmlens tap: {exc}", file=sys.stderr)
         return 2
     health = CollectorHealth("tap", args.upstream)
-    sink = ObservedSink(store.add_traces, hold_s=0.0)
+    sink = ObservedSink(TraceSink(store.add_traces).record_all, hold_s=0.0)
 
     def write(batch: list[RequestTrace]) -> None:
         sink.add(batch)

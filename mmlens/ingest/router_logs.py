@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from mmlens.records import (
-    RequestTrace,
     RoutingCandidate,
     RoutingDecision,
     RoutingScore,
@@ -281,23 +280,3 @@ def request_keys(request_id: str, response_id: str | None) -> set[str]:
             keys.add(response_id.removeprefix("chatcmpl-"))
     keys.discard("")
     return keys
-
-
-def join(traces: Iterable[RequestTrace], decisions: Iterable[RoutingDecision]) -> int:
-    """Attach decisions to traces by request id (see ``request_keys``). Returns the number
-    attached."""
-    by_id: dict[str, list[RoutingDecision]] = {}
-    for d in decisions:
-        by_id.setdefault(d.request_id, []).append(d)
-    attached = 0
-    for t in traces:
-        keys = request_keys(t.request_id, t.response_id)
-        for key in sorted(keys):
-            for d in by_id.get(key, []):
-                if d not in t.predictions:
-                    t.predictions.append(d)
-                    attached += 1
-                    if d.expanded_tokens is not None and t.processing_mode is None:
-                        # SMG logs the expansion only when the router expanded the images.
-                        t.processing_mode = "router"
-    return attached

@@ -11,6 +11,7 @@ content chunk. Total over bad input: undecodable bodies leave fields unknown.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +19,8 @@ from typing import Any
 from mmlens.errors import ImageError
 from mmlens.ingest.observed import SOURCE_TAP, fragment, put
 from mmlens.ingest.router_logs import cache_trace_decision
-from mmlens.layout.hashing import dynamo_hash_hex, dynamo_mm_hash_url, smg_identifier
-from mmlens.layout.imageinfo import decode_data_url, probe_image
+from mmlens.layout.imageinfo import decode_data_url
+from mmlens.layout.sent import describe_image
 from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
 
 LABEL = SOURCE_TAP
@@ -40,23 +41,11 @@ class RequestFacts:
 
 
 def _image(url: str) -> ImageInfo:
-    if not url.startswith("data:"):
-        return ImageInfo("http", identities={
-            "dynamo_mm_hash_url": dynamo_hash_hex(dynamo_mm_hash_url(url))})
-    info = ImageInfo("data", identities={
-        "dynamo_mm_hash_url": dynamo_hash_hex(dynamo_mm_hash_url(url))})
-    try:
-        data = decode_data_url(url)
-    except ImageError:
-        return info
-    info.byte_size = len(data)
-    info.identities["smg_blake3"] = smg_identifier(data)
-    try:
-        probed = probe_image(data)
-        info.width, info.height = probed.width, probed.height
-    except ImageError:
-        pass
-    return info
+    data = None
+    if url.startswith("data:"):
+        with contextlib.suppress(ImageError):
+            data = decode_data_url(url)
+    return describe_image(url, data).info
 
 
 def _content_parts(messages: Any) -> list[tuple[str, Any]]:

@@ -4,6 +4,7 @@ gates when read — also when the log arrives after the trace."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -62,5 +63,37 @@ def test_followed_log_decisions_reach_traces_written_elsewhere(tmp_path: Path) -
         # The log's other request, which mmlens did not send, is an observed request.
         (other,) = (t for rid, t in traces.items() if rid != HIT)
         assert other["origin"] == "observed" and other["sources"] == ["router_log"]
+    finally:
+        reader.close()
+
+
+def test_decisions_are_joined_when_read_never_when_written(tmp_path: Path) -> None:
+    """The collector keeps no decisions in memory: a trace recorded after its log lines were
+    read is stored as sent, and meets them in the reader (the one join)."""
+    log, db = tmp_path / "smg.log", tmp_path / "mmlens.db"
+    log.write_text(capture("smg_1.13_cache_trace_log.jsonl"))
+    cfg = Config(routers=[RouterTarget("smg", "smg", "http://127.0.0.1:9", log_file=str(log),
+                                       discover_workers=False)])
+    store = Store(db)
+    runner = CollectorRunner(cfg, store, http=httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(503))))
+    try:
+        runner.setup()
+        runner.flush()  # the log's decisions are stored
+        runner.record_traces([RequestTrace(HIT, "http://127.0.0.1:9", "smg", "m", 2.0, False,
+                                           predictions=[RoutingDecision(
+                                               HIT, "smg", "header:x-smg-cache-trace")])])
+        (body,) = [b for (rid, b) in store.db.execute("SELECT request_id, body FROM traces")
+                   if rid == HIT]
+    finally:
+        runner.close()
+        store.close()
+    assert [p["source"] for p in json.loads(body)["predictions"]] == ["header:x-smg-cache-trace"]
+    reader = StoreReader(db)
+    try:
+        trace = reader.trace(HIT)
+        assert trace is not None
+        assert [p.source for p in trace.predictions] == ["header:x-smg-cache-trace",
+                                                          "log:cache_trace"]
     finally:
         reader.close()

@@ -6,6 +6,7 @@ import json
 
 import httpx
 import pytest
+from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 
 from tests.fixtures_path import capture
@@ -142,14 +143,18 @@ def test_unreachable_router() -> None:
     assert (t.error_code, t.status) == ("unreachable", None)
 
 
-def test_layout_hook_failure_is_recorded_not_raised() -> None:
+def test_a_layout_the_core_refuses_is_recorded_not_raised() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"id": "x"})
 
-    def hook(text, images, model):
-        raise ValueError("unknown family")
-
-    client = TraceClient(httpx.Client(transport=httpx.MockTransport(handler)), layout_hook=hook)
-    t = client.send("http://r", "m", "x")
-    assert t.expected_layout is not None
-    assert t.expected_layout.to_json() == {"error": "ValueError: unknown family"}
+    client = TraceClient(httpx.Client(transport=httpx.MockTransport(handler)),
+                         sink=TraceSink(layout_model="no-such-family"))
+    t = client.send("http://r", "m", "x", [ImagePart(solid_png(64, 64))])
+    assert t.status == 200 and t.images[0].width == 64
+    assert t.expected_layout is not None and not t.expected_layout.ok
+    assert t.expected_layout.to_json()["error"].startswith("UnknownFamilyError: ")
+    client.sink = TraceSink(layout_model="qwen3-vl")
+    broken = client.send("http://r", "m", "x", [ImagePart(b"\x89PNG not really")])
+    assert broken.images[0].byte_size == 15 and broken.images[0].width is None
+    assert broken.expected_layout is not None
+    assert broken.expected_layout.to_json()["error"].startswith("ImageError: ")

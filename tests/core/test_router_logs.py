@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from mmlens.ingest.router_logs import cache_trace_decision, join, parse_lines, request_keys
+from mmlens.ingest.router_logs import cache_trace_decision, parse_lines, request_keys
 from mmlens.records import RequestTrace
+from mmlens.store.decisions import attach
 from tests.fixtures_path import capture
 
 SMG_TREE = ('{"message":"Cache-aware selection","index":"tree","branch":"expected_wait_fallback",'
@@ -90,9 +91,9 @@ def test_join_by_request_or_response_id(key: str) -> None:
     if key == "response_id":
         trace.request_id, trace.response_id = "client-id", "demo-img-1"
     decisions = parse_lines([SMG_TREE, SMG_EVENT])
-    assert join([trace], decisions) == 1
+    assert attach([trace], decisions) == 1
     assert trace.predictions[0].branch == "expected_wait_fallback"
-    assert join([trace], decisions) == 0  # idempotent
+    assert attach([trace], decisions) == 0  # idempotent
 
 
 def _log_decisions() -> list:
@@ -180,4 +181,4 @@ def test_request_keys_match_smg_grpc_and_dynamo_response_ids() -> None:
     assert "chatcmpl-x" in request_keys("client", "chatcmpl-x-01a22b15-edec-7422-895a-88eedc0a936b")
     trace = RequestTrace("client", "http://r", "smg", "m", 0.0, False,
                          response_id="chatcmpl-abc-01a22b15-edec-7422-895a-88eedc0a936b")
-    assert join([trace], parse_lines([SMG_EVENT])) == 1
+    assert attach([trace], parse_lines([SMG_EVENT])) == 1

@@ -116,9 +116,13 @@ def test_a_part_layout_without_tokens_round_trips() -> None:
 def test_the_layout_summary_round_trips_through_the_record(family: str) -> None:
     """Every key ``layout_summary`` writes has a field: a key added there without one would be
     dropped from stored traces."""
-    from mmlens.collectors.traces import ImagePart, model_layout_hook, solid_png
+    from mmlens.layout.composition import ImageInput
+    from mmlens.layout.modeldir import resolve_model
+    from mmlens.layout.report import layout_summary
+    from mmlens.layout.synthetic_images import synthetic_png
 
-    red = solid_png(64, 64)
-    summary = model_layout_hook(family)("Describe this.", [ImagePart(red)], "m")
-    assert summary is not None
+    model = resolve_model(family)
+    red = ImageInput(64, 64, data=synthetic_png("solid", 64, 64), url="http://media/red.png")
+    summary = layout_summary(model.layout([red, "Describe this."], block_size=16),
+                             model.family, [red])
     assert ExpectedLayout.from_summary(summary).to_json() == summary

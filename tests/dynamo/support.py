@@ -20,8 +20,9 @@ from mmlens.demo.dynamo_cluster import (
     ports_needed,
 )
 
-from mmlens.ingest.router_logs import join, parse_lines
+from mmlens.ingest.router_logs import parse_lines
 from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.store.decisions import attach
 from tests.live_support import free_port_base, started, wait_until
 
 UNAVAILABLE = dynamo_available()
@@ -55,7 +56,7 @@ def decisions_for(cluster: DynamoCluster, trace: RequestTrace,
     def probe() -> list[RoutingDecision] | None:
         ds = frontend_decisions(cluster.frontend_log)
         trace.predictions = [p for p in trace.predictions if not p.source.startswith("log:")]
-        join([trace], ds)
+        attach([trace], ds)
         have = {p.source for p in trace.predictions}
         return trace.predictions if all(n in have for n in need) else None
 

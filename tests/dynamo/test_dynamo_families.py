@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.collectors.trace_sink import TraceSink
+from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.demo.dynamo_cluster import DynamoCluster
 
 from mmlens.ingest.dynamo_logs import model_mm_routing, support_for
@@ -45,7 +46,7 @@ def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
     with running_dynamo(family="kimi-k3", speed=0.2, log_dir=tmp_path / "logs",
                         model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
         assert "basetenkenizer" in cluster._frontend_cmd()
-        tc = TraceClient(http, layout_hook=model_layout_hook("kimi-k3", 16))
+        tc = TraceClient(http, sink=TraceSink(layout_model="kimi-k3", block_size=16))
         a = ImagePart(solid_png(640, 480, (200, 30, 30)))
         b = ImagePart(solid_png(640, 480, (30, 30, 200)))
         before = applied_stored(cluster)
@@ -82,7 +83,7 @@ def test_kimi_k3_exact_routing_and_abab_affinity(tmp_path: Any) -> None:
 def test_glm_falls_back_to_text_prefix_with_reasons(tmp_path: Any) -> None:
     with running_dynamo(family="glm-5.3-flash", log_dir=tmp_path / "logs",
                         model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
-        tc = TraceClient(http, layout_hook=model_layout_hook("glm-5.3-flash", 16))
+        tc = TraceClient(http, sink=TraceSink(layout_model="glm-5.3-flash", block_size=16))
         img = ImagePart(solid_png(640, 480, (5, 150, 5)))
         t = _send(cluster, tc, img, "glm-1", need=("log:routing_best", "log:mm_fallback"))
         verdict = _verdict(cluster)

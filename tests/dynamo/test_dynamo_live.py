@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 from mmlens.collectors.metrics_scrape import MetricsScraper
-from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.collectors.trace_sink import TraceSink
+from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.demo.dynamo_cluster import DynamoCluster
 
 from mmlens.ingest.metrics_normalize import detect_flavors, normalize_samples
@@ -75,7 +76,7 @@ def client(cluster: DynamoCluster, raw_bodies: dict[str, dict[str, Any]]) -> Any
                 raw_bodies[rid] = {"undecodable": resp.text[:200]}
 
     with httpx.Client(event_hooks={"response": [keep]}) as http:
-        yield TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", BLOCK))
+        yield TraceClient(http, sink=TraceSink(layout_model="qwen3-vl", block_size=BLOCK))
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +284,7 @@ def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_pa
 
         before, batches_before = applied_stored(cluster), batches()
         with httpx.Client() as http:
-            tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", BLOCK))
+            tc = TraceClient(http, sink=TraceSink(layout_model="qwen3-vl", block_size=BLOCK))
             img = ImagePart(solid_png(1024, 768, (33, 66, 99)))
             traces = [send(cluster, tc, [img], f"collect-{i}") for i in range(2)]
         wait_router_indexed(cluster, before)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mmlens.ingest.router_logs import join, parse_lines
+from mmlens.ingest.router_logs import parse_lines
 from mmlens.records import RequestTrace
+from mmlens.store.decisions import attach
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "dynamo_frontend_1.6.1.jsonl"
 WARM = "ed314030-ae5c-443e-b530-eb1d0b904e9f"  # x-request-id aff-A-2
@@ -35,7 +36,7 @@ def test_every_line_parses() -> None:
 
 def test_warm_request_joins_by_x_request_id_and_internal_id() -> None:
     trace = _trace("aff-A-2", WARM)
-    join([trace], parse_lines(FIXTURE.read_text().splitlines()))
+    attach([trace], parse_lines(FIXTURE.read_text().splitlines()))
     by = {p.source: p for p in trace.predictions}
     best = by["log:routing_best"]
     assert (best.overlap_blocks, best.request_blocks) == (19, 20)
@@ -48,7 +49,7 @@ def test_warm_request_joins_by_x_request_id_and_internal_id() -> None:
 
 def test_failed_dims_fallback_keeps_its_reason() -> None:
     trace = _trace("url-plain", PLAIN)
-    join([trace], parse_lines(FIXTURE.read_text().splitlines()))
+    attach([trace], parse_lines(FIXTURE.read_text().splitlines()))
     fallback = [p for p in trace.predictions if p.source == "log:mm_fallback"]
     assert len(fallback) == 1
     (warning,) = fallback[0].warnings

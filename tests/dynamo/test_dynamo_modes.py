@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from mmlens.collectors.traces import ImagePart, TraceClient, model_layout_hook, solid_png
+from mmlens.collectors.trace_sink import TraceSink
+from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.demo.dynamo_cluster import DynamoCluster
 
 from mmlens.records import RequestTrace
@@ -45,7 +46,7 @@ def _best(t: RequestTrace) -> tuple[int | None, int | None]:
 def test_approximate_mode_predicts_whole_blocks(tmp_path: Any) -> None:
     with running_dynamo(workers=1, router_kv_events=False, log_dir=tmp_path / "logs",
                         model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
-        tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", 16))
+        tc = TraceClient(http, sink=TraceSink(layout_model="qwen3-vl", block_size=16))
         img = ImagePart(solid_png(640, 480, (120, 10, 10)))
         before = applied_stored(cluster)
         first = _send(cluster, tc, img, "approx-1")
@@ -70,7 +71,7 @@ def test_engine_count_drift_is_visible(tmp_path: Any) -> None:
     text = TEXT + " Name every object, its colour, its position and anything unusual you see."
     with running_dynamo(workers=1, count_drift=[3], log_dir=tmp_path / "logs",
                         model_cache=tmp_path / "models") as cluster, httpx.Client() as http:
-        tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", 16))
+        tc = TraceClient(http, sink=TraceSink(layout_model="qwen3-vl", block_size=16))
         img = ImagePart(solid_png(640, 480, (10, 10, 120)))
         before = applied_stored(cluster)
         cold = _send(cluster, tc, img, "drift-1", text)
@@ -100,7 +101,7 @@ def test_vllm_zmq_events_normalized_by_dynamo(tmp_path: Any, legacy: bool) -> No
     with running_dynamo(workers=1, kv_path="vllm-zmq", zmq_legacy_encoding=legacy,
                         log_dir=tmp_path / "logs", model_cache=tmp_path / "models",
                         ) as cluster, httpx.Client() as http:
-        tc = TraceClient(http, layout_hook=model_layout_hook("qwen3-vl", 16))
+        tc = TraceClient(http, sink=TraceSink(layout_model="qwen3-vl", block_size=16))
         img = ImagePart(solid_png(640, 480, (60, 60, 160)))
         before = applied_stored(cluster)
         _send(cluster, tc, img, "zmq-1")

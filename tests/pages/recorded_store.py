@@ -7,16 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmlens.collectors.lab import layout_hook_with_text
+from mmlens.collectors.trace_sink import SentRequest, TraceSink
 from mmlens.collectors.traces import ImagePart, solid_png
 
-from mmlens.layout.hashing import dynamo_mm_hash_url, smg_identifier
-from mmlens.layout.imageinfo import probe_image
 from mmlens.records import (
     BlockStored,
     CollectorHealth,
-    ExpectedLayout,
-    ImageInfo,
     ImageRef,
     MetricSample,
     RequestTrace,
@@ -49,19 +45,13 @@ class Recorded:
 def _trace(rid: str, ts: float, images: list[bytes], worker: str | None, *, cached: int,
            overlap_blocks: int | None, drift: int = 0, text: str = TEXT,
            error_code: str | None = None) -> RequestTrace:
-    hook = layout_hook_with_text("qwen3-vl")
-    parts = [ImagePart(data) for data in images]
-    summary = hook(text, parts, MODEL)
-    assert summary is not None
-    layout = ExpectedLayout.from_summary(summary)
-    infos = []
-    for data in images:
-        size = probe_image(data)
-        infos.append(ImageInfo("data", len(data), size.width, size.height, identities={
-            "smg_blake3": smg_identifier(data),
-            "dynamo_mm_hash_url": f"{dynamo_mm_hash_url(ImagePart(data).as_url()):016x}"}))
     t = RequestTrace(request_id=rid, router=ROUTER, router_kind="smg", model=MODEL, ts=ts,
-                     stream=False, images=infos, expected_layout=layout)
+                     stream=False)
+    # As the Lab's sender records it when the prompt text is kept (full rebuild).
+    TraceSink(layout_model="qwen3-vl", keep_text=True).describe(
+        t, SentRequest(text, [ImagePart(data) for data in images]))
+    layout = t.expected_layout
+    assert layout is not None
     if error_code:
         t.status, t.error, t.error_code = 503, "no worker can process media refs", error_code
         return t
