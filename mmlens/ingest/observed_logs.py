@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import (
     SOURCE_LOG,
     alias,
@@ -40,18 +41,6 @@ _MODEL_IN = re.compile(r"request for model: ([^,\s]+)")
 _ROUTING_BEST = re.compile(r"\[ROUTING\]\s*Best:\s*worker_(\d+)")
 
 
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float(v: Any) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def parse_ts(v: Any) -> float | None:
@@ -86,8 +75,8 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
         put(t, "worker", obj.get("worker"), label)
         put(t, "model", obj.get("model_id"), label)
     elif msg == "finished processing request":
-        put(t, "status", _int(span.get("status_code")), label)
-        lat = _float(span.get("latency"))
+        put(t, "status", as_int(span.get("status_code")), label)
+        lat = as_float(span.get("latency"))
         put(t, "latency_s", None if lat is None else lat / 1e6, label)
     elif msg == "Fetched images for multimodal processing":
         sizes = _IMAGE_SIZE.findall(str(obj.get("item_sizes", "")))
@@ -95,14 +84,14 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
         if t.images:
             t.provenance["images"] = label
     elif msg == "Multimodal preprocessing complete":
-        tokens = _int(obj.get("total_tokens"))
-        if tokens is not None and _int(obj.get("item_count")) == 1:
+        tokens = as_int(obj.get("total_tokens"))
+        if tokens is not None and as_int(obj.get("item_count")) == 1:
             t.images = [ImageInfo("data", tokens=tokens)]
             t.provenance["images"] = label
     elif msg.startswith("smg_mm_timing process_multimodal_plan") or msg == \
             "Token expansion complete":
         put(t, "processing_mode", "router", label)
-        put(t, "rendered_tokens", _int(obj.get("original_tokens", obj.get("original_len"))),
+        put(t, "rendered_tokens", as_int(obj.get("original_tokens", obj.get("original_len"))),
             label)
     elif (m := _COMPLETED.match(msg)) is not None:
         alias(t, m.group(1))
@@ -135,9 +124,9 @@ def dynamo_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
     elif msg in ("http response sent", "request completed"):
         _dynamo_outcome(t, obj, label)
     elif msg == "image-token count":
-        mm = _int(obj.get("mm_hash"))
-        t.images = [ImageInfo("data", width=_int(obj.get("width")),
-                              height=_int(obj.get("height")), tokens=_int(obj.get("tokens")),
+        mm = as_int(obj.get("mm_hash"))
+        t.images = [ImageInfo("data", width=as_int(obj.get("width")),
+                              height=as_int(obj.get("height")), tokens=as_int(obj.get("tokens")),
                               identities={} if mm is None else {"dynamo_mm_hash": f"{mm:016x}"})]
         t.provenance["images"] = label + ":append"
     elif msg == "Selected worker":
@@ -151,18 +140,18 @@ def dynamo_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
 
 def _dynamo_outcome(t: RequestTrace, obj: dict[str, Any], label: str) -> None:
     put(t, "model", obj.get("model"), label)
-    status = _int(obj.get("status"))
+    status = as_int(obj.get("status"))
     if status is None and obj.get("status") == "success":
         status = 200
     put(t, "status", status, label)
-    ms = _float(obj.get("latency_ms", obj.get("elapsed_ms")))
+    ms = as_float(obj.get("latency_ms", obj.get("elapsed_ms")))
     put(t, "latency_s", None if ms is None else ms / 1000.0, label)
-    ttft = _float(obj.get("ttft_ms"))
+    ttft = as_float(obj.get("ttft_ms"))
     put(t, "ttft_s", None if ttft is None else ttft / 1000.0, label)
     worker = obj.get("decode_worker_id") or obj.get("prefill_worker_id")
     put(t, "worker", None if worker is None else str(worker), label)
-    put(t, "completion_tokens", _int(obj.get("output_tokens")), label)
-    put(t, "rendered_tokens", _int(obj.get("input_tokens")), label)
+    put(t, "completion_tokens", as_int(obj.get("output_tokens")), label)
+    put(t, "rendered_tokens", as_int(obj.get("input_tokens")), label)
 
 
 def fragment_of(obj: dict[str, Any], source: str = SOURCE_LOG,

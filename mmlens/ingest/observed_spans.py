@@ -21,8 +21,8 @@ What each real exporter sends (captures in tests/fixtures/captures/, see its REA
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import SOURCE_OTLP, fragment, is_request_path, put
 from mmlens.ingest.observed_logs import dynamo_fragment
 from mmlens.ingest.router_logs import decision_from
@@ -32,18 +32,6 @@ CACHED_ATTRS = ("gen_ai.usage.cached_tokens", "gen_ai.usage.cache_read.input_tok
                 "gen_ai.usage.cache_read_input_tokens")
 
 
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float(v: Any) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def _base(sp: SpanRecord, rid: str, kind: str) -> RequestTrace:
@@ -58,8 +46,8 @@ def _smg_http(sp: SpanRecord) -> RequestTrace | None:
         return None
     t = _base(sp, str(a["request_id"]), "smg")
     label = "otlp:smg.http_request"
-    put(t, "status", _int(a.get("status_code")), label)
-    lat = _float(a.get("latency"))
+    put(t, "status", as_int(a.get("status_code")), label)
+    lat = as_float(a.get("latency"))
     put(t, "latency_s", (sp.end_ns - sp.start_ns) / 1e9 if lat is None else lat / 1e6, label)
     return t
 
@@ -81,12 +69,12 @@ def _dynamo_http(sp: SpanRecord) -> RequestTrace | None:
     label = "otlp:dynamo.http-request"
     put(t, "model", a.get("model"), label)
     put(t, "latency_s", (sp.end_ns - sp.start_ns) / 1e9, label)
-    ttft = _float(a.get("ttft_ms"))
+    ttft = as_float(a.get("ttft_ms"))
     put(t, "ttft_s", None if ttft is None else ttft / 1000.0, label)
     worker = a.get("decode_worker_id") or a.get("prefill_worker_id")
     put(t, "worker", None if worker is None else str(worker), label)
-    put(t, "completion_tokens", _int(a.get("output_tokens")), label)
-    put(t, "rendered_tokens", _int(a.get("input_tokens")), label)
+    put(t, "completion_tokens", as_int(a.get("output_tokens")), label)
+    put(t, "rendered_tokens", as_int(a.get("input_tokens")), label)
     if a.get("request.outcome") == "success" or sp.status_code == 1:
         put(t, "status", 200, label)
     for ev in sp.events:
@@ -106,11 +94,11 @@ def _llm_request(sp: SpanRecord) -> RequestTrace | None:
     t = _base(sp, str(rid), "auto")
     label = "otlp:llm_request"
     put(t, "model", a.get("gen_ai.response.model"), label)
-    put(t, "prompt_tokens", _int(a.get("gen_ai.usage.prompt_tokens")), label)
-    put(t, "completion_tokens", _int(a.get("gen_ai.usage.completion_tokens")), label)
+    put(t, "prompt_tokens", as_int(a.get("gen_ai.usage.prompt_tokens")), label)
+    put(t, "completion_tokens", as_int(a.get("gen_ai.usage.completion_tokens")), label)
     cached = next((a[k] for k in CACHED_ATTRS if k in a), None)
-    put(t, "cached_tokens", _int(cached), label)
-    put(t, "ttft_s", _float(a.get("gen_ai.latency.time_to_first_token")), label)
+    put(t, "cached_tokens", as_int(cached), label)
+    put(t, "ttft_s", as_float(a.get("gen_ai.latency.time_to_first_token")), label)
     instance = sp.resource.get("service.instance.id")
     put(t, "worker", None if instance is None else str(instance), "otlp:resource")
     return t

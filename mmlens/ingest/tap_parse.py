@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmlens.errors import ImageError
+from mmlens.ingest.numbers import as_int
 from mmlens.ingest.observed import SOURCE_TAP, fragment, put
 from mmlens.ingest.router_logs import cache_trace_decision
 from mmlens.layout.imageinfo import decode_data_url
@@ -134,11 +135,11 @@ class ResponseFacts:
             self.response_id = self.response_id or obj["id"]
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            self.prompt_tokens = _int(usage.get("prompt_tokens"))
-            self.completion_tokens = _int(usage.get("completion_tokens"))
+            self.prompt_tokens = as_int(usage.get("prompt_tokens"))
+            self.completion_tokens = as_int(usage.get("completion_tokens"))
             details = usage.get("prompt_tokens_details")
             cached = details.get("cached_tokens") if isinstance(details, dict) else None
-            self.cached_tokens = _int(cached) or 0  # absent: SMG omits it when 0
+            self.cached_tokens = as_int(cached) or 0  # absent: SMG omits it when 0
         nvext = obj.get("nvext")
         if isinstance(nvext, dict):
             self.router_kind = "dynamo"
@@ -146,18 +147,12 @@ class ResponseFacts:
         if isinstance(wid, dict):
             worker = wid.get("decode_worker_id", wid.get("prefill_worker_id"))
             self.worker = str(worker) if worker is not None else self.worker
-            self.dp_rank = _int(wid.get("decode_dp_rank", wid.get("prefill_dp_rank")))
+            self.dp_rank = as_int(wid.get("decode_dp_rank", wid.get("prefill_dp_rank")))
         err = obj.get("error")
         if isinstance(err, dict):
             self.error = str(err.get("message") or "")[:300]
             self.error_code = self.error_code or str(err.get("code") or err.get("type") or "")
 
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def first_content(obj: Any) -> bool:
