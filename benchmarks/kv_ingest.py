@@ -123,7 +123,8 @@ def bench_memory(n_blocks: int) -> None:
     base = rss_mb()
     tracemalloc.start()
     index = ResidentIndex()
-    tokens: list[int] = []  # the index keeps hashes and parents, never token ids
+    # The index keeps hashes and content states, never token ids.
+    tokens = [rng.randrange(151000) for _ in range(32 * BLOCK)]
     done = 0
     parent: int | None = None
     while done < n_blocks:
@@ -133,7 +134,7 @@ def bench_memory(n_blocks: int) -> None:
         if done % 128 == 0:  # a quarter of the events carry one image over all their blocks
             ident = f"{rng.getrandbits(256):064x}"
             images = [(ImageRef(ident, 4 - 16 * i),) for i in range(n)]
-        index.apply([BlockStored("w0", 0, 0, 0.0, hashes, parent, tokens, BLOCK,
+        index.apply([BlockStored("w0", 0, 0, 0.0, hashes, parent, tokens[:n * BLOCK], BLOCK,
                                  images=images)])
         parent = hashes[-1]
         done += n

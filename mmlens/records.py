@@ -76,6 +76,10 @@ class BlockStored:
     images: list[tuple[ImageRef, ...] | None] | None = None
     idx: int = 0  # position in its batch: with (worker, rank, seq, ts) the event's store key
     kind: Literal["stored"] = "stored"
+    # Set by the resident index: per block, the content key (``mmlens.layout.content_keys``)
+    # and the shape key; None when the parent block's content is unknown.
+    keys: list[int] | None = None
+    shapes: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -88,6 +92,7 @@ class BlockRemoved:
     medium: str | None = None
     idx: int = 0
     kind: Literal["removed"] = "removed"
+    keys: list[int] | None = None  # content keys of the removed blocks known to the index
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from mmlens.layout.content_keys import event_chain, state_key
 from mmlens.records import (
     AllBlocksCleared,
     BlockHash,
@@ -296,9 +297,13 @@ class SequenceTracker:
 
 @dataclass(slots=True)
 class WorkerResidency:
-    """Blocks a worker (one DP rank) currently holds, from its stored/removed events."""
+    """Blocks a worker (one DP rank) currently holds, from its stored/removed events.
 
-    blocks: dict[BlockHash, BlockHash | None] = field(default_factory=dict)
+    ``blocks`` maps each resident block hash to its content state: shape | identity << 64
+    (``mmlens.layout.content_keys``), or None when its chain reaches a block never seen.
+    """
+
+    blocks: dict[BlockHash, int | None] = field(default_factory=dict)
     block_images: dict[BlockHash, tuple[str, ...]] = field(default_factory=dict)
     image_blocks: dict[str, int] = field(default_factory=dict)
     stored: int = 0
@@ -332,7 +337,7 @@ class ResidentIndex:
             if ev.kind == "stored":
                 self._store(res, ev)  # type: ignore[arg-type]
             elif ev.kind == "removed":
-                self._remove(res, ev.block_hashes)  # type: ignore[union-attr]
+                self._remove(res, ev)  # type: ignore[arg-type]
             else:
                 res.clears += 1
                 res.reset()
@@ -348,10 +353,13 @@ class ResidentIndex:
         if not hashes:
             return
         blocks = res.blocks
-        # Parent of block i is block i-1; the first block's is the event's parent.
-        parents = [ev.parent]
-        parents += hashes[:-1]
-        blocks.update(zip(hashes, parents, strict=True))
+        state = 0 if ev.parent is None else blocks.get(ev.parent)
+        if state is None or len(ev.token_ids) < len(hashes) * ev.block_size:
+            blocks.update(dict.fromkeys(hashes))  # content unknown: not matchable
+        else:
+            states, shapes, keys = event_chain(state, ev.token_ids, ev.block_size, ev.images)
+            blocks.update(zip(hashes, states, strict=False))
+            ev.keys, ev.shapes = keys[:len(hashes)], shapes[:len(hashes)]
         res.stored += len(hashes)
         if ev.images:
             block_images, image_blocks = res.block_images, res.image_blocks
@@ -365,13 +373,17 @@ class ResidentIndex:
                     image_blocks[ident] = image_blocks.get(ident, 0) + 1
 
     @staticmethod
-    def _remove(res: WorkerResidency, hashes: list[BlockHash]) -> None:
+    def _remove(res: WorkerResidency, ev: BlockRemoved) -> None:
         blocks, block_images = res.blocks, res.block_images
-        for h in hashes:
-            if blocks.pop(h, _MISSING) is _MISSING:
+        keys: list[int] = []
+        for h in ev.block_hashes:
+            state = blocks.pop(h, _MISSING)
+            if state is _MISSING:
                 res.removed_unknown += 1
                 continue
             res.removed += 1
+            if state is not None:
+                keys.append(state_key(state))
             if block_images:
                 ids = block_images.pop(h, None)
                 if ids:
@@ -381,6 +393,7 @@ class ResidentIndex:
                             res.image_blocks[ident] = left
                         else:
                             res.image_blocks.pop(ident, None)
+        ev.keys = keys
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per ``worker#rank``: resident blocks, blocks per image and event counters."""

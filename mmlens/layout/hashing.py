@@ -23,6 +23,7 @@ from blake3 import blake3
 
 from mmlens.errors import LayoutError
 from mmlens.layout.composition import Layout, SpanKind, View
+from mmlens.layout.content_keys import block_images
 
 XXH3_SEED = 1337
 PAD_SHIFT = 1_000_000
@@ -131,36 +132,9 @@ def vllm_extra_keys(view: View, identifiers: Sequence[str], block_size: int) -> 
     """
     if len(identifiers) and not view.spans:
         raise LayoutError("view has no spans")
-    ranges: dict[int, list[int]] = {}
-    for span in view.spans:
-        if span.kind is SpanKind.IMAGE and span.image_index is not None:
-            ranges.setdefault(span.image_index, [span.start, span.end])
-            ranges[span.image_index][1] = span.end
-    if len(ranges) != len(identifiers):
-        raise LayoutError(f"{len(identifiers)} identifier(s) for {len(ranges)} image(s)")
-    keys: list[ExtraKeys] = []
-    for start in range(0, len(view.token_ids) // block_size * block_size, block_size):
-        end = start + block_size
-        entries = tuple((identifiers[idx], a - start) for idx, (a, b) in sorted(ranges.items(),
-                        key=lambda kv: kv[1][0]) if a < end and b > start)
-        keys.append(entries or None)
-    return keys
-
-
-def content_block_keys(view: View, identities: Sequence[str], block_size: int) -> list[str]:
-    """Chained per-block keys over token ids and the identities of images in the block, as
-    an engine that keys image blocks by content sees them: equal keys up to block k mean
-    a cache holding the first request could serve the second's first k blocks."""
-    keys: list[str] = []
-    parent = 0
-    extra = vllm_extra_keys(view, identities, block_size)
-    ids = view.token_ids
-    for i, entries in enumerate(extra):
-        h = xxhash.xxh3_64()
-        h.update(parent.to_bytes(8, "little"))
-        h.update(np.asarray(ids[i * block_size:(i + 1) * block_size], dtype="<u4").tobytes())
-        for ident, offset in entries or ():
-            h.update(f"{ident}@{offset}".encode())
-        parent = h.intdigest()
-        keys.append(f"{parent:016x}")
-    return keys
+    per_block = block_images(view, block_size)
+    n_images = len({s.image_index for s in view.spans
+                    if s.kind is SpanKind.IMAGE and s.image_index is not None})
+    if n_images != len(identifiers):
+        raise LayoutError(f"{len(identifiers)} identifier(s) for {n_images} image(s)")
+    return [tuple((identifiers[idx], off) for idx, off in imgs) or None for imgs in per_block]

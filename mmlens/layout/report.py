@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mmlens.layout.composition import ImageInput, Layout
+from mmlens.layout.content_keys import layout_shapes
 from mmlens.layout.families import Family
 from mmlens.layout.hashing import (
-    content_block_keys,
     dynamo_mm_hash_url,
     dynamo_routing,
     smg_identifier,
@@ -48,8 +48,8 @@ def layout_summary(layout: Layout, family: Family, images: Sequence[ImageInput])
         "images": [
             {"width": im.width, "height": im.height, "tokens": im.tokens,
              "expanded_length": im.expanded_length, "engine_tokens": im.engine_tokens,
-             "identity": image_identity(src, family.name)}
-            for im, src in zip(layout.images, images, strict=True)
+             "identity": image_identity(src, family.name) | {"content": content_identity(src, n)}}
+            for n, (im, src) in enumerate(zip(layout.images, images, strict=True))
         ],
         "anchor_view": {"token_count": len(layout.anchor)},
         "router_view": {"token_count": len(layout.router), "full_blocks": full_blocks,
@@ -68,8 +68,13 @@ def layout_summary(layout: Layout, family: Family, images: Sequence[ImageInput])
                        "exact_mm_routing": family.dynamo_prompt_kind is not None},
         },
     }
-    summary["block_keys"] = content_block_keys(
-        layout.engine, [content_identity(i, n) for n, i in enumerate(images)], layout.block_size)
+    shapes = layout_shapes(layout.engine, layout.block_size)
+    summary["block_keys"] = [f"{k:016x}" for k in shapes.keys(
+        [content_identity(i, n) for n, i in enumerate(images)])]
+    # What the keys under another naming of the images need (an engine's identifiers).
+    summary["block_shapes"] = [f"{k:016x}" for k in shapes.shapes]
+    summary["block_images"] = [[b, [list(x) for x in imgs]]
+                               for b, imgs in enumerate(shapes.images) if imgs]
     hashes = [image_identity(i, family.name)["dynamo_mm_hash"] for i in images]
     if family.dynamo_prompt_kind is not None and all(h is not None for h in hashes):
         routing = dynamo_routing(layout, hashes)

@@ -244,12 +244,18 @@ def test_resident_index_parents_images_and_removal() -> None:
     idx.apply([_stored([1, 2, 3], images=[(a,), (a,), None]), _stored([4], parent=3,
                                                                       images=[(a, b)])])
     res = idx.residency("w", 0)
-    assert res.blocks == {1: None, 2: 1, 3: 2, 4: 3}
+    assert set(res.blocks) == {1, 2, 3, 4}
+    # The second event continues the first one's content chain; an unknown parent cannot.
+    assert None not in res.blocks.values()
+    orphan = _stored([5], parent=77)
+    idx.apply([orphan])
+    assert res.blocks[5] is None and orphan.keys is None
+    idx.apply([BlockRemoved("w", 0, 1, 0.0, [5])])
     assert res.image_blocks == {a.identifier: 3, b.identifier: 1}
     idx.apply([BlockRemoved("w", 0, 1, 0.0, [2, 4, 99])])
     assert set(res.blocks) == {1, 3}
     assert res.image_blocks == {a.identifier: 1}
-    assert (res.removed, res.removed_unknown) == (2, 1)
+    assert (res.removed, res.removed_unknown) == (3, 1)
     idx.apply([_stored([7], worker="w", rank=1)])
     idx.apply([AllBlocksCleared("w", 0, 2, 0.0)])
     summary = idx.summary()

@@ -1,0 +1,118 @@
+"""Replays KV events and answers, per request, what each worker held when the router chose.
+
+Feed it KV events in arrival order (``apply``: keys and image refs computed by the resident
+index at ingest), then evaluate each request once its service is over (``evaluate``): the
+index rewinds to the decision time, the chosen worker's blocks are followed to prefill, and
+the request's images are named as the engine names them (learned from what it stored).
+
+Without KV events (``mmlens check`` against a router alone), ``served`` makes each earlier
+request's blocks resident on its worker: what the request history says could be cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from mmlens.analysis.availability.attribution import Availability, attribute
+from mmlens.analysis.availability.facts import RequestFacts, unit_label
+from mmlens.analysis.availability.identity import EngineIdentities
+from mmlens.analysis.availability.index import ResidentKeys
+from mmlens.records import BlockRemoved, BlockStored, KVEvent
+
+LEARN_SLACK_S = 2.0  # after a request's end: the engine's publish delay and clock offset
+CLOCK_SLACK_S = 0.5  # before its decision: engine and client clock offset
+
+
+class AvailabilityTracker:
+    def __init__(self, horizon_s: float = 900.0) -> None:
+        self.index = ResidentKeys(horizon_s)
+        self.identities = EngineIdentities(horizon_s)
+        self.from_history = False
+
+    def apply(self, events: Iterable[KVEvent]) -> None:
+        index = self.index
+        for ev in events:
+            unit = unit_label(ev.worker, ev.rank)
+            if isinstance(ev, BlockStored):
+                if ev.keys:
+                    index.add(ev.ts, unit, ev.keys)
+                if ev.images and ev.shapes and ev.keys:
+                    self.identities.stored(ev.ts, unit, ev.shapes, ev.keys, ev.images)
+            elif isinstance(ev, BlockRemoved):
+                if ev.keys:
+                    index.remove(ev.ts, unit, ev.keys)
+            else:
+                index.clear(ev.ts, unit)
+
+    def served(self, facts: RequestFacts) -> None:
+        """The history model: a served request leaves its full blocks on its worker."""
+        self.from_history = True
+        if facts.unit and not facts.failed:
+            self.index.add(facts.prefill_ts, facts.unit, facts.content_keys)
+
+    def key_lists(self, facts: RequestFacts) -> list[tuple[tuple[str, ...], Sequence[int]]]:
+        """The request's content keys under each naming of its images worth trying."""
+        lists: list[tuple[tuple[str, ...], Sequence[int]]] = [
+            (facts.content_ids, facts.content_keys)]
+        if facts.shapes is not None and facts.content_ids and not self.from_history:
+            for naming in self.identities.namings(facts.content_ids)[1:]:
+                lists.append((naming, facts.shapes.keys(naming)))
+        return lists
+
+    def evaluate(self, facts: RequestFacts) -> Availability:
+        unit = facts.unit
+        if facts.shapes is not None and unit and facts.content_ids:
+            # A request stores only blocks its worker did not hold when it was routed.
+            def held_before(key: int) -> bool:
+                return bool(self.index.overlaps([key], facts.ts, units=(unit,)))
+
+            self.identities.learn(unit, facts.ts - CLOCK_SLACK_S, facts.done_ts + LEARN_SLACK_S,
+                                  facts.shapes, facts.content_ids, held_before)
+        overlaps: dict[str, int] = {}
+        prefill = 0
+        for naming, keys in self.key_lists(facts):
+            found = self.index.overlaps(keys, facts.ts)
+            for u, n in found.items():
+                overlaps[u] = max(n, overlaps.get(u, 0))
+            if facts.unit:
+                prefill = max(prefill, self.index.held_through(
+                    keys, facts.unit, facts.ts, facts.prefill_ts))
+            if found and facts.shapes is not None:
+                self.identities.confirm(facts.content_ids, naming, facts.shapes,
+                                        max(found.values()))
+        resolved = self.from_history or self.identities.resolved(facts.content_ids)
+        result = attribute(facts, overlaps, prefill, resolved)
+        if facts.ts < self.index.rewind_floor:
+            result.evidence["rewind_incomplete"] = True
+        return result
+
+
+def replay(events: Iterable[KVEvent], requests: Sequence[RequestFacts],
+           tracker: AvailabilityTracker | None = None) -> Iterator[Availability]:
+    """Availability of ``requests`` (failed ones skipped) from events sorted by time: each
+    request is evaluated once the events up to the end of its service are applied."""
+    tracker = tracker or AvailabilityTracker()
+    pending = sorted((f for f in requests if not f.failed),
+                     key=lambda f: f.done_ts + LEARN_SLACK_S)
+    i = 0
+    batch: list[KVEvent] = []
+    for ev in events:
+        while i < len(pending) and pending[i].done_ts + LEARN_SLACK_S < ev.ts:
+            tracker.apply(batch)
+            batch = []
+            yield tracker.evaluate(pending[i])
+            i += 1
+        batch.append(ev)
+    tracker.apply(batch)
+    for facts in pending[i:]:
+        yield tracker.evaluate(facts)
+
+
+def replay_history(requests: Sequence[RequestFacts]) -> list[Availability]:
+    """Availability from the requests alone: each one against those served before it."""
+    tracker = AvailabilityTracker()
+    out = []
+    for facts in sorted((f for f in requests if not f.failed), key=lambda f: f.ts):
+        out.append(tracker.evaluate(facts))
+        tracker.served(facts)
+    return out

@@ -1,0 +1,198 @@
+"""Content keys: per-block prefix-cache keys that a layout and an engine's KV events agree on.
+
+A block's key combines two chains over the blocks up to it:
+- shape: the block's token ids, every image-run token replaced by ``IMAGE_TOKEN``, and the
+  offsets of the images overlapping it (image start − block start, negative when the image
+  began earlier);
+- identity: the identifiers of those images, in start order.
+
+Equal keys at block k mean equal tokens and equal images in blocks 0..k, however each side
+names its images' run tokens (vLLM keeps the placeholder id, Dynamo's workers a per-image pad
+value). A layout computes them with its content identities; an engine's ``BlockStored`` events
+give them with the engine's own identifiers from ``extra_keys``. The shape chain needs no
+identity, so a layout's shapes plus the engine's identifiers for its images give the keys the
+engine's blocks carry.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from mmlens.layout.composition import SpanKind, View
+
+ROOT = 0
+"""Shape and identity state before the first block."""
+_MASK64 = (1 << 64) - 1
+IMAGE_TOKEN = 0xFFFFFFFF
+"""Stands for every image-run token in a shape."""
+
+_digest = xxhash.xxh3_64_intdigest
+_BIG_ENDIAN = sys.byteorder == "big"
+if array("I").itemsize != 4:  # every platform CPython supports today has 4-byte unsigned int
+    raise ImportError("content keys need a 4-byte array('I')")
+
+
+def _u32(ids: Sequence[int]) -> bytes:
+    """Little-endian u32 bytes of token ids (the keys must not depend on the machine)."""
+    arr = array("I", ids)
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return arr.tobytes()
+
+BlockImages = tuple[tuple[int, int], ...]
+"""Per block: (image index, image start − block start) of each image overlapping it."""
+
+
+def shape_step(parent: int, block: bytes, offsets: Sequence[int] = ()) -> int:
+    """The shape key of a block (little-endian u32 token ids, image tokens masked) after
+    ``parent`` (chained through the XXH3 seed)."""
+    if not offsets:
+        return _digest(block, parent)
+    arr = array("i", offsets)
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return _digest(block + arr.tobytes(), parent)
+
+
+def identity_step(parent: int, identifiers: Sequence[str]) -> int:
+    """The identity chain after a block holding images ``identifiers`` (unchanged without)."""
+    if not identifiers:
+        return parent
+    return _digest("\x00".join(identifiers).encode(), parent)
+
+
+def combine(shape: int, identity: int) -> int:
+    """The content key of a block: its shape key while no image has been seen."""
+    if identity == ROOT:
+        return shape
+    return _digest(shape.to_bytes(8, "little"), identity)
+
+
+def state_key(state: int) -> int:
+    """The content key of a block from its packed state (shape | identity << 64)."""
+    return combine(state & _MASK64, state >> 64)
+
+
+def block_images(view: View, block_size: int) -> list[BlockImages]:
+    """Per full block of ``view``: the images overlapping it, by start. An image's range runs
+    from its first image span's start to its last one's end (tiles with separators are one)."""
+    ranges: dict[int, list[int]] = {}
+    for span in view.spans:
+        if span.kind is SpanKind.IMAGE and span.image_index is not None:
+            ranges.setdefault(span.image_index, [span.start, span.end])[1] = span.end
+    ordered = sorted(ranges.items(), key=lambda kv: kv[1][0])
+    out: list[BlockImages] = []
+    for start in range(0, len(view.token_ids) // block_size * block_size, block_size):
+        end = start + block_size
+        out.append(tuple((idx, a - start) for idx, (a, b) in ordered if a < end and b > start))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class BlockShapes:
+    """A request's shape keys and the images of each full block: its content keys under any
+    naming of its images."""
+
+    shapes: tuple[int, ...]
+    images: tuple[BlockImages, ...]
+
+    def keys(self, identities: Sequence[str]) -> list[int]:
+        """Content keys with image i named ``identities[i]``."""
+        out: list[int] = []
+        ident = ROOT
+        for shape, imgs in zip(self.shapes, self.images, strict=True):
+            if imgs:
+                ident = identity_step(ident, [identities[i] for i, _ in imgs])
+            out.append(combine(shape, ident))
+        return out
+
+    def first_image_block(self, index: int) -> int | None:
+        """The first block image ``index`` overlaps."""
+        for b, imgs in enumerate(self.images):
+            if any(i == index for i, _ in imgs):
+                return b
+        return None
+
+
+def layout_shapes(view: View, block_size: int) -> BlockShapes:
+    ids = list(view.token_ids)
+    for span in view.spans:
+        if span.kind is SpanKind.IMAGE:
+            ids[span.start:span.end] = [IMAGE_TOKEN] * span.length
+    images = block_images(view, block_size)
+    raw = _u32(ids[: len(images) * block_size])
+    step = 4 * block_size
+    shapes: list[int] = []
+    parent = ROOT
+    for b, imgs in enumerate(images):
+        parent = shape_step(parent, raw[b * step:(b + 1) * step], [off for _, off in imgs])
+        shapes.append(parent)
+    return BlockShapes(tuple(shapes), tuple(images))
+
+
+# --- the engine side ------------------------------------------------------------------------
+
+EngineRefs = Sequence[tuple[str, int | None]]
+"""One block's image refs from ``extra_keys``: (identifier, offset in the block)."""
+
+
+def masked_block(tokens: Sequence[int], refs: EngineRefs) -> bytes:
+    """A block's token bytes with its images' run tokens masked: the token each image starts
+    (or continues) with in this block stands for that image's run."""
+    n = len(tokens)
+    run = {tokens[max(off or 0, 0)] for _, off in refs if max(off or 0, 0) < n}
+    if len(run) == 1 and tokens.count(next(iter(run))) == n:
+        return _MASKED.get(n) or _MASKED.setdefault(n, _u32([IMAGE_TOKEN] * n))
+    return _u32([IMAGE_TOKEN if t in run else t for t in tokens])
+
+
+_MASKED: dict[int, bytes] = {}
+
+
+def event_chain(state: int, tokens: Sequence[int], block_size: int,
+                images: Sequence[EngineRefs | None] | None,
+                ) -> tuple[list[int], list[int], list[int]]:
+    """Per block of one ``BlockStored`` event: content state, shape key and content key,
+    continuing from its parent block's state (``ROOT`` for the first block of a sequence).
+
+    A state packs a block's shape and identity chains as shape | identity << 64.
+    """
+    raw = _u32(tokens)
+    step = 4 * block_size
+    n = len(tokens) // block_size
+    shape, ident = state & _MASK64, state >> 64
+    if not images and ident == ROOT:  # text after text: states, shapes and keys coincide
+        shapes = []
+        for lo in range(0, n * step, step):
+            shape = _digest(raw[lo:lo + step], shape)
+            shapes.append(shape)
+        return shapes, shapes, shapes
+    imgs = images or ()
+    n_imgs = len(imgs)
+    states, shapes, keys = [], [], []
+    for b in range(n):
+        refs = imgs[b] if b < n_imgs else None
+        if refs:
+            block = masked_block(tokens[b * block_size:(b + 1) * block_size], refs)
+            if len(refs) == 1:  # one image in the block: the generic steps, inlined
+                name, off = refs[0]
+                shape = _digest(block + (off or 0).to_bytes(4, "little", signed=True), shape)
+                ident = _digest(name.encode(), ident)
+            else:
+                shape = shape_step(shape, block, [off or 0 for _, off in refs])
+                ident = identity_step(ident, [i for i, _ in refs])
+        else:
+            shape = _digest(raw[b * step:(b + 1) * step], shape)
+        shapes.append(shape)
+        if ident == ROOT:
+            states.append(shape)
+            keys.append(shape)
+        else:
+            states.append(shape | ident << 64)
+            keys.append(_digest(shape.to_bytes(8, "little"), ident))
+    return states, shapes, keys

@@ -1,0 +1,274 @@
+"""Available vs achieved on constructed histories: KV events as a vLLM engine announces them
+(full blocks, image identity in ``extra_keys`` under the engine's own identifier), requests
+laid out by the core, routing decisions as SMG and Dynamo log them."""
+
+from __future__ import annotations
+
+import xxhash
+
+from mmlens.analysis.availability.facts import facts_of
+from mmlens.analysis.availability.tracker import AvailabilityTracker, replay, replay_history
+from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.layout.composition import ImageInput, Layout, SpanKind, compose
+from mmlens.layout.families import get_family
+from mmlens.layout.hashing import dynamo_pad_value
+from mmlens.layout.report import layout_summary
+from mmlens.layout.synthetic_images import synthetic_png
+from mmlens.layout.tokenizers import family_tokenizer
+from mmlens.records import (
+    BlockRemoved,
+    BlockStored,
+    RequestTrace,
+    RoutingDecision,
+    RoutingScore,
+    SpillGate,
+)
+
+BS = 16
+QWEN3 = get_family("qwen3-vl")
+TOK = family_tokenizer("qwen3-vl")
+PREFIX = "You are a careful assistant who describes images. " * 3
+RED, BLUE = (200, 30, 30), (30, 30, 200)
+# 106 engine tokens: 32 of text before the image (2 blocks), the image at 32..95 (blocks 2-5),
+# 6 full blocks of which the engine can hit all 6 (the last token is in the partial block 6).
+FULL = 6 * BS
+TEXT = 2 * BS
+
+
+def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    return synthetic_png("solid", width, height, rgb=rgb)
+
+
+def laid_out(color: tuple[int, int, int]) -> tuple[Layout, dict, ImageInput]:
+    image = ImageInput(64, 64, data=solid_png(64, 64, color))
+    layout = compose(QWEN3, [PREFIX, image, "Describe this image."], TOK)
+    return layout, layout_summary(layout, QWEN3, [image]), image
+
+
+def engine_stored(layout: Layout, worker: str, ts: float, ident: str, first: int = 0,
+                  pad: int | None = None) -> BlockStored:
+    """The BlockStored a vLLM-like engine emits for blocks ``first``.. of this prompt; with
+    ``pad``, the image run carries that pad value (Dynamo's worker-side form)."""
+    tokens = list(layout.engine.token_ids)
+    img = next(s for s in layout.engine.spans if s.kind is SpanKind.IMAGE)
+    if pad is not None:
+        tokens[img.start:img.end] = [pad] * img.length
+    n = len(tokens) // BS
+
+    def block_hash(b: int) -> int:
+        return xxhash.xxh3_64_intdigest(repr((worker, tokens[:(b + 1) * BS], ident)).encode())
+
+    images = [((ident, img.start - b * BS),) if img.start < (b + 1) * BS and img.end > b * BS
+              else None for b in range(first, n)]
+    return BlockStored(worker, 0, 0, ts, [block_hash(b) for b in range(first, n)],
+                       block_hash(first - 1) if first else None,
+                       tokens[first * BS:n * BS], BS, images=images)
+
+
+def trace(rid: str, summary: dict, ts: float, worker: str, cached: int, prompt: int = 106,
+          decisions: list[RoutingDecision] | None = None, kind: str = "smg") -> RequestTrace:
+    return RequestTrace(rid, "router", kind, "m", ts, False, status=200, worker=worker,
+                        prompt_tokens=prompt, cached_tokens=cached, latency_s=0.5, ttft_s=0.2,
+                        expected_layout=summary, predictions=decisions or [])
+
+
+def smg_decision(rid: str, worker: str, overlap: int | None, spill_from: str | None = None,
+                 branch: str = "event_hit") -> RoutingDecision:
+    gates = [SpillGate(spill_from or worker, 9.0, 1.0, 1.5, 0.0, 0.0, spill_from is not None)]
+    return RoutingDecision(rid, "smg", "header:x-smg-cache-trace", worker=worker, branch=branch,
+                           overlap_blocks=overlap, request_blocks=6, block_size=BS, gates=gates)
+
+
+class Cluster:
+    """KV events through the ingest's resident index (which computes their content keys)."""
+
+    def __init__(self) -> None:
+        self.ingest = ResidentIndex()
+        self.tracker = AvailabilityTracker()
+
+    def events(self, *events) -> None:
+        self.ingest.apply(events)
+        self.tracker.apply(events)
+
+    def evaluate(self, t: RequestTrace):
+        facts = facts_of(t)
+        assert facts is not None
+        return self.tracker.evaluate(facts)
+
+
+def test_layout_keys_match_the_keys_of_the_engines_blocks() -> None:
+    layout, summary, _ = laid_out(RED)
+    ident = summary["images"][0]["identity"]["content"]
+    ev = engine_stored(layout, "w1", 1.0, ident)
+    ResidentIndex().apply([ev])
+    assert ev.keys == [int(k, 16) for k in summary["block_keys"]]
+    # Another image of the same size: the same token ids, other keys from its first block on.
+    _, other, _ = laid_out(BLUE)
+    assert other["block_keys"][:2] == summary["block_keys"][:2]
+    assert other["block_keys"][2] != summary["block_keys"][2]
+    # Dynamo's worker-side form (pad values in the run) keys the blocks the same way.
+    padded = engine_stored(layout, "w1", 1.0, ident, pad=dynamo_pad_value(12345))
+    ResidentIndex().apply([padded])
+    assert padded.keys == ev.keys
+
+
+def test_exact_routing_leaves_nothing_avoidable() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    ident = summary["images"][0]["identity"]["content"]
+    c.events(engine_stored(layout, "w1", 1.2, ident))
+    a = c.evaluate(trace("a2", summary, 2.0, "w1", FULL, decisions=[
+        smg_decision("a2", "w1", 6)]))
+    assert a.available == {"w1": FULL} and a.best_worker == "w1"
+    assert (a.best_tokens, a.realized_tokens, a.avoidable_tokens) == (96, 96, 0)
+    assert a.causes == {} and a.false_hit_tokens == 0 and a.identities_resolved
+
+
+def test_forced_load_spill_is_avoidable_with_its_cause() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    ident = summary["images"][0]["identity"]["content"]
+    c.events(engine_stored(layout, "w1", 1.2, ident))
+    a = c.evaluate(trace("a2", summary, 2.0, "w2", 0, decisions=[
+        smg_decision("a2", "w2", None, spill_from="w1", branch="spill")]))
+    assert (a.best_worker, a.best_tokens, a.chosen_tokens) == ("w1", 96, 0)
+    assert a.avoidable_tokens == 96 and a.causes == {"load_spill": 96}
+
+
+def test_content_blind_false_hit_costs_nothing_when_no_worker_held_the_image() -> None:
+    c = Cluster()
+    red, red_summary, _ = laid_out(RED)
+    _, blue_summary, _ = laid_out(BLUE)
+    c.events(engine_stored(red, "w1", 1.2, red_summary["images"][0]["identity"]["content"]))
+    b = c.evaluate(trace("b", blue_summary, 2.0, "w1", TEXT, decisions=[
+        smg_decision("b", "w1", 6)]))
+    assert b.available == {"w1": TEXT} and (b.best_tokens, b.realized_tokens) == (32, 32)
+    assert b.avoidable_tokens == 0
+    # SMG credited w1 with all 6 blocks (token ids only); it held the 2 text blocks.
+    assert (b.predicted_tokens, b.false_hit_tokens, b.false_hit_cause) == (
+        96, 64, "content_blind")
+
+
+def test_content_blind_choice_loses_the_image_held_elsewhere() -> None:
+    c = Cluster()
+    red, red_summary, _ = laid_out(RED)
+    blue, blue_summary, _ = laid_out(BLUE)
+    c.events(engine_stored(red, "w1", 1.0, red_summary["images"][0]["identity"]["content"]),
+             engine_stored(blue, "w2", 1.1, blue_summary["images"][0]["identity"]["content"]))
+    b = c.evaluate(trace("b2", blue_summary, 2.0, "w1", TEXT, decisions=[
+        smg_decision("b2", "w1", 6)]))
+    assert b.available == {"w1": TEXT, "w2": FULL} and b.best_worker == "w2"
+    assert b.avoidable_tokens == 64 and b.causes == {"content_blind": 64}
+
+
+def test_eviction_between_decision_and_prefill() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    stored = engine_stored(layout, "w1", 1.0, summary["images"][0]["identity"]["content"])
+    c.events(stored)
+    # Decided at 2.0; w1 evicts the image's last two blocks at 2.1; prefill ends at 2.2, when
+    # the request stores them again (which must not hide the eviction).
+    c.events(BlockRemoved("w1", 0, 1, 2.1, stored.block_hashes[4:]))
+    c.events(engine_stored(layout, "w1", 2.2, summary["images"][0]["identity"]["content"],
+                           first=4))
+    a = c.evaluate(trace("a2", summary, 2.0, "w1", 4 * BS, decisions=[
+        smg_decision("a2", "w1", 6)]))
+    assert (a.best_tokens, a.chosen_tokens, a.realized_tokens) == (96, 96, 64)
+    assert a.causes == {"evicted": 32} and a.avoidable_tokens == 32
+
+
+def test_stale_index_and_unattributed() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    c.events(engine_stored(layout, "w1", 1.0, summary["images"][0]["identity"]["content"]))
+    stale = c.evaluate(trace("s", summary, 2.0, "w2", 0, decisions=[smg_decision(
+        "s", "w2", 0, branch="expected_wait_fallback")]))
+    assert stale.causes == {"stale_index": 96}
+    blind = c.evaluate(trace("u", summary, 2.0, "w2", 0))
+    assert blind.causes == {"unattributed": 96}
+
+
+def test_dynamo_cost_lines_show_a_load_choice() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    c.events(engine_stored(layout, "1", 1.0, summary["images"][0]["identity"]["content"]))
+    costs = RoutingDecision("d", "dynamo", "log:cost_formula", scores=[
+        RoutingScore("cost", "1", 30.0, "cost", device_blocks=6.0),
+        RoutingScore("cost", "2", 12.0, "cost", device_blocks=0.0)])
+    best = RoutingDecision("d", "dynamo", "log:routing_best", worker="2", overlap_blocks=0,
+                           request_blocks=7)
+    a = c.evaluate(trace("d", summary, 2.0, "2", 0, decisions=[best, costs], kind="dynamo"))
+    assert a.causes == {"load_spill": 96} and a.fidelity == "exact"
+
+
+def test_engine_identifiers_are_learned_from_what_the_request_stored() -> None:
+    # The engine names the image by its own hash, not mmlens' content identity.
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    first = trace("a1", summary, 1.0, "w1", 0)
+    c.events(engine_stored(layout, "w1", 1.2, "engine-id-of-red"))
+    a1 = c.evaluate(first)
+    assert a1.available == {} and a1.identities_resolved
+    a2 = c.evaluate(trace("a2", summary, 2.0, "w2", 0, decisions=[
+        smg_decision("a2", "w2", None, spill_from="w1", branch="spill")]))
+    assert a2.available == {"w1": FULL} and a2.causes == {"load_spill": 96}
+
+
+def test_unresolved_identity_still_counts_the_text_prefix() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    c.events(engine_stored(layout, "w1", 1.2, "engine-id-of-red"))
+    a = c.evaluate(trace("x", summary, 2.0, "w2", 0))  # never served on w1: nothing learned
+    assert a.available == {"w1": TEXT} and not a.identities_resolved
+
+
+def test_a_later_store_is_not_available_at_decision_time() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    ident = summary["images"][0]["identity"]["content"]
+    c.events(engine_stored(layout, "w1", 1.2, ident), engine_stored(layout, "w2", 2.2, ident))
+    a = c.evaluate(trace("a", summary, 2.0, "w2", 0))
+    assert a.available == {"w1": FULL} and a.causes == {"unattributed": 96}
+
+
+def test_last_token_block_is_not_cacheable() -> None:
+    image = ImageInput(64, 64, data=solid_png(64, 64, RED))
+    layout = compose(QWEN3, [PREFIX + "x " * 6, image, "Describe this image."], TOK)
+    assert len(layout.engine) == 112  # 7 full blocks, the last prompt token in block 6
+    summary = layout_summary(layout, QWEN3, [image])
+    c = Cluster()
+    c.events(engine_stored(layout, "w1", 1.0, summary["images"][0]["identity"]["content"]))
+    a = c.evaluate(trace("a", summary, 2.0, "w1", 96, prompt=112))
+    assert (a.best_tokens, a.realized_tokens, a.avoidable_tokens) == (96, 96, 0)
+    assert a.not_cacheable_tokens == 16
+
+
+def test_count_drift_is_named() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    c.events(engine_stored(layout, "w1", 1.0, summary["images"][0]["identity"]["content"]))
+    a = c.evaluate(trace("a", summary, 2.0, "w2", 0, prompt=109, decisions=[
+        smg_decision("a", "w2", 0, branch="event_miss")]))
+    assert a.causes == {"count_drift": 96}
+
+
+def test_replay_orders_events_and_requests() -> None:
+    layout, summary, _ = laid_out(RED)
+    ident = summary["images"][0]["identity"]["content"]
+    events = [engine_stored(layout, "w1", 1.2, ident), engine_stored(layout, "w2", 3.2, ident)]
+    ResidentIndex().apply(events)
+    reqs = [facts_of(trace("a1", summary, 1.0, "w1", 0)),
+            facts_of(trace("a2", summary, 3.0, "w2", 0))]
+    out = {a.request_id: a for a in replay(events, [r for r in reqs if r])}
+    assert out["a1"].available == {} and out["a2"].available == {"w1": FULL}
+
+
+def test_history_model_from_the_requests_alone() -> None:
+    _, red_summary, _ = laid_out(RED)
+    _, blue_summary, _ = laid_out(BLUE)
+    reqs = [facts_of(trace("r1", red_summary, 1.0, "w1", 0)),
+            facts_of(trace("b1", blue_summary, 2.0, "w2", 0)),
+            facts_of(trace("r2", red_summary, 3.0, "w2", TEXT))]
+    out = {a.request_id: a for a in replay_history([r for r in reqs if r])}
+    assert out["r2"].available == {"w1": FULL, "w2": TEXT}
+    assert out["r2"].avoidable_tokens == 64 and out["r2"].causes == {"unattributed": 64}
