@@ -113,10 +113,15 @@ class BlockShapes:
 
     def first_image_block(self, index: int) -> int | None:
         """The first block image ``index`` overlaps."""
+        return self.first_blocks().get(index)
+
+    def first_blocks(self) -> dict[int, int]:
+        """Image index → the first block it overlaps."""
+        out: dict[int, int] = {}
         for b, imgs in enumerate(self.images):
-            if any(i == index for i, _ in imgs):
-                return b
-        return None
+            for i, _ in imgs:
+                out.setdefault(i, b)
+        return out
 
 
 def layout_shapes(view: View, block_size: int) -> BlockShapes:

@@ -272,3 +272,38 @@ def test_history_model_from_the_requests_alone() -> None:
     out = {a.request_id: a for a in replay_history([r for r in reqs if r])}
     assert out["r2"].available == {"w1": FULL, "w2": TEXT}
     assert out["r2"].avoidable_tokens == 64 and out["r2"].causes == {"unattributed": 64}
+
+
+def test_aggregates_are_token_and_block_weighted() -> None:
+    from mmlens.analysis.availability.aggregate import (
+        AvailabilityColumns,
+        avoidable_per_minute,
+        headline,
+        headlines,
+        hit_rates,
+    )
+    from mmlens.analysis.availability.attribution import Availability
+
+    def row(rid, ts, router, prompt, best, realized, causes=None, predicted=None, images=1,
+            fidelity="degraded"):
+        return Availability(rid, ts, router, "smg", "m", "w1", 16, prompt, images, fidelity,
+                            {}, "w1", best, best, realized, sum((causes or {}).values()),
+                            causes or {}, predicted_tokens=predicted)
+
+    rows = [row("a", 0.0, "r1", 100, 96, 96, predicted=96),
+            row("b", 30.0, "r1", 1000, 960, 0, {"load_spill": 960}, predicted=0),
+            row("c", 70.0, "r2", 50, 32, 32, images=0, fidelity="unknown")]
+    cols = AvailabilityColumns.of(rows)
+    h = headline(cols)
+    # Token-weighted: 128 / 1150, not the mean of the per-request ratios (0.96, 0, 0.64).
+    assert h.achieved == 128 / 1150 and h.available == 1088 / 1150
+    assert h.avoidable_tokens == 960 and h.causes == {"load_spill": 960}
+    assert h.avoidable_per_minute == 960 * 60 / 70
+    # Block-weighted over the two predicted requests: 7 + 63 request blocks.
+    assert h.predicted_blocks_ratio == 6 / 70 and h.realized_blocks_ratio == 6 / 70
+    assert h.image_routing == {"exact": 0.0, "degraded": 1.0, "text_prefix": 0.0,
+                               "unknown": 0.0}
+    points = {(p.group, p.t): p for p in hit_rates(cols, "router", 60.0)}
+    assert points[("r1", 0.0)].achieved == 96 / 1100 and points[("r2", 60.0)].available == 32 / 50
+    assert avoidable_per_minute(cols, 60.0) == [(0.0, "load_spill", 960.0)]
+    assert set(headlines(cols, "router")) == {"r1", "r2"}

@@ -55,8 +55,9 @@ class EngineIdentities:
         ``since`` and ``until`` (the request's service) that it did not hold before the
         request (``held_before(content key)``); returns those newly learned."""
         learned: dict[int, str] = {}
+        firsts = shapes.first_blocks()
         for index, content in enumerate(content_ids):
-            b = shapes.first_image_block(index)
+            b = firsts.get(index)
             if b is None:
                 continue
             offset = next(off for i, off in shapes.images[b] if i == index)
@@ -79,8 +80,9 @@ class EngineIdentities:
                 matched_blocks: int) -> None:
         """A naming under which a worker held ``matched_blocks`` of the request names every
         image whose first block is among them as the engine does."""
+        firsts = shapes.first_blocks()
         for index, (content, name) in enumerate(zip(content_ids, naming, strict=True)):
-            b = shapes.first_image_block(index)
+            b = firsts.get(index)
             if b is not None and b < matched_blocks:
                 known = self.aliases.setdefault(content, [])
                 if name not in known:
@@ -88,14 +90,17 @@ class EngineIdentities:
                     self._owner.setdefault(name, content)
 
     def namings(self, content_ids: Sequence[str]) -> list[tuple[str, ...]]:
-        """Names to key a request's images by: mmlens' own content identities first (engines
-        that use them, and the request history), then each learned engine naming."""
-        out = [tuple(content_ids)]
-        for v in range(MAX_VARIANTS - 1):
+        """Names to key a request's images by: mmlens' own content identities (engines that
+        use them, and the request history) unless every image is known under another name,
+        then each learned engine naming."""
+        out = []
+        if not all(c in self.aliases and c not in self.aliases[c] for c in content_ids):
+            out.append(tuple(content_ids))
+        for v in range(MAX_VARIANTS):
             naming = tuple(self._alias(c, v) for c in content_ids)
             if naming not in out:
                 out.append(naming)
-        return out
+        return out[:MAX_VARIANTS]
 
     def _alias(self, content: str, v: int) -> str:
         known = self.aliases.get(content)

@@ -77,16 +77,21 @@ class ResidentKeys:
                     del self._log[key]
             self.rewind_floor = old
 
-    def _changes_after(self, key: Key, at: float) -> dict[str, bool] | None:
-        """Per unit, whether its first change to ``key`` after ``at`` added it."""
-        entries = self._log.get(key)
-        if not entries:
-            return None
-        first: dict[str, tuple[float, bool]] = {}
-        for ts, unit, added in entries:  # units' clocks differ: entries are not sorted
-            if ts > at and (unit not in first or ts < first[unit][0]):
-                first[unit] = (ts, added)
-        return {u: added for u, (_, added) in first.items()} or None
+    def _changes_after(self, keys: Sequence[Key], at: float) -> dict[str, dict[int, bool]]:
+        """Per unit, per index into ``keys``: whether the unit's first change to that key
+        after ``at`` added it (so it was absent at ``at``) or removed it (present)."""
+        out: dict[str, dict[int, tuple[float, bool]]] = {}
+        log = self._log
+        for i, k in enumerate(keys):
+            entries = log.get(k)
+            if not entries:
+                continue
+            for ts, unit, added in entries:  # units' clocks differ: entries are not sorted
+                if ts > at:
+                    per = out.setdefault(unit, {})
+                    if i not in per or ts < per[i][0]:
+                        per[i] = (ts, added)
+        return {u: {i: added for i, (_, added) in per.items()} for u, per in out.items()}
 
     def overlaps(self, keys: Sequence[Key], at: float | None = None,
                  units: Iterable[str] | None = None) -> dict[str, int]:
@@ -94,30 +99,30 @@ class ResidentKeys:
         ``units`` limits the answer to those."""
         if not keys:
             return {}
-        changed: dict[int, dict[str, bool]] = {}
+        changed: dict[str, dict[int, bool]] = {}
         if at is not None and at < self.latest and self._log:
-            for i, k in enumerate(keys):
-                c = self._changes_after(k, at)
-                if c:
-                    changed[i] = c
-        out: dict[str, int] = {}
-        first = keys[0]
+            changed = self._changes_after(keys, at)
         pool = self.units.items() if units is None else [
             (u, self.units.get(u, set())) for u in units]
+        out: dict[str, int] = {}
+        first = keys[0]
         for unit, held in pool:
-            if not changed:
-                if first in held:
-                    out[unit] = len(list(takewhile(bool, map(held.__contains__, keys))))
+            c = changed.get(unit)
+            if c is None and first not in held:
                 continue
-            n = _held_prefix(keys, held, unit, changed)
+            n = len(list(takewhile(bool, map(held.__contains__, keys))))
+            if c:
+                n = _rewound(keys, held, c, n)
             if n:
                 out[unit] = n
         return out
 
-    def held_through(self, keys: Sequence[Key], unit: str, since: float, until: float) -> int:
-        """Leading ``keys`` that ``unit`` held at ``since`` and lost none of until ``until``
-        (re-stored blocks do not hide an eviction in between)."""
-        base = self.overlaps(keys, since, units=(unit,)).get(unit, 0)
+    def held_through(self, keys: Sequence[Key], unit: str, since: float, until: float,
+                     base: int | None = None) -> int:
+        """Leading ``keys`` that ``unit`` held at ``since`` (``base``, when known) and lost
+        none of until ``until`` (re-stored blocks do not hide an eviction in between)."""
+        if base is None:
+            base = self.overlaps(keys, since, units=(unit,)).get(unit, 0)
         for i, k in enumerate(keys[:base]):
             for ts, u, added in self._log.get(k, ()):
                 if u == unit and not added and since < ts <= until:
@@ -128,11 +133,15 @@ class ResidentKeys:
         return {u: len(k) for u, k in self.units.items()}
 
 
-def _held_prefix(keys: Sequence[Key], held: set[Key], unit: str,
-                 changed: dict[int, dict[str, bool]]) -> int:
-    for i, k in enumerate(keys):
-        c = changed.get(i)
-        was = (not c[unit]) if c is not None and unit in c else k in held
-        if not was:
-            return i
-    return len(keys)
+def _rewound(keys: Sequence[Key], held: set[Key], changes: dict[int, bool], n: int) -> int:
+    """The held prefix at an earlier time from the one held now (``n``) and the first change
+    per key since: a key added since was absent then, one removed since was present."""
+    added = [i for i, a in changes.items() if a and i < n]
+    if added:
+        return min(added)
+    while n < len(keys):
+        a = changes.get(n)
+        if a is True or (a is None and keys[n] not in held):
+            break
+        n += 1
+    return n

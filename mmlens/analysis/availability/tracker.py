@@ -52,12 +52,11 @@ class AvailabilityTracker:
 
     def key_lists(self, facts: RequestFacts) -> list[tuple[tuple[str, ...], Sequence[int]]]:
         """The request's content keys under each naming of its images worth trying."""
-        lists: list[tuple[tuple[str, ...], Sequence[int]]] = [
-            (facts.content_ids, facts.content_keys)]
-        if facts.shapes is not None and facts.content_ids and not self.from_history:
-            for naming in self.identities.namings(facts.content_ids)[1:]:
-                lists.append((naming, facts.shapes.keys(naming)))
-        return lists
+        if facts.shapes is None or not facts.content_ids or self.from_history:
+            return [(facts.content_ids, facts.content_keys)]
+        return [(naming, facts.content_keys if naming == facts.content_ids
+                 else facts.shapes.keys(naming))
+                for naming in self.identities.namings(facts.content_ids)]
 
     def evaluate(self, facts: RequestFacts) -> Availability:
         unit = facts.unit
@@ -76,7 +75,7 @@ class AvailabilityTracker:
                 overlaps[u] = max(n, overlaps.get(u, 0))
             if facts.unit:
                 prefill = max(prefill, self.index.held_through(
-                    keys, facts.unit, facts.ts, facts.prefill_ts))
+                    keys, facts.unit, facts.ts, facts.prefill_ts, found.get(facts.unit, 0)))
             if found and facts.shapes is not None:
                 self.identities.confirm(facts.content_ids, naming, facts.shapes,
                                         max(found.values()))
