@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from mmlens.layout.content_keys import event_chain, state_key
+from mmlens.layout.content_keys import event_chain, pad_images, state_key
 from mmlens.records import (
     AllBlocksCleared,
     BlockHash,
@@ -354,6 +354,8 @@ class ResidentIndex:
             return
         blocks = res.blocks
         state = 0 if ev.parent is None else blocks.get(ev.parent)
+        if ev.images is None:  # images named by the pad values of their runs (SGLang)
+            ev.images = pad_images(ev.token_ids, ev.block_size)  # type: ignore[assignment]
         if state is None or len(ev.token_ids) < len(hashes) * ev.block_size:
             blocks.update(dict.fromkeys(hashes))  # content unknown: not matchable
         else:

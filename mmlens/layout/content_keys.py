@@ -27,6 +27,9 @@ from mmlens.layout.composition import SpanKind, View
 
 ROOT = 0
 """Shape and identity state before the first block."""
+PAD_VALUE_MIN = 1_000_000
+"""Token ids from here on are per-image pad values (SGLang, and Dynamo's worker-side form):
+past every vocabulary."""
 _MASK64 = (1 << 64) - 1
 IMAGE_TOKEN = 0xFFFFFFFF
 """Stands for every image-run token in a shape."""
@@ -48,12 +51,19 @@ BlockImages = tuple[tuple[int, int], ...]
 """Per block: (image index, image start − block start) of each image overlapping it."""
 
 
-def shape_step(parent: int, block: bytes, offsets: Sequence[int] = ()) -> int:
+def canonical_offset(offset: int | None) -> int:
+    """An image's offset in a block as keys use it: −1 for an image that covers the block's
+    first token (started there or earlier: the block before tells them apart), else its start.
+    An engine that names an image's run by a pad value says no more than that."""
+    return offset if offset is not None and offset > 0 else -1
+
+
+def shape_step(parent: int, block: bytes, offsets: Sequence[int | None] = ()) -> int:
     """The shape key of a block (little-endian u32 token ids, image tokens masked) after
-    ``parent`` (chained through the XXH3 seed)."""
+    ``parent`` (chained through the XXH3 seed), with its images' offsets."""
     if not offsets:
         return _digest(block, parent)
-    arr = array("i", offsets)
+    arr = array("i", [canonical_offset(o) for o in offsets])
     if _BIG_ENDIAN:
         arr.byteswap()
     return _digest(block + arr.tobytes(), parent)
@@ -159,6 +169,23 @@ def masked_block(tokens: Sequence[int], refs: EngineRefs) -> bytes:
 _MASKED: dict[int, bytes] = {}
 
 
+def pad_images(tokens: Sequence[int], block_size: int,
+               ) -> list[tuple[tuple[str, int], ...] | None] | None:
+    """Per block, the images of an event whose images are named only by the pad values that
+    fill their runs (SGLang): one ``pad:<value>`` per value, at its first position in the
+    block; None when no token is a pad value."""
+    if not tokens or max(tokens) < PAD_VALUE_MIN:
+        return None
+    out: list[tuple[tuple[str, int], ...] | None] = []
+    for lo in range(0, len(tokens) // block_size * block_size, block_size):
+        firsts: dict[int, int] = {}
+        for pos, t in enumerate(tokens[lo:lo + block_size]):
+            if t >= PAD_VALUE_MIN and t not in firsts:
+                firsts[t] = pos
+        out.append(tuple((f"pad:{t}", canonical_offset(p)) for t, p in firsts.items()) or None)
+    return out
+
+
 def event_chain(state: int, tokens: Sequence[int], block_size: int,
                 images: Sequence[EngineRefs | None] | None,
                 ) -> tuple[list[int], list[int], list[int]]:
@@ -171,7 +198,7 @@ def event_chain(state: int, tokens: Sequence[int], block_size: int,
     step = 4 * block_size
     n = len(tokens) // block_size
     shape, ident = state & _MASK64, state >> 64
-    if not images and ident == ROOT:  # text after text: states, shapes and keys coincide
+    if not images and ident == ROOT:  # text after text: all three coincide
         shapes = []
         for lo in range(0, n * step, step):
             shape = _digest(raw[lo:lo + step], shape)
@@ -186,10 +213,11 @@ def event_chain(state: int, tokens: Sequence[int], block_size: int,
             block = masked_block(tokens[b * block_size:(b + 1) * block_size], refs)
             if len(refs) == 1:  # one image in the block: the generic steps, inlined
                 name, off = refs[0]
-                shape = _digest(block + (off or 0).to_bytes(4, "little", signed=True), shape)
+                shape = _digest(block + canonical_offset(off).to_bytes(4, "little",
+                                                                        signed=True), shape)
                 ident = _digest(name.encode(), ident)
             else:
-                shape = shape_step(shape, block, [off or 0 for _, off in refs])
+                shape = shape_step(shape, block, [off for _, off in refs])
                 ident = identity_step(ident, [i for i, _ in refs])
         else:
             shape = _digest(raw[b * step:(b + 1) * step], shape)

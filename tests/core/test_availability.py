@@ -112,6 +112,28 @@ def test_layout_keys_match_the_keys_of_the_engines_blocks() -> None:
     assert padded.keys == ev.keys
 
 
+def test_sglang_pad_values_name_the_image() -> None:
+    layout, summary, _ = laid_out(RED)
+    pad = 1_000_000 + 4242
+    ev = engine_stored(layout, "s1", 1.0, "unused", pad=pad)
+    ev.images = None  # SGLang sends no extra keys: the pad value is the image's name
+    ResidentIndex().apply([ev])
+    shapes = facts_of(trace("x", summary, 1.0, "s1", 0)).shapes
+    assert ev.keys == shapes.keys([f"pad:{pad}"])
+    assert ev.images[2] == ((f"pad:{pad}", -1),) and ev.images[1] is None
+
+
+def test_sglang_worker_learns_its_pad_name() -> None:
+    c = Cluster()
+    layout, summary, _ = laid_out(RED)
+    ev = engine_stored(layout, "s1", 1.2, "unused", pad=1_000_777)
+    ev.images = None
+    c.events(ev)
+    c.evaluate(trace("a1", summary, 1.0, "s1", 0))
+    a2 = c.evaluate(trace("a2", summary, 2.0, "s2", 0))
+    assert a2.available == {"s1": FULL}
+
+
 def test_exact_routing_leaves_nothing_avoidable() -> None:
     c = Cluster()
     layout, summary, _ = laid_out(RED)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from mmlens.layout.content_keys import BlockShapes
+from mmlens.layout.content_keys import BlockShapes, canonical_offset
 from mmlens.records import ImageRef
 
 MAX_VARIANTS = 3
@@ -60,10 +60,10 @@ class EngineIdentities:
             b = firsts.get(index)
             if b is None:
                 continue
-            offset = next(off for i, off in shapes.images[b] if i == index)
+            offset = canonical_offset(next(off for i, off in shapes.images[b] if i == index))
             names = {name for ts, u, refs, key in self._recent.get(shapes.shapes[b], ())
                      if u == unit and since <= ts <= until and not held_before(key)
-                     for name, off in refs if off == offset}
+                     for name, off in refs if canonical_offset(off) == offset}
             # A name already known for other bytes belongs to a concurrent request.
             names = {n for n in names if self._owner.get(n, content) == content}
             if len(names) != 1:
