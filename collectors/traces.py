@@ -81,6 +81,7 @@ class TraceClient:
             headers["authorization"] = f"Bearer {api_key}"
         body = self.build_body(model, text, images, stream, max_tokens, router_kind)
         url = router_url.rstrip("/") + "/v1/chat/completions"
+        trace.ts = time.time()  # sent now: the layout above may have taken seconds
         t0 = time.perf_counter()
         try:
             if stream:

@@ -19,8 +19,10 @@ from mmlens.analysis.availability.identity import EngineIdentities
 from mmlens.analysis.availability.index import ResidentKeys
 from mmlens.records import BlockRemoved, BlockStored, KVEvent
 
-LEARN_SLACK_S = 2.0  # after a request's end: the engine's publish delay and clock offset
-CLOCK_SLACK_S = 0.5  # before its decision: engine and client clock offset
+# An engine announces a request's prompt blocks before the request completes; the slack is
+# for the offset between the engine's and mmlens' clocks.
+CLOCK_SLACK_S = 0.25
+SETTLE_S = 2.0  # events may still arrive this long after a request ends
 
 
 class AvailabilityTracker:
@@ -65,7 +67,7 @@ class AvailabilityTracker:
             def held_before(key: int) -> bool:
                 return bool(self.index.overlaps([key], facts.ts, units=(unit,)))
 
-            self.identities.learn(unit, facts.ts - CLOCK_SLACK_S, facts.done_ts + LEARN_SLACK_S,
+            self.identities.learn(unit, facts.ts - CLOCK_SLACK_S, facts.done_ts + CLOCK_SLACK_S,
                                   facts.shapes, facts.content_ids, held_before)
         overlaps: dict[str, int] = {}
         prefill = 0
@@ -92,11 +94,11 @@ def replay(events: Iterable[KVEvent], requests: Sequence[RequestFacts],
     request is evaluated once the events up to the end of its service are applied."""
     tracker = tracker or AvailabilityTracker()
     pending = sorted((f for f in requests if not f.failed),
-                     key=lambda f: f.done_ts + LEARN_SLACK_S)
+                     key=lambda f: f.done_ts + SETTLE_S)
     i = 0
     batch: list[KVEvent] = []
     for ev in events:
-        while i < len(pending) and pending[i].done_ts + LEARN_SLACK_S < ev.ts:
+        while i < len(pending) and pending[i].done_ts + SETTLE_S < ev.ts:
             tracker.apply(batch)
             batch = []
             yield tracker.evaluate(pending[i])
