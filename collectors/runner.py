@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from mmlens.collectors.availability_job import AvailabilityJob
 from mmlens.collectors.kv_grpc import GrpcKvCollector
 from mmlens.collectors.kv_plane import EventPlaneCollector
 from mmlens.collectors.kv_subscriber import KVEventCollector
@@ -88,6 +89,9 @@ class CollectorRunner:
         self.traces = TraceSink(self.store.add_traces)
         self.observed = ObservedSink(self.traces.record_all, self.store.add_decisions)
         self.otlp: OtlpReceiver | None = None
+        # Available vs achieved, over every shard's KV events: the lead evaluates requests.
+        self.availability: AvailabilityJob | None = None
+        self.availability_health = CollectorHealth("availability", "requests")
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -227,6 +231,7 @@ class CollectorRunner:
         self._read_logs()
         self.observed.flush()
         self._drain_kv(now)
+        self._evaluate_availability(now)
         self.ticks += 1
         if self.shard_health is not None:
             self.shard_health.ok(now)
@@ -311,7 +316,22 @@ class CollectorRunner:
         self._read_logs()
         self.observed.flush(force=True)
         self._drain_kv(time.time())
+        self._evaluate_availability(time.time(), settle_s=0.0)
         self.store.set_health(self.all_health(), instance=self.instance)
+
+    def _evaluate_availability(self, now: float, settle_s: float | None = None) -> None:
+        if not self.leads:
+            return
+        try:
+            if self.availability is None:
+                self.availability = AvailabilityJob(self.store)
+            done = self.availability.run(now, settle_s)
+        except Exception as exc:  # one failed pass must not stop collection
+            log.exception("availability pass failed")
+            self.availability_health.error("evaluate", f"{type(exc).__name__}: {exc}", now)
+            return
+        self.availability_health.ok(now)
+        self.availability_health.count("requests", len(done))
 
     def all_health(self) -> list[CollectorHealth]:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
@@ -319,6 +339,8 @@ class CollectorRunner:
         items += self.kv_grpc.health + [p.health for p in self.planes]
         items.append(self.discovery_health)
         items.append(self.observed.health)
+        if self.leads:
+            items.append(self.availability_health)
         if self.otlp is not None:
             items.append(self.otlp.health)
         if self.shard_health is not None:
@@ -365,3 +387,5 @@ class CollectorRunner:
             plane.close()
         self.kv.close()
         self.scraper.close()
+        if self.availability is not None:
+            self.availability.close()

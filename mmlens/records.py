@@ -368,3 +368,42 @@ class SpanEvent:
     name: str
     ts_ns: int = 0
     attributes: dict[str, Any] = field(default_factory=dict)
+
+
+# --- Available vs achieved ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Availability:
+    """Available vs achieved for one request (``mmlens.analysis.availability``): tokens
+    each worker could have served when the router chose, the best, what the engine cached,
+    and the avoidable difference by cause."""
+
+    request_id: str
+    ts: float
+    router: str
+    router_kind: str
+    model: str
+    worker: str | None
+    block_size: int
+    prompt_tokens: int
+    images: int
+    fidelity: str  # exact | degraded | text_prefix | unknown (how the router keyed images)
+    available: dict[str, int]  # worker → tokens it could have served at decision time
+    best_worker: str | None
+    best_tokens: int
+    chosen_tokens: int
+    realized_tokens: int
+    avoidable_tokens: int
+    causes: dict[str, int] = field(default_factory=dict)
+    not_cacheable_tokens: int = 0
+    unseen_tokens: int = 0
+    predicted_tokens: int | None = None
+    request_blocks: int | None = None
+    false_hit_tokens: int = 0
+    false_hit_cause: str | None = None
+    identities_resolved: bool = True
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

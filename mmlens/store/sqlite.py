@@ -31,7 +31,7 @@ from mmlens.records import (
     ResidentSummary,
     RoutingDecision,
 )
-from mmlens.store import codec
+from mmlens.store import availability, codec
 
 # Tables are only ever added (CREATE … IF NOT EXISTS on every writable open), so adding one
 # keeps the version: an older store gains it when a collector opens it, and readers treat a
@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS health (
 # after kill -9, a second collector, a resync after a reconnect) maps to the same keys.
 _KV_COLUMNS = "ts, worker, rank, seq, kind, n_blocks, parent, hashes, images, idx"
 
-PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions", "kv_views")
+PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions", "kv_views",
+                 *availability.TABLES)
 
 _enc = msgspec.msgpack.Encoder()
 
@@ -126,6 +127,7 @@ class Store:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate_v1()
             self.db.executescript(_SCHEMA)
+            self.db.executescript(availability.SCHEMA)
             self._check_version()
         self.db.execute("PRAGMA busy_timeout=5000")
 
@@ -177,8 +179,10 @@ class Store:
         return len(rows)
 
     def add_kv_events(self, events: Iterable[KVEvent]) -> int:
-        """Store events idempotently (see ``_KV_COLUMNS``); returns the rows actually added,
-        so events already stored are not counted twice."""
+        """Store events idempotently (see ``_KV_COLUMNS``), with their content keys; returns
+        the rows actually added, so events already stored are not counted twice."""
+        events = list(events)
+        availability.add_kv_content(self.db, events)
         rows = []
         for ev in events:
             if isinstance(ev, BlockStored):

@@ -298,13 +298,13 @@ def test_history_model_from_the_requests_alone() -> None:
 
 def test_aggregates_are_token_and_block_weighted() -> None:
     from mmlens.analysis.availability.aggregate import (
-        AvailabilityColumns,
+        Cells,
         avoidable_per_minute,
         headline,
         headlines,
         hit_rates,
     )
-    from mmlens.analysis.availability.attribution import Availability
+    from mmlens.records import Availability
 
     def row(rid, ts, router, prompt, best, realized, causes=None, predicted=None, images=1,
             fidelity="degraded"):
@@ -315,17 +315,21 @@ def test_aggregates_are_token_and_block_weighted() -> None:
     rows = [row("a", 0.0, "r1", 100, 96, 96, predicted=96),
             row("b", 30.0, "r1", 1000, 960, 0, {"load_spill": 960}, predicted=0),
             row("c", 70.0, "r2", 50, 32, 32, images=0, fidelity="unknown")]
-    cols = AvailabilityColumns.of(rows)
-    h = headline(cols)
+    cells = Cells.of(rows)
+    h = headline(cells, window_s=120.0)
     # Token-weighted: 128 / 1150, not the mean of the per-request ratios (0.96, 0, 0.64).
     assert h.achieved == 128 / 1150 and h.available == 1088 / 1150
     assert h.avoidable_tokens == 960 and h.causes == {"load_spill": 960}
-    assert h.avoidable_per_minute == 960 * 60 / 70
+    assert h.avoidable_per_minute == 480.0
     # Block-weighted over the two predicted requests: 7 + 63 request blocks.
     assert h.predicted_blocks_ratio == 6 / 70 and h.realized_blocks_ratio == 6 / 70
     assert h.image_routing == {"exact": 0.0, "degraded": 1.0, "text_prefix": 0.0,
                                "unknown": 0.0}
-    points = {(p.group, p.t): p for p in hit_rates(cols, "router", 60.0)}
+    points = {(p.group, p.t): p for p in hit_rates(cells, "router", 60.0)}
     assert points[("r1", 0.0)].achieved == 96 / 1100 and points[("r2", 60.0)].available == 32 / 50
-    assert avoidable_per_minute(cols, 60.0) == [(0.0, "load_spill", 960.0)]
-    assert set(headlines(cols, "router")) == {"r1", "r2"}
+    assert avoidable_per_minute(cells, 60.0) == [(0.0, "load_spill", 960.0)]
+    assert set(headlines(cells, "router")) == {"r1", "r2"}
+    # Cells of many requests give the same totals as one cell per request.
+    merged = Cells.from_columns({"t": [0.0], "router": ["r1"], "model": ["m"], "worker": ["w1"],
+                                 **{k: [int(v.sum())] for k, v in Cells.of(rows[:2]).sums.items()}})
+    assert headline(merged, 120.0) == headline(Cells.of(rows[:2]), 120.0)

@@ -3,24 +3,31 @@
 - achieved vs available hit rate per router, model or worker over time: Σ realized / Σ prompt
   against Σ best / Σ prompt;
 - avoidable prefill tokens per minute, per cause;
-- predicted vs realized: Σ predicted blocks, Σ realized blocks and Σ request blocks over the
-  requests the router made a prediction for;
+- predicted vs realized: Σ predicted blocks and Σ realized blocks against Σ request blocks,
+  over the requests the router made a prediction for;
 - image requests by how the router keyed their images (exact, degraded, text prefix).
 
-Columns (``AvailabilityColumns``) keep 100k requests to a few vectorized passes.
+Everything is a sum, so the inputs are cells: sums per (time bucket, router, model, worker),
+kept by the store as requests are evaluated (a request is a cell of one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from mmlens.analysis.availability.attribution import CAUSES, Availability
+from mmlens.analysis.availability.attribution import CAUSES
+from mmlens.records import Availability
 
 FIDELITIES = ("exact", "degraded", "text_prefix", "unknown")
-GROUPS = ("router", "model", "worker")
+SUMS = ("n", "prompt", "best", "realized", "avoidable", "not_cacheable", "false_hit",
+        "pred_blocks", "pred_request_blocks", "pred_realized_blocks", *FIDELITIES, *CAUSES)
+"""Summed per cell. ``best`` is at least ``realized``; the ``pred_*`` sums cover requests with
+a router prediction; the fidelity sums count image requests."""
+BUCKET_S = 60.0
 
 
 @dataclass
@@ -37,53 +44,99 @@ class Labels:
                             count=len(values))
         return cls(codes, list(index))
 
-    def __getitem__(self, mask: np.ndarray) -> Labels:
-        return Labels(self.codes[mask], self.names)
-
 
 @dataclass
-class AvailabilityColumns:
-    ts: np.ndarray
+class Cells:
+    t: np.ndarray  # bucket start
     router: Labels
     model: Labels
     worker: Labels
-    block_size: np.ndarray
-    prompt: np.ndarray
-    best: np.ndarray
-    realized: np.ndarray
-    avoidable: np.ndarray
-    not_cacheable: np.ndarray
-    false_hit: np.ndarray
-    predicted: np.ndarray  # tokens, −1 without a prediction
-    images: np.ndarray
-    fidelity: np.ndarray  # index into FIDELITIES
-    causes: dict[str, np.ndarray] = field(default_factory=dict)
+    sums: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len(self.ts)
+        return len(self.t)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.sums[name]
 
     @classmethod
-    def of(cls, rows: Sequence[Availability]) -> AvailabilityColumns:
-        def ints(values: list[int]) -> np.ndarray:
-            return np.asarray(values, dtype=np.int64)
+    def from_columns(cls, cols: dict[str, Sequence[Any]]) -> Cells:
+        """From column lists: ``t``, ``router``, ``model``, ``worker`` and every ``SUMS``."""
+        return cls(np.asarray(cols["t"], dtype=np.float64), Labels.of(cols["router"]),
+                   Labels.of(cols["model"]), Labels.of(cols["worker"]),
+                   {s: np.asarray(cols[s], dtype=np.int64) for s in SUMS})
 
-        return cls(
-            ts=np.asarray([r.ts for r in rows], dtype=np.float64),
-            router=Labels.of([r.router for r in rows]),
-            model=Labels.of([r.model for r in rows]),
-            worker=Labels.of([r.worker or "" for r in rows]),
-            block_size=ints([r.block_size for r in rows]),
-            prompt=ints([r.prompt_tokens for r in rows]),
-            best=ints([r.best_tokens for r in rows]),
-            realized=ints([r.realized_tokens for r in rows]),
-            avoidable=ints([r.avoidable_tokens for r in rows]),
-            not_cacheable=ints([r.not_cacheable_tokens for r in rows]),
-            false_hit=ints([r.false_hit_tokens for r in rows]),
-            predicted=ints([-1 if r.predicted_tokens is None else r.predicted_tokens
-                            for r in rows]),
-            images=ints([r.images for r in rows]),
-            fidelity=ints([FIDELITIES.index(r.fidelity) for r in rows]),
-            causes={c: ints([r.causes.get(c, 0) for r in rows]) for c in CAUSES})
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[float, str, str, str, dict[str, int]]]) -> Cells:
+        """From stored cells: (bucket start, router, model, worker, sums)."""
+        cols: dict[str, list[Any]] = {k: [r[i] for r in rows] for i, k in enumerate(
+            ("t", "router", "model", "worker"))}
+        for s in SUMS:
+            cols[s] = [r[4].get(s, 0) for r in rows]
+        return cls.from_columns(cols)
+
+    @classmethod
+    def of(cls, rows: Sequence[Availability], bucket_s: float = BUCKET_S) -> Cells:
+        """One cell per request."""
+        return cls.from_columns(cell_columns(rows, bucket_s))
+
+    def where(self, mask: np.ndarray) -> Cells:
+        return Cells(self.t[mask], Labels(self.router.codes[mask], self.router.names),
+                     Labels(self.model.codes[mask], self.model.names),
+                     Labels(self.worker.codes[mask], self.worker.names),
+                     {s: v[mask] for s, v in self.sums.items()})
+
+
+def request_sums(a: Availability) -> dict[str, int]:
+    """What one request adds to its cell."""
+    out = dict.fromkeys(SUMS, 0)
+    bs = a.block_size
+    out.update(n=1, prompt=a.prompt_tokens, best=max(a.best_tokens, a.realized_tokens),
+               realized=a.realized_tokens, avoidable=a.avoidable_tokens,
+               not_cacheable=a.not_cacheable_tokens, false_hit=a.false_hit_tokens)
+    if a.predicted_tokens is not None:
+        out.update(pred_blocks=a.predicted_tokens // bs,
+                   pred_request_blocks=-(-a.prompt_tokens // bs),
+                   pred_realized_blocks=a.realized_tokens // bs)
+    if a.images:
+        out[a.fidelity if a.fidelity in FIDELITIES else "unknown"] = 1
+    for cause, tokens in a.causes.items():
+        if cause in out:
+            out[cause] = tokens
+    return out
+
+
+CellKey = tuple[float, str, str, str]
+"""(bucket start, router, model, worker)."""
+
+
+def cell_sums(rows: Sequence[Availability], bucket_s: float = BUCKET_S,
+              ) -> dict[CellKey, dict[str, int]]:
+    """Requests summed per cell (what the store adds to its cells)."""
+    out: dict[CellKey, dict[str, int]] = {}
+    for a in rows:
+        key = (a.ts // bucket_s * bucket_s, a.router, a.model, a.worker or "")
+        add = request_sums(a)
+        sums = out.get(key)
+        if sums is None:
+            out[key] = add
+        else:
+            for k, v in add.items():
+                sums[k] += v
+    return out
+
+
+def cell_columns(rows: Sequence[Availability], bucket_s: float = BUCKET_S,
+                 ) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {k: [] for k in ("t", "router", "model", "worker", *SUMS)}
+    for a in rows:
+        cols["t"].append(a.ts // bucket_s * bucket_s)
+        cols["router"].append(a.router)
+        cols["model"].append(a.model)
+        cols["worker"].append(a.worker or "")
+        for k, v in request_sums(a).items():
+            cols[k].append(v)
+    return cols
 
 
 @dataclass(frozen=True)
@@ -111,97 +164,78 @@ class Headline:
     realized_blocks_ratio: float | None  # Σ realized / Σ request blocks (same requests)
     image_routing: dict[str, float]  # share of image requests per fidelity
 
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
-def _buckets(ts: np.ndarray, bucket_s: float) -> tuple[np.ndarray, np.ndarray]:
-    b = np.floor(ts / bucket_s).astype(np.int64)
-    keys, inverse = np.unique(b, return_inverse=True)
+
+def _buckets(t: np.ndarray, bucket_s: float) -> tuple[np.ndarray, np.ndarray]:
+    keys, inverse = np.unique(np.floor(t / bucket_s).astype(np.int64), return_inverse=True)
     return keys * bucket_s, inverse
 
 
-def hit_rates(cols: AvailabilityColumns, by: str = "router", bucket_s: float = 60.0,
+def hit_rates(cells: Cells, by: str = "router", bucket_s: float = BUCKET_S,
               ) -> list[HitRatePoint]:
     """Token-weighted achieved and available hit rate per ``by`` (router, model, worker) and
-    time bucket."""
-    if not len(cols):
+    time bucket (a multiple of the cells' bucket)."""
+    if not len(cells):
         return []
-    labels: Labels = getattr(cols, by)
-    names, g = labels.names, labels.codes
-    starts, t = _buckets(cols.ts, bucket_s)
-    cell = g * len(starts) + t
-    size = len(names) * len(starts)
-    n = np.bincount(cell, minlength=size)
-    prompt = np.bincount(cell, weights=cols.prompt, minlength=size)
-    realized = np.bincount(cell, weights=cols.realized, minlength=size)
-    best = np.bincount(cell, weights=np.maximum(cols.best, cols.realized), minlength=size)
+    labels: Labels = getattr(cells, by)
+    starts, t = _buckets(cells.t, bucket_s)
+    cell = labels.codes * len(starts) + t
+    size = len(labels.names) * len(starts)
+    n, prompt, realized, best = (np.bincount(cell, weights=cells[s], minlength=size)
+                                 for s in ("n", "prompt", "realized", "best"))
     out = []
     for c in np.flatnonzero(n):
         p = prompt[c]
-        out.append(HitRatePoint(str(names[c // len(starts)]), float(starts[c % len(starts)]),
+        out.append(HitRatePoint(labels.names[c // len(starts)], float(starts[c % len(starts)]),
                                 int(n[c]), int(p), float(realized[c] / p) if p else 0.0,
                                 float(best[c] / p) if p else 0.0))
     return out
 
 
-def avoidable_per_minute(cols: AvailabilityColumns, bucket_s: float = 60.0,
+def avoidable_per_minute(cells: Cells, bucket_s: float = BUCKET_S,
                          ) -> list[tuple[float, str, float]]:
     """(bucket start, cause, avoidable tokens per minute) for causes with any."""
-    if not len(cols):
+    if not len(cells):
         return []
-    starts, t = _buckets(cols.ts, bucket_s)
-    scale = 60.0 / bucket_s
+    starts, t = _buckets(cells.t, bucket_s)
     out = []
-    for cause, values in cols.causes.items():
+    for cause in CAUSES:
+        values = cells[cause]
         if not values.any():
             continue
-        sums = np.bincount(t, weights=values, minlength=len(starts))
-        out += [(float(starts[i]), cause, float(sums[i] * scale)) for i in np.flatnonzero(sums)]
+        sums = np.bincount(t, weights=values, minlength=len(starts)) * (60.0 / bucket_s)
+        out += [(float(starts[i]), cause, float(sums[i])) for i in np.flatnonzero(sums)]
     return sorted(out)
 
 
-def headline(cols: AvailabilityColumns) -> Headline:
-    n = len(cols)
-    prompt = int(cols.prompt.sum()) if n else 0
-    realized = int(cols.realized.sum()) if n else 0
-    best = int(np.maximum(cols.best, cols.realized).sum()) if n else 0
-    avoidable = int(cols.avoidable.sum()) if n else 0
-    span = float(cols.ts.max() - cols.ts.min()) if n > 1 else 0.0
-    predicted = cols.predicted >= 0
-    req_blocks = (cols.prompt[predicted] + cols.block_size[predicted] - 1) // \
-        cols.block_size[predicted]
-    pred_blocks = cols.predicted[predicted] // cols.block_size[predicted]
-    real_blocks = cols.realized[predicted] // cols.block_size[predicted]
-    total = int(req_blocks.sum())
-    imaged = cols.images > 0
-    shares = {}
-    if imaged.any():
-        counts = np.bincount(cols.fidelity[imaged], minlength=len(FIDELITIES))
-        shares = {f: float(counts[i] / imaged.sum()) for i, f in enumerate(FIDELITIES)}
+def headline(cells: Cells, window_s: float | None = None) -> Headline:
+    """Totals; per minute over ``window_s`` (default: the cells' buckets, first to last)."""
+    total = {s: int(v.sum()) for s, v in cells.sums.items()} if len(cells) else dict.fromkeys(
+        SUMS, 0)
+    if window_s is None and len(cells):
+        window_s = float(cells.t.max() - cells.t.min()) + BUCKET_S
+    prompt, req_blocks = total["prompt"], total["pred_request_blocks"]
+    images = sum(total[f] for f in FIDELITIES)
     return Headline(
-        requests=n, prompt_tokens=prompt,
-        achieved=realized / prompt if prompt else None,
-        available=best / prompt if prompt else None,
-        avoidable_tokens=avoidable,
-        avoidable_per_minute=avoidable * 60.0 / span if span > 0 else None,
-        causes={c: int(v.sum()) for c, v in cols.causes.items() if v.any()},
-        not_cacheable_tokens=int(cols.not_cacheable.sum()) if n else 0,
-        false_hit_tokens=int(cols.false_hit.sum()) if n else 0,
-        predicted_blocks_ratio=int(pred_blocks.sum()) / total if total else None,
-        realized_blocks_ratio=int(real_blocks.sum()) / total if total else None,
-        image_routing=shares)
+        requests=total["n"], prompt_tokens=prompt,
+        achieved=total["realized"] / prompt if prompt else None,
+        available=total["best"] / prompt if prompt else None,
+        avoidable_tokens=total["avoidable"],
+        avoidable_per_minute=(total["avoidable"] * 60.0 / window_s) if window_s else None,
+        causes={c: total[c] for c in CAUSES if total[c]},
+        not_cacheable_tokens=total["not_cacheable"], false_hit_tokens=total["false_hit"],
+        predicted_blocks_ratio=total["pred_blocks"] / req_blocks if req_blocks else None,
+        realized_blocks_ratio=total["pred_realized_blocks"] / req_blocks if req_blocks else None,
+        image_routing={f: total[f] / images for f in FIDELITIES} if images else {})
 
 
-def subset(cols: AvailabilityColumns, mask: np.ndarray) -> AvailabilityColumns:
-    return AvailabilityColumns(
-        **{name: getattr(cols, name)[mask] for name in (
-            "ts", "router", "model", "worker", "block_size", "prompt", "best", "realized",
-            "avoidable", "not_cacheable", "false_hit", "predicted", "images", "fidelity")},
-        causes={c: v[mask] for c, v in cols.causes.items()})
-
-
-def headlines(cols: AvailabilityColumns, by: str = "router") -> dict[str, Headline]:
+def headlines(cells: Cells, by: str = "router", window_s: float | None = None,
+              ) -> dict[str, Headline]:
     """``headline`` per router, model or worker."""
-    if not len(cols):
+    if not len(cells):
         return {}
-    labels: Labels = getattr(cols, by)
-    present = np.unique(labels.codes)
-    return {labels.names[c]: headline(subset(cols, labels.codes == c)) for c in present}
+    labels: Labels = getattr(cells, by)
+    return {labels.names[c]: headline(cells.where(labels.codes == c), window_s)
+            for c in np.unique(labels.codes)}

@@ -24,47 +24,15 @@ the engine prefilled:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from mmlens.analysis.availability.facts import Fidelity, RequestFacts
+from mmlens.analysis.availability.facts import RequestFacts
+from mmlens.records import Availability
 
 Cause = Literal["load_spill", "content_blind", "stale_index", "count_drift", "unattributed",
                 "evicted", "unexplained"]
 CAUSES: tuple[Cause, ...] = ("load_spill", "content_blind", "stale_index", "count_drift",
                              "unattributed", "evicted", "unexplained")
-
-
-@dataclass(slots=True)
-class Availability:
-    request_id: str
-    ts: float
-    router: str
-    router_kind: str
-    model: str
-    worker: str | None
-    block_size: int
-    prompt_tokens: int
-    images: int
-    fidelity: Fidelity
-    available: dict[str, int]  # worker → tokens it could have served at decision time
-    best_worker: str | None
-    best_tokens: int
-    chosen_tokens: int
-    realized_tokens: int
-    avoidable_tokens: int
-    causes: dict[str, int] = field(default_factory=dict)
-    not_cacheable_tokens: int = 0
-    unseen_tokens: int = 0
-    predicted_tokens: int | None = None
-    request_blocks: int | None = None
-    false_hit_tokens: int = 0
-    false_hit_cause: str | None = None
-    identities_resolved: bool = True
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def cacheable_blocks(prompt_tokens: int, block_size: int) -> int:

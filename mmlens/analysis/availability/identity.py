@@ -14,11 +14,21 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from mmlens.layout.content_keys import BlockShapes, canonical_offset
-from mmlens.records import ImageRef
+from mmlens.records import BlockStored, ImageRef
 
 MAX_VARIANTS = 3
 
 Refs = tuple[ImageRef, ...]
+ImageBlock = tuple[int, int, Refs]
+"""A stored image block: its shape key, content key and image refs."""
+
+
+def image_blocks(ev: BlockStored) -> list[ImageBlock]:
+    """The image blocks of a stored event whose content keys the resident index computed."""
+    if not ev.images or not ev.shapes or not ev.keys:
+        return []
+    return [(shape, key, tuple(refs)) for shape, key, refs in zip(
+        ev.shapes, ev.keys, ev.images, strict=False) if refs]
 
 
 class EngineIdentities:
@@ -30,15 +40,11 @@ class EngineIdentities:
         self._recent: dict[int, list[tuple[float, str, Refs, int]]] = {}
         self._expiry: deque[tuple[float, int]] = deque()
 
-    def stored(self, ts: float, unit: str, shapes: Sequence[int], keys: Sequence[int],
-               images: Sequence[Refs | None] | None) -> None:
+    def stored(self, ts: float, unit: str, images: Sequence[ImageBlock]) -> None:
         """Remember the image blocks of one ``BlockStored`` event (by shape key)."""
-        if not images:
-            return
-        for shape, key, refs in zip(shapes, keys, images, strict=False):
-            if refs:
-                self._recent.setdefault(shape, []).append((ts, unit, tuple(refs), key))
-                self._expiry.append((ts, shape))
+        for shape, key, refs in images:
+            self._recent.setdefault(shape, []).append((ts, unit, tuple(refs), key))
+            self._expiry.append((ts, shape))
         cutoff = ts - self.horizon_s
         while self._expiry and self._expiry[0][0] < cutoff:
             old, shape = self._expiry.popleft()

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from mmlens.analysis.availability.attribution import Availability, attribute
 from mmlens.analysis.availability.facts import RequestFacts, unit_label
-from mmlens.analysis.availability.identity import EngineIdentities
+from mmlens.analysis.availability.identity import EngineIdentities, ImageBlock, image_blocks
 from mmlens.analysis.availability.index import ResidentKeys
 from mmlens.records import BlockRemoved, BlockStored, KVEvent
 
@@ -32,19 +32,29 @@ class AvailabilityTracker:
         self.from_history = False
 
     def apply(self, events: Iterable[KVEvent]) -> None:
-        index = self.index
         for ev in events:
             unit = unit_label(ev.worker, ev.rank)
             if isinstance(ev, BlockStored):
-                if ev.keys:
-                    index.add(ev.ts, unit, ev.keys)
-                if ev.images and ev.shapes and ev.keys:
-                    self.identities.stored(ev.ts, unit, ev.shapes, ev.keys, ev.images)
+                self.apply_keyed(ev.ts, unit, "stored", ev.keys, image_blocks(ev))
             elif isinstance(ev, BlockRemoved):
-                if ev.keys:
-                    index.remove(ev.ts, unit, ev.keys)
+                self.apply_keyed(ev.ts, unit, "removed", ev.keys)
             else:
-                index.clear(ev.ts, unit)
+                self.apply_keyed(ev.ts, unit, "cleared")
+
+    def apply_keyed(self, ts: float, unit: str, kind: str, keys: Sequence[int] | None = None,
+                    images: Sequence[ImageBlock] = ()) -> None:
+        """One event as the store keeps it: its blocks' content keys and, for stored image
+        blocks, (shape key, content key, image refs)."""
+        if kind == "stored":
+            if keys:
+                self.index.add(ts, unit, keys)
+            if images:
+                self.identities.stored(ts, unit, images)
+        elif kind == "removed":
+            if keys:
+                self.index.remove(ts, unit, keys)
+        else:
+            self.index.clear(ts, unit)
 
     def served(self, facts: RequestFacts) -> None:
         """The history model: a served request leaves its full blocks on its worker."""

@@ -1,0 +1,178 @@
+"""Store tables of the available-vs-achieved analysis.
+
+- ``kv_content``: per KV event, the content keys the resident index computed (and, for
+  stored image blocks, their shape keys and image refs): what a replay needs, without token
+  ids. Keyed like ``kv_events`` (worker, rank, seq, ts, idx), so a batch stored twice is
+  kept once.
+- ``availability``: one row per request (re-evaluating replaces it): its counts and the
+  whole record as JSON;
+- ``availability_cells``: the sums the aggregates need per (minute, router, model, worker),
+  added to as requests are evaluated, so a page over 100k requests reads a few thousand rows.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from mmlens.records import Availability, BlockRemoved, BlockStored, KVEvent
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv_content (
+    ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL, seq INTEGER NOT NULL,
+    idx INTEGER NOT NULL, kind TEXT NOT NULL, content BLOB);
+CREATE UNIQUE INDEX IF NOT EXISTS kv_content_key ON kv_content (worker, rank, seq, ts, idx);
+CREATE INDEX IF NOT EXISTS kv_content_ts ON kv_content (ts);
+CREATE TABLE IF NOT EXISTS availability (
+    ts REAL NOT NULL, request_id TEXT NOT NULL PRIMARY KEY, router TEXT NOT NULL,
+    model TEXT NOT NULL, worker TEXT NOT NULL, block_size INTEGER NOT NULL,
+    prompt INTEGER NOT NULL, best INTEGER NOT NULL, realized INTEGER NOT NULL,
+    avoidable INTEGER NOT NULL, not_cacheable INTEGER NOT NULL, false_hit INTEGER NOT NULL,
+    predicted INTEGER, images INTEGER NOT NULL, fidelity TEXT NOT NULL,
+    load_spill INTEGER NOT NULL, content_blind INTEGER NOT NULL, stale_index INTEGER NOT NULL,
+    count_drift INTEGER NOT NULL, unattributed INTEGER NOT NULL, evicted INTEGER NOT NULL,
+    unexplained INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS availability_ts ON availability (ts);
+CREATE TABLE IF NOT EXISTS availability_cells (
+    ts REAL NOT NULL, router TEXT NOT NULL, model TEXT NOT NULL, worker TEXT NOT NULL,
+    sums TEXT NOT NULL, PRIMARY KEY (ts, router, model, worker));
+"""
+TABLES = ("kv_content", "availability", "availability_cells")
+CAUSE_COLUMNS = ("load_spill", "content_blind", "stale_index", "count_drift", "unattributed",
+                 "evicted", "unexplained")
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+
+@dataclass(slots=True)
+class KeyedRow:
+    """A stored KV event as the availability replay reads it."""
+
+    rowid: int
+    ts: float
+    unit: str  # worker, or worker#rank beyond rank 0
+    kind: str
+    keys: list[int]
+    images: list[tuple[int, int, Any]]  # stored image blocks: (shape, key, refs)
+
+
+def _content(ev: KVEvent) -> bytes | None:
+    if isinstance(ev, BlockStored):
+        if not ev.keys:
+            return None
+        images = [] if not (ev.images and ev.shapes) else [
+            [shape, key, [list(r) for r in refs]]
+            for shape, key, refs in zip(ev.shapes, ev.keys, ev.images, strict=False) if refs]
+        return _enc.encode({"k": ev.keys, "i": images})
+    if isinstance(ev, BlockRemoved):
+        return _enc.encode({"k": ev.keys}) if ev.keys else None
+    return None
+
+
+def add_kv_content(db: sqlite3.Connection, events: Iterable[KVEvent]) -> int:
+    rows = [(ev.ts, ev.worker, ev.rank, ev.seq, ev.idx, ev.kind, _content(ev)) for ev in events
+            if ev.kind == "cleared" or getattr(ev, "keys", None)]
+    with db:
+        cur = db.executemany("INSERT OR IGNORE INTO kv_content VALUES (?,?,?,?,?,?,?)", rows)
+    return max(cur.rowcount, 0)
+
+
+def kv_content_after(db: sqlite3.Connection, rowid: int, limit: int = 50_000,
+                     ) -> list[KeyedRow]:
+    """Keyed KV events stored after ``rowid``, in the order they were stored."""
+    out = []
+    for rid, ts, worker, rank, kind, content in db.execute(
+            "SELECT rowid, ts, worker, rank, kind, content FROM kv_content WHERE rowid > ? "
+            "ORDER BY rowid LIMIT ?", (rowid, limit)):
+        body = _dec.decode(content) if content else {}
+        out.append(KeyedRow(int(rid), float(ts), worker if not rank else f"{worker}#{rank}",
+                            kind, body.get("k") or [],
+                            [(s, k, tuple(tuple(r) for r in refs))
+                             for s, k, refs in body.get("i") or []]))
+    return out
+
+
+def add_availability(db: sqlite3.Connection, results: Iterable[Availability]) -> int:
+    rows = []
+    for a in results:
+        rows.append((a.ts, a.request_id, a.router, a.model, a.worker or "", a.block_size,
+                     a.prompt_tokens, a.best_tokens, a.realized_tokens, a.avoidable_tokens,
+                     a.not_cacheable_tokens, a.false_hit_tokens, a.predicted_tokens, a.images,
+                     a.fidelity, *(a.causes.get(c, 0) for c in CAUSE_COLUMNS),
+                     json.dumps(a.to_json(), default=str)))
+    with db:
+        db.executemany(f"INSERT OR REPLACE INTO availability VALUES ({','.join('?' * 23)})",
+                       rows)
+    return len(rows)
+
+
+def evaluated(db: sqlite3.Connection, request_ids: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    ids = list(request_ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        out.update(r for (r,) in db.execute(
+            f"SELECT request_id FROM availability WHERE request_id IN "
+            f"({','.join('?' * len(chunk))})", chunk))
+    return out
+
+
+def add_cells(db: sqlite3.Connection, cells: dict[tuple[float, str, str, str], dict[str, int]],
+              ) -> None:
+    """Add per-cell sums (``mmlens.analysis.availability.aggregate.SUMS``) to the stored
+    cells."""
+    if not cells:
+        return
+    with db:
+        for key, sums in cells.items():
+            row = db.execute("SELECT sums FROM availability_cells WHERE ts=? AND router=? AND "
+                             "model=? AND worker=?", key).fetchone()
+            if row is not None:
+                old = json.loads(row[0])
+                sums = {k: old.get(k, 0) + v for k, v in sums.items()} | {
+                    k: v for k, v in old.items() if k not in sums}
+            db.execute("INSERT OR REPLACE INTO availability_cells VALUES (?,?,?,?,?)",
+                       (*key, json.dumps(sums, separators=(",", ":"))))
+
+
+def cells(db: sqlite3.Connection, since: float, until: float | None = None,
+          ) -> list[tuple[float, str, str, str, dict[str, int]]]:
+    """Stored cells of the buckets starting in [since, until]."""
+    sql = "SELECT ts, router, model, worker, sums FROM availability_cells WHERE ts >= ?"
+    args: list[Any] = [since]
+    if until is not None:
+        sql += " AND ts <= ?"
+        args.append(until)
+    try:
+        rows = db.execute(sql + " ORDER BY ts", args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+    dec = msgspec.json.Decoder(dict[str, int])
+    return [(ts, r, m, w, dec.decode(sums)) for ts, r, m, w, sums in rows]
+
+
+def availability_rows(db: sqlite3.Connection, since: float, limit: int = 500,
+                      ) -> list[Availability]:
+    """Whole records of the newest requests decided since ``since``."""
+    try:
+        rows = db.execute("SELECT body FROM availability WHERE ts >= ? ORDER BY ts DESC "
+                          "LIMIT ?", (since, limit)).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+    out = []
+    for (body,) in rows:
+        try:
+            out.append(msgspec.json.decode(body, type=Availability, strict=False))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            continue  # a row this version cannot read stays stored
+    return out
