@@ -27,6 +27,7 @@ from mmlens.analysis.availability.attribution import CAUSES
 from mmlens.analysis.availability.facts import facts_of
 from mmlens.analysis.availability.tracker import AvailabilityTracker
 from mmlens.layout.composition import ImageInput, compose
+from mmlens.layout.expected import ExpectedLayout
 from mmlens.layout.families import get_family
 from mmlens.layout.report import layout_summary
 from mmlens.layout.synthetic_images import synthetic_png
@@ -45,7 +46,8 @@ def request_trace() -> RequestTrace:
     summary = layout_summary(layout, family, images)
     return RequestTrace("bench", "router", "smg", "m", 1000.0, False, status=200,
                         worker="w0", prompt_tokens=len(layout.engine), cached_tokens=0,
-                        latency_s=1.0, ttft_s=0.5, expected_layout=summary,
+                        latency_s=1.0, ttft_s=0.5,
+                        expected_layout=ExpectedLayout.from_summary(summary),
                         predictions=[RoutingDecision("bench", "smg", "header", worker="w0",
                                                      overlap_blocks=3, request_blocks=230)])
 

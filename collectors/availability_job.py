@@ -7,45 +7,27 @@ evaluated yet (with their logged decisions), and writes one availability row per
 
 from __future__ import annotations
 
-import logging
 import time
-from typing import Any
-
-import msgspec
 
 from mmlens.analysis.availability.aggregate import cell_sums
 from mmlens.analysis.availability.facts import facts_of
 from mmlens.analysis.availability.tracker import AvailabilityTracker
-from mmlens.records import Availability, RequestTrace
+from mmlens.records import Availability
 from mmlens.store import availability as tables
-from mmlens.store.reader import StoreReader
+from mmlens.store.decisions import attach, trace_keys
 from mmlens.store.sqlite import Store
-
-log = logging.getLogger("mmlens.availability")
-
-
-def trace_record(body: dict[str, Any]) -> RequestTrace | None:
-    try:
-        return msgspec.convert(body, RequestTrace, strict=False)
-    except msgspec.ValidationError as exc:
-        log.warning("availability: skipping an unreadable trace: %s", exc)
-        return None
 
 
 class AvailabilityJob:
-    def __init__(self, store: Store, reader: StoreReader | None = None, settle_s: float = 12.0,
-                 lookback_s: float = 120.0, horizon_s: float = 900.0) -> None:
+    def __init__(self, store: Store, settle_s: float = 12.0, lookback_s: float = 120.0,
+                 horizon_s: float = 900.0) -> None:
         self.store = store
-        self.reader = reader or StoreReader(store.path)
         self.settle_s = settle_s
         self.lookback_s = lookback_s
         self.tracker = AvailabilityTracker(horizon_s)
         self.kv_rowid = 0
         self.since: float | None = None  # requests decided before this are done
         self.evaluated = 0
-
-    def close(self) -> None:
-        self.reader.close()
 
     def apply_kv(self) -> int:
         n = 0
@@ -65,15 +47,15 @@ class AvailabilityJob:
         self.apply_kv()
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.tracker.index.horizon_s
-        bodies = self.reader.with_decisions(
-            self.reader.traces_between(since - self.lookback_s, until, limit=20_000))
-        done = tables.evaluated(self.store.db, [str(b.get("request_id")) for b in bodies])
+        traces = self.store.traces_between(since - self.lookback_s, until, 20_000)
+        done = tables.evaluated(self.store.db, [t.request_id for t in traces])
+        traces = [t for t in traces if t.request_id not in done]
+        keys = sorted({k for t in traces for k in trace_keys(t)})
+        if keys:
+            attach(traces, self.store.decisions(keys))
         facts = []
-        for body in bodies:
-            if body.get("request_id") in done:
-                continue
-            trace = trace_record(body)
-            f = None if trace is None else facts_of(trace)
+        for trace in traces:
+            f = facts_of(trace)
             if f is not None and not f.failed and f.done_ts <= until:
                 facts.append(f)
         results = [self.tracker.evaluate(f) for f in sorted(facts, key=lambda f: f.ts)]

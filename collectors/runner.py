@@ -387,5 +387,4 @@ class CollectorRunner:
             plane.close()
         self.kv.close()
         self.scraper.close()
-        if self.availability is not None:
-            self.availability.close()
+

@@ -354,9 +354,10 @@ class ResidentIndex:
             return
         blocks = res.blocks
         state = 0 if ev.parent is None else blocks.get(ev.parent)
-        if ev.images is None:  # images named by the pad values of their runs (SGLang)
-            ev.images = pad_images(ev.token_ids, ev.block_size)  # type: ignore[assignment]
-        if state is None or len(ev.token_ids) < len(hashes) * ev.block_size:
+        bs = ev.block_size
+        if ev.images is None and bs > 0:  # images named by the pad values of their runs
+            ev.images = pad_images(ev.token_ids, bs)  # type: ignore[assignment]
+        if state is None or bs <= 0 or len(ev.token_ids) < len(hashes) * bs:
             blocks.update(dict.fromkeys(hashes))  # content unknown: not matchable
         else:
             states, shapes, keys = event_chain(state, ev.token_ids, ev.block_size, ev.images)

@@ -150,6 +150,11 @@ def layout_shapes(view: View, block_size: int) -> BlockShapes:
     return BlockShapes(tuple(shapes), tuple(images))
 
 
+def content_block_keys(view: View, identities: Sequence[str], block_size: int) -> list[str]:
+    """Content keys (16 hex) of ``view``'s full blocks with image i named ``identities[i]``."""
+    return [f"{k:016x}" for k in layout_shapes(view, block_size).keys(identities)]
+
+
 # --- the engine side ------------------------------------------------------------------------
 
 EngineRefs = Sequence[tuple[str, int | None]]

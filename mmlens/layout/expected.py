@@ -92,6 +92,10 @@ class ExpectedLayout:
     spans: list[LayoutSpan] = field(default_factory=list)
     routers: dict[str, dict[str, Any]] = field(default_factory=dict)
     block_keys: list[str] | None = None
+    # The keys' identity-free half per block, and each block's images as
+    # [block, [[image index, offset], …]]: the keys under an engine's names for the images.
+    block_shapes: list[str] | None = None
+    block_images: list[list[Any]] | None = None
     parts: list[LayoutPart] | None = None  # the request's parts when no token layout is known
     text: str | None = None
     layout_model: str | None = None
@@ -131,6 +135,9 @@ class ExpectedLayout:
         }
         if self.block_keys is not None:
             out["block_keys"] = list(self.block_keys)
+        if self.block_shapes is not None:
+            out["block_shapes"] = list(self.block_shapes)
+            out["block_images"] = list(self.block_images or [])
         return self._tail(out)
 
     def _tail(self, out: dict[str, Any]) -> dict[str, Any]:

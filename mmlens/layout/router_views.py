@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlens.layout.composition import ImageInput, Layout, Part, Span, SpanKind, View, compose
+from mmlens.layout.content_keys import content_block_keys
 from mmlens.layout.hashing import (
     block_hashes,
-    content_block_keys,
     dynamo_hash_hex,
     dynamo_mm_hash_url,
     dynamo_routing,

@@ -35,21 +35,18 @@ def test_job_evaluates_settled_requests_once(tmp_path: Path) -> None:
         smg_decision("a2", "w2", None, spill_from="w1", branch="spill")])
     store.add_traces([a1, a2])
     job = AvailabilityJob(store, settle_s=5.0)
-    try:
-        assert job.run(now=101.2) == []  # nothing has settled yet
-        done = {a.request_id: a for a in job.run(now=110.0)}
-        assert set(done) == {"a1", "a2"}
-        assert done["a2"].available == {"w1": FULL} and done["a2"].causes == {"load_spill": 96}
-        assert job.run(now=111.0) == []  # evaluated once
-        # Eviction rows carry the keys the index knew for the removed blocks.
-        removed = BlockRemoved("w1", 0, 2, 120.0, stored.block_hashes)
-        index.apply([removed])
-        store.add_kv_events([removed])
-        a3 = trace("a3", summary, 121.0, "w2", 0)
-        store.add_traces([a3])
-        assert job.run(now=130.0)[0].available == {}
-    finally:
-        job.close()
+    assert job.run(now=101.2) == []  # nothing has settled yet
+    done = {a.request_id: a for a in job.run(now=110.0)}
+    assert set(done) == {"a1", "a2"}
+    assert done["a2"].available == {"w1": FULL} and done["a2"].causes == {"load_spill": 96}
+    assert job.run(now=111.0) == []  # evaluated once
+    # Eviction rows carry the keys the index knew for the removed blocks.
+    removed = BlockRemoved("w1", 0, 2, 120.0, stored.block_hashes)
+    index.apply([removed])
+    store.add_kv_events([removed])
+    a3 = trace("a3", summary, 121.0, "w2", 0)
+    store.add_traces([a3])
+    assert job.run(now=130.0)[0].available == {}
     rows = tables.availability_rows(store.db, 0.0)
     assert {r.request_id for r in rows} == {"a1", "a2", "a3"}
     h = headline(Cells.from_rows(tables.cells(store.db, 0.0)))

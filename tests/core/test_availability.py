@@ -10,6 +10,7 @@ from mmlens.analysis.availability.facts import facts_of
 from mmlens.analysis.availability.tracker import AvailabilityTracker, replay, replay_history
 from mmlens.ingest.kv_events import ResidentIndex
 from mmlens.layout.composition import ImageInput, Layout, SpanKind, compose
+from mmlens.layout.expected import ExpectedLayout
 from mmlens.layout.families import get_family
 from mmlens.layout.hashing import dynamo_pad_value
 from mmlens.layout.report import layout_summary
@@ -69,7 +70,8 @@ def trace(rid: str, summary: dict, ts: float, worker: str, cached: int, prompt: 
           decisions: list[RoutingDecision] | None = None, kind: str = "smg") -> RequestTrace:
     return RequestTrace(rid, "router", kind, "m", ts, False, status=200, worker=worker,
                         prompt_tokens=prompt, cached_tokens=cached, latency_s=0.5, ttft_s=0.2,
-                        expected_layout=summary, predictions=decisions or [])
+                        expected_layout=ExpectedLayout.from_summary(summary),
+                        predictions=decisions or [])
 
 
 def smg_decision(rid: str, worker: str, overlap: int | None, spill_from: str | None = None,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mmlens.analysis.explain import FALLBACK_MARKERS
+from mmlens.ingest.observed import known
 from mmlens.layout.content_keys import BlockShapes
 from mmlens.records import RequestTrace, RoutingDecision
 
@@ -120,10 +121,11 @@ def fidelity(trace: RequestTrace, view: RouterView, layout: Any, drift: bool) ->
 
 
 def facts_of(trace: RequestTrace, default_block_size: int = 16) -> RequestFacts | None:
-    """None when the trace has no usable layout (no block keys)."""
+    """None when the trace has no usable layout (no block keys) or nobody said how many
+    tokens the engine cached (an observed request)."""
     lay = trace.expected_layout
     keys = _get(lay, "block_keys")
-    if not isinstance(keys, list):
+    if not isinstance(keys, list) or not known(trace, "cached_tokens"):
         return None
     bs = int(_get(lay, "block_size") or default_block_size)
     images = _get(lay, "images") or []
@@ -141,7 +143,8 @@ def facts_of(trace: RequestTrace, default_block_size: int = 16) -> RequestFacts 
     return RequestFacts(
         request_id=trace.request_id, router=trace.router, router_kind=trace.router_kind,
         model=trace.model, ts=ts, prefill_ts=trace.ts + (trace.ttft_s or trace.latency_s or 0.0),
-        done_ts=done, unit=None if not trace.worker else unit_label(trace.worker, trace.dp_rank),
+        done_ts=done, unit=(unit_label(trace.worker, trace.dp_rank)
+                            if trace.worker and known(trace, "worker") else None),
         block_size=bs, prompt_tokens=trace.prompt_tokens, expected_prompt_tokens=expected,
         cached_tokens=int(trace.cached_tokens or 0), content_ids=content_ids, shapes=shapes,
         content_keys=tuple(int(k, 16) for k in keys), router_view=view,
