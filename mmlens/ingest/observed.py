@@ -109,6 +109,9 @@ def _merge_images(base: RequestTrace, new: RequestTrace) -> None:
         return
     old_label = base.provenance.get("images")
     new_label = new.provenance.get("images", "")
+    if base.images and base.origin != OBSERVED:  # mmlens' own images stand
+        base.images = _with_identities(base.images, new.images)
+        return
     if not base.images or old_label is None:
         base.images = list(new.images)
     elif source_of(old_label) == source_of(new_label) and new_label.endswith(":append"):
