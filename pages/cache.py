@@ -5,7 +5,7 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis import kv_divergence
-from mmlens.analysis.timeseries import HIT_NAMES, worker_hit_rate_series
+from mmlens.analysis.timeseries import HIT_NAMES, bucket_of, worker_hit_rate_series
 from mmlens.figures.cache import (
     hit_rate_figure,
     kv_event_timeline_figure,
@@ -14,22 +14,17 @@ from mmlens.figures.cache import (
     resident_blocks_figure,
 )
 from mmlens.figures.kv_divergence import divergence_figure
-from mmlens.records import MetricSample
 
 st.title("Cache")
-r = shared.reader()
-if r is None:
-    st.stop()
-path = r.path
+path = shared.require_reader()
 window = shared.window_slider("cache_window", 300)
 
 
 @st.fragment(run_every=shared.REFRESH_S)
 def live() -> None:
     with shared.page_guard("Cache"):
-        rows = shared.samples_json(path, HIT_NAMES, float(window))
-        samples = [MetricSample(t, n, lb, v, ts) for t, n, lb, v, ts in rows]
-        series = worker_hit_rate_series(samples, step=shared.bucket_of(samples))
+        samples = shared.samples(path, HIT_NAMES, float(window))
+        series = worker_hit_rate_series(samples, step=bucket_of(samples))
         if series:
             st.plotly_chart(hit_rate_figure(series), key="hit_rate", width="stretch")
         else:

@@ -1,7 +1,6 @@
 """Request inspector: one request's token layout — router and worker views, the block grid,
 hashes on hover, counts side by side, and where router and worker part ways."""
 
-import time
 from typing import Any
 
 import pandas as pd
@@ -11,12 +10,19 @@ from mmlens.ui import shared
 from mmlens.analysis.explain import keys_of
 from mmlens.analysis.request_view import RequestView, from_layout, from_trace, rebuild_parts
 from mmlens.analysis.verdicts import field_rows
+from mmlens.analysis.views.inspector import (
+    cached_text,
+    explanation_text,
+    image_rows,
+    prediction_rows,
+    request_label,
+    timing_caption,
+)
 from mmlens.cli.explain import explain_recorded
 from mmlens.cli.observed_explain import judge_recorded
 from mmlens.errors import LayoutError
 from mmlens.figures.router_views import router_panel
 from mmlens.figures.token_layout import layout_figure
-from mmlens.ingest.observed import known
 from mmlens.layout.composition import ImageInput, Layout
 from mmlens.layout.families import FAMILIES
 from mmlens.layout.hashing import dynamo_mm_hash_url, smg_identifier
@@ -103,16 +109,9 @@ def captured(path: str) -> None:
         st.info("No captured requests yet. Send some from the Lab page, or compose one here.")
         return
     ids = list(by_id)
-
-    def label(rid: str) -> str:
-        t = by_id[rid]
-        when = time.strftime("%H:%M:%S", time.gmtime(t.ts or 0))
-        outcome = (f"error {t.error_code}" if t.error else
-                   f"cached {t.cached_tokens or 0}/{t.prompt_tokens}")
-        return f"{when} · {rid} · {shared.short_worker(t.worker)} · {outcome}"
-
     index = ids.index(wanted) if wanted in ids else 0
-    rid = st.selectbox("Request", ids, index=index, format_func=label, key="inspector_request")
+    rid = st.selectbox("Request", ids, index=index, key="inspector_request",
+                       format_func=lambda i: request_label(by_id[i]))
     if rid != wanted:
         st.query_params["request"] = rid
     trace = by_id[rid]
@@ -134,12 +133,7 @@ def captured(path: str) -> None:
     if expl is not None:
         st.subheader("Why this many cached tokens")
         box = st.success if expl["category"] == "hit" else st.warning
-        if "realized_tokens" in expl:
-            box(f"**{expl['category']}** — {expl['headline']} (realized "
-                f"{expl['realized_tokens']} tokens; the best any worker could have served: "
-                f"{expl['best_tokens']})")
-        else:
-            box(f"**{expl['category']}** — {expl['headline']}")
+        box(explanation_text(expl))
         if expl["evidence"]:
             with st.expander("Evidence"):
                 st.json(expl["evidence"])
@@ -155,15 +149,10 @@ def captured(path: str) -> None:
     c1.metric("Worker", shared.short_worker(trace.worker))
     c2.metric("Router predicted (tokens)", "—" if rv.predicted_tokens is None
               else rv.predicted_tokens)
-    c3.metric("Engine cached (tokens)", (trace.cached_tokens or 0)
-              if known(trace, "cached_tokens") else "unknown")
+    c3.metric("Engine cached (tokens)", cached_text(trace))
     if trace.error:
         st.error(f"The router answered {trace.status} {trace.error_code}: {trace.error}")
-    preds = [{k: getattr(p, k) for k in ("source", "worker", "branch", "overlap_blocks",
-                                         "request_blocks", "block_size", "kv_hit_rate",
-                                         "original_tokens", "expanded_tokens")}
-             | {"warnings": "; ".join(p.warnings)}
-             for p in trace.predictions]
+    preds = prediction_rows(trace)
     if preds:
         shared.routing_detail(trace)
         with st.expander("Everything the router said, by source"):
@@ -171,16 +160,10 @@ def captured(path: str) -> None:
     else:
         st.caption("The router said nothing about this decision (no cache-trace header, no "
                    "matching log line).")
-    images = [{"image": i, "size": f"{im.width}x{im.height}",
-               "bytes": im.byte_size, "url": im.url_kind,
-               **{k: v[:16] for k, v in im.identities.items()}}
-              for i, im in enumerate(trace.images)]
+    images = image_rows(trace)
     if images:
         st.dataframe(pd.DataFrame(images), hide_index=True, width="stretch")
-    ttft = trace.ttft_s
-    st.caption(f"latency {trace.latency_s or 0:.3f} s · TTFT "
-               f"{'—' if ttft is None else f'{ttft:.3f} s'} · stream {trace.stream} · "
-               f"model {trace.model}")
+    st.caption(timing_caption(trace))
 
 
 def compose() -> None:

@@ -8,6 +8,7 @@ from mmlens.ui import shared
 
 from mmlens.analysis.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
 from mmlens.analysis.scenarios import NAMES as SCENARIOS
+from mmlens.analysis.views.lab import models_of, routers, tint
 from mmlens.config import RouterTarget
 from mmlens.layout.families import get_family
 from mmlens.layout.imageinfo import parse_size
@@ -15,26 +16,12 @@ from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 
 st.title("Lab")
-r = shared.reader()
-if r is None:
-    st.stop()
-path = r.path
+path = shared.require_reader()
 
 
 @st.cache_resource(show_spinner=False)
 def sender(db: str) -> Sender:
     return Sender(db)
-
-
-def routers(targets: dict | None) -> list[dict]:
-    return list((targets or {}).get("routers") or [])
-
-
-def models_of(states: list | None, router_name: str) -> list[str]:
-    for s in states or []:
-        if s.get("router") == router_name:
-            return list(s.get("models") or [])
-    return []
 
 
 with shared.page_guard("Lab"):
@@ -76,8 +63,7 @@ with shared.page_guard("Lab"):
                  for data, info in uploaded)
     if kind != "none" and count:
         w, h = parse_size(size)
-        tint = ((seed * 37) % 256, (seed * 91 + 60) % 256, (seed * 53 + 120) % 256)
-        parts += [ImagePart(synthetic_png(kind, w, h, seed=seed + i, rgb=tint))
+        parts += [ImagePart(synthetic_png(kind, w, h, seed=seed + i, rgb=tint(seed)))
                   for i in range(count)]
     if url.strip():
         parts.append(ImagePart(url=url.strip()))

@@ -1,22 +1,22 @@
 """Routing: processing mode and reason over time, cache-aware branches, Dynamo event
 statuses, recent decisions, strict-mode errors with what to change."""
 
-import time
-
 import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
-from mmlens.analysis.routing_table import decision_rows, dynamo_verdict_rows, strict_mode_rows
-from mmlens.analysis.timeseries import counter_increase_series
+from mmlens.analysis.routing_table import dynamo_verdict_rows, strict_mode_rows
+from mmlens.analysis.views.routing import (
+    MODE_SERIES,
+    applied_events,
+    decision_table,
+    mode_reason_series,
+    mode_totals,
+)
 from mmlens.figures.routing import branches_figure, dynamo_events_figure, mode_reason_figure
-from mmlens.records import MetricSample
 
 st.title("Routing")
-r = shared.reader()
-if r is None:
-    st.stop()
-path = r.path
+path = shared.require_reader()
 window = shared.window_slider("routing_window", 900)
 
 
@@ -24,26 +24,19 @@ window = shared.window_slider("routing_window", 900)
 def live() -> None:
     with shared.page_guard("Routing"):
         snap = shared.snapshot(path)
-        rows = shared.samples_json(path, ("smg_mm_processing_total",), float(window))
-        samples = [MetricSample(t, n, lb, v, ts) for t, n, lb, v, ts in rows]
-        series = counter_increase_series(samples, "smg_mm_processing_total",
-                                         ("model", "mode", "reason"),
-                                         step=shared.bucket_of(samples, 30))
-        series = {k: v for k, v in series.items() if any(p[1] for p in v)}
+        series = mode_reason_series(shared.samples(path, (MODE_SERIES,), float(window)))
         if series:
             st.plotly_chart(mode_reason_figure(series), key="mode_reason", width="stretch")
         elif snap.metrics.mm_processing:
             st.info("No image requests in this window; totals since the router started: "
-                    + ", ".join(f"{m['mode']}/{m['reason']} {m['count']:.0f}"
-                                for m in snap.metrics.mm_processing))
+                    + mode_totals(snap.metrics))
         else:
             st.info("No `smg_mm_processing_total` yet: no image request has reached an SMG "
                     "router (or the router's metrics are not scraped).")
         if snap.metrics.cache_aware_branches:
             st.plotly_chart(branches_figure(snap.metrics.cache_aware_branches), key="branches",
                             width="stretch")
-        applied = {t: h["events_applied"] for t, h in
-                   snap.metrics.kv_event_health.items() if h.get("events_applied")}
+        applied = applied_events(snap.metrics)
         if applied:
             st.plotly_chart(dynamo_events_figure(applied), key="dynamo_events", width="stretch")
 
@@ -56,10 +49,9 @@ def live() -> None:
                        "fallbacks (e.g. image dims not fetched) appear under warnings below.")
 
         st.subheader("Recent decisions")
-        decisions = decision_rows(snap.traces)
+        decisions = decision_table(snap.traces)
         if decisions:
             df = pd.DataFrame(decisions)
-            df.insert(0, "time", [time.strftime("%H:%M:%S", time.gmtime(t)) for t in df.pop("ts")])
             df.insert(2, "inspect", [shared.inspector_link(rid) for rid in df["request"]])
             st.dataframe(df, hide_index=True, width="stretch", column_config={
                 "inspect": st.column_config.LinkColumn("inspect", display_text="open"),

@@ -14,6 +14,7 @@ import streamlit as st
 from mmlens.analysis.decisions import merged
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
+from mmlens.analysis.views.common import short_worker as short_worker
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary
 from mmlens.state import Snapshot
@@ -38,6 +39,15 @@ def _reader(path: str) -> StoreReader:
 def reader_for(path: str) -> StoreReader:
     """The shared reader of a store known to exist (no messages: safe in cached functions)."""
     return _reader(path)
+
+
+def require_reader() -> str:
+    """Every data page's prologue: the store's path, or the page stops after saying why there
+    is no store to read."""
+    r = reader()
+    if r is None:
+        st.stop()
+    return r.path
 
 
 def reader() -> StoreReader | None:
@@ -106,13 +116,9 @@ def trace_by_id(path: str, request_id: str) -> RequestTrace | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
-def samples_json(path: str, names: tuple[str, ...], window_s: float) -> list[tuple[Any, ...]]:
-    r = _reader(path)
-    latest = r.latest_sample_ts()
-    if latest is None:
-        return []
-    return [(s.target, s.name, s.labels, s.value, s.ts)
-            for s in r.samples(latest - window_s, names)]
+def samples(path: str, names: tuple[str, ...], window_s: float) -> list[MetricSample]:
+    """The ``window_s`` of samples named ``names`` before the latest one."""
+    return _reader(path).recent_samples(window_s, names)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
@@ -150,25 +156,11 @@ def kv_state(path: str) -> list[ResidentSummary]:
     return _reader(path).kv_state()
 
 
-def bucket_of(samples: list[MetricSample], points: int = 40) -> float:
-    """About ``points`` buckets over the data actually present (a young store has little)."""
-    if not samples:
-        return 10.0
-    span = max(s.ts for s in samples) - min(s.ts for s in samples)
-    return max(2.0, span / points)
-
-
 def ago(ts: float | None) -> str:
     if ts is None:
         return "never"
     s = max(0.0, time.time() - ts)
     return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago"
-
-
-def short_worker(url: str | None) -> str:
-    if not url:
-        return "—"
-    return url.split("://", 1)[-1]
 
 
 def inspector_link(request_id: str) -> str:

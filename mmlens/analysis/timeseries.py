@@ -8,11 +8,19 @@ a gauge read at one instant.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from mmlens.records import MetricSample
 
 Point = tuple[float, float]
+
+
+def bucket_of(samples: Sequence[MetricSample], points: int = 40) -> float:
+    """About ``points`` buckets over the data actually present (a young store has little)."""
+    if not samples:
+        return 10.0
+    span = max(s.ts for s in samples) - min(s.ts for s in samples)
+    return max(2.0, span / points)
 
 
 def deltas(points: list[Point]) -> list[Point]:

@@ -1,4 +1,4 @@
-"""Stored rows → typed records.
+"""Typed records ↔ stored rows.
 
 Trace and decision bodies are the JSON of their dataclass (``RequestTrace.to_json``,
 ``asdict(RoutingDecision)``) as every mmlens version wrote them; fields added since decode to
@@ -8,6 +8,7 @@ logged, never fatal: one bad row must not hide the rest of a page (the row stays
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable
@@ -20,6 +21,26 @@ from mmlens.records import KVEventRow, RequestTrace, ResidentSummary, RoutingDec
 log = logging.getLogger("mmlens.store")
 
 T = TypeVar("T")
+
+_json = msgspec.json.Encoder(enc_hook=str)
+
+
+_TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(RequestTrace))
+
+
+def trace_body(t: RequestTrace) -> str:
+    """``RequestTrace.to_json`` as JSON text, without its deep copy (msgspec encodes the
+    nested records as they are)."""
+    out = {name: getattr(t, name) for name in _TRACE_FIELDS}
+    if t.expected_layout is not None:
+        out["expected_layout"] = t.expected_layout.to_json()
+    return _json.encode(out).decode()
+
+
+def decision_body(d: RoutingDecision) -> str:
+    """A decision as the JSON text stored (what ``json.dumps(asdict(d))`` wrote, faster)."""
+    return _json.encode(d).decode()
+
 
 _trace_dec = msgspec.json.Decoder(RequestTrace)
 _decision_dec = msgspec.json.Decoder(RoutingDecision)

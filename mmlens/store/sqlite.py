@@ -8,7 +8,6 @@ typed records (``mmlens.records``); ``mmlens.store.codec`` decodes the stored JS
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import time
@@ -32,56 +31,9 @@ from mmlens.records import (
     RoutingDecision,
 )
 from mmlens.store import availability, codec
+from mmlens.store.schema import KV_COLUMNS, SCHEMA, SCHEMA_VERSION, columns, migrate_v1
 
-# Tables are only ever added (CREATE … IF NOT EXISTS on every writable open), so adding one
-# keeps the version: an older store gains it when a collector opens it, and readers treat a
-# table that is not there yet as empty. Bump only for changes older code cannot read.
-# 2: kv_events gained ``idx`` and a unique event key; health rows are per collector instance.
-SCHEMA_VERSION = 2
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS samples (
-    ts REAL NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL, labels TEXT NOT NULL,
-    value REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
-CREATE INDEX IF NOT EXISTS samples_name_ts ON samples (name, ts);
-CREATE TABLE IF NOT EXISTS kv_events (
-    ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL, seq INTEGER NOT NULL,
-    kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT, hashes BLOB, images TEXT,
-    idx INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS kv_events_ts ON kv_events (ts);
-CREATE UNIQUE INDEX IF NOT EXISTS kv_events_key ON kv_events (worker, rank, seq, ts, idx);
-CREATE TABLE IF NOT EXISTS kv_state (
-    worker TEXT NOT NULL, rank INTEGER NOT NULL, ts REAL NOT NULL, summary TEXT NOT NULL,
-    PRIMARY KEY (worker, rank));
-CREATE TABLE IF NOT EXISTS traces (
-    ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS traces_ts ON traces (ts);
-CREATE INDEX IF NOT EXISTS traces_request_id ON traces (request_id);
-CREATE TABLE IF NOT EXISTS decisions (
-    ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, source TEXT NOT NULL,
-    body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
-CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
-CREATE TABLE IF NOT EXISTS trace_keys (key TEXT PRIMARY KEY, row INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS trace_keys_row ON trace_keys (row);
-CREATE TABLE IF NOT EXISTS kv_views (
-    ts REAL NOT NULL, worker TEXT NOT NULL, source TEXT NOT NULL, router_blocks INTEGER,
-    engine_blocks INTEGER, router_only INTEGER NOT NULL, engine_only INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS kv_views_ts ON kv_views (ts);
-CREATE TABLE IF NOT EXISTS health (
-    collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
-    last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
-    counters TEXT NOT NULL, instance TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (collector, target, instance));
-"""
-
-# The KV-event key. A publisher restarts its seq at 0, so (worker, rank, seq) alone would
-# collide across restarts; the batch's wall-clock ts tells incarnations apart, and idx (the
-# event's position in its batch) tells a batch's events apart. A batch stored twice (a replay
-# after kill -9, a second collector, a resync after a reconnect) maps to the same keys.
-_KV_COLUMNS = "ts, worker, rank, seq, kind, n_blocks, parent, hashes, images, idx"
+__all__ = ["SCHEMA_VERSION", "Store", "StoreError"]
 
 PRUNED_TABLES = ("samples", "kv_events", "traces", "decisions", "kv_views",
                  *availability.TABLES)
@@ -91,26 +43,6 @@ _enc = msgspec.msgpack.Encoder()
 
 class StoreError(RuntimeError):
     pass
-
-
-_json = msgspec.json.Encoder(enc_hook=str)
-
-
-_TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(RequestTrace))
-
-
-def _body(t: RequestTrace) -> str:
-    """``RequestTrace.to_json`` as JSON text, without its deep copy (msgspec encodes the
-    nested records as they are)."""
-    out = {name: getattr(t, name) for name in _TRACE_FIELDS}
-    if t.expected_layout is not None:
-        out["expected_layout"] = t.expected_layout.to_json()
-    return _json.encode(out).decode()
-
-
-def _decision_body(d: RoutingDecision) -> str:
-    """A decision as the JSON text stored (what ``json.dumps(asdict(d))`` wrote, faster)."""
-    return _json.encode(d).decode()
 
 
 class Store:
@@ -125,29 +57,14 @@ class Store:
             self.db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate_v1()
-            self.db.executescript(_SCHEMA)
+            migrate_v1(self.db)
+            self.db.executescript(SCHEMA)
             self.db.executescript(availability.SCHEMA)
             self._check_version()
         self.db.execute("PRAGMA busy_timeout=5000")
 
     def _columns(self, table: str) -> set[str]:
-        return {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
-
-    def _migrate_v1(self) -> None:
-        """Schema 1 → 2 in place: old KV rows get distinct negative idx values (they can never
-        collide with new rows); health is rewritten every tick, so its table is recreated."""
-        kv, health = self._columns("kv_events"), self._columns("health")
-        if (not kv or "idx" in kv) and (not health or "instance" in health):
-            return
-        with self.db:
-            if kv and "idx" not in kv:
-                self.db.execute("ALTER TABLE kv_events ADD COLUMN idx INTEGER NOT NULL DEFAULT 0")
-                self.db.execute("UPDATE kv_events SET idx = -rowid")
-            if health and "instance" not in health:
-                self.db.execute("DROP TABLE health")
-            self.db.execute("UPDATE meta SET value=? WHERE key='schema_version' AND value='1'",
-                            (str(SCHEMA_VERSION),))
+        return columns(self.db, table)
 
     def _check_version(self) -> None:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -179,7 +96,7 @@ class Store:
         return len(rows)
 
     def add_kv_events(self, events: Iterable[KVEvent]) -> int:
-        """Store events idempotently (see ``_KV_COLUMNS``), with their content keys; returns
+        """Store events idempotently (see ``KV_COLUMNS``), with their content keys; returns
         the rows actually added, so events already stored are not counted twice."""
         events = list(events)
         availability.add_kv_content(self.db, events)
@@ -201,7 +118,7 @@ class Store:
                              ev.idx))
         with self.db:
             cur = self.db.executemany(
-                f"INSERT OR IGNORE INTO kv_events ({_KV_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR IGNORE INTO kv_events ({KV_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 rows)
         return max(cur.rowcount, 0)
 
@@ -239,7 +156,7 @@ class Store:
                    if observed.same_request(old, t)]
         if not matches:
             cur = self.db.execute("INSERT INTO traces VALUES (?,?,?,?)", (
-                t.ts, t.request_id, t.router, _body(t)))
+                t.ts, t.request_id, t.router, codec.trace_body(t)))
             self._index_keys(t, int(cur.lastrowid or 0))
             return
         merged = matches[0][1]
@@ -248,7 +165,7 @@ class Store:
         t = observed.merge(merged, t)
         keep, extra = matches[0][0], [row for row, _ in matches[1:]]
         self.db.execute("UPDATE traces SET ts=?, request_id=?, router=?, body=? WHERE rowid=?",
-                        (t.ts, t.request_id, t.router, _body(t), keep))
+                        (t.ts, t.request_id, t.router, codec.trace_body(t), keep))
         if extra:  # `t` joined records that were apart so far
             marks = ",".join("?" * len(extra))
             self.db.execute(f"DELETE FROM traces WHERE rowid IN ({marks})", extra)
@@ -281,7 +198,7 @@ class Store:
         no time of its own."""
         now = time.time() if ts is None else ts
         rows = [(now if d.ts is None else d.ts, d.request_id, d.router, d.source,
-                 _decision_body(d)) for d in decisions]
+                 codec.decision_body(d)) for d in decisions]
         with self.db:
             self.db.executemany("INSERT INTO decisions VALUES (?,?,?,?,?)", rows)
         return len(rows)

@@ -1,0 +1,52 @@
+"""The inspector's tables and labels for one recorded request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmlens.analysis.views.common import clock, short_worker
+from mmlens.ingest.observed import known
+from mmlens.records import RequestTrace
+
+PREDICTION_FIELDS = ("source", "worker", "branch", "overlap_blocks", "request_blocks",
+                     "block_size", "kv_hit_rate", "original_tokens", "expanded_tokens")
+
+
+def request_label(t: RequestTrace) -> str:
+    """How the request picker names a request: time, id, worker and outcome."""
+    outcome = (f"error {t.error_code}" if t.error else
+               f"cached {t.cached_tokens or 0}/{t.prompt_tokens}")
+    return f"{clock(t.ts or 0)} · {t.request_id} · {short_worker(t.worker)} · {outcome}"
+
+
+def cached_text(t: RequestTrace) -> int | str:
+    """Cached tokens, or "unknown" for an observed request no source told them for."""
+    return (t.cached_tokens or 0) if known(t, "cached_tokens") else "unknown"
+
+
+def prediction_rows(t: RequestTrace) -> list[dict[str, Any]]:
+    """Everything the router said, one row per decision and source."""
+    return [{k: getattr(p, k) for k in PREDICTION_FIELDS} | {"warnings": "; ".join(p.warnings)}
+            for p in t.predictions]
+
+
+def image_rows(t: RequestTrace) -> list[dict[str, Any]]:
+    return [{"image": i, "size": f"{im.width}x{im.height}", "bytes": im.byte_size,
+             "url": im.url_kind, **{k: v[:16] for k, v in im.identities.items()}}
+            for i, im in enumerate(t.images)]
+
+
+def timing_caption(t: RequestTrace) -> str:
+    ttft = "—" if t.ttft_s is None else f"{t.ttft_s:.3f} s"
+    return (f"latency {t.latency_s or 0:.3f} s · TTFT {ttft} · stream {t.stream} · "
+            f"model {t.model}")
+
+
+def explanation_text(expl: dict[str, Any]) -> str:
+    """The verdict line: a layout-based explanation names what was realized and the best any
+    worker could have served; a prediction-vs-realization verdict only its headline."""
+    line = f"**{expl['category']}** — {expl['headline']}"
+    if "realized_tokens" in expl:
+        line += (f" (realized {expl['realized_tokens']} tokens; the best any worker could "
+                 f"have served: {expl['best_tokens']})")
+    return line

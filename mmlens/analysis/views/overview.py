@@ -1,0 +1,46 @@
+"""The Overview page's view: whether there is data, the headline, alerts and target tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmlens.analysis.overview import Alert, Headline, alerts, headline, shard_rows, target_rows
+from mmlens.state import Snapshot
+
+
+@dataclass(slots=True)
+class OverviewView:
+    has_data: bool
+    headline: Headline | None = None
+    alerts: list[Alert] = field(default_factory=list)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    router_workers: list[dict[str, Any]] = field(default_factory=list)
+    routers_down: list[str] = field(default_factory=list)
+    prometheus: str | None = None
+
+
+def router_workers(snap: Snapshot) -> list[dict[str, Any]]:
+    """Workers as each router lists them (SMG ``/workers``)."""
+    return [{"router": s.get("router"), "worker": w["url"], "healthy": w["healthy"],
+             "status": w["status"], "load": w["load"], "kv_block_size": w["kv_block_size"],
+             "mm_processor": w.get("mm_processor") or "—"}
+            for s in snap.router_state or [] for w in s.get("workers") or []]
+
+
+def routers_down(snap: Snapshot) -> list[str]:
+    """SMG routers whose ``/workers`` did not answer."""
+    return [s["router"] for s in snap.router_state or []
+            if not s.get("workers") and s.get("kind") == "smg"]
+
+
+def overview_view(snap: Snapshot, more_alerts: list[Alert], now: float) -> OverviewView:
+    if not snap.health and not snap.traces:
+        return OverviewView(has_data=False)
+    return OverviewView(
+        has_data=True, headline=headline(snap, snap.traces),
+        alerts=alerts(snap, snap.traces, now) + more_alerts,
+        targets=target_rows(snap, now), shards=shard_rows(snap, now),
+        router_workers=router_workers(snap), routers_down=routers_down(snap),
+        prometheus=(snap.targets or {}).get("prometheus"))

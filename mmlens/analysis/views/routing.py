@@ -1,0 +1,38 @@
+"""The Routing page's view: processing mode and reason per interval, Dynamo's applied events,
+the totals line when the window saw no image request, and the decisions table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mmlens.analysis.routing_table import decision_rows
+from mmlens.analysis.timeseries import Point, bucket_of, counter_increase_series
+from mmlens.analysis.views.common import clock
+from mmlens.ingest.metrics_records import NormalizedMetrics
+from mmlens.records import MetricSample, RequestTrace
+
+MODE_SERIES = "smg_mm_processing_total"
+
+
+def mode_reason_series(samples: Sequence[MetricSample],
+                       ) -> dict[tuple[str, ...], list[Point]]:
+    """Image requests per (target, model, mode, reason) and interval; silent series left out."""
+    series = counter_increase_series(samples, MODE_SERIES, ("model", "mode", "reason"),
+                                     step=bucket_of(samples, 30))
+    return {k: v for k, v in series.items() if any(p[1] for p in v)}
+
+
+def mode_totals(metrics: NormalizedMetrics) -> str:
+    return ", ".join(f"{m['mode']}/{m['reason']} {m['count']:.0f}" for m in metrics.mm_processing)
+
+
+def applied_events(metrics: NormalizedMetrics) -> dict[str, Any]:
+    """Dynamo's KV events applied per status, per frontend."""
+    return {t: h["events_applied"] for t, h in metrics.kv_event_health.items()
+            if h.get("events_applied")}
+
+
+def decision_table(traces: Sequence[RequestTrace]) -> list[dict[str, Any]]:
+    """``decision_rows`` with the time first, as the page shows it."""
+    return [{"time": clock(row.pop("ts")), **row} for row in decision_rows(traces)]

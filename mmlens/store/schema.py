@@ -1,0 +1,76 @@
+"""The store's schema: its tables, its version and the in-place migration from schema 1."""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Tables are only ever added (CREATE … IF NOT EXISTS on every writable open), so adding one
+# keeps the version: an older store gains it when a collector opens it, and readers treat a
+# table that is not there yet as empty. Bump only for changes older code cannot read.
+# 2: kv_events gained ``idx`` and a unique event key; health rows are per collector instance.
+SCHEMA_VERSION = 2
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (
+    ts REAL NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL, labels TEXT NOT NULL,
+    value REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
+CREATE INDEX IF NOT EXISTS samples_name_ts ON samples (name, ts);
+CREATE TABLE IF NOT EXISTS kv_events (
+    ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL, seq INTEGER NOT NULL,
+    kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT, hashes BLOB, images TEXT,
+    idx INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS kv_events_ts ON kv_events (ts);
+CREATE UNIQUE INDEX IF NOT EXISTS kv_events_key ON kv_events (worker, rank, seq, ts, idx);
+CREATE TABLE IF NOT EXISTS kv_state (
+    worker TEXT NOT NULL, rank INTEGER NOT NULL, ts REAL NOT NULL, summary TEXT NOT NULL,
+    PRIMARY KEY (worker, rank));
+CREATE TABLE IF NOT EXISTS traces (
+    ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS traces_ts ON traces (ts);
+CREATE INDEX IF NOT EXISTS traces_request_id ON traces (request_id);
+CREATE TABLE IF NOT EXISTS decisions (
+    ts REAL NOT NULL, request_id TEXT NOT NULL, router TEXT NOT NULL, source TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
+CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
+CREATE TABLE IF NOT EXISTS trace_keys (key TEXT PRIMARY KEY, row INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS trace_keys_row ON trace_keys (row);
+CREATE TABLE IF NOT EXISTS kv_views (
+    ts REAL NOT NULL, worker TEXT NOT NULL, source TEXT NOT NULL, router_blocks INTEGER,
+    engine_blocks INTEGER, router_only INTEGER NOT NULL, engine_only INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS kv_views_ts ON kv_views (ts);
+CREATE TABLE IF NOT EXISTS health (
+    collector TEXT NOT NULL, target TEXT NOT NULL, updated REAL NOT NULL,
+    last_success REAL, last_error TEXT, last_error_ts REAL, errors TEXT NOT NULL,
+    counters TEXT NOT NULL, instance TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (collector, target, instance));
+"""
+
+# The KV-event key. A publisher restarts its seq at 0, so (worker, rank, seq) alone would
+# collide across restarts; the batch's wall-clock ts tells incarnations apart, and idx (the
+# event's position in its batch) tells a batch's events apart. A batch stored twice (a replay
+# after kill -9, a second collector, a resync after a reconnect) maps to the same keys.
+KV_COLUMNS = "ts, worker, rank, seq, kind, n_blocks, parent, hashes, images, idx"
+
+
+
+def columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+
+
+def migrate_v1(db: sqlite3.Connection) -> None:
+    """Schema 1 → 2 in place: old KV rows get distinct negative idx values (they can never
+    collide with new rows); health is rewritten every tick, so its table is recreated."""
+    kv, health = columns(db, "kv_events"), columns(db, "health")
+    if (not kv or "idx" in kv) and (not health or "instance" in health):
+        return
+    with db:
+        if kv and "idx" not in kv:
+            db.execute("ALTER TABLE kv_events ADD COLUMN idx INTEGER NOT NULL DEFAULT 0")
+            db.execute("UPDATE kv_events SET idx = -rowid")
+        if health and "instance" not in health:
+            db.execute("DROP TABLE health")
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version' AND value='1'",
+                   (str(SCHEMA_VERSION),))
