@@ -33,7 +33,6 @@ from mmlens.layout.report import layout_summary
 from mmlens.layout.synthetic_images import synthetic_png
 from mmlens.layout.tokenizers import family_tokenizer
 from mmlens.records import Availability, RequestTrace, RoutingDecision
-from mmlens.store import availability as tables
 from mmlens.store.sqlite import Store
 
 
@@ -109,13 +108,13 @@ def bench_aggregate(n: int, runs: int = 7) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.db")
         t = time.perf_counter()
-        tables.add_availability(store.db, rows)
-        tables.add_cells(store.db, agg.cell_sums(rows))
+        store.add_availability(rows)
+        store.add_cells(agg.cell_sums(rows))
         write = time.perf_counter() - t
         times, reads = [], []
         for _ in range(runs):
             t = time.perf_counter()
-            stored = tables.cells(store.db, 0.0)
+            stored = store.cells(0.0)
             reads.append(time.perf_counter() - t)
             cells = agg.Cells.from_rows(stored)
             agg.headline(cells)

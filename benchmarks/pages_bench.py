@@ -37,7 +37,8 @@ from mmlens.records import (  # noqa: E402
     RoutingDecision,
     labels_of,
 )
-from mmlens.store.sqlite import Store  # noqa: E402
+from mmlens.store.base import SQLStore  # noqa: E402
+from mmlens.store.open import label, open_store  # noqa: E402
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 ROUTER = "http://127.0.0.1:30000"
@@ -62,8 +63,17 @@ def template_traces(n_images: int = 24) -> list[RequestTrace]:
 
 
 def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
+    store = open_store(path)
+    try:
+        fill_store(store, n_traces, n_blocks, now)
+    finally:
+        store.close()
+
+
+def fill_store(store: SQLStore, n_traces: int, n_blocks: int, now: float) -> None:
+    """Traces, KV events, an hour of samples, resident summaries and health into ``store``
+    (SQLite or PostgreSQL)."""
     rng = random.Random(7)
-    store = Store(path)
     t0 = time.perf_counter()
     _fill_traces(store, rng, n_traces, now)
     t1 = time.perf_counter()
@@ -71,13 +81,12 @@ def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
     t2 = time.perf_counter()
     _fill_samples(store, now)
     _fill_state(store, n_blocks, now)
-    store.close()
-    print(f"filled {path.name}: {n_traces} traces in {t1 - t0:.1f} s, {written} KV blocks "
-          f"({n_events} events) in {t2 - t1:.1f} s, {path.stat().st_size / 1e6:.0f} MB",
+    print(f"filled {label(store.path)}: {n_traces} traces in {t1 - t0:.1f} s, {written} KV "
+          f"blocks ({n_events} events) in {t2 - t1:.1f} s, {store.used_bytes() / 1e6:.0f} MB",
           flush=True)
 
 
-def _fill_traces(store: Store, rng: random.Random, n_traces: int, now: float) -> None:
+def _fill_traces(store: SQLStore, rng: random.Random, n_traces: int, now: float) -> None:
     templates = template_traces()
     batch: list[RequestTrace] = []
     for i in range(n_traces):
@@ -99,7 +108,7 @@ def _fill_traces(store: Store, rng: random.Random, n_traces: int, now: float) ->
     store.add_traces(batch)
 
 
-def _fill_kv_events(store: Store, rng: random.Random, n_blocks: int, now: float,
+def _fill_kv_events(store: SQLStore, rng: random.Random, n_blocks: int, now: float,
                     ) -> tuple[int, int]:
     """KV events of 64 blocks each, every fifth a removal, every other store with an image
     key, until `n_blocks`; returns (blocks written, events)."""
@@ -128,7 +137,7 @@ def _fill_kv_events(store: Store, rng: random.Random, n_blocks: int, now: float,
     return written, i
 
 
-def _fill_samples(store: Store, now: float) -> None:
+def _fill_samples(store: SQLStore, now: float) -> None:
     samples: list[MetricSample] = []
     for k in range(720):  # an hour of 5 s scrapes
         ts = now - 3600 + 5 * k
@@ -155,7 +164,7 @@ def _fill_samples(store: Store, now: float) -> None:
     store.add_samples(samples)
 
 
-def _fill_state(store: Store, n_blocks: int, now: float) -> None:
+def _fill_state(store: SQLStore, n_blocks: int, now: float) -> None:
     store.set_kv_state({w: {"worker": w, "rank": 0, "resident_blocks": n_blocks // 8,
                             "images": {f"{m:064x}": 40 for m in range(120)}}
                         for w in WORKERS}, now)

@@ -13,13 +13,12 @@ from mmlens.analysis.availability.aggregate import cell_sums
 from mmlens.analysis.availability.facts import facts_of
 from mmlens.analysis.availability.tracker import AvailabilityTracker
 from mmlens.records import Availability
-from mmlens.store import availability as tables
+from mmlens.store.base import SQLStore
 from mmlens.store.decisions import attach, trace_keys
-from mmlens.store.sqlite import Store
 
 
 class AvailabilityJob:
-    def __init__(self, store: Store, settle_s: float = 12.0, lookback_s: float = 120.0,
+    def __init__(self, store: SQLStore, settle_s: float = 12.0, lookback_s: float = 120.0,
                  horizon_s: float = 900.0) -> None:
         self.store = store
         self.settle_s = settle_s
@@ -32,7 +31,7 @@ class AvailabilityJob:
     def apply_kv(self) -> int:
         n = 0
         while True:
-            rows = tables.kv_content_after(self.store.db, self.kv_rowid)
+            rows = self.store.kv_content_after(self.kv_rowid)
             if not rows:
                 return n
             for r in rows:
@@ -48,7 +47,7 @@ class AvailabilityJob:
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.tracker.index.horizon_s
         traces = self.store.traces_between(since - self.lookback_s, until, 20_000)
-        done = tables.evaluated(self.store.db, [t.request_id for t in traces])
+        done = self.store.evaluated([t.request_id for t in traces])
         traces = [t for t in traces if t.request_id not in done]
         keys = sorted({k for t in traces for k in trace_keys(t)})
         if keys:
@@ -60,8 +59,8 @@ class AvailabilityJob:
                 facts.append(f)
         results = [self.tracker.evaluate(f) for f in sorted(facts, key=lambda f: f.ts)]
         if results:
-            tables.add_availability(self.store.db, results)
-            tables.add_cells(self.store.db, cell_sums(results))
+            self.store.add_availability(results)
+            self.store.add_cells(cell_sums(results))
             self.evaluated += len(results)
         self.since = until
         return results

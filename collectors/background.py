@@ -10,7 +10,8 @@ import httpx
 from mmlens.collectors.runner import CollectorRunner
 
 from mmlens.config import Config
-from mmlens.store.sqlite import Store
+from mmlens.store.base import SQLStore
+from mmlens.store.open import open_store
 
 
 @dataclass
@@ -18,7 +19,7 @@ class BackgroundCollectors:
     runner: CollectorRunner
     thread: threading.Thread
     stop_event: threading.Event
-    store: Store
+    store: SQLStore
     client: httpx.Client
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -35,7 +36,7 @@ class BackgroundCollectors:
 def start_background(cfg: Config, db: str | Path, duration_s: float | None = None,
                      ) -> BackgroundCollectors:
     """Start every collector of ``cfg`` writing to ``db``; the caller reads the same file."""
-    store = Store(db)
+    store = open_store(db)
     client = httpx.Client()
     runner = CollectorRunner(cfg, store, http=client)
     stop = threading.Event()

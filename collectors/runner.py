@@ -43,7 +43,7 @@ from mmlens.records import (
 )
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import Shard
-from mmlens.store.sqlite import Store
+from mmlens.store.base import SQLStore
 
 log = logging.getLogger("mmlens.collect")
 
@@ -51,7 +51,7 @@ LAG_WINDOW_S = 300.0
 
 
 class CollectorRunner:
-    def __init__(self, cfg: Config, store: Store, http: httpx.Client | None = None,
+    def __init__(self, cfg: Config, store: SQLStore, http: httpx.Client | None = None,
                  zmq_context: Any = None, prom: Any = None,
                  log_streams: dict[str, Any] | None = None, shard: Shard | None = None,
                  ) -> None:

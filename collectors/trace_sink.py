@@ -19,7 +19,7 @@ from mmlens.layout.expected import ExpectedLayout
 from mmlens.layout.modeldir import Model, resolve_model
 from mmlens.layout.sent import ImagePart, SentImage, describe_parts, expected_layout
 from mmlens.records import RequestTrace
-from mmlens.store.sqlite import Store
+from mmlens.store.open import open_store
 
 Writer = Callable[[list[RequestTrace]], object]
 
@@ -37,7 +37,7 @@ def store_writer(db_path: str | Path) -> Writer:
     not hold the store open between requests."""
 
     def write(traces: list[RequestTrace]) -> int:
-        store = Store(db_path)
+        store = open_store(db_path)
         try:
             return store.add_traces(traces)
         finally:

@@ -18,9 +18,10 @@ from mmlens.analysis.views.common import short_worker as short_worker
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary
 from mmlens.state import Snapshot
+from mmlens.store.open import NoStoreYet, StoreError
+from mmlens.store.open import label as store_label
 from mmlens.store.reader import StoreReader, open_reader
 from mmlens.store.snapshot import build_snapshot
-from mmlens.store.sqlite import StoreError
 
 ENV_DB = "MMLENS_DB"
 TTL_S = 3
@@ -57,12 +58,12 @@ def reader() -> StoreReader | None:
         st.info("No store configured. Start the dashboard with `mmlens dashboard --demo` (or "
                 "set `MMLENS_DB` to the store `mmlens collect` writes).")
         return None
-    if not os.path.exists(path):
+    try:
+        return _reader(path)
+    except NoStoreYet:
         st.info("No data yet: the collectors have not created the store. It appears within "
                 "a few seconds of `mmlens collect` starting.")
         return None
-    try:
-        return _reader(path)
     except StoreError as exc:
         st.warning(f"The store cannot be read: {exc}")
         return None
@@ -170,15 +171,18 @@ def inspector_link(request_id: str) -> str:
 def sidebar_status() -> None:
     """Which store the pages read and how fresh it is (shown under the navigation)."""
     path = db_path()
-    if not path or not os.path.exists(path):
+    if not path:
         st.sidebar.caption("Store: none yet")
         return
     try:
         snap_ts = _reader(path).latest_sample_ts()
+    except NoStoreYet:
+        st.sidebar.caption("Store: none yet")
+        return
     except (StoreError, OSError, ValueError) as exc:
         st.sidebar.caption(f"Store unreadable: {exc}")
         return
-    st.sidebar.caption(f"Store `{os.path.basename(path)}` · last scrape {ago(snap_ts)}")
+    st.sidebar.caption(f"Store `{store_label(path)}` · last scrape {ago(snap_ts)}")
 
 
 def routing_detail(trace: RequestTrace) -> None:

@@ -17,7 +17,7 @@ from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.config import Config, ConfigError, load_config
 from mmlens.shard import ShardError, parse_shard
-from mmlens.store.sqlite import Store, StoreError
+from mmlens.store.open import StoreError, open_store
 
 # Two images with the same size (same N, different identity) and one other size: repeats of
 # each show cache hits; red vs blue show SMG's content-blind routing.
@@ -92,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
     if args.otlp_http_port is not None:
         cfg.otlp_http_port = args.otlp_http_port
     try:
-        store = Store(args.db)
+        store = open_store(args.db)
     except (StoreError, OSError) as exc:
         print(f"mmlens collect: {exc}", file=sys.stderr)
         return 2

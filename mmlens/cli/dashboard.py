@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mmlens.store.open import NoStoreYet, StoreError, is_postgres_url, open_store
+
 APP = Path(__file__).resolve().parents[2] / "app.py"
 
 # Streamlit treats an app with a `pages/` folder as a legacy multipage app until some session
@@ -40,7 +42,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
     p.add_argument("--demo", action="store_true", help="start the embedded demo cluster first")
     p.add_argument("--config", help="mmlens.toml with the targets to observe")
-    p.add_argument("--db", help="store path (SQLite; default: a file in a temporary directory)")
+    p.add_argument("--db", help="store: a SQLite file path (default: a file in a temporary "
+                   "directory) or a postgresql://… URL")
     p.add_argument("--demo-args", default="", help="extra arguments for `mmlens demo`")
     p.add_argument("--port-base", type=int, help="`mmlens demo --port-base`")
     p.add_argument("--no-collect", action="store_true", help="do not start `mmlens collect`")
@@ -95,12 +98,17 @@ class Children:
                 proc.wait()
 
 
-def _wait_for_file(path: Path, timeout: float) -> bool:
+def _wait_for_store(db: str, timeout: float) -> bool:
+    """Until the collector has created the store (a file, or the tables on a server)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists():
+        try:
+            open_store(db, readonly=True).close()
             return True
-        time.sleep(0.2)
+        except NoStoreYet:
+            time.sleep(0.2)
+        except StoreError:
+            return False
     return False
 
 
@@ -126,8 +134,11 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     env = dict(os.environ)
     scratch = Path(tempfile.mkdtemp(prefix="mmlens-"))
-    db = Path(args.db).resolve() if args.db else scratch / "mmlens.db"
-    env["MMLENS_DB"] = str(db)
+    if args.db and is_postgres_url(args.db):
+        db = args.db
+    else:
+        db = str(Path(args.db).resolve() if args.db else scratch / "mmlens.db")
+    env["MMLENS_DB"] = db
     config = Path(args.config).resolve() if args.config else None
     py = sys.executable
     children = Children()
@@ -158,7 +169,7 @@ def main(argv: Sequence[str]) -> int:
                 children.start("collect", [py, "-m", "mmlens", "collect", "--config",
                                            str(config), "--db", str(db),
                                            "--interval", str(args.interval)], env)
-                _wait_for_file(db, 20.0)
+                _wait_for_store(db, 20.0)
             if args.demo and not args.no_warmup:
                 children.start("warmup", [py, "-m", "mmlens.collectors.warmup", "--ready-file",
                                           env["MMLENS_DEMO_READY"], "--db", str(db)], env)

@@ -15,8 +15,8 @@ from mmlens.analysis.explain import Explanation, explain, keys_of
 from mmlens.analysis.verdicts import Judgement
 from mmlens.cli.observed_explain import judge_recorded
 from mmlens.records import RequestTrace
+from mmlens.store.open import StoreError
 from mmlens.store.reader import StoreReader, open_reader
-from mmlens.store.sqlite import StoreError
 
 HISTORY = 5000
 

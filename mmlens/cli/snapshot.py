@@ -10,9 +10,9 @@ from typing import Any
 
 from mmlens.analysis.verdicts import judge_all, summary
 from mmlens.state import Snapshot
+from mmlens.store.open import StoreError
 from mmlens.store.reader import StoreReader
 from mmlens.store.snapshot import build_snapshot
-from mmlens.store.sqlite import StoreError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

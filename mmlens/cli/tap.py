@@ -24,7 +24,7 @@ from mmlens.ingest.tap_parse import RequestFacts
 from mmlens.layout.imageinfo import decode_data_url
 from mmlens.layout.sent import describe_image
 from mmlens.records import CollectorHealth, LayoutPart, RequestTrace
-from mmlens.store.sqlite import Store, StoreError
+from mmlens.store.open import StoreError, open_store
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -70,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     try:
-        store = Store(args.db)
+        store = open_store(args.db)
     except (StoreError, OSError) as exc:
         print(f"mmlens tap: {exc}", file=sys.stderr)
         return 2

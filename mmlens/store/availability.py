@@ -1,4 +1,5 @@
-"""Store tables of the available-vs-achieved analysis.
+"""Store tables of the available-vs-achieved analysis (SQLite DDL here, PostgreSQL's in
+``mmlens.store.postgres``).
 
 - ``kv_content``: per KV event, the content keys the resident index computed (and, for
   stored image blocks, their shape keys and image refs): what a replay needs, without token
@@ -13,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from mmlens.records import Availability, BlockRemoved, BlockStored, KVEvent
+from mmlens.store.dialect import SQLBase, marks
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv_content (
@@ -45,9 +46,13 @@ CREATE TABLE IF NOT EXISTS availability_cells (
 TABLES = ("kv_content", "availability", "availability_cells")
 CAUSE_COLUMNS = ("load_spill", "content_blind", "stale_index", "count_drift", "unattributed",
                  "evicted", "unexplained")
+_AVAILABILITY = ("ts", "request_id", "router", "model", "worker", "block_size", "prompt", "best",
+                 "realized", "avoidable", "not_cacheable", "false_hit", "predicted", "images",
+                 "fidelity", *CAUSE_COLUMNS, "body")
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
+_sums = msgspec.json.Decoder(dict[str, int])
 
 
 @dataclass(slots=True)
@@ -75,104 +80,94 @@ def _content(ev: KVEvent) -> bytes | None:
     return None
 
 
-def add_kv_content(db: sqlite3.Connection, events: Iterable[KVEvent]) -> int:
-    rows = [(ev.ts, ev.worker, ev.rank, ev.seq, ev.idx, ev.kind, _content(ev)) for ev in events
-            if ev.kind == "cleared" or getattr(ev, "keys", None)]
-    with db:
-        cur = db.executemany("INSERT OR IGNORE INTO kv_content VALUES (?,?,?,?,?,?,?)", rows)
-    return max(cur.rowcount, 0)
+class AvailabilityTables(SQLBase):
+    """The tables' reads and writes, one SQL for every backend (a part of the store)."""
 
+    def add_kv_content(self, events: Iterable[KVEvent]) -> int:
+        rows = [(ev.ts, ev.worker, ev.rank, ev.seq, ev.idx, ev.kind, _content(ev))
+                for ev in events if ev.kind == "cleared" or getattr(ev, "keys", None)]
+        if not rows:
+            return 0
+        self._before_append("kv_content", (r[0] for r in rows))
+        with self._tx():
+            return self._many("INSERT INTO kv_content (ts, worker, rank, seq, idx, kind, "
+                              "content) VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING", rows)
 
-def kv_content_after(db: sqlite3.Connection, rowid: int, limit: int = 50_000,
-                     ) -> list[KeyedRow]:
-    """Keyed KV events stored after ``rowid``, in the order they were stored."""
-    out = []
-    for rid, ts, worker, rank, kind, content in db.execute(
-            "SELECT rowid, ts, worker, rank, kind, content FROM kv_content WHERE rowid > ? "
-            "ORDER BY rowid LIMIT ?", (rowid, limit)):
-        body = _dec.decode(content) if content else {}
-        out.append(KeyedRow(int(rid), float(ts), worker if not rank else f"{worker}#{rank}",
-                            kind, body.get("k") or [],
-                            [(s, k, tuple(tuple(r) for r in refs))
-                             for s, k, refs in body.get("i") or []]))
-    return out
+    def kv_content_after(self, rowid: int, limit: int = 50_000) -> list[KeyedRow]:
+        """Keyed KV events stored after ``rowid``, in the order they were stored."""
+        out = []
+        for rid, ts, worker, rank, kind, content in self._rows(
+                f"SELECT {self.key}, ts, worker, rank, kind, content FROM kv_content "
+                f"WHERE {self.key} > ? ORDER BY {self.key} LIMIT ?", (rowid, limit)):
+            body = _dec.decode(content) if content else {}
+            out.append(KeyedRow(int(rid), float(ts), worker if not rank else f"{worker}#{rank}",
+                                kind, body.get("k") or [],
+                                [(s, k, tuple(tuple(r) for r in refs))
+                                 for s, k, refs in body.get("i") or []]))
+        return out
 
+    def add_availability(self, results: Iterable[Availability]) -> int:
+        rows = []
+        for a in results:
+            rows.append((a.ts, a.request_id, a.router, a.model, a.worker or "", a.block_size,
+                         a.prompt_tokens, a.best_tokens, a.realized_tokens, a.avoidable_tokens,
+                         a.not_cacheable_tokens, a.false_hit_tokens, a.predicted_tokens,
+                         a.images, a.fidelity, *(a.causes.get(c, 0) for c in CAUSE_COLUMNS),
+                         json.dumps(a.to_json(), default=str)))
+        update = ", ".join(f"{c} = excluded.{c}" for c in _AVAILABILITY if c != "request_id")
+        with self._tx():
+            self._many(f"INSERT INTO availability ({', '.join(_AVAILABILITY)}) VALUES "
+                       f"({marks(len(_AVAILABILITY))}) ON CONFLICT (request_id) DO UPDATE "
+                       f"SET {update}", rows)
+        return len(rows)
 
-def add_availability(db: sqlite3.Connection, results: Iterable[Availability]) -> int:
-    rows = []
-    for a in results:
-        rows.append((a.ts, a.request_id, a.router, a.model, a.worker or "", a.block_size,
-                     a.prompt_tokens, a.best_tokens, a.realized_tokens, a.avoidable_tokens,
-                     a.not_cacheable_tokens, a.false_hit_tokens, a.predicted_tokens, a.images,
-                     a.fidelity, *(a.causes.get(c, 0) for c in CAUSE_COLUMNS),
-                     json.dumps(a.to_json(), default=str)))
-    with db:
-        db.executemany(f"INSERT OR REPLACE INTO availability VALUES ({','.join('?' * 23)})",
-                       rows)
-    return len(rows)
+    def evaluated(self, request_ids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        ids = list(request_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            out.update(r for (r,) in self._rows(
+                f"SELECT request_id FROM availability WHERE request_id IN ({marks(len(chunk))})",
+                chunk))
+        return out
 
+    def add_cells(self, cells: dict[tuple[float, str, str, str], dict[str, int]]) -> None:
+        """Add per-cell sums (``mmlens.analysis.availability.aggregate.SUMS``) to the stored
+        cells."""
+        if not cells:
+            return
+        with self._tx(exclusive=True):  # read, add, write: one writer at a time
+            for key, sums in cells.items():
+                old_text = self._one("SELECT sums FROM availability_cells WHERE ts=? AND "
+                                     "router=? AND model=? AND worker=?", key)
+                if old_text is not None:
+                    old = json.loads(old_text)
+                    sums = {k: old.get(k, 0) + v for k, v in sums.items()} | {
+                        k: v for k, v in old.items() if k not in sums}
+                self._exec("INSERT INTO availability_cells (ts, router, model, worker, sums) "
+                           "VALUES (?,?,?,?,?) ON CONFLICT (ts, router, model, worker) "
+                           "DO UPDATE SET sums = excluded.sums",
+                           (*key, json.dumps(sums, separators=(",", ":"))))
 
-def evaluated(db: sqlite3.Connection, request_ids: Sequence[str]) -> set[str]:
-    out: set[str] = set()
-    ids = list(request_ids)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
-        out.update(r for (r,) in db.execute(
-            f"SELECT request_id FROM availability WHERE request_id IN "
-            f"({','.join('?' * len(chunk))})", chunk))
-    return out
+    def cells(self, since: float, until: float | None = None,
+              ) -> list[tuple[float, str, str, str, dict[str, int]]]:
+        """Stored cells of the buckets starting in [since, until]."""
+        sql = "SELECT ts, router, model, worker, sums FROM availability_cells WHERE ts >= ?"
+        args: list[Any] = [since]
+        if until is not None:
+            sql += " AND ts <= ?"
+            args.append(until)
+        rows = self._rows_if_table(sql + " ORDER BY ts", args) or []
+        return [(ts, r, m, w, _sums.decode(sums)) for ts, r, m, w, sums in rows]
 
-
-def add_cells(db: sqlite3.Connection, cells: dict[tuple[float, str, str, str], dict[str, int]],
-              ) -> None:
-    """Add per-cell sums (``mmlens.analysis.availability.aggregate.SUMS``) to the stored
-    cells."""
-    if not cells:
-        return
-    with db:
-        for key, sums in cells.items():
-            row = db.execute("SELECT sums FROM availability_cells WHERE ts=? AND router=? AND "
-                             "model=? AND worker=?", key).fetchone()
-            if row is not None:
-                old = json.loads(row[0])
-                sums = {k: old.get(k, 0) + v for k, v in sums.items()} | {
-                    k: v for k, v in old.items() if k not in sums}
-            db.execute("INSERT OR REPLACE INTO availability_cells VALUES (?,?,?,?,?)",
-                       (*key, json.dumps(sums, separators=(",", ":"))))
-
-
-def cells(db: sqlite3.Connection, since: float, until: float | None = None,
-          ) -> list[tuple[float, str, str, str, dict[str, int]]]:
-    """Stored cells of the buckets starting in [since, until]."""
-    sql = "SELECT ts, router, model, worker, sums FROM availability_cells WHERE ts >= ?"
-    args: list[Any] = [since]
-    if until is not None:
-        sql += " AND ts <= ?"
-        args.append(until)
-    try:
-        rows = db.execute(sql + " ORDER BY ts", args).fetchall()
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return []
-        raise
-    dec = msgspec.json.Decoder(dict[str, int])
-    return [(ts, r, m, w, dec.decode(sums)) for ts, r, m, w, sums in rows]
-
-
-def availability_rows(db: sqlite3.Connection, since: float, limit: int = 500,
-                      ) -> list[Availability]:
-    """Whole records of the newest requests decided since ``since``."""
-    try:
-        rows = db.execute("SELECT body FROM availability WHERE ts >= ? ORDER BY ts DESC "
-                          "LIMIT ?", (since, limit)).fetchall()
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return []
-        raise
-    out = []
-    for (body,) in rows:
-        try:
-            out.append(msgspec.json.decode(body, type=Availability, strict=False))
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            continue  # a row this version cannot read stays stored
-    return out
+    def availability_rows(self, since: float, limit: int = 500) -> list[Availability]:
+        """Whole records of the newest requests decided since ``since``."""
+        rows = self._rows_if_table("SELECT body FROM availability WHERE ts >= ? "
+                                   "ORDER BY ts DESC LIMIT ?", (since, limit)) or []
+        out = []
+        for (body,) in rows:
+            try:
+                out.append(msgspec.json.decode(body, type=Availability, strict=False))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue  # a row this version cannot read stays stored
+        return out

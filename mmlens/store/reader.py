@@ -1,4 +1,4 @@
-"""The dashboard's and the CLIs' read side over ``mmlens.store.sqlite.Store``: bounded,
+"""The dashboard's and the CLIs' read side over a store (SQLite or PostgreSQL): bounded,
 index-friendly queries (recent windows, one trace by id, KV-event buckets) returning typed
 records, with the routing decisions router logs gave joined to each trace (the one join).
 A page renders in milliseconds on a store of 100k traces and millions of KV blocks.
@@ -6,7 +6,6 @@ A page renders in milliseconds on a store of 100k traces and millions of KV bloc
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,32 +20,28 @@ from mmlens.records import (
     ResidentSummary,
     RoutingDecision,
 )
+from mmlens.store.base import SQLStore, StoreError
 from mmlens.store.decisions import attach, trace_keys
-from mmlens.store.sqlite import Store, StoreError
+from mmlens.store.open import open_store
 
 T = TypeVar("T")
 
 
 class StoreReader:
-    """A read-only store connection shared by the dashboard's sessions (one lock: sqlite3
-    connections are not meant for concurrent use from several threads)."""
+    """A read-only store connection shared by the dashboard's sessions (one lock: a
+    connection is not meant for concurrent use from several threads)."""
 
     def __init__(self, path: str | Path) -> None:
+        self.store = open_store(path, readonly=True)
         self.path = str(path)
-        self.store = Store(self.path, readonly=True)
         self.lock = threading.Lock()
 
     def close(self) -> None:
         self.store.close()
 
-    def _locked(self, read: Callable[[Store], T]) -> T:
+    def _locked(self, read: Callable[[SQLStore], T]) -> T:
         with self.lock:
             return read(self.store)
-
-    def _scalar(self, sql: str) -> Any:
-        with self.lock:
-            row = self.store.db.execute(sql).fetchone()
-        return row[0] if row else None
 
     # --- traces ----------------------------------------------------------------------------
 
@@ -69,7 +64,7 @@ class StoreReader:
         return None if found is None else self.with_decisions([found])[0]
 
     def trace_count(self) -> int:
-        return self._locked(Store.trace_count)
+        return self._locked(SQLStore.trace_count)
 
     # --- routing decisions from router logs ---------------------------------------------------
 
@@ -93,7 +88,7 @@ class StoreReader:
     # --- metrics -----------------------------------------------------------------------------
 
     def latest_sample_ts(self) -> float | None:
-        return self._scalar("SELECT max(ts) FROM samples")
+        return self._locked(lambda s: s.latest_ts("samples"))
 
     def samples(self, since: float, names: Sequence[str] | None = None) -> list[MetricSample]:
         return self._locked(lambda s: s.samples_since(since, names))
@@ -110,7 +105,7 @@ class StoreReader:
     # --- KV events ---------------------------------------------------------------------------
 
     def latest_kv_ts(self) -> float | None:
-        return self._scalar("SELECT max(ts) FROM kv_events")
+        return self._locked(lambda s: s.latest_ts("kv_events"))
 
     def kv_timeline(self, window_s: float = 900.0, bucket_s: float = 10.0,
                     ) -> list[tuple[float, str, str, int]]:
@@ -118,12 +113,7 @@ class StoreReader:
         latest = self.latest_kv_ts()
         if latest is None:
             return []
-        with self.lock:
-            rows = self.store.db.execute(
-                "SELECT CAST(ts / ? AS INTEGER) * ?, worker, kind, sum(n_blocks) FROM kv_events "
-                "WHERE ts >= ? GROUP BY 1, 2, 3 ORDER BY 1",
-                (bucket_s, bucket_s, latest - window_s)).fetchall()
-        return [(float(b), w, k, int(n or 0)) for b, w, k, n in rows]
+        return self._locked(lambda s: s.kv_timeline(latest - window_s, bucket_s))
 
     def recent_kv_events(self, limit: int = 300) -> list[KVEventRow]:
         return self._locked(lambda s: s.kv_event_rows(limit))
@@ -136,71 +126,43 @@ class StoreReader:
 
     def kv_event_counts(self) -> dict[str, dict[str, int]]:
         """Events and blocks per worker and kind over the whole store (a full scan)."""
-        return self._locked(Store.kv_event_counts)
+        return self._locked(SQLStore.kv_event_counts)
 
     def kv_blocks(self, worker: str, kind: str, since: float, until: float) -> int:
         """Blocks one worker stored (or removed) between two times, from its KV events."""
-        with self.lock:
-            row = self.store.db.execute(
-                "SELECT sum(n_blocks) FROM kv_events WHERE worker = ? AND kind = ? "
-                "AND ts BETWEEN ? AND ?", (worker, kind, since, until)).fetchone()
-        return int(row[0] or 0) if row else 0
+        return self._locked(lambda s: s.kv_blocks(worker, kind, since, until))
 
     def first_stored_parent(self, worker: str, since: float, until: float) -> str | None:
         """The parent hash of the first block a worker stored in a time window (None: the
         chain starts at the root, or nothing was stored)."""
-        with self.lock:
-            row = self.store.db.execute(
-                "SELECT parent FROM kv_events WHERE worker = ? AND kind = 'stored' "
-                "AND ts BETWEEN ? AND ? ORDER BY ts, rowid LIMIT 1",
-                (worker, since, until)).fetchone()
-        return row[0] if row else None
+        return self._locked(lambda s: s.first_stored_parent(worker, since, until))
 
     def has_kv_events(self, worker: str) -> bool:
-        with self.lock:
-            return self.store.db.execute("SELECT 1 FROM kv_events WHERE worker = ? LIMIT 1",
-                                         (worker,)).fetchone() is not None
+        return self._locked(lambda s: s.has_kv_events(worker))
 
     def kv_state(self) -> list[ResidentSummary]:
-        return self._locked(Store.kv_state)
+        return self._locked(SQLStore.kv_state)
 
     def kv_views(self, since: float) -> list[tuple[float, str, str, int | None, int | None, int,
                                                    int]]:
         """Router view vs engine holdings per worker since ``since`` (an older store: none)."""
-        try:
-            with self.lock:
-                return [tuple(r) for r in self.store.db.execute(  # type: ignore[misc]
-                    "SELECT ts, worker, source, router_blocks, engine_blocks, router_only, "
-                    "engine_only FROM kv_views WHERE ts >= ? ORDER BY ts", (since,))]
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
+        return self._locked(lambda s: s.kv_views(since))
 
     def scrape_times(self, since: float, targets: Sequence[str]) -> dict[str, list[float]]:
         """When each of ``targets`` was scraped since ``since`` (liveness needs the scrapes
         that listed no worker too)."""
-        if not targets:
-            return {}
-        with self.lock:
-            rows = self.store.db.execute(
-                f"SELECT DISTINCT target, ts FROM samples WHERE ts >= ? AND target IN "
-                f"({','.join('?' * len(targets))})", (since, *targets)).fetchall()
-        out: dict[str, list[float]] = {}
-        for target, ts in rows:
-            out.setdefault(target, []).append(ts)
-        return out
+        return self._locked(lambda s: s.scrape_times(since, targets))
 
     # --- health and meta ----------------------------------------------------------------------
 
     def health(self) -> list[CollectorHealth]:
-        return self._locked(Store.health)
+        return self._locked(SQLStore.health)
 
     def meta(self, key: str) -> Any:
         return self._locked(lambda s: s.meta(key))
 
     def schema_version(self) -> int:
-        return self._locked(Store.schema_version)
+        return self._locked(SQLStore.schema_version)
 
 
 def open_reader(path: str | Path | None) -> StoreReader:

@@ -3,15 +3,12 @@ read back as records and as the aggregate columns."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mmlens.collectors.availability_job import AvailabilityJob
 
 from mmlens.analysis.availability.aggregate import Cells, headline
 from mmlens.ingest.kv_events import ResidentIndex
 from mmlens.records import BlockRemoved
-from mmlens.store import availability as tables
-from mmlens.store.sqlite import Store
+from mmlens.store.open import open_store
 from tests.core.test_availability import (
     FULL,
     RED,
@@ -22,8 +19,8 @@ from tests.core.test_availability import (
 )
 
 
-def test_job_evaluates_settled_requests_once(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db")
+def test_job_evaluates_settled_requests_once(store_db: str) -> None:
+    store = open_store(store_db)
     layout, summary, _ = laid_out(RED)
     stored = engine_stored(layout, "w1", 100.2, "engine-red")
     index = ResidentIndex()
@@ -47,8 +44,8 @@ def test_job_evaluates_settled_requests_once(tmp_path: Path) -> None:
     a3 = trace("a3", summary, 121.0, "w2", 0)
     store.add_traces([a3])
     assert job.run(now=130.0)[0].available == {}
-    rows = tables.availability_rows(store.db, 0.0)
+    rows = store.availability_rows(0.0)
     assert {r.request_id for r in rows} == {"a1", "a2", "a3"}
-    h = headline(Cells.from_rows(tables.cells(store.db, 0.0)))
+    h = headline(Cells.from_rows(store.cells(0.0)))
     assert h.requests == 3 and h.avoidable_tokens == 96 and h.causes == {"load_spill": 96}
     store.close()

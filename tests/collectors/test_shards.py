@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import zmq
 from mmlens.cli import collect as collect_cli
 from mmlens.config import WorkerTarget
 from mmlens.shard import Shard, ShardError, parse_label, parse_shard, shard_of
+from mmlens.store.open import open_store
 from tests.collectors.zmq_publisher import Publisher, free_tcp
 from tests.live_support import REPO, stop_process
 
@@ -71,7 +71,8 @@ def _publish(pubs: list[Publisher], stop: threading.Event) -> None:
 
 
 @pytest.mark.slow
-def test_two_collector_processes_store_each_worker_once(tmp_path) -> None:
+def test_two_collector_processes_store_each_worker_once(tmp_path, store_db: str) -> None:
+    """On SQLite and on PostgreSQL (`--db postgresql://…`)."""
     ctx = zmq.Context()
     n = 6
     eps = free_tcp(ctx, 2 * n)
@@ -80,13 +81,13 @@ def test_two_collector_processes_store_each_worker_once(tmp_path) -> None:
         f'[[worker]]\nname = "w{i}"\nrouter_url = "grpc://127.0.0.1:{51000 + i}"\n'
         f'kv_events = "{eps[2 * i]}"\nkv_replay = "{eps[2 * i + 1]}"\n' for i in range(n))
     (tmp_path / "mmlens.toml").write_text(f"interval_s = 0.3\ntimeout_s = 0.5\n{workers}")
-    db = tmp_path / "s.db"
+    db = store_db
     stop = threading.Event()
     feeder = threading.Thread(target=_publish, args=(pubs, stop), daemon=True)
     feeder.start()
     procs = [subprocess.Popen(
         [sys.executable, "-m", "mmlens", "collect", "--config", str(tmp_path / "mmlens.toml"),
-         "--db", str(db), "--duration", "4", "--shard", f"{s}/2"], cwd=REPO,
+         "--db", db, "--duration", "4", "--shard", f"{s}/2"], cwd=REPO,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for s in range(2)]
     try:
         for p in procs:
@@ -100,12 +101,12 @@ def test_two_collector_processes_store_each_worker_once(tmp_path) -> None:
             pub.close()
         ctx.destroy(linger=0)
 
-    con = sqlite3.connect(db)
-    rows = con.execute("SELECT worker, seq FROM kv_events").fetchall()
-    health = {t: (json.loads(c), last) for t, c, last in con.execute(
-        "SELECT target, counters, last_success FROM health WHERE collector = 'shard'")}
-    targets = json.loads(con.execute("SELECT value FROM meta WHERE key = 'targets'").fetchone()[0])
-    con.close()
+    store = open_store(db, readonly=True)
+    rows = [(r.worker, r.seq) for r in store.kv_event_rows(None, hashes=False)]
+    health = {h.target: (h.counters, h.last_success) for h in store.health()
+              if h.collector == "shard"}
+    targets = store.meta("targets")
+    store.close()
     per_worker: dict[str, list[int]] = {}
     for worker, seq in rows:
         per_worker.setdefault(worker, []).append(seq)

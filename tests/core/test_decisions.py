@@ -26,6 +26,7 @@ from mmlens.records import (
     SpillGate,
 )
 from mmlens.store.decisions import attach
+from mmlens.store.open import open_store
 from mmlens.store.reader import StoreReader
 from mmlens.store.snapshot import build_snapshot
 from mmlens.store.sqlite import Store
@@ -53,9 +54,9 @@ def _lab_trace(rid: str, response_id: str | None, ts: float) -> RequestTrace:
                         cached_tokens=80, response_id=response_id, predictions=[_header(rid)])
 
 
-def test_store_round_trip_and_reader_join_by_response_id(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
-    store = Store(db)
+def test_store_round_trip_and_reader_join_by_response_id(store_db: str) -> None:
+    db = store_db
+    store = open_store(db)
     assert store.add_decisions(_logged(), ts=5.0) == 2
     # A decision logged under the engine id: the reader still finds it for the request.
     store.add_decisions([RoutingDecision(HIT_RESPONSE, "smg", "log:other", ts=6.0,
@@ -80,8 +81,8 @@ def test_store_round_trip_and_reader_join_by_response_id(tmp_path: Path) -> None
         reader.close()
 
 
-def test_store_prunes_decisions_with_the_rest(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db")
+def test_store_prunes_decisions_with_the_rest(store_db: str) -> None:
+    store = open_store(store_db)
     store.add_decisions([RoutingDecision("old", "smg", "log:x", ts=1.0),
                          RoutingDecision("new", "smg", "log:x")], ts=1000.0)
     assert store.prune(retention_s=10, max_bytes=1e12, now=1005.0) == 1

@@ -1,4 +1,6 @@
-"""The SQLite store: WAL, schema version, round trips, retention, a reader beside the writer."""
+"""The store on both backends (SQLite file, real PostgreSQL server): schema version, round
+trips, retention, a reader beside the writer, idempotent KV events, per-instance health; and
+what is SQLite's own (WAL, the schema-1 migration)."""
 
 from __future__ import annotations
 
@@ -16,15 +18,21 @@ from mmlens.records import (
     RequestTrace,
     RoutingDecision,
 )
-from mmlens.store.sqlite import SCHEMA_VERSION, Store, StoreError
+from mmlens.store.open import NoStoreYet, StoreError, open_store
+from mmlens.store.sqlite import SCHEMA_VERSION, Store
 
 BIG = (1 << 64) - 1
 
 
-def test_wal_schema_and_round_trips(tmp_path) -> None:
-    db = tmp_path / "s.db"
-    store = Store(db)
+def test_sqlite_store_is_in_wal_mode(tmp_path) -> None:
+    store = Store(tmp_path / "s.db")
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
+def test_schema_and_round_trips(store_db: str) -> None:
+    db = store_db
+    store = open_store(db)
     assert store.schema_version() == SCHEMA_VERSION
     store.add_samples([MetricSample("t", "x_total", (("a", "1"),), 3.0, 10.0)])
     img = "c" * 64
@@ -43,7 +51,7 @@ def test_wal_schema_and_round_trips(tmp_path) -> None:
     store.set_kv_state({"w#0": {"worker": "w", "rank": 0, "resident_blocks": 5,
                                 "images": {img: 2}}}, 16.0)
 
-    reader = Store(db, readonly=True)
+    reader = open_store(db, readonly=True)
     (s,) = reader.samples_since(0)
     assert (s.target, s.name, s.labels, s.value, s.ts) == ("t", "x_total", (("a", "1"),), 3.0,
                                                            10.0)
@@ -65,40 +73,40 @@ def test_wal_schema_and_round_trips(tmp_path) -> None:
     assert hh.errors == {"timeout": 1} and hh.last_success == 10.0
     (k,) = reader.kv_state()
     assert (k.resident_blocks, k.images, k.updated, k.label) == (5, {img: 2}, 16.0, "w")
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(StoreError, match="read-only"):
         reader.add_samples([MetricSample("t", "y", (), 1.0, 1.0)])
+    assert len(reader.samples_since(0)) == 1
     reader.close()
     store.close()
 
 
-def test_parent_hash_comes_back_as_the_engine_sent_it(tmp_path) -> None:
-    store = Store(tmp_path / "s.db")
+def test_parent_hash_comes_back_as_the_engine_sent_it(store_db: str) -> None:
+    store = open_store(store_db)
     store.add_kv_events([BlockStored("w", 0, 1, 1.0, [1], BIG, [1] * 16, 16),
                          BlockStored("w", 0, 2, 2.0, [2], "ab" * 32, [1] * 16, 16)])
     assert [r.parent for r in store.kv_event_rows()] == ["ab" * 32, BIG]
     store.close()
 
 
-def test_schema_version_mismatch_is_refused(tmp_path) -> None:
-    db = tmp_path / "s.db"
-    Store(db).set_meta("x", 1)
-    con = sqlite3.connect(db)
-    con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    con.commit()
-    con.close()
+def test_schema_version_mismatch_is_refused(store_db: str) -> None:
+    with pytest.raises(NoStoreYet, match="no store"):
+        open_store(store_db, readonly=True)  # nothing created it yet
+    store = open_store(store_db)
+    with store._tx():
+        store._exec("UPDATE meta SET value='99' WHERE key='schema_version'")
+    store.close()
     with pytest.raises(StoreError, match="schema 99"):
-        Store(db)
-    with pytest.raises(StoreError):
-        Store(tmp_path / "missing.db", readonly=True)
+        open_store(store_db)
 
 
-def test_retention_by_age_and_size(tmp_path) -> None:
-    store = Store(tmp_path / "s.db")
+def test_retention_by_age_and_size(store_db: str) -> None:
+    store = open_store(store_db)
     store.add_samples(MetricSample("t", "old", (), 1.0, 100.0) for _ in range(10))
     store.add_samples(MetricSample("t", "new", (), 1.0, 1000.0) for _ in range(10))
     assert store.prune(retention_s=500, max_bytes=1e9, now=1100.0) == 10
     assert {s.name for s in store.samples_since(0)} == {"new"}
-    store.add_samples(MetricSample("t", "bulk", (("pad", "x" * 200),), 1.0, 1050.0 + i)
+    # Five hours of samples (PostgreSQL frees space by dropping hourly partitions).
+    store.add_samples(MetricSample("t", "bulk", (("pad", "x" * 200),), 1.0, 1050.0 + 4 * i)
                       for i in range(5000))
     big = store.used_bytes()
     store.prune(retention_s=1e9, max_bytes=big / 3, now=1100.0)
@@ -107,10 +115,9 @@ def test_retention_by_age_and_size(tmp_path) -> None:
     assert left and min(s.ts for s in left) > 1050.0  # the oldest went first
 
 
-def test_reader_sees_writer_commits_while_open(tmp_path) -> None:
-    db = tmp_path / "s.db"
-    writer = Store(db)
-    reader = Store(db, readonly=True)
+def test_reader_sees_writer_commits_while_open(store_db: str) -> None:
+    writer = open_store(store_db)
+    reader = open_store(store_db, readonly=True)
     for i in range(3):
         writer.add_samples([MetricSample("t", "x", (), float(i), float(i))])
         assert len(reader.samples_since(0)) == i + 1
@@ -121,9 +128,8 @@ def _batch(seq: int, ts: float, n: int) -> list:
             for i in range(n)]
 
 
-def test_kv_events_are_stored_once_per_key(tmp_path) -> None:
-    db = tmp_path / "s.db"
-    one, two = Store(db), Store(db)  # two collectors on one store
+def test_kv_events_are_stored_once_per_key(store_db: str) -> None:
+    one, two = open_store(store_db), open_store(store_db)  # two collectors on one store
     assert one.add_kv_events(_batch(1, 10.0, 3) + _batch(2, 11.0, 2)) == 5
     assert two.add_kv_events(_batch(1, 10.0, 3)) == 0  # the same batch again: nothing new
     # After a publisher restart seq 1 comes back with another batch time: a new batch.
@@ -131,21 +137,21 @@ def test_kv_events_are_stored_once_per_key(tmp_path) -> None:
     # Identical events at two positions of one batch are two events.
     same = [AllBlocksCleared("w", 0, 3, 12.0, idx=0), AllBlocksCleared("w", 0, 3, 12.0, idx=1)]
     assert one.add_kv_events(same + same) == 2
-    assert one.db.execute("SELECT count(*) FROM kv_events").fetchone()[0] == 10
+    assert len(one.kv_event_rows(None)) == 10
     one.close()
     two.close()
 
 
-def test_health_rows_are_kept_per_collector_instance(tmp_path) -> None:
-    db = tmp_path / "s.db"
-    one, two = Store(db), Store(db)
+def test_health_rows_are_kept_per_collector_instance(store_db: str) -> None:
+    db = store_db
+    one, two = open_store(db), open_store(db)
     a, b = CollectorHealth("kv_events", "w#0"), CollectorHealth("kv_events", "w#0")
     a.error("bad_batch", "x", 1.0)
     b.count("batches", 7)
     one.set_health([a], 2.0, instance="host:1")
     two.set_health([b], 3.0, instance="host:2")
     one.set_health([a], 4.0, instance="host:1")
-    rows = {h.instance: h for h in Store(db, readonly=True).health()}
+    rows = {h.instance: h for h in open_store(db, readonly=True).health()}
     assert set(rows) == {"host:1", "host:2"}
     assert rows["host:1"].errors == {"bad_batch": 1} and rows["host:1"].updated == 4.0
     assert rows["host:2"].counters == {"batches": 7}

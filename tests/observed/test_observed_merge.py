@@ -3,8 +3,6 @@ provenance, and what stays unknown."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mmlens.ingest.observed import (
     SOURCE_LOG,
     SOURCE_OTLP,
@@ -18,8 +16,7 @@ from mmlens.ingest.observed import (
 )
 from mmlens.ingest.router_logs import request_keys
 from mmlens.records import RequestTrace
-from mmlens.store.codec import trace as decode_trace
-from mmlens.store.sqlite import Store
+from mmlens.store.open import open_store
 
 
 def frag(rid: str, source: str, **fields: object) -> RequestTrace:
@@ -57,19 +54,17 @@ def test_mmlens_own_trace_stays_authoritative() -> None:
     assert known(t, "prompt_tokens")  # mmlens saw the response: nothing is unknown
 
 
-def test_a_fragment_joining_two_records_merges_them(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db")
+def test_a_fragment_joining_two_records_merges_them(store_db: str) -> None:
+    store = open_store(store_db)
     a = frag("r3", SOURCE_LOG, worker="w1")
     b = frag("other", SOURCE_OTLP, cached_tokens=32)
     b.trace_id = "a" * 32
     store.add_traces([a])
     store.add_traces([b])
-    assert store.db.execute("SELECT count(*) FROM traces").fetchone()[0] == 2
+    assert len(store.traces(10)) == 2
     bridge = frag("r3", SOURCE_OTLP)
     bridge.trace_id = "a" * 32
     store.add_traces([bridge])
-    (body,) = [b for (b,) in store.db.execute("SELECT body FROM traces")]
-    t = decode_trace(body)
-    assert t is not None
+    (t,) = store.traces(10)
     assert (t.worker, t.cached_tokens) == ("w1", 32) and "other" in t.aliases
     store.close()

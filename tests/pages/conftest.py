@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from mmlens.store.reader import StoreReader
+from tests.conftest import BACKENDS, new_database
 from tests.live_support import REPO, free_port, free_port_base, ready_info, stop_process, wait_until
 from tests.pages.apptest_util import strict_page_guard  # noqa: F401  (autouse here)
 from tests.pages.recorded_store import Recorded, fill
@@ -75,10 +76,14 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDas
         log.close()
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
-    """A store of constructed records (tests/pages/recorded_store.py), one per test module."""
-    return fill(tmp_path_factory.mktemp("store") / "mmlens.db", time.time())
+@pytest.fixture(scope="module", params=BACKENDS)
+def recorded(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    """A store of constructed records (tests/pages/recorded_store.py), one per test module
+    and backend: every page reads SQLite and PostgreSQL alike."""
+    if request.param == "sqlite":
+        return fill(str(tmp_path_factory.mktemp("store") / "mmlens.db"), time.time())
+    return fill(new_database(request.getfixturevalue("postgres")), time.time())
 
 
 @pytest.fixture

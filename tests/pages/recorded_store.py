@@ -5,7 +5,6 @@ that cover a hit, a content-blind false hit, a count drift and a strict-mode err
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from mmlens.collectors.trace_sink import SentRequest, TraceSink
 from mmlens.collectors.traces import ImagePart, solid_png
@@ -22,7 +21,8 @@ from mmlens.records import (
     SpillGate,
     labels_of,
 )
-from mmlens.store.sqlite import Store
+from mmlens.store.base import SQLStore
+from mmlens.store.open import open_store
 
 ROUTER = "http://127.0.0.1:30000"
 W1 = "grpc://127.0.0.1:50051"
@@ -33,7 +33,7 @@ TEXT = "Describe this image in detail please."
 
 @dataclass
 class Recorded:
-    path: Path
+    path: str  # a SQLite file or a PostgreSQL URL
     now: float
     hit_id: str
     false_hit_id: str
@@ -69,8 +69,8 @@ def _trace(rid: str, ts: float, images: list[bytes], worker: str | None, *, cach
     return t
 
 
-def fill(path: Path, now: float) -> Recorded:
-    store = Store(path)
+def fill(path: str, now: float) -> Recorded:
+    store = open_store(path)
     store.add_traces(_traces(now))
     store.add_decisions(_decisions(now))
     store.add_samples(_samples(now))
@@ -132,7 +132,7 @@ def _samples(now: float) -> list[MetricSample]:
     return samples
 
 
-def _kv(store: Store, now: float) -> None:
+def _kv(store: SQLStore, now: float) -> None:
     events = []
     for n, (worker, ident) in enumerate(((W1, "a" * 64), (W1, "b" * 64), (W2, "c" * 64))):
         hashes = [1000 * (n + 1) + k for k in range(5)]
@@ -149,7 +149,7 @@ def _kv(store: Store, now: float) -> None:
     }, now - 1)
 
 
-def _health_and_meta(store: Store, now: float) -> None:
+def _health_and_meta(store: SQLStore, now: float) -> None:
     health = [CollectorHealth("metrics", t, last_success=now - 2) for t in ("smg", W1, W2)]
     health.append(CollectorHealth("kv_events", f"{W1}#0", last_success=now - 55,
                                   counters={"batches": 4}))

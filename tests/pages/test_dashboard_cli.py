@@ -68,3 +68,42 @@ def test_ctrl_c_stops_every_child(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_dashboard_on_a_postgresql_store(tmp_path: Path, postgres) -> None:
+    """`mmlens dashboard --demo --db postgresql://…`: the collector writes the server store and
+    the dashboard reads it (the pages themselves on PostgreSQL: test_pages_recorded)."""
+    from mmlens.store.open import NoStoreYet, open_store
+    from tests.conftest import new_database
+
+    db = new_database(postgres)
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmlens", "dashboard", "--demo", "--no-warmup", "--port",
+         str(free_port()), "--port-base", str(free_port_base(50)), "--db", db,
+         "--interval", "0.5", "--ready-file", str(ready)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        info = wait_until(lambda: ready_info(ready, proc), 90, 0.3, what="dashboard ready")
+        assert info["db"] == db
+
+        def scraped() -> bool:
+            store = open_store(db, readonly=True)
+            try:
+                return store.latest_sample_ts() is not None and bool(store.meta("targets"))
+            finally:
+                store.close()
+
+        wait_until(scraped, 60, 0.5, what="collector wrote samples", ignore=(NoStoreYet,))
+        url = str(info["dashboard"])
+        wait_until(lambda: httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200,
+                   30, 0.3, what="Streamlit healthy", ignore=(httpx.HTTPError,))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mmlens.store.open import open_store
 from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import (
     PAGES,
@@ -246,9 +247,9 @@ def test_no_store_configured(page: str, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_store_not_created_yet(page: str, tmp_path: Path,
+def test_store_not_created_yet(page: str, store_db: str,
                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MMLENS_DB", str(tmp_path / "absent.db"))
+    monkeypatch.setenv("MMLENS_DB", store_db)  # no file yet; an empty database
     at = open_page(page)
     assert_clean(at)
     if page not in ("inspector", "targets"):
@@ -256,11 +257,10 @@ def test_store_not_created_yet(page: str, tmp_path: Path,
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_empty_store_gives_clear_states(page: str, tmp_path: Path,
+def test_empty_store_gives_clear_states(page: str, store_db: str,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "empty.db"
-    Store(path).close()
-    monkeypatch.setenv("MMLENS_DB", str(path))
+    open_store(store_db).close()
+    monkeypatch.setenv("MMLENS_DB", store_db)
     at = open_page(page)
     assert_clean(at)
     assert not figures(at) or page == "inspector"

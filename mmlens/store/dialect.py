@@ -1,0 +1,107 @@
+"""What a store backend provides to the shared SQL (``writes``, ``reads``): running
+statements, transactions, and the few spots where SQLite and PostgreSQL differ.
+
+The shared SQL is written once with ``?`` placeholders and ``self.key`` for the row-order
+column (SQLite's ``rowid``, PostgreSQL's identity ``id``); upserts, ``ON CONFLICT DO NOTHING``
+and ``RETURNING`` are spelled the same on both (SQLite ≥ 3.35).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from mmlens.store.schema import SCHEMA_VERSION
+
+__all__ = ["APPEND_ONLY", "PRUNED_TABLES", "SCHEMA_VERSION", "NoStoreYet", "SQLBase",
+           "StoreError", "marks"]
+
+# Tables pruned by age; PostgreSQL partitions the append-only ones by time.
+APPEND_ONLY = ("samples", "kv_events", "traces", "decisions", "kv_views", "kv_content")
+PRUNED_TABLES = (*APPEND_ONLY, "availability", "availability_cells")
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+class NoStoreYet(StoreError):
+    """Opened read-only before any collector created the store."""
+
+
+class SQLBase:
+    """The hooks. ``path`` names the store in messages (a URL without its password)."""
+
+    path: str
+    readonly: bool = False
+    key = "rowid"
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _exec(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one statement; the rows it changed."""
+        raise NotImplementedError
+
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run one statement per row; the rows changed in all."""
+        raise NotImplementedError
+
+    def _tx(self, exclusive: bool = False) -> contextlib.AbstractContextManager[None]:
+        """A transaction; ``exclusive``: one such writer at a time across processes, from
+        its first read on (trace merging reads, then writes)."""
+        raise NotImplementedError
+
+    def _bucket(self, column: str) -> str:
+        """SQL for ``column`` rounded down to a multiple of a ``?`` bucket width (two
+        placeholders: width, width)."""
+        raise NotImplementedError
+
+    def _columns(self, table: str) -> set[str]:
+        """``table``'s columns (empty when it does not exist: an older store)."""
+        raise NotImplementedError
+
+    def _missing_table(self, exc: Exception) -> bool:
+        """``exc`` says a table is not there (an older store read-only)."""
+        raise NotImplementedError
+
+    def _before_append(self, table: str, timestamps: Iterable[float]) -> None:
+        """Called before rows with these ``ts`` go into an append-only table."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def used_bytes(self) -> int:
+        raise NotImplementedError
+
+    def prune(self, retention_s: float, max_bytes: float, now: float | None = None) -> int:
+        raise NotImplementedError
+
+    # --- helpers on top of the hooks -----------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only")
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        rows = self._rows(sql, args)
+        return rows[0][0] if rows else None
+
+    @staticmethod
+    def _now(now: float | None) -> float:
+        return time.time() if now is None else now
+
+    def _rows_if_table(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]] | None:
+        """``_rows``, or None when the table is not there (an older store opened read-only)."""
+        try:
+            return self._rows(sql, args)
+        except Exception as exc:
+            if self._missing_table(exc):
+                return None
+            raise
+
+
+def marks(n: int) -> str:
+    return ",".join("?" * n)

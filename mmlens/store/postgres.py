@@ -1,0 +1,253 @@
+"""The server store for fleets: PostgreSQL through psycopg 3 (``--db postgresql://…``).
+
+Same tables, rows and reads as the SQLite store; the append-only tables (``APPEND_ONLY``:
+samples, KV events and their content keys, traces, decisions, router views) are
+range-partitioned on ``ts`` into windows of ``partition_s`` (an hour by default, fixed when the
+store is created), created on demand, so retention drops whole partitions instead of deleting
+rows. Several collectors (``--shard I/N``) write concurrently;
+DDL is serialized by an advisory lock. A read-only store sets its session read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import psycopg
+
+from mmlens.store.base import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, SQLStore, StoreError
+from mmlens.store.dialect import APPEND_ONLY
+from mmlens.store.open import redact
+
+PARTITION_S = 3600.0
+# pg_advisory_xact_lock keys: schema and partition DDL; trace merging (read, then write).
+_DDL_LOCK = 0x6D6D6C656E73
+_WRITE_LOCK = _DDL_LOCK + 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (
+    id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
+    target text NOT NULL, name text NOT NULL, labels text NOT NULL,
+    value double precision NOT NULL) PARTITION BY RANGE (ts);
+CREATE INDEX IF NOT EXISTS samples_ts ON samples (ts);
+CREATE INDEX IF NOT EXISTS samples_name_ts ON samples (name, ts);
+CREATE TABLE IF NOT EXISTS kv_events (
+    id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
+    worker text NOT NULL, rank integer NOT NULL, seq bigint NOT NULL, kind text NOT NULL,
+    n_blocks integer NOT NULL, parent text, hashes bytea, images text,
+    idx integer NOT NULL DEFAULT 0,
+    CONSTRAINT kv_events_key UNIQUE (worker, rank, seq, ts, idx)) PARTITION BY RANGE (ts);
+CREATE INDEX IF NOT EXISTS kv_events_ts ON kv_events (ts);
+CREATE TABLE IF NOT EXISTS kv_state (
+    worker text NOT NULL, rank integer NOT NULL, ts double precision NOT NULL,
+    summary text NOT NULL, PRIMARY KEY (worker, rank));
+CREATE TABLE IF NOT EXISTS traces (
+    id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
+    request_id text NOT NULL, router text NOT NULL, body text NOT NULL)
+    PARTITION BY RANGE (ts);
+CREATE INDEX IF NOT EXISTS traces_ts ON traces (ts);
+CREATE INDEX IF NOT EXISTS traces_id ON traces (id);
+CREATE INDEX IF NOT EXISTS traces_request_id ON traces (request_id);
+CREATE TABLE IF NOT EXISTS trace_keys (key text PRIMARY KEY, row bigint NOT NULL);
+CREATE INDEX IF NOT EXISTS trace_keys_row ON trace_keys (row);
+CREATE TABLE IF NOT EXISTS decisions (
+    id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
+    request_id text NOT NULL, router text NOT NULL, source text NOT NULL, body text NOT NULL)
+    PARTITION BY RANGE (ts);
+CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
+CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
+CREATE TABLE IF NOT EXISTS kv_views (
+    id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
+    worker text NOT NULL, source text NOT NULL, router_blocks integer, engine_blocks integer,
+    router_only integer NOT NULL, engine_only integer NOT NULL) PARTITION BY RANGE (ts);
+CREATE INDEX IF NOT EXISTS kv_views_ts ON kv_views (ts);
+CREATE TABLE IF NOT EXISTS kv_content (
+    id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
+    worker text NOT NULL, rank integer NOT NULL, seq bigint NOT NULL, idx integer NOT NULL,
+    kind text NOT NULL, content bytea,
+    CONSTRAINT kv_content_key UNIQUE (worker, rank, seq, ts, idx)) PARTITION BY RANGE (ts);
+CREATE INDEX IF NOT EXISTS kv_content_id ON kv_content (id);
+CREATE TABLE IF NOT EXISTS availability (
+    ts double precision NOT NULL, request_id text NOT NULL PRIMARY KEY, router text NOT NULL,
+    model text NOT NULL, worker text NOT NULL, block_size integer NOT NULL,
+    prompt integer NOT NULL, best integer NOT NULL, realized integer NOT NULL,
+    avoidable integer NOT NULL, not_cacheable integer NOT NULL, false_hit integer NOT NULL,
+    predicted integer, images integer NOT NULL, fidelity text NOT NULL,
+    load_spill integer NOT NULL, content_blind integer NOT NULL, stale_index integer NOT NULL,
+    count_drift integer NOT NULL, unattributed integer NOT NULL, evicted integer NOT NULL,
+    unexplained integer NOT NULL, body text NOT NULL);
+CREATE INDEX IF NOT EXISTS availability_ts ON availability (ts);
+CREATE TABLE IF NOT EXISTS availability_cells (
+    ts double precision NOT NULL, router text NOT NULL, model text NOT NULL,
+    worker text NOT NULL, sums text NOT NULL, PRIMARY KEY (ts, router, model, worker));
+CREATE TABLE IF NOT EXISTS health (
+    collector text NOT NULL, target text NOT NULL, updated double precision NOT NULL,
+    last_success double precision, last_error text, last_error_ts double precision,
+    errors text NOT NULL, counters text NOT NULL, instance text NOT NULL DEFAULT '',
+    PRIMARY KEY (collector, target, instance));
+"""
+
+_PART = re.compile(rf"^({'|'.join(APPEND_ONLY)})_p(\d+)$")
+
+
+class PostgresStore(SQLStore):
+    key = "id"
+
+    def __init__(self, url: str, readonly: bool = False,
+                 partition_s: float = PARTITION_S) -> None:
+        self.path = redact(url)
+        try:
+            self.db = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {self.path}: {exc}") from None
+        self.readonly = readonly
+        self._parts: dict[str, set[int]] = {t: set() for t in APPEND_ONLY}
+        if readonly:
+            if self._one("SELECT to_regclass('meta')") is None:
+                self.db.close()
+                raise NoStoreYet(f"no store at {self.path}")
+            self.db.execute("SET default_transaction_read_only = on")
+        else:
+            with self._tx():
+                self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+                self.db.execute(_SCHEMA)
+                self._check_version()
+                if self.meta("partition_s") is None:
+                    self.set_meta("partition_s", partition_s)
+        self.partition_s = float(self.meta("partition_s") or partition_s)
+        self._load_partitions()
+
+    # --- the hooks of SQLStore ----------------------------------------------------------------
+
+    @staticmethod
+    def _pg(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.db.execute(self._pg(sql), list(args)).fetchall()
+
+    def _exec(self, sql: str, args: Sequence[Any] = ()) -> int:
+        return self.db.execute(self._pg(sql), list(args)).rowcount
+
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        if not rows:
+            return 0
+        with self.db.cursor() as cur:
+            cur.executemany(self._pg(sql), rows)
+            return max(cur.rowcount, 0)
+
+    @contextlib.contextmanager
+    def _tx(self, exclusive: bool = False) -> Iterator[None]:
+        self._writable()
+        with self.db.transaction():
+            if exclusive:
+                self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
+            yield
+
+    def _bucket(self, column: str) -> str:
+        return f"floor({column} / ?) * ?"
+
+    def _columns(self, table: str) -> set[str]:
+        return {c for (c,) in self._rows(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ?", (table,))}
+
+    def _missing_table(self, exc: Exception) -> bool:
+        return isinstance(exc, psycopg.errors.UndefinedTable)
+
+    def _before_append(self, table: str, timestamps: Iterable[float]) -> None:
+        self._ensure_partitions(table, timestamps)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- partitions ----------------------------------------------------------------------------
+
+    def _start(self, ts: float) -> int:
+        return int(math.floor(ts / self.partition_s) * self.partition_s)
+
+    def _load_partitions(self) -> None:
+        for table in self._parts:
+            self._parts[table] = {int(m.group(2)) for (name,) in self._rows(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = to_regclass(?)", (table,))
+                if (m := _PART.match(name))}
+
+    def _ensure_partitions(self, table: str, timestamps: Iterable[float]) -> None:
+        missing = {self._start(ts) for ts in timestamps} - self._parts[table]
+        if not missing:
+            return
+        if len(missing) > 1000:
+            raise StoreError(f"{table}: rows span {len(missing)} partitions of "
+                             f"{self.partition_s:.0f} s (timestamps far apart?)")
+        with self._tx():
+            self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            for start in sorted(missing):
+                self.db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table}_p{start} PARTITION OF {table} "
+                    f"FOR VALUES FROM ({start}) TO ({start + int(self.partition_s)})")
+        self._parts[table] |= missing
+
+    def partitions(self, table: str) -> list[int]:
+        """Start times of ``table``'s partitions, oldest first."""
+        self._load_partitions()
+        return sorted(self._parts[table])
+
+    # --- retention -----------------------------------------------------------------------------
+
+    def prune(self, retention_s: float, max_bytes: float, now: float | None = None) -> int:
+        """Drop the partitions wholly older than ``retention_s`` and delete the older rows of
+        the one that straddles the cutoff; then, while the store is larger than ``max_bytes``,
+        drop the oldest partitions (never the one holding a table's newest rows: deleted rows
+        free no space in PostgreSQL until a vacuum, dropped partitions do at once). Creates
+        the next window's partitions ahead of time. Returns rows deleted."""
+        now = self._now(now)
+        cutoff = now - retention_s
+        width = int(self.partition_s)
+        deleted = 0
+        for table in APPEND_ONLY:
+            for start in self.partitions(table):
+                if start + width <= cutoff:
+                    deleted += self._drop(table, start)
+            self._ensure_partitions(table, [now, now + self.partition_s])
+        for table in PRUNED_TABLES:
+            with self._tx():
+                deleted += self._exec(f"DELETE FROM {table} WHERE ts < ?", (cutoff,))
+        while self.used_bytes() > max_bytes:
+            older = [(start, table) for table in APPEND_ONLY
+                     for start in self.partitions(table)
+                     if start < self._start(self.latest_ts(table) or now)]
+            if not older:
+                break
+            start, table = min(older)
+            deleted += self._drop(table, start)
+        with self._tx():
+            self._prune_keys()
+        return deleted
+
+    def _drop(self, table: str, start: int) -> int:
+        name = f"{table}_p{start}"
+        with self._tx():
+            self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            n = self._one(f"SELECT count(*) FROM {name}") or 0
+            self.db.execute(f"DROP TABLE IF EXISTS {name}")
+        self._parts[table].discard(start)
+        return int(n)
+
+    def used_bytes(self) -> int:
+        return int(self._one(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind = 'r'") or 0)
+
+    def _check_version(self) -> None:
+        found = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
+        if found is None:
+            self.db.execute("INSERT INTO meta VALUES ('schema_version', %s)",
+                            (str(SCHEMA_VERSION),))
+        elif int(found) != SCHEMA_VERSION:
+            raise StoreError(f"store schema {found}, this mmlens expects {SCHEMA_VERSION}")

@@ -1,0 +1,175 @@
+"""The store's writes, one SQL for every backend: metric samples, compact KV events (one row per
+event, hashes as msgpack, stored idempotently), the latest resident-block summary per worker,
+request traces (JSON, one row per request, merged by shared keys), routing decisions from
+router logs (JSON, joined to traces when read), router-vs-engine views and collector health.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from mmlens.ingest import observed
+from mmlens.records import (
+    BlockRemoved,
+    BlockStored,
+    CollectorHealth,
+    KVEvent,
+    MetricSample,
+    RequestTrace,
+    RoutingDecision,
+)
+from mmlens.store import codec
+from mmlens.store.dialect import SQLBase, marks
+from mmlens.store.schema import KV_COLUMNS
+
+_enc = msgspec.msgpack.Encoder()
+
+
+def kv_row(ev: KVEvent) -> tuple[Any, ...]:
+    if isinstance(ev, BlockStored):
+        images = None
+        if ev.images:
+            images = json.dumps(sorted({r[0] for refs in ev.images if refs for r in refs}))
+        return (ev.ts, ev.worker, ev.rank, ev.seq, "stored", len(ev.block_hashes),
+                None if ev.parent is None else str(ev.parent), _enc.encode(ev.block_hashes),
+                images, ev.idx)
+    if isinstance(ev, BlockRemoved):
+        return (ev.ts, ev.worker, ev.rank, ev.seq, "removed", len(ev.block_hashes), None,
+                _enc.encode(ev.block_hashes), None, ev.idx)
+    return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx)
+
+
+class StoreWrites(SQLBase):
+    def _append(self, table: str, columns: str, rows: list[tuple[Any, ...]],
+                ignore_duplicates: bool = False) -> int:
+        """Insert rows whose first column is ``ts``; returns the rows added."""
+        if not rows:
+            return 0
+        self._before_append(table, (r[0] for r in rows))
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({marks(len(rows[0]))})"
+        with self._tx():
+            n = self._many(sql + (" ON CONFLICT DO NOTHING" if ignore_duplicates else ""), rows)
+        return n if ignore_duplicates else len(rows)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._tx():
+            self._exec("INSERT INTO meta (key, value) VALUES (?, ?) "
+                       "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                       (key, json.dumps(value)))
+
+    def add_samples(self, samples: Iterable[MetricSample]) -> int:
+        return self._append("samples", "ts, target, name, labels, value", [
+            (s.ts, s.target, s.name, json.dumps(dict(s.labels), separators=(",", ":")),
+             s.value) for s in samples])
+
+    def add_kv_events(self, events: Iterable[KVEvent]) -> int:
+        """Store events idempotently (the key: ``mmlens.store.schema.KV_COLUMNS``), with their
+        content keys; returns the rows actually added, so events already stored are not
+        counted twice."""
+        events = list(events)
+        self.add_kv_content(events)  # type: ignore[attr-defined]  # AvailabilityTables
+        return self._append("kv_events", KV_COLUMNS, [kv_row(ev) for ev in events],
+                            ignore_duplicates=True)
+
+    def add_kv_views(self, points: Iterable[Any]) -> int:
+        """Router view vs engine holdings (``mmlens.analysis.kv_divergence.ViewPoint``)."""
+        return self._append(
+            "kv_views", "ts, worker, source, router_blocks, engine_blocks, router_only, "
+            "engine_only", [(p.ts, p.worker, p.source, p.router_blocks, p.engine_blocks,
+                             p.router_only, p.engine_only) for p in points])
+
+    def set_kv_state(self, summary: dict[str, dict[str, Any]], ts: float) -> None:
+        rows = [(s["worker"], s["rank"], ts, json.dumps(s)) for s in summary.values()]
+        with self._tx():
+            self._many("INSERT INTO kv_state (worker, rank, ts, summary) VALUES (?,?,?,?) "
+                       "ON CONFLICT (worker, rank) DO UPDATE SET ts = excluded.ts, "
+                       "summary = excluded.summary", rows)
+
+    def add_decisions(self, decisions: Iterable[RoutingDecision], ts: float | None = None,
+                      ) -> int:
+        """Routing decisions read from router logs; ``ts`` stands in where a decision has
+        no time of its own."""
+        now = self._now(ts)
+        return self._append("decisions", "ts, request_id, router, source, body", [
+            (now if d.ts is None else d.ts, d.request_id, d.router, d.source,
+             codec.decision_body(d)) for d in decisions])
+
+    def set_health(self, items: Iterable[CollectorHealth], ts: float | None = None,
+                   instance: str = "") -> None:
+        """Health rows of one collector process (``instance``): two collectors writing to one
+        store keep a row each instead of overwriting the other's."""
+        ts = self._now(ts)
+        rows = [(h.collector, h.target, ts, h.last_success, h.last_error, h.last_error_ts,
+                 json.dumps(h.errors), json.dumps(h.counters), instance) for h in items]
+        with self._tx():
+            self._many(
+                "INSERT INTO health (collector, target, updated, last_success, last_error, "
+                "last_error_ts, errors, counters, instance) VALUES (?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (collector, target, instance) DO UPDATE SET "
+                "updated = excluded.updated, last_success = excluded.last_success, "
+                "last_error = excluded.last_error, last_error_ts = excluded.last_error_ts, "
+                "errors = excluded.errors, counters = excluded.counters", rows)
+
+    # --- traces: one row per request --------------------------------------------------------
+
+    def add_traces(self, traces: Iterable[RequestTrace]) -> int:
+        """Store traces, one row per request: a trace sharing a key (request id, response
+        id, engine id, trace id) with a stored one is merged into it
+        (``mmlens.ingest.observed.merge``), whichever source wrote first."""
+        traces = list(traces)
+        self._before_append("traces", (t.ts for t in traces))
+        # One writer at a time from the read of matching rows to the write: the tap and
+        # the collector may record the same request from two processes.
+        with self._tx(exclusive=True):
+            for t in traces:
+                self._upsert_trace(t)
+        return len(traces)
+
+    def _upsert_trace(self, t: RequestTrace) -> None:
+        matches = [(row, old) for row, old in self._rows_sharing_keys(t)
+                   if observed.same_request(old, t)]
+        if not matches:
+            row = self._one(f"INSERT INTO traces (ts, request_id, router, body) "
+                            f"VALUES (?,?,?,?) RETURNING {self.key}",
+                            (t.ts, t.request_id, t.router, codec.trace_body(t)))
+            self._index_keys(t, int(row))
+            return
+        merged = matches[0][1]
+        for _, old in matches[1:]:
+            merged = observed.merge(merged, old)
+        t = observed.merge(merged, t)
+        keep, extra = matches[0][0], [row for row, _ in matches[1:]]
+        self._exec(f"UPDATE traces SET ts=?, request_id=?, router=?, body=? WHERE {self.key}=?",
+                   (t.ts, t.request_id, t.router, codec.trace_body(t), keep))
+        if extra:  # `t` joined records that were apart so far
+            self._exec(f"DELETE FROM traces WHERE {self.key} IN ({marks(len(extra))})", extra)
+            self._exec(f"UPDATE trace_keys SET row=? WHERE row IN ({marks(len(extra))})",
+                       [keep, *extra])
+        self._index_keys(t, keep)
+
+    def _rows_sharing_keys(self, t: RequestTrace) -> list[tuple[int, RequestTrace]]:
+        keys = sorted(observed.keys_of(t))
+        rows = sorted({r for (r,) in self._rows(
+            f"SELECT row FROM trace_keys WHERE key IN ({marks(len(keys))})", keys)})
+        if not rows:
+            return []
+        out = []
+        for row, body in self._rows(
+                f"SELECT {self.key}, body FROM traces WHERE {self.key} IN ({marks(len(rows))})"
+                f" ORDER BY {self.key}", rows):
+            old = codec.trace(body)
+            if old is not None:  # an unreadable row is left as it is
+                out.append((int(row), old))
+        return out
+
+    def _index_keys(self, t: RequestTrace, row: int) -> None:
+        self._many("INSERT INTO trace_keys (key, row) VALUES (?, ?) "
+                   "ON CONFLICT (key) DO UPDATE SET row = excluded.row",
+                   [(k, row) for k in observed.keys_of(t)])
+
+    def _prune_keys(self) -> None:
+        self._exec(f"DELETE FROM trace_keys WHERE row NOT IN (SELECT {self.key} FROM traces)")
