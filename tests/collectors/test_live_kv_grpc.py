@@ -68,10 +68,10 @@ def test_grpc_streams_lose_nothing_and_track_smg(cluster: Cluster, tmp_path: Pat
         wait_until(stored_all)
         health = {h.target: h for h in runner.kv_grpc.health}
         assert all(not h.errors and h.counters["transport_grpc"] == 1 for h in health.values())
-        state = {s["worker"]: s for s in store.kv_state()}
-        assert {s["transport"] for s in state.values()} == {"grpc"}
+        state = {s.worker: s for s in store.kv_state()}
+        assert {s.transport for s in state.values()} == {"grpc"}
         for w in pub:  # a worker SMG sent nothing to has published nothing
-            resident = state.get(w, {}).get("resident_blocks", 0)
+            resident = state[w].resident_blocks if w in state else 0
             assert resident == pub[w]["stored_blocks"] - pub[w]["removed_blocks"]
         busy = {w for w, p in pub.items() if p["stored_blocks"]}
 

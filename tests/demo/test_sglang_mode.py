@@ -121,8 +121,7 @@ def test_both_engines_stored_without_loss(cluster: Cluster, tmp_path: Path,
 
         wait_until(stored_all, 15, what="every published block stored")
         assert all(not h.errors for h in runner.all_health() if h.collector == "kv_events")
-        state = {s["worker"]: s for s in store.kv_state()}
-        assert {s["transport"] for s in state.values()} == {transport}
+        assert {s.transport for s in store.kv_state()} == {transport}
         rates = normalize_samples(store.samples_since(0)).hit_rates
         assert {r.source for r in rates} >= {"vllm", "sglang"}
     finally:

@@ -176,7 +176,7 @@ def test_image_token_counts_equal_dynamo_log(cluster: DynamoCluster,
         assert logged == [mine], rows[-1]
         # mmlens' engine length = rendered − 1 + N = what the worker reported; the router's
         # view is that length rounded up to whole blocks.
-        assert t.prompt_tokens == expected["engine_prompt_tokens"], rows[-1]
+        assert t.prompt_tokens == expected.engine_prompt_tokens, rows[-1]
         assert best.request_blocks == math.ceil(t.prompt_tokens / BLOCK), rows[-1]
     assert len(rows) >= 20
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mmlens.ingest.router_logs import parse_lines
-from mmlens.records import RequestTrace
+from mmlens.records import RequestTrace, RoutingDecision
 from mmlens.store.decisions import attach
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "dynamo_frontend_1.6.1.jsonl"
@@ -139,16 +139,19 @@ def test_routing_rows_use_dynamo_block_counts() -> None:
     from mmlens.analysis.request_view import predicted_tokens
     from mmlens.analysis.routing_table import decision_rows
 
-    trace = {"request_id": "r", "ts": 1.0, "worker": "7", "prompt_tokens": 317,
-             "cached_tokens": 304, "predictions": [
-                 {"source": "nvext.timing", "kv_hit_rate": 0.95, "overlap_blocks": None},
-                 {"source": "log:routing_best", "overlap_blocks": 19, "request_blocks": 20,
-                  "warnings": []},
-                 {"source": "log:mm_fallback", "warnings": ["mm-routing: x; error=y"]}]}
+    trace = _trace("r", "i")
+    trace.ts, trace.worker, trace.prompt_tokens, trace.cached_tokens = 1.0, "7", 317, 304
+    trace.predictions = [
+        RoutingDecision("r", "dynamo", "nvext.timing", kv_hit_rate=0.95),
+        RoutingDecision("r", "dynamo", "log:routing_best", overlap_blocks=19, request_blocks=20),
+        RoutingDecision("r", "dynamo", "log:mm_fallback", warnings=["mm-routing: x; error=y"])]
     (row,) = decision_rows([trace])
     assert row["overlap"] == "19/20" and row["predicted"] == 304
     assert row["warnings"] == "mm-routing: x; error=y"
-    assert predicted_tokens({"prompt_tokens": 100, "predictions": [{"kv_hit_rate": 0.5}]}) == 50
+    ratio_only = _trace("q", "j")
+    ratio_only.prompt_tokens = 100
+    ratio_only.predictions = [RoutingDecision("q", "dynamo", "nvext.timing", kv_hit_rate=0.5)]
+    assert predicted_tokens(ratio_only) == 50
 
 
 def test_dynamo_verdict_rows() -> None:
