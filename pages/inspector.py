@@ -18,8 +18,6 @@ from mmlens.analysis.views.inspector import (
     request_label,
     timing_caption,
 )
-from mmlens.cli.explain import explain_recorded
-from mmlens.cli.observed_explain import judge_recorded
 from mmlens.errors import LayoutError
 from mmlens.figures.router_views import router_panel
 from mmlens.figures.token_layout import layout_figure
@@ -29,6 +27,7 @@ from mmlens.layout.hashing import dynamo_mm_hash_url, smg_identifier
 from mmlens.layout.imageinfo import parse_size
 from mmlens.layout.modeldir import Model, resolve_model
 from mmlens.layout.synthetic_images import synthetic_png
+from mmlens.store.explained import explain_recorded, judge_recorded
 
 st.title("Request inspector")
 HISTORY = 500

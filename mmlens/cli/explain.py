@@ -1,48 +1,19 @@
 """`mmlens explain --db PATH --request ID [--json]`: classify why a recorded request missed.
 
-`explain_recorded` gathers from a store what the pure explainer needs (the trace, the traces
-before it, KV removals, workers the router gets no events from); pages reuse it."""
+The inputs are gathered by ``mmlens.store.explained``; the inspector page uses the same."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 
-from mmlens.analysis.explain import Explanation, explain, keys_of
+from mmlens.analysis.explain import keys_of
 from mmlens.analysis.verdicts import Judgement
-from mmlens.cli.observed_explain import judge_recorded
-from mmlens.records import RequestTrace
+from mmlens.store.explained import explain_recorded, judge_recorded
 from mmlens.store.open import StoreError
-from mmlens.store.reader import StoreReader, open_reader
-
-HISTORY = 5000
-
-
-def block_size_of(trace: RequestTrace, default: int = 16) -> int:
-    lay = trace.expected_layout
-    return lay.block_size if lay is not None and lay.block_size else default
-
-
-def events_unavailable(reader: StoreReader, until: float) -> set[str]:
-    """Workers SMG marks `smg_kv_events_unavailable` (the router is blind to them)."""
-    rows = reader.samples(until - 600, ["smg_kv_events_unavailable"])
-    return {s.label("worker") for s in rows if s.value > 0 and s.ts <= until + 60}
-
-
-def explain_recorded(reader: StoreReader, request_id: str,
-                     history_limit: int = HISTORY) -> Explanation | None:
-    trace = reader.trace(request_id)
-    if trace is None:
-        return None
-    ts = trace.ts or time.time()
-    history = reader.traces_before(ts, history_limit)
-    since = min((t.ts or ts for t in history), default=ts)
-    return explain(trace, history, block_size_of(trace),
-                   removed_events=reader.removals(since, ts),
-                   events_unavailable=events_unavailable(reader, ts))
+from mmlens.store.reader import open_reader
 
 
 def main(argv: Sequence[str]) -> int:

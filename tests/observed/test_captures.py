@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from mmlens.collectors.observed_sink import ObservedSink
 
-from mmlens.cli.observed_explain import judge_recorded
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import parse_export
 from mmlens.records import SpanRecord
+from mmlens.store.explained import judge_recorded
 from mmlens.store.reader import StoreReader
 from mmlens.store.sqlite import Store
 from tests.fixtures_path import CAPTURES

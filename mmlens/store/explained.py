@@ -1,12 +1,22 @@
-"""Verdicts for stored requests of any source: gathers from a store what
-``mmlens.analysis.verdicts.judge`` needs (the request with its logged decisions, the serving
-worker's KV events while it was served, its removals shortly before)."""
+"""A recorded request explained: what the pure explainers need, gathered from the reader.
+
+``explain_recorded`` (``mmlens.analysis.explain``: the trace, the traces before it, KV
+removals, workers the router gets no events from) for requests with an expected layout;
+``judge_recorded`` (``mmlens.analysis.verdicts``: the request with its logged decisions, the
+serving worker's KV events while it was served, its removals shortly before) for any source.
+``mmlens explain`` and the inspector page both use them.
+"""
 
 from __future__ import annotations
 
+import time
+
+from mmlens.analysis.explain import Explanation, explain
 from mmlens.analysis.verdicts import Judgement, StoredWhileServed, judge
 from mmlens.records import RequestTrace
 from mmlens.store.reader import StoreReader
+
+HISTORY = 5000
 
 EVICTION_WINDOW_S = 300.0
 KV_SLACK_S = 0.3  # events reach the store stamped up to this long after the engine's work
@@ -46,3 +56,27 @@ def judge_recorded(reader: StoreReader, request_id: str) -> Judgement | None:
         start = dispatch_ts(t)
         removed = reader.kv_blocks(t.worker, "removed", start - EVICTION_WINDOW_S, start)
     return judge(t, stored=stored_while_served(reader, t), removed_blocks=removed)
+
+
+def block_size_of(trace: RequestTrace, default: int = 16) -> int:
+    lay = trace.expected_layout
+    return lay.block_size if lay is not None and lay.block_size else default
+
+
+def events_unavailable(reader: StoreReader, until: float) -> set[str]:
+    """Workers SMG marks `smg_kv_events_unavailable` (the router is blind to them)."""
+    rows = reader.samples(until - 600, ["smg_kv_events_unavailable"])
+    return {s.label("worker") for s in rows if s.value > 0 and s.ts <= until + 60}
+
+
+def explain_recorded(reader: StoreReader, request_id: str,
+                     history_limit: int = HISTORY) -> Explanation | None:
+    trace = reader.trace(request_id)
+    if trace is None:
+        return None
+    ts = trace.ts or time.time()
+    history = reader.traces_before(ts, history_limit)
+    since = min((t.ts or ts for t in history), default=ts)
+    return explain(trace, history, block_size_of(trace),
+                   removed_events=reader.removals(since, ts),
+                   events_unavailable=events_unavailable(reader, ts))
