@@ -181,10 +181,12 @@ def report(args: argparse.Namespace, sent: Totals, figs: dict[str, float],
           f"offered {args.rate:.0f} blocks/s for {args.duration:.0f} s "
           f"({args.blocks} blocks a batch, interval {args.interval} s)")
     print(f"sent: {sent}")
-    print(f"stored: {figs['blocks']:.0f} blocks in {figs['events']:.0f} events; "
-          f"lost batches (gaps) {figs['lost_batches']:.0f}")
-    print(f"sustained: {figs['steady_blocks_per_s']:.0f} blocks/s stored "
-          f"(publisher time {args.warmup:.0f} s … end)")
+    print(f"stored: {figs['stored_blocks']:.0f} of {sent.blocks} blocks announced stored "
+          f"({figs['stored_blocks'] / max(sent.blocks, 1):.1%}); {figs['blocks']:.0f} blocks "
+          f"with removals, in {figs['events']:.0f} events; batches missed (seq gaps) "
+          f"{figs['lost_batches']:.0f}")
+    print(f"sustained: {figs['steady_blocks_per_s']:.0f} KV-event blocks/s stored "
+          f"(stored + removed, publisher time {args.warmup:.0f} s … end)")
     for label in sorted(shards):
         c = shards[label]
         print(f"shard {label}: {c.get('workers', 0):.0f} workers, "

@@ -5,6 +5,7 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis import kv_divergence
+from mmlens.analysis.fleet import fold_timeline
 from mmlens.analysis.timeseries import HIT_NAMES, bucket_of, worker_hit_rate_series
 from mmlens.figures.cache import (
     hit_rate_figure,
@@ -32,7 +33,7 @@ def live() -> None:
                     "unchanged).")
         c1, c2 = st.columns(2)
         with c1:
-            timeline = shared.kv_timeline(path, float(window), window / 60)
+            timeline = fold_timeline(shared.kv_timeline(path, float(window), window / 60))
             if timeline:
                 st.plotly_chart(kv_event_timeline_figure(timeline), key="kv_timeline",
                                 width="stretch")
