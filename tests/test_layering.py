@@ -30,8 +30,9 @@ FORBIDDEN_IN_PURE_EXTERNAL = (
     # processes
     "subprocess", "multiprocessing", "signal",
     # UI, messaging, storage
-    "streamlit", "zmq", "sqlite3",
+    "streamlit", "zmq", "sqlite3", "psycopg",
 )
+SQL_DRIVERS = ("sqlite3", "psycopg")  # only mmlens.store talks to a database
 FORBIDDEN_IN_PURE_INTERNAL = ("mmlens.store", "mmlens.collectors", "mmlens.demo", "mmlens.ui",
                               "mmlens.cli")
 DEMO_IMPORTERS_ALLOWED = {"mmlens.cli.main"}  # the `mmlens demo` dispatch
@@ -166,6 +167,12 @@ def pure_violations(root: Path) -> list[str]:
     return sorted(out)
 
 
+def sql_violations(root: Path) -> list[str]:
+    return sorted(str(e) for e in import_graph(root)
+                  if any(under(e.imported, d) for d in SQL_DRIVERS)
+                  and not under(e.importer, "mmlens.store"))
+
+
 def demo_violations(root: Path) -> list[str]:
     return sorted(str(e) for e in import_graph(root)
                   if under(e.imported, "mmlens.demo") and not under(e.importer, "mmlens.demo")
@@ -216,6 +223,10 @@ def test_pure_packages_import_no_io() -> None:
     assert pure_violations(REPO) == []
 
 
+def test_sql_stays_inside_the_store() -> None:
+    assert sql_violations(REPO) == []
+
+
 def test_only_the_demo_command_imports_the_demo() -> None:
     assert demo_violations(REPO) == []
 
@@ -263,6 +274,7 @@ def test_checker_catches_planted_violations(tmp_path: Path) -> None:
         "pages/ok.py": "from mmlens.collectors.sender import send\n",
         "collectors/sender.py": "def send(): ...\n",
         "collectors/lab.py": "",
+        "collectors/raw.py": "def h():\n    import psycopg\n",
         "app.py": "import pages.shared\n",
     })
     pure = pure_violations(root)
@@ -275,6 +287,7 @@ def test_checker_catches_planted_violations(tmp_path: Path) -> None:
                                      "mmlens.demo.engine"]
     assert ui_violations(root) == ["pages/lab.py:1: mmlens.ui.lab imports mmlens.collectors.lab"]
     assert old_name_violations(root) == ["app.py:1: app imports pages.shared"]
+    assert sql_violations(root) == ["collectors/raw.py:2: mmlens.collectors.raw imports psycopg"]
 
 
 def test_relative_imports_resolve_against_the_installed_names(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ _WORKLOAD_IMAGES = ((64, 64, (200, 30, 30)), (64, 64, (30, 30, 200)), (224, 224,
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="mmlens collect", description=__doc__)
     ap.add_argument("--config", help="mmlens.toml (default: $MMLENS_CONFIG)")
-    ap.add_argument("--db", required=True, help="SQLite store path (created if missing)")
+    ap.add_argument("--db", required=True, help="store: a SQLite file (created if missing) or "
+                    "a postgresql://… URL")
     ap.add_argument("--duration", type=float, help="stop after S seconds (default: run on)")
     ap.add_argument("--interval", type=float, help="override interval_s")
     ap.add_argument("--ready-file", help="add targets from a `mmlens demo --ready-file` file")

@@ -31,7 +31,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="mmlens tap", description=__doc__)
     ap.add_argument("--listen", default="127.0.0.1:30080", help="HOST:PORT to serve on")
     ap.add_argument("--upstream", required=True, help="the router's URL")
-    ap.add_argument("--db", required=True, help="SQLite store to record into")
+    ap.add_argument("--db", required=True, help="store to record into (SQLite file or "
+                    "postgresql://… URL)")
     ap.add_argument("--sample", type=float, default=1.0, help="fraction of requests recorded")
     ap.add_argument("--store-text", action="store_true", help="also store prompt text")
     ap.add_argument("--layout-model", help="family or model dir for expected token layouts")
