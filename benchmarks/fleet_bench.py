@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,13 +166,16 @@ def run_load(args: argparse.Namespace, db: str, work: Path,
 def main() -> int:
     args = parse_args()
     work = Path(tempfile.mkdtemp(prefix="mmlens-fleet-"))
-    with store_for(args.backend, work) as db:
-        sent, figs, shards = run_load(args, db, work)
-        report(args, sent, figs, shards)
-        if args.page_runs:
-            pages = time_pages_on(db, args.traces, args.page_runs)
-            print("pages (cold / warm median, ms): " + ", ".join(
-                f"{p} {c * 1000:.0f}/{w * 1000:.0f}" for p, (c, w) in pages.items()))
+    try:
+        with store_for(args.backend, work) as db:
+            sent, figs, shards = run_load(args, db, work)
+            report(args, sent, figs, shards)
+            if args.page_runs:
+                pages = time_pages_on(db, args.traces, args.page_runs)
+                print("pages (cold / warm median, ms): " + ", ".join(
+                    f"{p} {c * 1000:.0f}/{w * 1000:.0f}" for p, (c, w) in pages.items()))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
