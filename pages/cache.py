@@ -1,5 +1,6 @@
-"""Cache: per-worker hit rate over time, predicted vs realized per request, KV-event timeline,
-resident blocks, and the prefix tree of recent blocks."""
+"""Cache: per-worker hit rate over time, available vs achieved (what each request could have
+had and why it did not), predicted vs realized per request, KV-event timeline, resident
+blocks, and the prefix tree of recent blocks."""
 
 import streamlit as st
 from mmlens.ui import shared
@@ -7,6 +8,7 @@ from mmlens.ui import shared
 from mmlens.analysis import kv_divergence
 from mmlens.analysis.fleet import fold_timeline
 from mmlens.analysis.timeseries import HIT_NAMES, bucket_of, worker_hit_rate_series
+from mmlens.figures.availability import achieved_vs_available_figure, avoidable_figure
 from mmlens.figures.cache import (
     hit_rate_figure,
     kv_event_timeline_figure,
@@ -70,7 +72,37 @@ def views() -> None:
                "(block sets), index gauge (counts), prediction (per request).")
 
 
+@st.fragment(run_every=shared.REFRESH_S)
+def available() -> None:
+    st.subheader("Available vs achieved")
+    with shared.page_guard("Cache"):
+        view = shared.availability(path, float(max(window, 3600)))
+        if view.empty:
+            st.info("No request evaluated yet: available vs achieved needs traced requests "
+                    "with an expected layout, the workers' KV events and `mmlens collect` "
+                    "(which evaluates each request once it ended).")
+            return
+        st.caption(view.summary())
+        c1, c2 = st.columns(2)
+        with c1:
+            st.plotly_chart(achieved_vs_available_figure(view.rates), key="avail_rates",
+                            width="stretch")
+        with c2:
+            if view.avoidable:
+                st.plotly_chart(avoidable_figure(view.avoidable), key="avoidable",
+                                width="stretch")
+            else:
+                st.success("Nothing avoidable: every request got what the best worker held.")
+        by = st.radio("Per", ["router", "model", "worker"], horizontal=True, key="avail_by")
+        st.dataframe(view.group_rows(by), hide_index=True, width="stretch")
+        rows = view.rows()
+        if rows:
+            st.markdown("**Requests that lost tokens or had a false hit** (newest first)")
+            st.dataframe(rows, hide_index=True, width="stretch")
+
+
 live()
+available()
 
 st.subheader("Predicted vs realized, per request")
 with shared.page_guard("Cache"):

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
+from mmlens.analysis.availability.view import CAUSE_TEXT, AvailabilityView
 from mmlens.analysis.views.common import pct
 from mmlens.analysis.views.overview import overview_view
 from mmlens.figures.cache import worker_hit_rate_bars
@@ -35,6 +36,7 @@ def live() -> None:
         c3.metric("Image requests in router mode", pct(head.router_mode_share),
                   help=f"smg_mm_processing_total, {head.image_requests:.0f} requests")
         c4.metric("Image requests in worker mode", pct(head.worker_mode_share))
+        available(shared.availability(path, 3600.0))
 
         st.subheader("Alerts")
         found = view.alerts
@@ -67,6 +69,27 @@ def live() -> None:
         if snap.metrics.hit_rates:
             st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates), key="overview_hit_rates",
                             width="stretch")
+
+
+def available(view: AvailabilityView) -> None:
+    """Achieved vs available ("speed of light") and what was lost, over the last hour."""
+    h = view.headline
+    if view.empty:
+        st.caption("Available vs achieved: no request evaluated yet (it needs traced requests "
+                   "with an expected layout, the workers' KV events and `mmlens collect`).")
+        return
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Achieved vs available hit rate", f"{pct(h.achieved)} of {pct(h.available)}",
+              help=f"Σ cached / Σ prompt tokens against Σ tokens the best worker held when the "
+                   f"router chose, over {h.requests} requests in the last hour")
+    per_min = "—" if h.avoidable_per_minute is None else f"{h.avoidable_per_minute:,.0f}"
+    c2.metric("Avoidable prefill tokens / min", per_min,
+              help=f"{h.avoidable_tokens} tokens the best worker held that the request did not "
+                   "get (the last-token block excluded)")
+    top = view.top_cause()
+    c3.metric("Top cause", top or "none",
+              help=CAUSE_TEXT.get(top or "", "nothing avoidable") +
+              "; details on the Cache page")
 
 
 live()

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from mmlens.analysis.availability.view import AvailabilityView, view_model
 from mmlens.analysis.decisions import merged
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
@@ -150,6 +151,12 @@ def kv_views(path: str, window_s: float) -> list[tuple[Any, ...]]:
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def recent_kv_events(path: str, limit: int) -> list[KVEventRow]:
     return _reader(path).recent_kv_events(limit)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def availability(path: str, window_s: float) -> AvailabilityView:
+    """Available vs achieved over the last ``window_s`` of evaluated requests."""
+    return view_model(*_reader(path).availability_window(window_s), window_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)

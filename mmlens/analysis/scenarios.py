@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mmlens.analysis.availability.tracker import history_summary
 from mmlens.analysis.explain import Explanation, explain
 from mmlens.records import ExpectedLayout, RequestTrace
 
@@ -59,10 +60,12 @@ class Result:
     evidence: dict[str, Any]
     requests: list[dict[str, Any]]
     summary: str = ""
+    availability: dict[str, Any] = field(default_factory=dict)  # avoidable tokens, by cause
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "verdict": self.verdict, "summary": self.summary,
-                "evidence": self.evidence, "requests": self.requests}
+                "evidence": self.evidence, "requests": self.requests,
+                "availability": self.availability}
 
 
 Judge = Callable[[Context, Sequence[RequestTrace]], tuple[Verdict, str, dict[str, Any]]]
@@ -379,12 +382,18 @@ def judge(scenario: Scenario, ctx: Context, traces: Sequence[RequestTrace]) -> R
         return Result(scenario.name, "inconclusive", {}, rows, "no request was sent")
     for row, explanation in zip(rows, explain_each(traces, ctx.block_size), strict=True):
         row["explanation"] = f"{explanation.category}: {explanation.headline}"
+    per_request, availability = history_summary(traces)
+    for row in rows:
+        a = per_request.get(row["request_id"])
+        if a is not None:
+            row.update(available_tokens=a.best_tokens, avoidable_tokens=a.avoidable_tokens,
+                       avoidable_causes=a.causes, false_hit_tokens=a.false_hit_tokens)
     errors = failed_requests(traces)
     if errors and scenario.name != "identity":
         return Result(scenario.name, "inconclusive", {"errors": errors}, rows,
-                      "requests failed: " + "; ".join(errors))
+                      "requests failed: " + "; ".join(errors), availability)
     verdict, summary, evidence = scenario.judge(ctx, traces)
-    return Result(scenario.name, verdict, evidence, rows, summary)
+    return Result(scenario.name, verdict, evidence, rows, summary, availability)
 
 
 def explain_each(traces: Sequence[RequestTrace], block_size: int) -> list[Explanation]:

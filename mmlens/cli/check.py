@@ -67,6 +67,18 @@ def discover_block_size(client: httpx.Client, router: str) -> int | None:
     return None
 
 
+def avoidable_line(total: dict[str, object]) -> str:
+    """One scenario's avoidable prefill tokens (from its own request history)."""
+    if not total.get("requests"):
+        return "avoidable: no request with a layout"
+    causes = total.get("causes") or {}
+    why = ", ".join(f"{c} {n}" for c, n in causes.items()) if isinstance(causes, dict) else ""
+    return (f"avoidable {total['avoidable_tokens']} of {total['available_tokens']} available "
+            f"tokens" + (f" ({why})" if why else "") +
+            (f"; false hits {total['false_hit_tokens']} tokens" if total.get("false_hit_tokens")
+             else ""))
+
+
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     names = list(sc.NAMES) if args.all or not args.scenario else args.scenario
@@ -117,6 +129,7 @@ def main(argv: Sequence[str]) -> int:
     else:
         for r in results:
             print(f"{r.verdict.upper():<13} {r.name:<10} {r.summary}")
+            print(f"{'':<24}{avoidable_line(r.availability)}")
     if any(r.verdict == "fail" for r in results):
         return 1
     if args.strict and any(r.verdict == "inconclusive" for r in results):

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mmlens.analysis.availability.view import AvailabilityView, view_model
 from mmlens.analysis.verdicts import judge_all, summary
 from mmlens.state import Snapshot
 from mmlens.store.open import StoreError
@@ -21,6 +22,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true", help="print JSON (default: a summary)")
     ap.add_argument("--window", type=float, default=300.0, help="seconds of samples for rates")
     ap.add_argument("--traces", type=int, default=20, help="last N traces")
+    ap.add_argument("--availability-window", type=float, default=3600.0,
+                    help="seconds of evaluated requests for available vs achieved")
     return ap.parse_args(list(argv))
 
 
@@ -45,6 +48,17 @@ def summary_text(snap: Snapshot, observed: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
+def availability_text(view: AvailabilityView) -> str:
+    h = view.headline
+    if not h.requests:
+        return "available vs achieved: no evaluated request yet"
+    causes = ", ".join(f"{c} {n}" for c, n in h.causes.items()) or "none"
+    return (f"available vs achieved over {h.requests} requests: achieved "
+            f"{h.achieved or 0:.1%} of {h.prompt_tokens} prompt tokens, available "
+            f"{h.available or 0:.1%}; avoidable {h.avoidable_tokens} tokens ({causes}); "
+            f"content-blind or stale false hits {h.false_hit_tokens} tokens")
+
+
 def with_verdicts(snap: Snapshot) -> dict[str, Any]:
     """The snapshot's JSON with each trace's miss verdict (any origin: mmlens' own and observed
     traffic) and a summary by origin, source and verdict under ``observed``."""
@@ -64,8 +78,12 @@ def main(argv: Sequence[str]) -> int:
         return 2
     try:
         snap = build_snapshot(reader, window_s=args.window, n_traces=args.traces)
+        avail = view_model(*reader.availability_window(args.availability_window),
+                           args.availability_window)
     finally:
         reader.close()
     doc = with_verdicts(snap)
-    print(json.dumps(doc, default=str) if args.json else summary_text(snap, doc["observed"]))
+    doc["availability"] = avail.to_json()
+    print(json.dumps(doc, default=str) if args.json else
+          summary_text(snap, doc["observed"]) + "\n" + availability_text(avail))
     return 0

@@ -160,6 +160,10 @@ class AvailabilityTables(SQLBase):
         rows = self._rows_if_table(sql + " ORDER BY ts", args) or []
         return [(ts, r, m, w, _sums.decode(sums)) for ts, r, m, w, sums in rows]
 
+    def latest_availability_ts(self) -> float | None:
+        rows = self._rows_if_table("SELECT max(ts) FROM availability")
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
     def availability_rows(self, since: float, limit: int = 500) -> list[Availability]:
         """Whole records of the newest requests decided since ``since``."""
         rows = self._rows_if_table("SELECT body FROM availability WHERE ts >= ? "

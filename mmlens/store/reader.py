@@ -7,12 +7,14 @@ A page renders in milliseconds on a store of 100k traces and millions of KV bloc
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mmlens.ingest.metrics_normalize import NormalizedMetrics, normalize_samples
 from mmlens.records import (
+    Availability,
     CollectorHealth,
     KVEventRow,
     MetricSample,
@@ -154,6 +156,21 @@ class StoreReader:
         return self._locked(lambda s: s.scrape_times(since, targets))
 
     # --- health and meta ----------------------------------------------------------------------
+
+    # --- available vs achieved ---------------------------------------------------------------
+
+    def availability_window(self, window_s: float, recent: int = 50,
+                            ) -> tuple[list[tuple[float, str, str, str, dict[str, int]]],
+                                       list[Availability]]:
+        """Per-minute cells and the newest per-request records of the last ``window_s`` of
+        evaluated requests (up to the newest one, or now)."""
+        def read(s: SQLStore) -> tuple[list[tuple[float, str, str, str, dict[str, int]]],
+                                       list[Availability]]:
+            latest = s.latest_availability_ts()
+            since = (time.time() if latest is None else latest) - window_s
+            return s.cells(since), s.availability_rows(since, recent)
+
+        return self._locked(read)
 
     def health(self) -> list[CollectorHealth]:
         return self._locked(SQLStore.health)

@@ -335,3 +335,16 @@ def test_aggregates_are_token_and_block_weighted() -> None:
     merged = Cells.from_columns({"t": [0.0], "router": ["r1"], "model": ["m"], "worker": ["w1"],
                                  **{k: [int(v.sum())] for k, v in Cells.of(rows[:2]).sums.items()}})
     assert headline(merged, 120.0) == headline(Cells.of(rows[:2]), 120.0)
+
+
+def test_scenario_history_totals() -> None:
+    from mmlens.analysis.availability.tracker import history_summary
+
+    _, summary, _ = laid_out(RED)
+    per, total = history_summary([
+        trace("a1", summary, 1.0, "w1", 0),
+        trace("a2", summary, 2.0, "w2", 0, decisions=[
+            smg_decision("a2", "w2", None, spill_from="w1", branch="spill")])])
+    assert per["a2"].causes == {"load_spill": 96}
+    assert total["avoidable_tokens"] == 96 and total["causes"] == {"load_spill": 96}
+    assert total["available_tokens"] == 96 and total["requests"] == 2

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from mmlens.collectors.trace_sink import SentRequest, TraceSink
 from mmlens.collectors.traces import ImagePart, solid_png
 
+from mmlens.analysis.availability.aggregate import cell_sums
+from mmlens.analysis.availability.tracker import history_summary
 from mmlens.records import (
     BlockStored,
     CollectorHealth,
@@ -71,8 +73,10 @@ def _trace(rid: str, ts: float, images: list[bytes], worker: str | None, *, cach
 
 def fill(path: str, now: float) -> Recorded:
     store = open_store(path)
-    store.add_traces(_traces(now))
+    traces = _traces(now)
+    store.add_traces(traces)
     store.add_decisions(_decisions(now))
+    _availability(store, traces)
     store.add_samples(_samples(now))
     _kv(store, now)
     _health_and_meta(store, now)
@@ -93,6 +97,15 @@ def _traces(now: float) -> list[RequestTrace]:
         _trace("req-error", now - 50, [red], None, cached=0, overlap_blocks=None,
                error_code="no_media_ref_capable_worker"),
     ]
+
+
+def _availability(store: SQLStore, traces: list[RequestTrace]) -> None:
+    """Available vs achieved as the collector's job stores it; here each request is judged
+    against the requests before it (no KV events to replay)."""
+    per_request, _ = history_summary(traces)
+    results = list(per_request.values())
+    store.add_availability(results)
+    store.add_cells(cell_sums(results))
 
 
 def _decisions(now: float) -> list[RoutingDecision]:

@@ -20,7 +20,7 @@ from tests.pages.apptest_util import (
     open_page,
     trace_names,
 )
-from tests.pages.recorded_store import W1, W2, Recorded
+from tests.pages.recorded_store import ROUTER, W1, W2, Recorded
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -37,6 +37,10 @@ def test_overview_headline_and_alerts_name_their_cause(db: Recorded) -> None:
     # W1 40/100 and W2 10/80 tokens per scrape: (40+10)/(100+80) over the window.
     assert metrics["Engine hit rate (token-weighted)"] == "28%"
     assert metrics["Image requests in router mode"] == "100%"
+    # Available vs achieved over the recorded requests (each against those before it):
+    # 80 of 944 prompt tokens cached; 80 + 64 held by the best worker at decision time.
+    assert metrics["Achieved vs available hit rate"] == "8% of 15%"
+    assert metrics["Top cause"] == "unexplained"
     text = messages(at)
     assert any("kv_events_silent" in m and W2 in m for m in text["error"])
     assert any("false_hits" in m and "req-false-hit" in m for m in text["warning"])
@@ -198,6 +202,12 @@ def test_cache_page_figures(db: Recorded) -> None:
     assert tree["type"] == "icicle"
     # The chained event (parent 1004) hangs under block 1004 of its worker.
     assert tree["parents"][tree["ids"].index(f"{W1}/9001")] == f"{W1}/1004"
+    rates = figure_titled(at, "Achieved vs available")
+    assert sorted(trace_names(rates)) == [f"{ROUTER} · achieved", f"{ROUTER} · available"]
+    (lost,) = [d.value for d in at.dataframe if "avoidable" in d.value.columns
+               and "request" in d.value.columns]
+    row = lost[lost["request"] == db.false_hit_id].iloc[0]
+    assert row["false hit"] == "80 (content_blind)" and row["avoidable"] == 0
     scatter = figure_titled(at, "Predicted vs realized")
     points = scatter["data"][1]
     assert db.false_hit_id in points["customdata"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import xxhash
+
 from mmlens.analysis.explain import FALLBACK_MARKERS
 from mmlens.ingest.observed import known
 from mmlens.layout.content_keys import BlockShapes
@@ -147,9 +149,17 @@ def facts_of(trace: RequestTrace, default_block_size: int = 16) -> RequestFacts 
                             if trace.worker and known(trace, "worker") else None),
         block_size=bs, prompt_tokens=trace.prompt_tokens, expected_prompt_tokens=expected,
         cached_tokens=int(trace.cached_tokens or 0), content_ids=content_ids, shapes=shapes,
-        content_keys=tuple(int(k, 16) for k in keys), router_view=view,
+        content_keys=tuple(_key(k) for k in keys), router_view=view,
         fidelity=fidelity(trace, view, lay, drift),
         failed=trace.error is not None or (trace.status or 200) >= 400)
+
+
+def _key(text: str) -> int:
+    """A stored block key (16 hex) as an int; any other string stands for itself."""
+    try:
+        return int(text, 16)
+    except ValueError:
+        return xxhash.xxh3_64_intdigest(str(text).encode())
 
 
 def _content_id(image: Any, unique: str) -> str:
@@ -167,4 +177,4 @@ def _shapes(lay: Any) -> BlockShapes | None:
     for b, imgs in _get(lay, "block_images") or []:
         if 0 <= b < len(per_block):
             per_block[b] = tuple((int(i), int(off)) for i, off in imgs)
-    return BlockShapes(tuple(int(s, 16) for s in shapes), tuple(per_block))
+    return BlockShapes(tuple(_key(s) for s in shapes), tuple(per_block))

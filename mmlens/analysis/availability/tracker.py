@@ -12,12 +12,13 @@ request's blocks resident on its worker: what the request history says could be 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
-from mmlens.analysis.availability.attribution import Availability, attribute
-from mmlens.analysis.availability.facts import RequestFacts, unit_label
+from mmlens.analysis.availability.attribution import attribute
+from mmlens.analysis.availability.facts import RequestFacts, facts_of, unit_label
 from mmlens.analysis.availability.identity import EngineIdentities, ImageBlock, image_blocks
 from mmlens.analysis.availability.index import ResidentKeys
-from mmlens.records import BlockRemoved, BlockStored, KVEvent
+from mmlens.records import Availability, BlockRemoved, BlockStored, KVEvent, RequestTrace
 
 # An engine announces a request's prompt blocks before the request completes; the slack is
 # for the offset between the engine's and mmlens' clocks.
@@ -127,3 +128,23 @@ def replay_history(requests: Sequence[RequestFacts]) -> list[Availability]:
         out.append(tracker.evaluate(facts))
         tracker.served(facts)
     return out
+
+
+def history_summary(traces: Sequence[RequestTrace]) -> tuple[dict[str, Availability],
+                                                             dict[str, Any]]:
+    """Each request of a sequence (a scenario) against those before it, and the totals:
+    available, realized and avoidable tokens by cause, and false-hit tokens."""
+    facts = [f for f in (facts_of(t) for t in traces) if f is not None]
+    results = {a.request_id: a for a in replay_history(facts)}
+    causes: dict[str, int] = {}
+    for a in results.values():
+        for c, n in a.causes.items():
+            causes[c] = causes.get(c, 0) + n
+    total = {"requests": len(results),
+             "available_tokens": sum(a.best_tokens for a in results.values()),
+             "realized_tokens": sum(a.realized_tokens for a in results.values()),
+             "avoidable_tokens": sum(a.avoidable_tokens for a in results.values()),
+             "causes": causes,
+             "false_hit_tokens": sum(a.false_hit_tokens for a in results.values()),
+             "model": "request history (what earlier requests left on each worker)"}
+    return results, total
