@@ -156,7 +156,8 @@ def merge(base: RequestTrace, new: RequestTrace) -> RequestTrace:
         alias(base, a)
     base.response_id = base.response_id or new.response_id
     base.trace_id = base.trace_id or new.trace_id
-    base.ts = min(base.ts, new.ts) if base.ts and new.ts else (base.ts or new.ts)
+    if not mine or not base.ts:  # mmlens' own send time stands (a log line's is to the second)
+        base.ts = min(base.ts, new.ts) if base.ts and new.ts else (base.ts or new.ts)
     if not base.router:
         base.router = new.router
     if base.router_kind in ("auto", "") and new.router_kind not in ("auto", ""):

@@ -7,7 +7,12 @@ from __future__ import annotations
 import xxhash
 
 from mmlens.analysis.availability.facts import facts_of
-from mmlens.analysis.availability.tracker import AvailabilityTracker, replay, replay_history
+from mmlens.analysis.availability.tracker import (
+    AvailabilityTracker,
+    history_summary,
+    replay,
+    replay_history,
+)
 from mmlens.ingest.kv_events import ResidentIndex
 from mmlens.layout.composition import ImageInput, Layout, SpanKind, compose
 from mmlens.layout.expected import ExpectedLayout
@@ -338,7 +343,7 @@ def test_aggregates_are_token_and_block_weighted() -> None:
 
 
 def test_scenario_history_totals() -> None:
-    from mmlens.analysis.availability.tracker import history_summary
+
 
     _, summary, _ = laid_out(RED)
     per, total = history_summary([
@@ -348,3 +353,22 @@ def test_scenario_history_totals() -> None:
     assert per["a2"].causes == {"load_spill": 96}
     assert total["avoidable_tokens"] == 96 and total["causes"] == {"load_spill": 96}
     assert total["available_tokens"] == 96 and total["requests"] == 2
+
+
+def test_history_behind_dynamo_keys_images_by_url() -> None:
+    """Dynamo names an image by the XXH3 of its URL string: the same bytes by another URL
+    are another image to its workers, so the history model offers only the text prefix."""
+    png = solid_png(64, 64, RED)
+
+    def by_url(url: str) -> dict:
+        image = ImageInput(64, 64, data=png, url=url)
+        layout = compose(QWEN3, [PREFIX, image, "Describe this image."], TOK)
+        return layout_summary(layout, QWEN3, [image])
+
+    one, other = by_url("http://127.0.0.1:9/one.png"), by_url("http://127.0.0.1:9/two.png")
+    assert one["block_keys"] == other["block_keys"]  # mmlens' content identity: the bytes
+    per, _ = history_summary([trace("d1", one, 1.0, "1", 0, kind="dynamo"),
+                              trace("d2", other, 2.0, "2", 0, kind="dynamo"),
+                              trace("d3", one, 3.0, "2", 0, kind="dynamo")])
+    assert per["d2"].available == {"1": TEXT}
+    assert per["d3"].available == {"1": FULL, "2": TEXT}

@@ -58,6 +58,11 @@ def test_all_scenarios_against_real_smg(grpc_demo, tmp_path):
     assert iso["evidence"]["content_blind_false_hit"] is True
     assert iso["evidence"]["router_predicted_overlap_blocks"] >= 10
     assert iso["evidence"]["b_cached_tokens"] == 0
+    # Nobody held B, so nothing was avoidable; what SMG credited A's worker with beyond what
+    # it held of B is a content-blind false hit (each request against those before it).
+    assert iso["availability"]["avoidable_tokens"] == 0
+    assert iso["availability"]["false_hit_tokens"] >= 10 * 16
+    assert verdicts["repeat"]["availability"]["avoidable_tokens"] == 0
     # SMG keys engine-side identity by content: the same bytes by URL hit the data-URI seed.
     assert "image content" in verdicts["identity"]["evidence"]["keyed_by"]
     html = report.read_text()
@@ -107,6 +112,9 @@ def test_all_scenarios_against_real_dynamo(tmp_path):
     assert all(v["verdict"] == "pass" for v in verdicts.values()), verdicts
     # Dynamo replaces each image's run by a pad value from its hash: no content-blind hit...
     assert verdicts["isolation"]["evidence"]["content_blind_false_hit"] is False
+    # Routing is exact: every repeat met its blocks, nothing was avoidable.
+    assert all(v["availability"]["avoidable_tokens"] == 0 for v in verdicts.values()), {
+        k: v["availability"] for k, v in verdicts.items()}
     # ...and that hash is XXH3-64 of the URL string, so the same bytes by another URL miss.
     assert "URL string" in verdicts["identity"]["evidence"]["keyed_by"]
     workers = {r["worker"] for s in verdicts.values() for r in s["requests"] if "worker" in r}

@@ -51,6 +51,9 @@ class RequestFacts:
     content_ids: tuple[str, ...]
     shapes: BlockShapes | None  # None: only the content keys below are known
     content_keys: tuple[int, ...]
+    # The names an engine behind this router gives the images, where mmlens can tell: behind
+    # Dynamo, the frontend's mm_hash (of the URL string), which workers key blocks by.
+    router_ids: tuple[str, ...] | None
     router_view: RouterView
     fidelity: Fidelity
     failed: bool
@@ -63,6 +66,13 @@ class RequestFacts:
     def count_drift(self) -> bool:
         return (self.prompt_tokens is not None and self.expected_prompt_tokens is not None
                 and self.prompt_tokens != self.expected_prompt_tokens)
+
+    def history_keys(self) -> tuple[int, ...]:
+        """The keys an engine behind this router gives the blocks (the request history
+        model): under the router's image names where known, else the content keys."""
+        if self.router_ids is None or self.shapes is None:
+            return self.content_keys
+        return tuple(self.shapes.keys(self.router_ids))
 
     def first_image_block(self) -> int | None:
         if self.shapes is None:
@@ -100,8 +110,11 @@ def router_view(predictions: list[RoutingDecision]) -> RouterView:
 
 
 def _decision_ts(trace: RequestTrace) -> float:
-    end = trace.ts + (trace.latency_s or 0.0) + 1.0
-    logged = [d.ts for d in trace.predictions if d.ts is not None and trace.ts - 1.0 <= d.ts <= end]
+    """When the router chose: its own dispatch time where it logged one within the request's
+    life (a log line's time, kept to the second, falls before the send and is not used),
+    else when mmlens sent the request."""
+    end = trace.ts + (trace.latency_s or 0.0)
+    logged = [d.ts for d in trace.predictions if d.ts is not None and trace.ts <= d.ts <= end]
     return min(logged) if logged else trace.ts
 
 
@@ -149,9 +162,19 @@ def facts_of(trace: RequestTrace, default_block_size: int = 16) -> RequestFacts 
                             if trace.worker and known(trace, "worker") else None),
         block_size=bs, prompt_tokens=trace.prompt_tokens, expected_prompt_tokens=expected,
         cached_tokens=int(trace.cached_tokens or 0), content_ids=content_ids, shapes=shapes,
-        content_keys=tuple(_key(k) for k in keys), router_view=view,
+        content_keys=tuple(_key(k) for k in keys), router_ids=_router_ids(trace, images),
+        router_view=view,
         fidelity=fidelity(trace, view, lay, drift),
         failed=trace.error is not None or (trace.status or 200) >= 400)
+
+
+def _router_ids(trace: RequestTrace, images: list[Any]) -> tuple[str, ...] | None:
+    if trace.router_kind != "dynamo" or not images:
+        return None
+    hashes = [_get(_get(im, "identity"), "dynamo_mm_hash") for im in images]
+    if any(h is None for h in hashes):
+        return None
+    return tuple(f"dynamo:{h}" for h in hashes)
 
 
 def _key(text: str) -> int:

@@ -61,11 +61,13 @@ class AvailabilityTracker:
         """The history model: a served request leaves its full blocks on its worker."""
         self.from_history = True
         if facts.unit and not facts.failed:
-            self.index.add(facts.prefill_ts, facts.unit, facts.content_keys)
+            self.index.add(facts.prefill_ts, facts.unit, facts.history_keys())
 
     def key_lists(self, facts: RequestFacts) -> list[tuple[tuple[str, ...], Sequence[int]]]:
         """The request's content keys under each naming of its images worth trying."""
-        if facts.shapes is None or not facts.content_ids or self.from_history:
+        if self.from_history:
+            return [(facts.router_ids or facts.content_ids, facts.history_keys())]
+        if facts.shapes is None or not facts.content_ids:
             return [(facts.content_ids, facts.content_keys)]
         return [(naming, facts.content_keys if naming == facts.content_ids
                  else facts.shapes.keys(naming))
@@ -123,6 +125,7 @@ def replay(events: Iterable[KVEvent], requests: Sequence[RequestFacts],
 def replay_history(requests: Sequence[RequestFacts]) -> list[Availability]:
     """Availability from the requests alone: each one against those served before it."""
     tracker = AvailabilityTracker()
+    tracker.from_history = True
     out = []
     for facts in sorted((f for f in requests if not f.failed), key=lambda f: f.ts):
         out.append(tracker.evaluate(facts))
