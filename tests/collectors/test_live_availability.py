@@ -21,8 +21,7 @@ from mmlens.demo.cluster import Cluster
 
 from mmlens.config import Config, apply_ready
 from mmlens.records import Availability
-from mmlens.store import availability as tables
-from mmlens.store.sqlite import Store
+from mmlens.store.open import open_store
 from tests.demo.support import metric_value, running_cluster
 from tests.live_support import wait_until
 
@@ -48,7 +47,7 @@ def test_false_hit_and_forced_spill(cluster: Cluster, tmp_path: Path) -> None:
     info = cluster.ready_info()
     cfg = Config()
     apply_ready(cfg, info)
-    store = Store(tmp_path / "live.db")
+    store = open_store(str(tmp_path / "live.db"))
     runner = CollectorRunner(cfg, store)
     runner.setup()
     runner.start_kv()
@@ -80,7 +79,7 @@ def test_false_hit_and_forced_spill(cluster: Cluster, tmp_path: Path) -> None:
         a2 = send(RED)
         busy.join()
         runner.flush()  # drains the last events and evaluates every request (settle 0)
-        found = {r.request_id: r for r in tables.availability_rows(store.db, 0.0)}
+        found = {r.request_id: r for r in store.availability_rows(0.0)}
     finally:
         runner.close()
         client.close()

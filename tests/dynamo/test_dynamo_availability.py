@@ -13,8 +13,7 @@ from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 
 from mmlens.config import Config, apply_ready
-from mmlens.store import availability as tables
-from mmlens.store.sqlite import Store
+from mmlens.store.open import open_store
 from tests.dynamo.support import LIVE_DYNAMO, applied_stored, running_dynamo, wait_router_indexed
 from tests.live_support import wait_until
 
@@ -29,7 +28,7 @@ def test_exact_routing_leaves_nothing_avoidable(tmp_path: Path) -> None:
         info = cluster.ready_info()
         cfg = Config()
         apply_ready(cfg, info)
-        store = Store(tmp_path / "dynamo.db")
+        store = open_store(str(tmp_path / "dynamo.db"))
         runner = CollectorRunner(cfg, store)
         runner.setup()
         runner.start_kv()
@@ -56,7 +55,7 @@ def test_exact_routing_leaves_nothing_avoidable(tmp_path: Path) -> None:
                 wait_router_indexed(cluster, before)
             repeats = [send(RED), send(BLUE)]
             runner.flush()
-            found = {r.request_id: r for r in tables.availability_rows(store.db, 0.0)}
+            found = {r.request_id: r for r in store.availability_rows(0.0)}
         finally:
             runner.close()
             client.close()
