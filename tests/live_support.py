@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -172,3 +173,52 @@ def demo_process(args: list[str], ready: Path, what: str = "demo") -> Iterator[d
         yield wait_until(lambda: ready_info(ready, proc), 60, 0.2, what=f"{what} ready")
     finally:
         stop_process(proc, signal.SIGINT, 30)
+
+
+@dataclass
+class Collecting:
+    """A collector on a running demo (from its ready info) and a traced sender into its
+    store, as `mmlens collect` and the Lab run them."""
+
+    runner: Any
+    store: Any
+    tracer: Any
+    router: str
+    model: str
+
+    def send(self, image: bytes, text: str, kind: str, max_tokens: int = 4) -> Any:
+        from mmlens.collectors.traces import ImagePart
+
+        return self.tracer.send(self.router, self.model, text, [ImagePart(image)],
+                                router_kind=kind, max_tokens=max_tokens)
+
+    def stored_blocks(self) -> int:
+        self.runner.tick()
+        return sum(v.get("stored_blocks", 0) for v in self.store.kv_event_counts().values())
+
+
+@contextlib.contextmanager
+def collecting(info: dict[str, Any], db: Path) -> Iterator[Collecting]:
+    import httpx
+    from mmlens.collectors.runner import CollectorRunner
+    from mmlens.collectors.trace_sink import TraceSink
+    from mmlens.collectors.traces import TraceClient
+
+    from mmlens.config import Config, apply_ready
+    from mmlens.store.open import open_store
+
+    cfg = Config()
+    apply_ready(cfg, info)
+    store = open_store(str(db))
+    runner = CollectorRunner(cfg, store)
+    client = httpx.Client(timeout=120)
+    model = info["models"][0]
+    tracer = TraceClient(client, sink=TraceSink(store.add_traces, layout_model=model["path"]))
+    try:
+        runner.setup()
+        runner.start_kv()
+        yield Collecting(runner, store, tracer, info["router"], model["id"])
+    finally:
+        runner.close()
+        client.close()
+        store.close()

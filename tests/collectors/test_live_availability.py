@@ -12,18 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from threading import Thread
 
-import httpx
 import pytest
-from mmlens.collectors.runner import CollectorRunner
-from mmlens.collectors.trace_sink import TraceSink
-from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
+from mmlens.collectors.traces import solid_png
 from mmlens.demo.cluster import Cluster
 
-from mmlens.config import Config, apply_ready
 from mmlens.records import Availability
-from mmlens.store.open import open_store
 from tests.demo.support import metric_value, running_cluster
-from tests.live_support import wait_until
+from tests.live_support import collecting, wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -45,29 +40,13 @@ def cluster() -> Iterator[Cluster]:
 
 def test_false_hit_and_forced_spill(cluster: Cluster, tmp_path: Path) -> None:
     info = cluster.ready_info()
-    cfg = Config()
-    apply_ready(cfg, info)
-    store = open_store(str(tmp_path / "live.db"))
-    runner = CollectorRunner(cfg, store)
-    runner.setup()
-    runner.start_kv()
-    model, model_dir = info["models"][0]["id"], info["models"][0]["path"]
-    client = httpx.Client(timeout=120)
-    tracer = TraceClient(client, sink=TraceSink(store.add_traces, layout_model=model_dir))
+    with collecting(info, tmp_path / "live.db") as c:
+        def send(color: tuple[int, int, int], max_tokens: int = 4):
+            return c.send(solid_png(640, 480, color), TEXT, "smg", max_tokens)
 
-    def send(color: tuple[int, int, int], max_tokens: int = 4):
-        return tracer.send(info["router"], model, TEXT, [ImagePart(solid_png(640, 480, color))],
-                           router_kind="smg", max_tokens=max_tokens)
-
-    try:
         # The ZMQ subscriptions are live once a first request's blocks reach the store.
         warm = send((9, 9, 9))
-
-        def stored_blocks() -> int:
-            runner.tick()
-            return sum(v.get("stored_blocks", 0) for v in store.kv_event_counts().values())
-
-        wait_until(stored_blocks, 15, what="the warm-up request's KV events stored")
+        wait_until(c.stored_blocks, 15, what="the warm-up request's KV events stored")
         a = send(RED)
         b = send(BLUE)
         assert b.worker == a.worker  # SMG's content-blind hit on A's blocks
@@ -78,11 +57,8 @@ def test_false_hit_and_forced_spill(cluster: Cluster, tmp_path: Path) -> None:
                    what="a long request running on A's worker")
         a2 = send(RED)
         busy.join()
-        runner.flush()  # drains the last events and evaluates every request (settle 0)
-        found = {r.request_id: r for r in store.availability_rows(0.0)}
-    finally:
-        runner.close()
-        client.close()
+        c.runner.flush()  # drains the last events and evaluates every request (settle 0)
+        found = {r.request_id: r for r in c.store.availability_rows(0.0)}
     assert warm.request_id in found and all(r.identities_resolved for r in found.values())
 
     # B's image starts in block 0: A's worker held none of B's blocks, nobody did, so nothing
@@ -98,4 +74,3 @@ def test_false_hit_and_forced_spill(cluster: Cluster, tmp_path: Path) -> None:
     assert a2.worker != a.worker, "SMG did not spill"
     assert spill.available[a.worker] == CACHEABLE and spill.best_worker == a.worker
     assert spill.realized_tokens == 0 and spill.causes == {"load_spill": CACHEABLE}
-    store.close()
