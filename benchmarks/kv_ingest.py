@@ -22,7 +22,7 @@ import tracemalloc
 
 import msgspec
 
-from mmlens.ingest.kv_events import KVIngest, ResidentIndex
+from mmlens.ingest.kv_index import KVIngest, ResidentIndex
 from mmlens.records import BlockStored, ImageRef
 
 BLOCK = 16

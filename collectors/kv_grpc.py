@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 import grpc
 from smg_grpc_proto.generated import common_pb2
 
-from mmlens.ingest.kv_events import KVEventError, ResidentIndex
+from mmlens.ingest.kv_events import KVEventError
 from mmlens.ingest.kv_grpc import GrpcBatch, batch_events
+from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.records import CollectorHealth, KVEvent
 
 SERVICES = {

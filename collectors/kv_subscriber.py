@@ -1,10 +1,15 @@
 """ZMQ SUB per worker KV-event endpoint (vLLM and SGLang publishers), with replay.
 
-Messages are ``[topic, seq (8 bytes big-endian), msgpack batch]``. A sequence gap is filled
-from the worker's ROUTER replay socket (a DEALER here sends ``[b"", start_seq]`` and reads
-``[b"", seq, payload]`` replies until ``seq == -1``); a sequence back at 0 is a publisher
-restart and empties that worker's resident index. All socket work happens on the thread
-that calls ``poll``/``run``: zmq sockets are not thread-safe.
+Messages are ``[topic, seq (8 bytes big-endian), msgpack batch]``. ``mmlens.ingest.kv_stream``
+says what each number means; a gap, a restart (the number went back) or a reconnect is made
+good from the worker's ROUTER replay socket (``kv_replay``). While a stream's replay is out,
+its live batches wait beside it, so the resident index sees every batch in order; other
+streams go on. A replay that does not answer by its deadline is given up, counted, and that
+replay socket is left alone for a growing while. Everything reaching the index is handed to
+``sink`` as it is applied; the store keys each event, so a batch handed over twice (after a
+restart of mmlens or by a second collector) is stored once.
+All socket work happens on the thread that calls ``poll``/``run``: zmq sockets are not
+thread-safe.
 """
 
 from __future__ import annotations
@@ -12,16 +17,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import zmq
+from mmlens.collectors.kv_replay import Purpose, Replay
+from zmq.utils.monitor import recv_monitor_message
 
 from mmlens.ingest.kv_dynamo_plane import looks_like_dynamo_plane
-from mmlens.ingest.kv_events import END_SEQ, KVEventError, KVIngest, SequenceTracker, parse_seq
+from mmlens.ingest.kv_events import MAX_SEQ, KVEventError, batch_ts, parse_seq
+from mmlens.ingest.kv_index import KVIngest
+from mmlens.ingest.kv_stream import StreamState, same_incarnation
 from mmlens.records import CollectorHealth, KVEvent
 
 EventSink = Callable[[list[KVEvent]], None]
-MAX_SEQ = (1 << 63) - 1
+BACKOFF_S = (5.0, 300.0)  # first and longest pause of a replay socket that timed out
+MAX_HELD = 200_000  # live batches held behind one replay before it is cut short
 
 
 @dataclass(slots=True)
@@ -33,6 +43,13 @@ class Endpoint:
     topic: bytes
     socket: zmq.Socket  # type: ignore[type-arg]
     health: CollectorHealth
+    monitor: zmq.Socket | None = None  # type: ignore[type-arg]
+    stream: StreamState = field(default_factory=StreamState)
+    pending: Replay | None = None
+    held: list[tuple[int, bytes, float]] = field(default_factory=list)
+    connected_once: bool = False
+    silent_until: float = 0.0
+    backoff_s: float = BACKOFF_S[0]
     lag_sum: float = 0.0
     lag_n: int = 0
 
@@ -46,9 +63,8 @@ class KVEventCollector:
         self.sink = sink
         self.replay_timeout_s = replay_timeout_s
         self.max_replay_batches = max_replay_batches
-        self.tracker = SequenceTracker()
         self.endpoints: list[Endpoint] = []
-        self._by_socket: dict[zmq.Socket, Endpoint] = {}  # type: ignore[type-arg]
+        self._by_socket: dict[zmq.Socket, tuple[str, Endpoint]] = {}  # type: ignore[type-arg]
         self.poller = zmq.Poller()
         self._stop = threading.Event()
         self.lock = threading.Lock()  # guards the index for readers on other threads
@@ -61,49 +77,112 @@ class KVEventCollector:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
-        sock.connect(endpoint)
         ep = Endpoint(worker, rank, endpoint, replay, topic.encode(), sock,
                       CollectorHealth("kv_events", f"{worker}#{rank}"))
+        # A reconnect may hide a publisher restart: watch the connection itself.
+        ep.monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        sock.connect(endpoint)
         self.endpoints.append(ep)
-        self._by_socket[sock] = ep
-        self.poller.register(sock, zmq.POLLIN)
+        for kind, s in (("sub", sock), ("monitor", ep.monitor)):
+            self._by_socket[s] = (kind, ep)
+            self.poller.register(s, zmq.POLLIN)
         return ep
 
     def close(self) -> None:
         self._stop.set()
         for ep in self.endpoints:
-            self.poller.unregister(ep.socket)
-            ep.socket.close(linger=0)
+            if ep.pending is not None:
+                self._unregister(ep.pending.socket)
+                ep.pending.close()
+                ep.pending = None
+            for s in (ep.socket, ep.monitor):
+                if s is not None:
+                    self._unregister(s)
+                    s.close(linger=0)
         self.endpoints.clear()
-        self._by_socket.clear()
+
+    def _unregister(self, sock: zmq.Socket) -> None:  # type: ignore[type-arg]
+        self._by_socket.pop(sock, None)
+        self.poller.unregister(sock)
+
+    def reset_streams(self) -> None:
+        """Forget every stream's position and counters (tests: after connection probes)."""
+        for ep in self.endpoints:
+            ep.stream = StreamState()
+            ep.held.clear()
+            ep.health.errors.clear()
+            ep.health.counters.clear()
 
     # --- receive ---------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 100, max_messages: int = 10_000) -> int:
+        """Handle what arrived within ``timeout_ms``; returns the live messages handled."""
         handled = 0
-        for sock, _ in self.poller.poll(timeout_ms):
-            ep = self._by_socket.get(sock)
+        ready = [self._by_socket.get(sock, ("", None)) for sock, _ in self.poller.poll(timeout_ms)]
+        ready.sort(key=lambda item: item[0] != "monitor")  # a reconnect before its batches
+        for kind, ep in ready:
             if ep is None:
                 continue
-            while handled < max_messages:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                try:
-                    self.handle(ep, frames)
-                except Exception as exc:  # one odd batch must not stop every worker's stream
-                    ep.health.error("internal_error", f"{type(exc).__name__}: {exc}", time.time())
-                handled += 1
+            try:
+                if kind == "sub":
+                    handled += self._read_live(ep, max_messages - handled)
+                elif kind == "monitor":
+                    self._read_monitor(ep)
+                elif kind == "replay" and ep.pending is not None:
+                    ep.pending.read(self.max_replay_batches)
+                    if ep.pending.done:
+                        self._finish(ep, timed_out=False)
+            except Exception as exc:  # one odd batch must not stop every worker's stream
+                ep.health.error("internal_error", f"{type(exc).__name__}: {exc}", time.time())
+        self._expire_replays()
         return handled
 
-    def run(self, stop: threading.Event | None = None, timeout_ms: int = 100) -> None:
+    def _read_live(self, ep: Endpoint, budget: int) -> int:
+        self._read_monitor(ep)
+        n = 0
+        while n < budget:
+            try:
+                frames = ep.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            n += 1
+            try:
+                self.handle(ep, frames)
+            except Exception as exc:
+                ep.health.error("internal_error", f"{type(exc).__name__}: {exc}", time.time())
+        return n
+
+    def _read_monitor(self, ep: Endpoint) -> None:
+        while ep.monitor is not None and ep.monitor.poll(0):
+            event = recv_monitor_message(ep.monitor)["event"]
+            if event == zmq.EVENT_DISCONNECTED:
+                ep.health.count("disconnects")
+            elif event == zmq.EVENT_CONNECTED:
+                if ep.connected_once and ep.stream.last_seq is not None:
+                    ep.stream.reconnected = True
+                    ep.health.count("reconnects")
+                ep.connected_once = True
+
+    def run(self, stop: threading.Event | None = None, timeout_ms: int = 100,
+            drain_s: float = 2.0) -> None:
         stop = stop or self._stop
-        self.initial_sync()
+        self.initial_sync(wait=False)
         while not stop.is_set():
             self.poll(timeout_ms)
+        self.drain(drain_s)
 
-    def initial_sync(self) -> None:
+    def drain(self, timeout_s: float = 2.0) -> None:
+        """On stop: handle what is already queued and let open replays finish (bounded)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            busy = any(ep.pending is not None for ep in self.endpoints)
+            if not self.poll(10 if busy else 0) and not busy:
+                break
+        for ep in self.endpoints:
+            if ep.pending is not None:
+                self._finish(ep, timed_out=True)
+
+    def initial_sync(self, wait: bool = True) -> None:
         """Replay each worker's buffer from seq 0 before listening.
 
         vLLM announces a block once, when it is first stored (never on a cache hit), so a
@@ -111,19 +190,16 @@ class KVEventCollector:
         resident. The publisher keeps its last ``buffer_steps`` batches for replay.
         """
         for ep in self.endpoints:
-            if ep.replay is None or (ep.worker, ep.rank) in self.tracker.last:
-                continue
-            got = self.replay(ep, 0, MAX_SEQ)
-            ep.health.count("initial_sync_batches", len(got))
-            if got and got[0][0] != 0:
-                ep.health.count("initial_sync_partial")  # the buffer no longer starts at 0
-            for seq, payload in got:
-                if self.tracker.observe((ep.worker, ep.rank), seq).status == "stale":
-                    continue
-                self._apply(ep, seq, payload, time.time(), live=False)
+            if ep.replay is not None and ep.stream.last_seq is None and ep.pending is None:
+                self._start_replay(ep, "initial", 0, MAX_SEQ)
+        deadline = time.monotonic() + self.replay_timeout_s + 0.5
+        while wait and time.monotonic() < deadline and any(
+                ep.pending is not None for ep in self.endpoints):
+            self.poll(20)
 
-    def handle(self, ep: Endpoint, frames: list[bytes]) -> None:
-        now = time.time()
+    def handle(self, ep: Endpoint, frames: list[bytes], now: float | None = None) -> None:
+        """One live PUB message."""
+        now = time.time() if now is None else now
         h = ep.health
         if len(frames) != 3:
             if looks_like_dynamo_plane(frames):
@@ -138,98 +214,157 @@ class KVEventCollector:
         except KVEventError as exc:
             h.error(exc.kind, str(exc), now)
             return
-        key = (ep.worker, ep.rank)
-        verdict = self.tracker.observe(key, seq)
-        if verdict.status == "stale":
-            h.count("stale_batches")
+        self._on_live(ep, seq, frames[2], now)
+
+    def _on_live(self, ep: Endpoint, seq: int, payload: bytes, now: float) -> None:
+        if ep.pending is not None:
+            ep.held.append((seq, payload, now))
+            if len(ep.held) >= MAX_HELD:
+                self._finish(ep, timed_out=True)
             return
-        if verdict.status == "restart":
-            h.count("restarts")
-            with self.lock:
-                self.ingest.index.restart(ep.worker, ep.rank)
-        elif verdict.status == "gap":
-            assert verdict.missing_from is not None and verdict.missing_to is not None
-            self._fill_gap(ep, verdict.missing_from, verdict.missing_to)
-        elif verdict.status == "first" and seq > 0:
-            # Joined a running publisher (or its first batches never reached us): fetch what
-            # it still buffers; blocks announced before that are unknowable.
+        st, h = ep.stream, ep.health
+        verdict = st.classify(seq)
+        missing: tuple[Purpose, int, int] | None = None
+        if verdict == "first" and seq > 0:
             h.count("late_join_missed", seq)
-            if ep.replay is not None:
-                got = self.replay(ep, 0, seq - 1)
-                h.count("replayed_batches", len(got))
-                for old_seq, payload in got:
-                    self._apply(ep, old_seq, payload, time.time(), live=False)
-        self._apply(ep, seq, frames[2], now)
+            missing = ("join", 0, seq - 1)
+        elif verdict == "gap":
+            assert st.last_seq is not None
+            h.count("gaps")
+            h.count("missed_batches", seq - st.last_seq - 1)
+            missing = ("gap", st.last_seq + 1, seq - 1)
+        elif verdict == "restart":
+            if seq == st.last_seq and batch_ts(payload) == st.last_ts:
+                h.count("duplicate_batches")  # the same batch again, not a new incarnation
+                return
+            self._restart(ep)
+            missing = ("restart", 0, seq - 1) if seq > 0 else None
+        elif verdict == "resync":
+            missing = ("resync", 0, seq - 1)
+        if missing is not None:
+            if self._can_replay(ep):
+                self._start_replay(ep, *missing)
+                ep.held.append((seq, payload, now))
+                return
+            if missing[0] != "join":
+                h.error("unrecovered_gap", f"seq {missing[1]}..{missing[2]}, no replay", now)
+        self._apply(ep, seq, payload, now)
+
+    def _restart(self, ep: Endpoint) -> None:
+        ep.health.count("restarts")
+        ep.stream.restart()
+        with self.lock:
+            self.ingest.index.restart(ep.worker, ep.rank)
 
     def _apply(self, ep: Endpoint, seq: int, payload: bytes, now: float,
                live: bool = True) -> None:
         h = ep.health
         before = sum(h.errors.values())
         with self.lock:
-            events = self.ingest.ingest(ep.worker, seq, payload, ep.rank, h.errors)
+            ts, events = self.ingest.ingest_batch(ep.worker, seq, payload, ep.rank, h.errors)
+        ep.stream.applied(seq, ts)  # a bad batch still arrived: its errors are counted
         if sum(h.errors.values()) != before:
             h.last_error, h.last_error_ts = "bad batch or event (see errors)", now
-        h.count("batches")
+        self._count_stream(ep)
         h.count("events", len(events))
         h.counters["last_seq"] = seq
-        if events:
-            h.ok(now)
-            lag = now - events[0].ts
-            if live and 0 <= lag < 3600:  # replayed batches are old by design
-                ep.lag_sum += lag
-                ep.lag_n += 1
-                h.counters["mean_lag_s"] = ep.lag_sum / ep.lag_n
-                h.counters["last_lag_s"] = lag
-            if self.sink is not None:
-                self.sink(events)
+        if not events:
+            return
+        h.ok(now)
+        lag = now - events[0].ts
+        if live and 0 <= lag < 3600:  # replayed batches are old by design
+            ep.lag_sum += lag
+            ep.lag_n += 1
+            h.counters["mean_lag_s"] = ep.lag_sum / ep.lag_n
+            h.counters["last_lag_s"] = lag
+        if self.sink is not None:
+            self.sink(events)
+
+    @staticmethod
+    def _count_stream(ep: Endpoint) -> None:
+        st, c = ep.stream, ep.health.counters
+        c["batches"] = st.received
+        c["published_batches"] = st.published
+        c["lost_batches"] = st.lost
+
+    def note_stored(self, worker: str, rank: int, offered: int, stored: int) -> None:
+        """The store's answer for events of one stream: new rows vs already there."""
+        for ep in self.endpoints:
+            if (ep.worker, ep.rank) == (worker, rank):
+                ep.health.count("stored_events", stored)
+                ep.health.count("duplicate_events", offered - stored)
+                return
 
     # --- replay ----------------------------------------------------------------------------
 
-    def _fill_gap(self, ep: Endpoint, first: int, last: int) -> None:
-        h = ep.health
-        missing = last - first + 1
-        h.count("gaps")
-        h.count("missed_batches", missing)
-        if ep.replay is None:
-            h.error("unrecovered_gap", f"seq {first}..{last}, no replay endpoint", time.time())
-            return
-        got = self.replay(ep, first, last)
-        h.count("replays")
+    def _can_replay(self, ep: Endpoint) -> bool:
+        return ep.replay is not None and time.monotonic() >= ep.silent_until
+
+    def _start_replay(self, ep: Endpoint, purpose: Purpose, first: int, last: int) -> None:
+        assert ep.replay is not None and ep.pending is None
+        ep.pending = Replay.start(self.ctx, ep.replay, purpose, first, last,
+                                  self.replay_timeout_s)
+        self._by_socket[ep.pending.socket] = ("replay", ep)
+        self.poller.register(ep.pending.socket, zmq.POLLIN)
+        ep.health.count("replays")
+
+    def _expire_replays(self) -> None:
+        now = time.monotonic()
+        for ep in self.endpoints:
+            if ep.pending is not None and now >= ep.pending.deadline:
+                self._finish(ep, timed_out=True)
+
+    def _finish(self, ep: Endpoint, timed_out: bool) -> None:
+        """Apply a replay's batches in order, then the live batches held behind it."""
+        rep = ep.pending
+        assert rep is not None
+        ep.pending = None
+        self._unregister(rep.socket)
+        rep.close()
+        h, now = ep.health, time.time()
+        if rep.bad_frames:
+            h.error("truncated_frame", f"{rep.bad_frames} in a replay reply", now)
+        if timed_out:
+            h.error("replay_timeout", f"{rep.purpose} from seq {rep.first}", now)
+            ep.silent_until = time.monotonic() + ep.backoff_s
+            ep.backoff_s = min(ep.backoff_s * 2, BACKOFF_S[1])
+        else:
+            ep.backoff_s = BACKOFF_S[0]
+        got = sorted(rep.got.items())
+        if rep.purpose == "resync":
+            got = self._resync(ep, got)
+        elif rep.purpose == "initial":
+            h.count("initial_sync_batches", len(got))
+            if got and got[0][0] != 0:
+                h.count("initial_sync_partial")  # the buffer no longer starts at 0
+        start = ep.stream.last_seq
+        got = [(seq, p) for seq, p in got if start is None or seq > start]
         h.count("replayed_batches", len(got))
         for seq, payload in got:
-            self._apply(ep, seq, payload, time.time(), live=False)
-        if len(got) < missing:
-            h.error("unrecovered_gap", f"replay returned {len(got)}/{missing}", time.time())
+            self._apply(ep, seq, payload, now, live=False)
+        if rep.purpose != "initial":
+            missing = rep.last - (-1 if start is None else start) - len(got)
+            if missing > 0 and rep.purpose != "join":
+                h.error("unrecovered_gap", f"{missing} batches before seq {rep.last + 1} "
+                        "not returned by the replay", now)
+            ep.stream.skip_to(rep.last)  # what the replay did not return is lost
+        held, ep.held = ep.held, []
+        for seq, payload, at in held:
+            self._on_live(ep, seq, payload, at)
 
-    def replay(self, ep: Endpoint, first: int, last: int) -> list[tuple[int, bytes]]:
-        """Batches ``first..last`` from the ROUTER replay socket (bounded by a timeout)."""
-        assert ep.replay is not None
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        out: list[tuple[int, bytes]] = []
-        try:
-            sock.connect(ep.replay)
-            sock.send_multipart([b"", first.to_bytes(8, "big")])
-            deadline = time.monotonic() + self.replay_timeout_s
-            while len(out) <= self.max_replay_batches:
-                left = deadline - time.monotonic()
-                if left <= 0 or not sock.poll(int(left * 1000) + 1, zmq.POLLIN):
-                    ep.health.error("replay_timeout", f"from seq {first}", time.time())
-                    break
-                frames = sock.recv_multipart()
-                if frames and frames[0] == b"":
-                    frames = frames[1:]
-                if len(frames) != 2 or len(frames[0]) != 8:
-                    ep.health.error("truncated_frame", "replay reply", time.time())
-                    continue
-                if frames[0] == END_SEQ:
-                    break
-                seq = int.from_bytes(frames[0], "big")
-                if first <= seq <= last:
-                    out.append((seq, frames[1]))
-        finally:
-            sock.close(linger=0)
-        return out
+    def _resync(self, ep: Endpoint, got: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """After a reconnect: keep our stream if the buffer continues it, else restart."""
+        last = ep.stream.last_seq
+        ep.stream.reconnected = False
+        if not got:  # nothing to compare with: what is missing is a plain gap
+            return got
+        times = {seq: batch_ts(p) for seq, p in got if seq == last}
+        if last is not None and last not in times:
+            times[got[0][0]] = None  # only the lowest number matters then
+        if same_incarnation(ep.stream, times):
+            return got
+        self._restart(ep)
+        return got
 
     # --- state -----------------------------------------------------------------------------
 

@@ -25,12 +25,13 @@ from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.otlp_receiver import OtlpReceiver
 from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.collectors.router_state import RouterStateCollector
+from mmlens.collectors.supervisor import guarded, start_supervised
 from mmlens.collectors.trace_sink import TraceSink
 
 from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, engine_block_sets
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
-from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.ingest.lag import LagHistogram
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import read_spans
@@ -79,6 +80,8 @@ class CollectorRunner:
         self.log_health: dict[str, CollectorHealth] = {}
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
         self.discovery_health = CollectorHealth("discovery", "config")
+        # Crashed collector threads (restarted) and failed tick steps, counted.
+        self.supervisor_health = CollectorHealth("supervisor", "collect")
         # Health rows are kept per collector process: two collectors on one store both show.
         self.instance = f"{socket.gethostname()}:{os.getpid()}"
         self.shard_health = None if shard is None else CollectorHealth(SHARD_COLLECTOR,
@@ -209,9 +212,9 @@ class CollectorRunner:
         for plane in self.planes:
             plane.ready.wait(max(0.0, deadline - time.monotonic()))
         if self.kv.endpoints and self._kv_thread is None:
-            self._kv_thread = threading.Thread(target=self.kv.run, args=(self._kv_stop,),
-                                               name="kv-events", daemon=True)
-            self._kv_thread.start()
+            self._kv_thread = start_supervised(
+                "kv-events", lambda: self.kv.run(self._kv_stop), self._kv_stop,
+                self.supervisor_health)
 
     # --- one round ---------------------------------------------------------------------------
 
@@ -248,7 +251,7 @@ class CollectorRunner:
             except queue.Empty:
                 break
         if events:
-            self.store.add_kv_events(events)
+            self._store_kv(events)
             if self.shard_health is not None:
                 self._note_store_lag(self.shard_health, events)
         if self.kv.endpoints or self.kv_grpc.streams or self.planes:
@@ -256,6 +259,15 @@ class CollectorRunner:
             for entry in summary.values():
                 entry["transport"] = self.kv_transports.get(entry["worker"])
             self.store.set_kv_state(summary, now)
+
+    def _store_kv(self, events: list[KVEvent]) -> None:
+        """Store per stream, so each stream's health says how many rows were new and how
+        many the store already had (a replay, another collector)."""
+        streams: dict[tuple[str, int], list[KVEvent]] = {}
+        for ev in events:
+            streams.setdefault((ev.worker, ev.rank), []).append(ev)
+        for (worker, rank), evs in streams.items():
+            self.kv.note_stored(worker, rank, len(evs), self.store.add_kv_events(evs))
 
     def _compare_views(self, samples: list[MetricSample], now: float) -> None:
         """Router view vs engine holdings: block sets where a router's event plane is heard
@@ -337,8 +349,7 @@ class CollectorRunner:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
         items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
         items += self.kv_grpc.health + [p.health for p in self.planes]
-        items.append(self.discovery_health)
-        items.append(self.observed.health)
+        items += [self.discovery_health, self.supervisor_health, self.observed.health]
         if self.leads:
             items.append(self.availability_health)
         if self.otlp is not None:
@@ -360,9 +371,9 @@ class CollectorRunner:
         try:
             while not stop.is_set():
                 started = time.monotonic()
-                self.tick()
+                guarded("tick", self.tick, self.supervisor_health)
                 if on_tick is not None:
-                    on_tick(self)
+                    guarded("on_tick", lambda: on_tick(self), self.supervisor_health)
                 if end is not None and time.monotonic() >= end:
                     break
                 wait = self.cfg.interval_s - (time.monotonic() - started)
@@ -370,18 +381,22 @@ class CollectorRunner:
                     wait = min(wait, end - time.monotonic())
                 if wait > 0:
                     stop.wait(wait)
-            self.tick()
-            self.flush()
+            self.stop_kv()  # the KV thread drains its sockets and open replays first
+            guarded("tick", self.tick, self.supervisor_health)
+            guarded("flush", self.flush, self.supervisor_health)
         finally:
             self.close()
+
+    def stop_kv(self, timeout_s: float = 5.0) -> None:
+        self._kv_stop.set()
+        if self._kv_thread is not None:
+            self._kv_thread.join(timeout=timeout_s)
 
     def close(self) -> None:
         if self.otlp is not None:
             self.otlp.stop()
             self.otlp = None
-        self._kv_stop.set()
-        if self._kv_thread is not None:
-            self._kv_thread.join(timeout=2.0)
+        self.stop_kv()
         self.kv_grpc.close()
         for plane in self.planes:
             plane.close()

@@ -19,7 +19,7 @@ from mmlens.collectors.kv_plane import EventPlaneCollector, plane_transport
 from mmlens.collectors.kv_subscriber import KVEventCollector
 from smg_grpc_proto.generated import common_pb2
 
-from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.ingest.kv_index import ResidentIndex
 from tests.fixtures_path import CAPTURES
 from tests.live_support import wait_until
 

@@ -45,10 +45,7 @@ def _connect(col, pub, ctx, endpoint: str) -> None:
         pub.send_frames([pub.topic, (0).to_bytes(8, "big"), b""])
         if col.poll(50):
             break
-    col.tracker.last.clear()
-    for ep in col.endpoints:
-        ep.health.errors.clear()
-        ep.health.counters.clear()
+    col.reset_streams()
 
 
 def test_stream_gap_replay_restart_and_bad_frames(ctx) -> None:
@@ -153,7 +150,7 @@ def test_initial_sync_learns_blocks_stored_before_the_collector_started(ctx) -> 
     col.initial_sync()
     assert col.summary()["w1#0"]["resident_blocks"] == 3
     assert ep.health.counters["initial_sync_batches"] == 2
-    assert col.tracker.last[("w1", 0)] == 1
+    assert ep.stream.last_seq == 1
     seq2 = pub.publish([1.2, [stored([4], parent=3)], 0])  # continues the stream
     payload = pub.buffer[-1][1]
     deadline = time.monotonic() + 5

@@ -9,7 +9,8 @@ import pytest
 import zmq
 
 from benchmarks.kv_publishers import PublisherFleet
-from mmlens.ingest.kv_events import KVIngest, parse_seq
+from mmlens.ingest.kv_events import parse_seq
+from mmlens.ingest.kv_index import KVIngest
 from mmlens.records import BlockRemoved, BlockStored
 from tests.live_support import free_port_base
 

@@ -11,7 +11,7 @@ from mmlens.analysis.kv_divergence import (
     view_model,
 )
 from mmlens.analysis.liveness import worker_liveness, workers_view
-from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.records import (
     BlockRemoved,
     BlockStored,

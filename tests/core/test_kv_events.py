@@ -8,14 +8,13 @@ import pytest
 
 from mmlens.ingest.kv_events import (
     KVEventError,
-    KVIngest,
-    ResidentIndex,
-    SequenceTracker,
     decode_payload,
     image_refs,
     normalize_batch,
     parse_seq,
 )
+from mmlens.ingest.kv_index import KVIngest, ResidentIndex
+from mmlens.ingest.kv_stream import StreamState, same_incarnation
 from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, ImageRef
 
 ENC = msgspec.msgpack.Encoder()
@@ -221,16 +220,47 @@ def test_truncated_sequence_frame() -> None:
     assert exc.value.kind == "truncated_frame"
 
 
-def test_sequence_tracker() -> None:
-    t = SequenceTracker()
-    k = ("w", 0)
-    assert t.observe(k, 0).status == "first"
-    assert t.observe(k, 1).status == "ok"
-    gap = t.observe(k, 5)
-    assert (gap.status, gap.missing_from, gap.missing_to) == ("gap", 2, 4)
-    assert t.observe(k, 3).status == "stale"
-    assert t.observe(k, 0).status == "restart"
-    assert t.observe(k, 1).status == "ok"
+def test_stream_state_verdicts_and_published_count() -> None:
+    st = StreamState()
+    assert st.classify(0) == "first"
+    st.applied(0, 1.0)
+    assert st.classify(1) == "ok"
+    st.applied(1, 1.1)
+    assert st.classify(5) == "gap"
+    st.skip_to(4)  # 2..4 never came back
+    st.applied(5, 1.5)
+    assert (st.published, st.received, st.lost) == (6, 3, 3)
+    # Any number at or below the last one is a new incarnation, not only 0.
+    assert st.classify(3) == "restart" and st.classify(5) == "restart"
+    st.restart()
+    st.applied(3, 9.0)
+    assert (st.published, st.restarts) == (10, 1)
+    st.reconnected = True
+    assert st.classify(4) == "resync"
+    st.applied(4, 9.1)
+    assert not st.reconnected and st.classify(5) == "ok"
+
+
+def test_same_incarnation_compares_the_batch_time_at_our_last_number() -> None:
+    st = StreamState()
+    st.applied(7, 70.0)
+    assert same_incarnation(st, {6: 60.0, 7: 70.0})
+    assert not same_incarnation(st, {7: 99.0})  # restarted and got past 7 while we were away
+    assert not same_incarnation(st, {3: 30.0})  # the buffer ends before our last number
+    assert same_incarnation(st, {9: 90.0})  # rolled over: a gap, not provably a restart
+    assert not same_incarnation(st, {})
+
+
+def test_sequence_numbers_beyond_sqlite_integers_are_refused() -> None:
+    with pytest.raises(KVEventError, match="oversize_number"):
+        parse_seq((1 << 63).to_bytes(8, "big"))
+    assert parse_seq(((1 << 63) - 1).to_bytes(8, "big")) == (1 << 63) - 1
+
+
+def test_deeply_nested_payload_is_counted_not_raised() -> None:
+    ingest = KVIngest()
+    assert ingest.ingest("w", 0, b"\x91" * 100_000 + b"\x00") == []
+    assert ingest.errors == {"too_deep": 1}
 
 
 def _stored(hashes, parent=None, images=None, worker="w", rank=0):

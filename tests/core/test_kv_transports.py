@@ -15,8 +15,9 @@ from mmlens.ingest.kv_dynamo_plane import (
     looks_like_dynamo_plane,
     router_events,
 )
-from mmlens.ingest.kv_events import KVEventError, ResidentIndex
+from mmlens.ingest.kv_events import KVEventError
 from mmlens.ingest.kv_grpc import batch_events
+from mmlens.ingest.kv_index import ResidentIndex
 from tests.fixtures_path import CAPTURES
 
 FIXTURES = CAPTURES.parent
