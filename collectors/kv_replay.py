@@ -15,7 +15,7 @@ import zmq
 
 from mmlens.ingest.kv_events import END_SEQ, MAX_SEQ
 
-Purpose = Literal["initial", "join", "gap", "restart", "resync"]
+Purpose = Literal["initial", "join", "gap", "restart", "resync", "reconnect", "tail"]
 
 
 @dataclass(slots=True)

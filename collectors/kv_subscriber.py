@@ -32,6 +32,7 @@ from mmlens.records import CollectorHealth, KVEvent
 EventSink = Callable[[list[KVEvent]], None]
 BACKOFF_S = (5.0, 300.0)  # first and longest pause of a replay socket that timed out
 MAX_HELD = 200_000  # live batches held behind one replay before it is cut short
+IDLE_PROBE_S = 2.0  # a quiet stream asks its buffer for batches lost after its last one
 
 
 @dataclass(slots=True)
@@ -49,6 +50,7 @@ class Endpoint:
     held: list[tuple[int, bytes, float]] = field(default_factory=list)
     connected_once: bool = False
     silent_until: float = 0.0
+    last_activity: float = field(default_factory=time.monotonic)
     backoff_s: float = BACKOFF_S[0]
     lag_sum: float = 0.0
     lag_n: int = 0
@@ -161,6 +163,10 @@ class KVEventCollector:
                 if ep.connected_once and ep.stream.last_seq is not None:
                     ep.stream.reconnected = True
                     ep.health.count("reconnects")
+                    # A restarted worker may publish nothing for a while, or only batches
+                    # sent before our subscription reached it: ask its buffer now.
+                    if ep.pending is None and self._can_replay(ep):
+                        self._start_replay(ep, "reconnect", 0, MAX_SEQ)
                 ep.connected_once = True
 
     def run(self, stop: threading.Event | None = None, timeout_ms: int = 100,
@@ -176,7 +182,8 @@ class KVEventCollector:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             busy = any(ep.pending is not None for ep in self.endpoints)
-            if not self.poll(10 if busy else 0) and not busy:
+            # Stop after one quiet 50 ms: batches still on the wire when stop came count.
+            if not self.poll(10 if busy else 50) and not busy:
                 break
         for ep in self.endpoints:
             if ep.pending is not None:
@@ -214,6 +221,7 @@ class KVEventCollector:
         except KVEventError as exc:
             h.error(exc.kind, str(exc), now)
             return
+        ep.last_activity = time.monotonic()
         self._on_live(ep, seq, frames[2], now)
 
     def _on_live(self, ep: Endpoint, seq: int, payload: bytes, now: float) -> None:
@@ -306,13 +314,18 @@ class KVEventCollector:
                                   self.replay_timeout_s)
         self._by_socket[ep.pending.socket] = ("replay", ep)
         self.poller.register(ep.pending.socket, zmq.POLLIN)
-        ep.health.count("replays")
+        ep.health.count("tail_probes" if purpose == "tail" else "replays")
 
     def _expire_replays(self) -> None:
         now = time.monotonic()
         for ep in self.endpoints:
             if ep.pending is not None and now >= ep.pending.deadline:
                 self._finish(ep, timed_out=True)
+            elif (ep.pending is None and ep.stream.last_seq is not None
+                  and now - ep.last_activity >= IDLE_PROBE_S and self._can_replay(ep)):
+                # The last batches before a pause have no successor to reveal their loss.
+                ep.last_activity = now
+                self._start_replay(ep, "tail", ep.stream.last_seq + 1, MAX_SEQ)
 
     def _finish(self, ep: Endpoint, timed_out: bool) -> None:
         """Apply a replay's batches in order, then the live batches held behind it."""
@@ -331,8 +344,8 @@ class KVEventCollector:
         else:
             ep.backoff_s = BACKOFF_S[0]
         got = sorted(rep.got.items())
-        if rep.purpose == "resync":
-            got = self._resync(ep, got)
+        if rep.purpose in ("resync", "reconnect"):
+            got = self._resync(ep, got, rep.purpose)
         elif rep.purpose == "initial":
             h.count("initial_sync_batches", len(got))
             if got and got[0][0] != 0:
@@ -342,7 +355,7 @@ class KVEventCollector:
         h.count("replayed_batches", len(got))
         for seq, payload in got:
             self._apply(ep, seq, payload, now, live=False)
-        if rep.purpose != "initial":
+        if rep.purpose not in ("initial", "reconnect", "tail"):
             missing = rep.last - (-1 if start is None else start) - len(got)
             if missing > 0 and rep.purpose != "join":
                 h.error("unrecovered_gap", f"{missing} batches before seq {rep.last + 1} "
@@ -350,14 +363,21 @@ class KVEventCollector:
             ep.stream.skip_to(rep.last)  # what the replay did not return is lost
         held, ep.held = ep.held, []
         for seq, payload, at in held:
+            if rep.got.get(seq) == payload:  # the replay already handed this batch over
+                h.count("duplicate_batches")
+                continue
             self._on_live(ep, seq, payload, at)
 
-    def _resync(self, ep: Endpoint, got: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    def _resync(self, ep: Endpoint, got: list[tuple[int, bytes]], purpose: Purpose,
+                ) -> list[tuple[int, bytes]]:
         """After a reconnect: keep our stream if the buffer continues it, else restart."""
         last = ep.stream.last_seq
-        ep.stream.reconnected = False
-        if not got:  # nothing to compare with: what is missing is a plain gap
+        if not got:
+            # Nothing to compare with: after a reconnect the next live batch asks again;
+            # for a live batch, what is missing is a plain gap.
+            ep.stream.reconnected = purpose == "reconnect"
             return got
+        ep.stream.reconnected = False
         times = {seq: batch_ts(p) for seq, p in got if seq == last}
         if last is not None and last not in times:
             times[got[0][0]] = None  # only the lowest number matters then

@@ -3,6 +3,7 @@ usable in-process by the dashboard (``tick()`` on its own schedule)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue
@@ -48,6 +49,7 @@ from mmlens.store.base import SQLStore
 
 log = logging.getLogger("mmlens.collect")
 
+_RUNNERS = itertools.count()  # two runners in one process (tests, a dashboard) are two rows
 LAG_WINDOW_S = 300.0
 
 
@@ -83,7 +85,7 @@ class CollectorRunner:
         # Crashed collector threads (restarted) and failed tick steps, counted.
         self.supervisor_health = CollectorHealth("supervisor", "collect")
         # Health rows are kept per collector process: two collectors on one store both show.
-        self.instance = f"{socket.gethostname()}:{os.getpid()}"
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{next(_RUNNERS)}"
         self.shard_health = None if shard is None else CollectorHealth(SHARD_COLLECTOR,
                                                                        shard.label)
         self.ticks = 0

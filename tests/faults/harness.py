@@ -1,0 +1,411 @@
+"""Fault injection against the KV collectors: a vLLM-shaped publisher that can crash and come
+back on its ports, and scenarios that count what reached the store.
+
+Each scenario returns a ``Tally``: events published (valid ones), distinct events stored,
+duplicate rows (rows beyond one per published event: every event carries a block hash of
+its own, so this does not rely on the store's key), and what the collector's health says.
+The test suite runs them small; ``benchmarks/fault_rerun.py`` runs them at the issue's scale.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+from mmlens.collectors.runner import CollectorRunner
+
+from mmlens.config import Config, WorkerTarget
+from mmlens.store.sqlite import Store
+
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def loopback_endpoints(n: int) -> list[str]:
+    import socket
+
+    out = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.append(f"tcp://127.0.0.1:{s.getsockname()[1]}")
+    return out
+
+
+class FaultPublisher:
+    """PUB + ROUTER replay like vLLM's ``ZmqEventPublisher``; ``down()``/``up()`` is a worker
+    restart (seq back to 0, buffer empty). ``replay``: "answer", "silent" (bound, never
+    answers) or None (no replay socket)."""
+
+    def __init__(self, pub: str, replay: str | None, replay_mode: str | None = "answer",
+                 buffer_steps: int = 10_000, hash_base: int = 0) -> None:
+        self.ctx = zmq.Context()
+        self.endpoints = (pub, replay)
+        self.replay_mode = replay_mode if replay else None
+        self.buffer_steps = buffer_steps
+        self.buffer: list[tuple[int, bytes]] = []
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.next_hash = hash_base
+        self.events = 0  # valid events published (live or only into the buffer)
+        self.incarnations = 0
+        self._pub: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def up(self, attempts: int = 100) -> FaultPublisher:
+        self.seq, self.buffer, self.incarnations = 0, [], self.incarnations + 1
+        for i in range(attempts):  # the old sockets' ports take a moment to free
+            try:
+                self._pub = self.ctx.socket(zmq.XPUB)  # a PUB that sees subscriptions
+                self._pub.setsockopt(zmq.LINGER, 0)
+                self._pub.setsockopt(zmq.SNDHWM, 1_000_000)
+                self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+                self._pub.bind(self.endpoints[0])
+                break
+            except zmq.ZMQError:
+                self._pub.close(linger=0)
+                if i == attempts - 1:
+                    raise
+                time.sleep(0.05)
+        if self.replay_mode is not None:
+            self._stop.clear()
+            ready = threading.Event()
+            self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
+            self._thread.start()
+            ready.wait(5)
+        return self
+
+    def wait_subscribed(self, timeout: float = 10.0) -> None:
+        """Until a subscriber's subscription reached this incarnation (no slow joiner)."""
+        if not self._pub.poll(int(timeout * 1000)):
+            raise TimeoutError("no subscriber")
+        self._pub.recv()
+
+    def down(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        if self._pub is not None:
+            self._pub.close(linger=0)
+            self._pub = None
+
+    def close(self) -> None:
+        self.down()
+        self.ctx.term()
+
+    def _serve(self, ready: threading.Event) -> None:
+        router = self.ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        for _ in range(100):
+            try:
+                router.bind(self.endpoints[1])
+                break
+            except zmq.ZMQError:
+                time.sleep(0.05)
+        ready.set()
+        try:
+            while not self._stop.is_set():
+                if not router.poll(20):
+                    continue
+                frames = router.recv_multipart()
+                if self.replay_mode != "answer" or len(frames) != 3 or len(frames[2]) != 8:
+                    continue
+                start = int.from_bytes(frames[2], "big")
+                with self.lock:
+                    items = [(s, p) for s, p in self.buffer if s >= start]
+                for s, p in items:
+                    router.send_multipart([frames[0], b"", s.to_bytes(8, "big"), p])
+                router.send_multipart([frames[0], b"", END_SEQ, b""])
+        finally:
+            router.close(linger=0)
+
+    def batch(self, n_events: int) -> bytes:
+        events = []
+        for _ in range(n_events):
+            self.next_hash += 1
+            events.append({"type": "BlockStored", "block_hashes": [self.next_hash],
+                           "parent_block_hash": None, "token_ids": [1] * 16,
+                           "block_size": 16, "medium": "GPU"})
+        self.events += n_events
+        return _enc.encode([time.time(), events, 0])
+
+    def publish(self, payload: bytes, send: bool = True, seq: int | None = None) -> int:
+        """Buffer a batch (the publisher's replay keeps it) and send it unless ``send`` is
+        False (lost on the way); ``seq`` overrides the number (garbage)."""
+        with self.lock:
+            number = self.seq if seq is None else seq
+            if seq is None:
+                self.seq += 1
+                self.buffer.append((number, payload))
+                del self.buffer[:-self.buffer_steps]
+        if send and self._pub is not None:
+            self._pub.send_multipart([b"", number.to_bytes(8, "big"), payload])
+        return number
+
+    def send_raw(self, frames: list[bytes]) -> None:
+        self._pub.send_multipart(frames)
+
+    def stream(self, n_events: int, per_batch: int = 4, rate: float = 20_000.0,
+               drop: Callable[[int], bool] = lambda seq: False) -> None:
+        """Publish ``n_events`` at about ``rate`` events/s; batches ``drop`` picks are lost."""
+        started, sent = time.monotonic(), 0
+        while sent < n_events:
+            k = min(per_batch, n_events - sent)
+            self.publish(self.batch(k), send=not drop(self.seq))
+            sent += k
+            ahead = sent / rate - (time.monotonic() - started)
+            if ahead > 0.002:
+                time.sleep(ahead)
+
+
+@dataclass
+class Tally:
+    published: int
+    stored: int  # distinct published events with a row
+    rows: int
+    health: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    crashes: int = 0
+
+    @property
+    def lost(self) -> int:
+        return self.published - self.stored
+
+    @property
+    def duplicates(self) -> int:
+        return self.rows - self.stored
+
+
+def count_rows(db: Path) -> tuple[int, int]:
+    """(rows, distinct first block hashes) of stored events."""
+    con = sqlite3.connect(db, timeout=10)
+    try:
+        rows = con.execute("SELECT hashes FROM kv_events WHERE kind = 'stored'").fetchall()
+    except sqlite3.OperationalError:  # the collector has not created its tables yet
+        return 0, 0
+    finally:
+        con.close()
+    return len(rows), len({_dec.decode(h)[0] for (h,) in rows})
+
+
+def health_rows(db: Path) -> list[dict[str, Any]]:
+    import json
+
+    if not db.exists():
+        return []
+    con = sqlite3.connect(db, timeout=10)
+    try:
+        try:
+            rows = con.execute("SELECT collector, target, errors, counters, instance "
+                               "FROM health").fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [{"collector": c, "target": t, "errors": json.loads(e),
+                 "counters": json.loads(k), "instance": i} for c, t, e, k, i in rows]
+    finally:
+        con.close()
+
+
+def tally(pub: FaultPublisher, db: Path, started: float, crashes: int = 0) -> Tally:
+    rows, distinct = count_rows(db)
+    return Tally(pub.events, distinct, rows, health_rows(db), time.monotonic() - started,
+                 crashes)
+
+
+def worker_config(pub: FaultPublisher, interval_s: float = 0.2) -> Config:
+    endpoint, replay = pub.endpoints
+    return Config(workers=[WorkerTarget("w", kv_events=endpoint,
+                                        kv_replay=replay if pub.replay_mode else None)],
+                  interval_s=interval_s)
+
+
+@contextmanager
+def running_collector(pub: FaultPublisher, db: Path, interval_s: float = 0.2,
+                      replay_timeout_s: float = 1.0) -> Iterator[CollectorRunner]:
+    """``mmlens collect``'s runner on its own thread, stopped (and drained) on exit."""
+    store = Store(db)
+    runner = CollectorRunner(worker_config(pub, interval_s), store)
+    runner.kv.replay_timeout_s = replay_timeout_s
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    try:
+        pub.wait_subscribed()
+        yield runner
+    finally:
+        stop.set()
+        thread.join(30)
+        runner.http.close()
+        store.close()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+def stored_all(db: Path, n: int) -> Callable[[], bool]:
+    return lambda: count_rows(db)[1] >= n
+
+
+def thread_crashes(db: Path) -> int:
+    return sum(int(v) for h in health_rows(db) if h["collector"] == "supervisor"
+               for k, v in h["counters"].items() if k.startswith("restarts:"))
+
+
+# --- scenarios -----------------------------------------------------------------------------
+
+
+def publisher_restart(db: Path, events: int = 5000, down_s: float = 1.0) -> Tally:
+    """Half the events, the worker down for ``down_s``, the other half from a new incarnation
+    published at once (the first batches reach nobody: the SUB socket is reconnecting)."""
+    pub = FaultPublisher(*loopback_endpoints(2)).up()
+    t0 = time.monotonic()
+    try:
+        with running_collector(pub, db):
+            pub.stream(events // 2)
+            wait_for(stored_all(db, events // 2), 20, "first half stored")
+            pub.down()
+            time.sleep(down_s)
+            pub.up()
+            pub.stream(events - events // 2)
+            wait_for(stored_all(db, events), 20, "second half stored")
+        return tally(pub, db, t0)
+    finally:
+        pub.close()
+
+
+def gaps(db: Path, events: int = 5000, replay: str | None = "answer", every: int = 50,
+         offset: int | None = None) -> Tally:
+    """Batches with ``seq % every == offset`` (default: mid-period) lost on the way; replay
+    answers, is silent, or is absent."""
+    offset = every // 2 if offset is None else offset
+    pub = FaultPublisher(*loopback_endpoints(2), replay_mode=replay).up()
+    t0 = time.monotonic()
+    try:
+        with running_collector(pub, db, replay_timeout_s=0.5):
+            pub.stream(events, drop=lambda seq: seq % every == offset)
+            if replay == "answer":
+                wait_for(stored_all(db, events), 20, "all stored")
+        return tally(pub, db, t0)  # stopped right away: nothing read may be dropped
+    finally:
+        pub.close()
+
+
+def garbage(db: Path, events: int = 2000) -> tuple[Tally, dict[str, int]]:
+    """Valid batches interleaved with every kind of bad frame, live and in the replay buffer
+    (a payload nested 100,000 deep among them). Returns the tally and what was injected."""
+    pub = FaultPublisher(*loopback_endpoints(2)).up()
+    injected = {"truncated_frame": 0, "oversize_number": 0, "undecodable_msgpack": 0,
+                "too_deep": 0, "bad_batch": 0}
+    deep = b"\x91" * 100_000 + b"\x00"
+    t0 = time.monotonic()
+    try:
+        with running_collector(pub, db):
+            for i in range(events // 4):
+                pub.publish(pub.batch(4))
+                kind = i % 5
+                if kind == 0:
+                    pub.send_raw([b"", b"\x00\x01"])
+                    injected["truncated_frame"] += 1
+                elif kind == 1:
+                    pub.publish(b"", seq=(1 << 63) + i)
+                    injected["oversize_number"] += 1
+                elif kind == 2 and i % 50 == 2:
+                    # in the buffer, lost live: only the replay hands it over
+                    pub.publish(deep, send=False)
+                    injected["too_deep"] += 1
+                elif kind == 3:
+                    pub.publish(b"\xc1\xc1\xc1")
+                    injected["undecodable_msgpack"] += 1
+                elif kind == 4:
+                    pub.publish(_enc.encode({"no": "events"}))
+                    injected["bad_batch"] += 1
+            wait_for(stored_all(db, pub.events), 20, "valid events stored")
+            wait_for(lambda: sum(runner_errors(db).values()) >= sum(injected.values()), 10,
+                     "garbage counted")
+        return tally(pub, db, t0, thread_crashes(db)), injected
+    finally:
+        pub.close()
+
+
+def runner_errors(db: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for h in health_rows(db):
+        if h["collector"] == "kv_events":
+            for k, v in h["errors"].items():
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def two_collectors(db: Path, events: int = 5000) -> Tally:
+    pub = FaultPublisher(*loopback_endpoints(2)).up()
+    t0 = time.monotonic()
+    try:
+        with running_collector(pub, db), running_collector(pub, db):
+            pub.stream(events)
+            wait_for(stored_all(db, events), 20, "all stored")
+            time.sleep(0.5)  # both have stored what they read
+        return tally(pub, db, t0)
+    finally:
+        pub.close()
+
+
+def collect_process(config: Path, db: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "mmlens", "collect", "--config", str(config), "--db", str(db),
+         "--interval", "0.2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_000.0,
+                    kills: int = 1) -> Tally:
+    """``mmlens collect`` killed with SIGKILL while it writes, then started again: its initial
+    replay hands over the whole buffer again."""
+    pub = FaultPublisher(*loopback_endpoints(2), buffer_steps=max(10_000, events)).up()
+    endpoint, replay = pub.endpoints
+    config = tmp / "faults.toml"
+    config.write_text(f'[[worker]]\nname = "w"\nkv_events = "{endpoint}"\n'
+                      f'kv_replay = "{replay}"\n')
+    t0 = time.monotonic()
+    proc = collect_process(config, db)
+    try:
+        wait_for(lambda: health_rows(db), 30, "collector running")
+        feeder = threading.Thread(target=pub.stream, args=(events,), kwargs={"rate": rate})
+        feeder.start()
+        for k in range(kills):
+            wait_for(lambda k=k: count_rows(db)[1] > events * (k + 1) // (kills + 2), 60,
+                     "collector writing")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            proc = collect_process(config, db)
+        feeder.join()
+        wait_for(stored_all(db, events), 60, "all stored after the restart")
+        return tally(pub, db, t0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        pub.close()

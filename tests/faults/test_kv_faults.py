@@ -1,0 +1,126 @@
+"""Fault injection against the KV collectors (see ``harness``): nothing lost, nothing stored
+twice, every bad input counted, the collector alive throughout."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from mmlens.collectors.supervisor import supervise
+
+from mmlens.records import CollectorHealth
+from tests.faults import harness as h
+
+pytestmark = pytest.mark.faults
+
+
+def kv_health(t: h.Tally) -> dict:
+    (row,) = [r for r in t.health if r["collector"] == "kv_events"]
+    return row
+
+
+def test_publisher_restart_loses_nothing(tmp_path) -> None:
+    t = h.publisher_restart(tmp_path / "s.db", events=2000, down_s=0.5)
+    assert (t.lost, t.duplicates) == (0, 0)
+    c = kv_health(t)["counters"]
+    assert c["restarts"] >= 1 or c.get("reconnects", 0) >= 1
+    assert c["stored_events"] == 2000 and c["lost_batches"] == 0
+    assert c["published_batches"] == c["batches"]
+
+
+@pytest.mark.parametrize("replay", ["answer", "silent", None])
+def test_gaps_with_and_without_replay(tmp_path, replay) -> None:
+    started = time.monotonic()
+    t = h.gaps(tmp_path / "s.db", events=2000, replay=replay, every=25)
+    batches = 500  # 2000 events, 4 a batch
+    dropped_events = (batches // 25) * 4
+    assert t.duplicates == 0
+    c, errors = kv_health(t)["counters"], kv_health(t)["errors"]
+    if replay == "answer":
+        assert t.lost == 0 and c["lost_batches"] == 0 and "unrecovered_gap" not in errors
+    else:
+        # Exactly the batches lost on the way are missing, and health says so.
+        assert t.lost == dropped_events
+        assert c["lost_batches"] == batches // 25 == c["published_batches"] - c["batches"]
+        assert errors["unrecovered_gap"] >= 1
+    if replay == "silent":
+        assert errors["replay_timeout"] >= 1
+    assert time.monotonic() - started < 20  # a silent replay never held the stream for long
+
+
+def test_a_lost_last_batch_is_found_by_the_idle_probe(tmp_path) -> None:
+    # seq 499 (the last) is among the lost: no later batch reveals it, the idle probe does.
+    t = h.gaps(tmp_path / "s.db", events=2000, replay="answer", every=25, offset=24)
+    assert (t.lost, t.duplicates) == (0, 0)
+    assert kv_health(t)["counters"]["tail_probes"] >= 1
+
+
+def test_garbage_is_counted_and_valid_events_all_stored(tmp_path) -> None:
+    t, injected = h.garbage(tmp_path / "s.db", events=1000)
+    assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
+    errors = kv_health(t)["errors"]
+    for kind, n in injected.items():
+        assert errors.get(kind, 0) >= n, kind
+    assert "internal_error" not in errors
+
+
+def test_two_collectors_on_one_store(tmp_path) -> None:
+    t = h.two_collectors(tmp_path / "s.db", events=2000)
+    assert (t.lost, t.duplicates) == (0, 0)
+    rows = [r for r in t.health if r["collector"] == "kv_events"]
+    assert len(rows) == 2 and len({r["instance"] for r in rows}) == 2
+    stored = sorted(r["counters"]["stored_events"] for r in rows)
+    assert sum(stored) == 2000  # each event written by one, ignored by the other
+    assert all(r["counters"]["stored_events"] + r["counters"].get("duplicate_events", 0)
+               == 2000 for r in rows)
+
+
+def test_kill_9_mid_write_then_restart(tmp_path) -> None:
+    t = h.kill9_mid_write(tmp_path / "s.db", tmp_path, events=8000, rate=8000.0)
+    assert (t.lost, t.duplicates) == (0, 0)
+
+
+def test_a_crashed_collector_thread_is_restarted_and_reported() -> None:
+    health = CollectorHealth("supervisor", "collect")
+    stop, runs = threading.Event(), []
+
+    def work() -> None:
+        runs.append(1)
+        if len(runs) < 3:
+            raise RecursionError("maximum recursion depth exceeded")
+        stop.wait()
+
+    thread = threading.Thread(target=supervise, args=("kv-events", work, stop, health,
+                                                      (0.01, 0.05)))
+    thread.start()
+    h.wait_for(lambda: len(runs) == 3, 5, "third run")
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert health.counters == {"restarts:kv-events": 2}
+    assert health.errors == {"thread_crashed:kv-events": 2}
+    assert "RecursionError" in (health.last_error or "")
+
+
+def test_runner_restarts_its_kv_thread_and_keeps_storing(tmp_path) -> None:
+    pub = h.FaultPublisher(*h.loopback_endpoints(2)).up()
+    db = tmp_path / "s.db"
+    try:
+        with h.running_collector(pub, db) as runner:
+            real_poll, calls = runner.kv.poll, []
+
+            def failing_poll(*args, **kwargs):
+                calls.append(1)
+                if len(calls) == 1:
+                    raise MemoryError("injected")
+                return real_poll(*args, **kwargs)
+
+            runner.kv.poll = failing_poll
+            pub.stream(1000)
+            h.wait_for(h.stored_all(db, 1000), 20, "stored after the crash")
+            h.wait_for(lambda: h.thread_crashes(db) == 1, 5, "crash reported")
+        sup = next(r for r in h.health_rows(db) if r["collector"] == "supervisor")
+        assert sup["errors"] == {"thread_crashed:kv-events": 1}
+    finally:
+        pub.close()
