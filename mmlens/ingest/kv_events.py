@@ -269,3 +269,15 @@ def normalize_batch(
                 raise
             errors[exc.kind] = errors.get(exc.kind, 0) + 1
     return ts, rank, out
+
+
+_MOVED = ("ResidentIndex", "KVIngest", "WorkerResidency")
+
+
+def __getattr__(name: str) -> Any:
+    """The index moved to ``kv_index``; imports written against this module still work."""
+    if name in _MOVED:
+        from mmlens.ingest import kv_index
+
+        return getattr(kv_index, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mmlens.collectors.availability_job import AvailabilityJob
 
 from mmlens.analysis.availability.aggregate import Cells, headline
-from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.records import BlockRemoved
 from mmlens.store.open import open_store
 from tests.core.test_availability import (

@@ -13,7 +13,7 @@ from mmlens.analysis.availability.tracker import (
     replay,
     replay_history,
 )
-from mmlens.ingest.kv_events import ResidentIndex
+from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.layout.composition import ImageInput, Layout, SpanKind, compose
 from mmlens.layout.expected import ExpectedLayout
 from mmlens.layout.families import get_family
