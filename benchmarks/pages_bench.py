@@ -26,8 +26,10 @@ sys.path.insert(0, str(REPO))
 from mmlens.collectors.trace_sink import SentRequest, TraceSink  # noqa: E402
 from mmlens.collectors.traces import ImagePart  # noqa: E402
 
+from mmlens.analysis.availability.aggregate import cell_sums  # noqa: E402
 from mmlens.layout.synthetic_images import synthetic_png  # noqa: E402
 from mmlens.records import (  # noqa: E402
+    Availability,
     BlockRemoved,
     BlockStored,
     CollectorHealth,
@@ -76,6 +78,7 @@ def fill_store(store: SQLStore, n_traces: int, n_blocks: int, now: float) -> Non
     rng = random.Random(7)
     t0 = time.perf_counter()
     _fill_traces(store, rng, n_traces, now)
+    _fill_availability(store, rng, n_traces, now)
     t1 = time.perf_counter()
     written, n_events = _fill_kv_events(store, rng, n_blocks, now)
     t2 = time.perf_counter()
@@ -106,6 +109,28 @@ def _fill_traces(store: SQLStore, rng: random.Random, n_traces: int, now: float)
             store.add_traces(batch)
             batch = []
     store.add_traces(batch)
+
+
+def _fill_availability(store: SQLStore, rng: random.Random, n: int, now: float) -> None:
+    """One evaluated request per trace (what the collector's availability job writes)."""
+    causes = ("load_spill", "content_blind", "stale_index", "evicted")
+    rows = []
+    for i in range(n):
+        prompt = rng.randrange(80, 3000)
+        best = prompt // 16 * 16 * rng.randrange(2)
+        realized = best if rng.random() < 0.7 else 0
+        w = WORKERS[rng.randrange(len(WORKERS))]
+        rows.append(Availability(
+            f"bench-{i:06d}", now - 3600 + 3600 * i / n, ROUTER, "smg", MODEL, w, 16, prompt, 1,
+            "degraded", {w: best}, w, best, best, realized, best - realized,
+            {} if best == realized else {causes[i % 4]: best - realized},
+            predicted_tokens=best))
+        if len(rows) == 20_000:
+            store.add_availability(rows)
+            store.add_cells(cell_sums(rows))
+            rows = []
+    store.add_availability(rows)
+    store.add_cells(cell_sums(rows))
 
 
 def _fill_kv_events(store: SQLStore, rng: random.Random, n_blocks: int, now: float,
