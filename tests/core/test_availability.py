@@ -230,6 +230,14 @@ def test_dynamo_cost_lines_show_a_load_choice() -> None:
     assert a.causes == {"load_spill": 96} and a.fidelity == "exact"
 
 
+def test_a_prediction_the_engine_met_is_no_false_hit() -> None:
+    # mmlens saw nothing on w1 (its events were missed), but the engine cached the prompt.
+    c = Cluster()
+    _, summary, _ = laid_out(RED)
+    a = c.evaluate(trace("a", summary, 2.0, "w1", FULL, decisions=[smg_decision("a", "w1", 6)]))
+    assert (a.chosen_tokens, a.unseen_tokens, a.false_hit_tokens) == (0, FULL, 0)
+
+
 def test_engine_identifiers_are_learned_from_what_the_request_stored() -> None:
     # The engine names the image by its own hash, not mmlens' content identity.
     c = Cluster()

@@ -19,7 +19,8 @@ the engine prefilled:
 - ``not_cacheable_tokens``: held blocks beyond the cap (the last-token block), not avoidable;
 - ``unseen_tokens``: cached tokens the index did not show on the chosen worker (events missed,
   an image whose engine identifier is not known yet);
-- ``false_hit_tokens``: what the router credited the chosen worker with beyond what it held.
+- ``false_hit_tokens``: what the router credited the chosen worker with beyond what it held
+  (by the index, or by what the engine cached).
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def attribute(facts: RequestFacts, overlaps: dict[str, int], prefill_blocks: int
         causes[key] = causes.get(key, 0) + engine_rest
     view = facts.router_view
     predicted = None if view.predicted_blocks is None else view.predicted_blocks * bs
-    false_hit = 0 if predicted is None else max(0, min(predicted, cap * bs) - chosen_tok)
+    # What the engine cached it held, whether or not the index showed it.
+    held = max(chosen_tok, realized)
+    false_hit = 0 if predicted is None else max(0, min(predicted, cap * bs) - held)
     return Availability(
         request_id=facts.request_id, ts=facts.ts, router=facts.router,
         router_kind=facts.router_kind, model=facts.model, worker=chosen, block_size=bs,
