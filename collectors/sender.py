@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 from mmlens.collectors.scenario_runner import ScenarioRunner
@@ -37,13 +39,29 @@ class Sender:
     def send(self, router_url: str, model: str, text: str, images: Sequence[ImagePart] = (),
              *, router_kind: str = "auto", layout_model: str | None = None,
              block_size: int = 16, stream: bool = False, max_tokens: int = 8,
-             api_key: str | None = None, keep_text: bool = False) -> RequestTrace:
+             api_key: str | None = None, keep_text: bool = False,
+             processing_mode: str | None = None) -> RequestTrace:
         """One traced request, recorded in the store. ``keep_text``: store the prompt text
-        too (the inspector then rebuilds every view's token ids)."""
+        too (the inspector then rebuilds every view's token ids); ``processing_mode``: the
+        mode the router is known to run in (router | worker), when known."""
         tracer = TraceClient(self.client, timeout_s=self.timeout_s,
                              sink=self.sink(layout_model or model, block_size, keep_text))
         return tracer.send(router_url, model, text, images, router_kind=router_kind,
-                           stream=stream, max_tokens=max_tokens, api_key=api_key)
+                           stream=stream, max_tokens=max_tokens, api_key=api_key,
+                           processing_mode=processing_mode)
+
+    def send_together(self, router_url: str, model: str,
+                      requests: Sequence[tuple[str, Sequence[ImagePart]]], **kwargs: Any,
+                      ) -> list[RequestTrace]:
+        """The requests sent at the same moment, one thread each, as concurrent users send
+        them: a router that breaks ties by load sees them in flight together. Traces in the
+        order of ``requests``; ``kwargs`` as for ``send``."""
+        if not requests:
+            return []
+        with ThreadPoolExecutor(len(requests), thread_name_prefix="mmlens-send") as pool:
+            futures = [pool.submit(self.send, router_url, model, text, images, **kwargs)
+                       for text, images in requests]
+            return [f.result() for f in futures]
 
     def run_scenario(self, router_url: str, model: str, layout_model: str, name: str, *,
                      router_kind: str = "auto", block_size: int = 16,

@@ -34,6 +34,11 @@ class DemoCluster(Protocol):
     def stop(self) -> None: ...
 
 
+def _router_procs(cluster: DemoCluster) -> set[int]:
+    """PIDs of the cluster's routers (a router that exits leaves the workers running)."""
+    return {p.popen.pid for p in getattr(cluster, "router_procs", [])}
+
+
 class _Stop(Exception):
     pass
 
@@ -63,6 +68,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="SMG --mm-processing (default: SMG's own, auto)")
     p.add_argument("--worker-processing", action="store_true",
                    help="workers advertise mm_processor=inprocess (SMG may forward media_refs)")
+    p.add_argument("--worker-mode-router", action="store_true",
+                   help="also start a second SMG over the same workers with --mm-processing "
+                        "worker (API BASE+2, metrics BASE+3); the first runs --mm-processing "
+                        "router, the workers advertise mm_processor")
     p.add_argument("--count-drift", default="0",
                    help="add N to the workers' image-token count; one value or one per worker "
                         "(e.g. 0,3)")
@@ -97,7 +106,7 @@ def config_from(args: argparse.Namespace) -> ClusterConfig:
         num_blocks=args.num_blocks, speed=args.speed,
         max_image_bytes=args.max_image_bytes, log_dir=args.log_dir,
         model_cache=args.model_cache, ready_timeout=args.ready_timeout,
-        smg_log_level=args.smg_log_level)
+        smg_log_level=args.smg_log_level, worker_mode_router=args.worker_mode_router)
 
 
 def _router_of(argv: Sequence[str]) -> str:
@@ -112,8 +121,10 @@ def _router_of(argv: Sequence[str]) -> str:
 def serve(make_cluster: Callable[[], DemoCluster], ready_file: Path | None, *,
           signals: Sequence[signal.Signals] = STOP_SIGNALS, watch_parent: bool = True) -> int:
     """Start the cluster, print its ready line (and write `ready_file`), and run until one of
-    `signals`, the exit of one of its processes or (`watch_parent`) of our parent; then stop
-    everything, remove `ready_file` and print the stopped line. Returns the exit code."""
+    `signals`, the exit of one of its workers or (`watch_parent`) of our parent; then stop
+    everything, remove `ready_file` and print the stopped line. A router that exits (killed,
+    crashed) is reported once and leaves the workers serving, so a dashboard on the demo shows
+    the router down instead of losing everything. Returns the exit code."""
     # Set explicitly: a background launch may have inherited SIGINT as ignored.
     for sig in signals:
         signal.signal(sig, _raise_stop)
@@ -127,12 +138,20 @@ def serve(make_cluster: Callable[[], DemoCluster], ready_file: Path | None, *,
         if ready_file:
             write_ready(ready_file, info)
         print(json.dumps(info), flush=True)
+        routers = _router_procs(cluster)
+        reported: set[str] = set()
         while True:
             time.sleep(0.5)
             if watch_parent and os.getppid() != parent:  # do not outlive whoever started us
                 print("mmlens demo: parent process exited; stopping", file=sys.stderr)
                 break
-            dead = [p.name for p in cluster.procs if p.popen.poll() is not None]
+            exited = [p for p in cluster.procs if p.popen.poll() is not None]
+            for p in exited:
+                if p.popen.pid in routers and p.name not in reported:
+                    reported.add(p.name)
+                    print(json.dumps({"event": "router_exited", "name": p.name,
+                                      "code": p.popen.returncode}), flush=True)
+            dead = [p.name for p in exited if p.popen.pid not in routers]
             if dead:
                 print(f"mmlens demo: {', '.join(dead)} exited; stopping", file=sys.stderr)
                 code = 1

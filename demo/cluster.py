@@ -1,8 +1,9 @@
 """Start and stop the demo cluster: N simulated workers, then the real SMG router.
 
 Every process gets its own process group and is stopped by PID. Everything binds 127.0.0.1.
-Port layout from `port_base` B: router B, router metrics B+1; worker i (0-based) uses
-B+10+10i (gRPC), +1 (HTTP, /metrics), +2 (ZMQ PUB), +3 (ZMQ replay).
+Port layout from `port_base` B: router B, router metrics B+1; with a second router in worker
+mode, its API B+2 and metrics B+3; worker i (0-based) uses B+10+10i (gRPC), +1 (HTTP, /metrics),
++2 (ZMQ PUB), +3 (ZMQ replay).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class ClusterConfig:
     smg_log_level: str = "debug"
     ready_timeout: float = 20.0
     extra_smg_args: list[str] = field(default_factory=list)
+    # A second SMG over the same workers with --mm-processing worker (the first then runs
+    # --mm-processing router): the same request can be sent both ways.
+    worker_mode_router: bool = False
 
     def worker_ports(self, i: int) -> dict[str, int]:
         base = self.port_base + 10 + 10 * i
@@ -83,6 +87,8 @@ def require_free(ports: Iterable[int]) -> None:
 
 def ports_needed(cfg: ClusterConfig) -> list[int]:
     ports = [cfg.port_base, cfg.port_base + 1]
+    if cfg.worker_mode_router:
+        ports += [cfg.port_base + 2, cfg.port_base + 3]
     for i in range(cfg.workers):
         ports += list(cfg.worker_ports(i).values())
     return ports
@@ -159,6 +165,25 @@ def spawn(log_dir: Path, name: str, cmd: list[str], env: dict[str, str] | None =
     return Proc(name, popen, log_path, log)
 
 
+@dataclass(frozen=True)
+class RouterSpec:
+    """One SMG process of the demo: its name in the ready line, ports and processing mode."""
+
+    name: str
+    port: int
+    metrics_port: int
+    mm_processing: str | None  # --mm-processing, None: SMG's default (auto)
+    log: str  # log file name in the log dir
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.metrics_port}/metrics"
+
+
 class Cluster:
     def __init__(self, cfg: ClusterConfig) -> None:
         if cfg.connection not in ("grpc", "http"):
@@ -167,6 +192,9 @@ class Cluster:
             raise ValueError("engine must be vllm or sglang (or one per worker, comma-separated)")
         if cfg.family not in MODELS:
             raise ValueError(f"unknown demo model {cfg.family!r}; choose from {sorted(MODELS)}")
+        if cfg.worker_mode_router and (cfg.connection != "grpc" or cfg.engine != "vllm"):
+            raise ValueError("a worker-mode router needs gRPC vLLM workers (SMG forwards images "
+                             "only to vLLM gRPC workers that advertise mm_processor)")
         self.cfg = cfg
         self.model = MODELS[cfg.family]
         self.procs: list[Proc] = []
@@ -175,16 +203,33 @@ class Cluster:
         self.log_dir = cfg.log_dir or Path(tempfile.mkdtemp(prefix="mmlens-demo-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.model_dir: Path | None = None
-        self.smg: Proc | None = None
+        self.router_procs: list[Proc] = []
+
+    @property
+    def smg(self) -> Proc | None:
+        """The first router's process."""
+        return self.router_procs[0] if self.router_procs else None
+
+    @property
+    def routers(self) -> list[RouterSpec]:
+        base = self.cfg.port_base
+        if not self.cfg.worker_mode_router:
+            return [RouterSpec("demo", base, base + 1, self.cfg.mm_processing, "smg.log")]
+        return [RouterSpec("demo", base, base + 1, self.cfg.mm_processing or "router", "smg.log"),
+                RouterSpec("demo-worker", base + 2, base + 3, "worker", "smg-worker.log")]
+
+    @property
+    def workers_advertise(self) -> bool:
+        return self.cfg.worker_mm_processor or self.cfg.worker_mode_router
 
     # -- URLs ----------------------------------------------------------------------------
     @property
     def router_url(self) -> str:
-        return f"http://{HOST}:{self.cfg.port_base}"
+        return self.routers[0].url
 
     @property
     def router_metrics_url(self) -> str:
-        return f"http://{HOST}:{self.cfg.port_base + 1}/metrics"
+        return self.routers[0].metrics_url
 
     def worker_url(self, i: int) -> str:
         p = self.cfg.worker_ports(i)
@@ -210,23 +255,33 @@ class Cluster:
                 "kv_topic": "kv-events",
                 "kv_encoding": "array" if self.cfg.legacy_kv_encoding or
                 self._engine(i) == "sglang" else "map",
-                "mm_processor": "inprocess" if self.cfg.worker_mm_processor else "",
+                "mm_processor": "inprocess" if self.workers_advertise else "",
                 "count_drift": self._drift(i),
                 "pid": self.procs[i].popen.pid if i < len(self.procs) else None,
             })
+        routers = [{"name": r.name, "url": r.url, "metrics": r.metrics_url,
+                    "log": str(self.log_dir / r.log), "mm_processing": r.mm_processing or "auto",
+                    "pid": p.popen.pid if p else None}
+                   for r, p in zip(self.routers, self._router_procs_padded(), strict=True)]
         return {
             "event": "ready",
             "router": self.router_url,
             "router_metrics": self.router_metrics_url,
             "connection": self.cfg.connection,
-            "mm_processing": self.cfg.mm_processing or "auto",
+            "mm_processing": self.routers[0].mm_processing or "auto",
             "block_size": self.cfg.block_size,
             "workers": workers,
             "models": [self.model.ready_entry(self.model_dir)],
             "logs": str(self.log_dir),
             "router_log": str(self.log_dir / "smg.log"),
             "router_pid": self.smg.popen.pid if self.smg else None,
+            # Every router of the demo (the first is `router` above).
+            "routers": routers,
         }
+
+    def _router_procs_padded(self) -> list[Proc | None]:
+        procs: list[Proc | None] = list(self.router_procs)
+        return procs + [None] * (len(self.routers) - len(procs))
 
     def _engine(self, i: int) -> str:
         engines = self.cfg.engine.split(",")
@@ -251,7 +306,7 @@ class Cluster:
                "--num-blocks", str(self.cfg.num_blocks), "--speed", str(self.cfg.speed),
                "--count-drift", str(self._drift(i)), "--allowed-media-hosts", HOST,
                "--engine", self._engine(i)]
-        if self.cfg.worker_mm_processor:
+        if self.workers_advertise:
             cmd += ["--mm-processor", "inprocess"]
         if self.cfg.legacy_kv_encoding:
             cmd.append("--legacy-kv-encoding")
@@ -259,16 +314,16 @@ class Cluster:
             cmd += ["--max-image-bytes", str(self.cfg.max_image_bytes)]
         return cmd
 
-    def _smg_cmd(self) -> list[str]:
+    def _smg_cmd(self, router: RouterSpec) -> list[str]:
         cfg = self.cfg
         urls = [self.worker_url(i) for i in range(cfg.workers)]
-        cmd = [*smg_command(), "launch", "--host", HOST, "--port", str(cfg.port_base),
-               "--prometheus-host", HOST, "--prometheus-port", str(cfg.port_base + 1),
+        cmd = [*smg_command(), "launch", "--host", HOST, "--port", str(router.port),
+               "--prometheus-host", HOST, "--prometheus-port", str(router.metrics_port),
                "--worker-urls", *urls, "--policy", "cache_aware",
                "--model-path", str(self.model_dir), "--log-level", cfg.smg_log_level,
                "--log-json", "--log-mm-timing"]
-        if cfg.mm_processing:
-            cmd += ["--mm-processing", cfg.mm_processing]
+        if router.mm_processing:
+            cmd += ["--mm-processing", router.mm_processing]
         if cfg.allow_private_media:
             cmd.append("--mm-allow-private-media-hosts")
         return cmd + cfg.extra_smg_args
@@ -294,8 +349,11 @@ class Cluster:
         smg_env.setdefault("SMG_CACHE_TRACE", "1")
         smg_env.setdefault("SMG_CACHE_TRACE_HEADER", "1")
         smg_env.setdefault("HF_HUB_OFFLINE", "1")
-        self.smg = self._spawn("smg", self._smg_cmd(), smg_env)
-        self._wait_router(deadline)
+        for router in self.routers:
+            name = router.log.removesuffix(".log")
+            self.router_procs.append(self._spawn(name, self._smg_cmd(router), smg_env))
+        for router, proc in zip(self.routers, self.router_procs, strict=True):
+            self._wait_router(router, proc, deadline)
         return self.ready_info()
 
     def _wait_worker(self, proc: Proc, http_port: int, deadline: float) -> None:
@@ -308,41 +366,44 @@ class Cluster:
             time.sleep(0.05)
         raise ClusterError(f"{proc.name} not ready in time; see {proc.log_path}")
 
-    def _wait_router(self, deadline: float) -> None:
-        assert self.smg is not None
+    def _wait_router(self, router: RouterSpec, proc: Proc, deadline: float) -> None:
         n = self.cfg.workers
         want_stream = self.cfg.connection == "grpc"
         while time.monotonic() < deadline:
-            if self.smg.popen.poll() is not None:
-                raise ClusterError(f"smg exited ({self.smg.popen.returncode}):\n"
-                                   f"{self.smg.tail()}")
+            if proc.popen.poll() is not None:
+                raise ClusterError(f"{proc.name} exited ({proc.popen.returncode}):\n"
+                                   f"{proc.tail()}")
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                r = httpx.get(self.router_url + "/readiness", timeout=0.5)
+                r = httpx.get(router.url + "/readiness", timeout=0.5)
                 if r.status_code == 200 and r.json().get("healthy_workers") == n:
-                    if not want_stream or self._streams_connected() >= n:
+                    if not want_stream or self._streams_connected(router) >= n:
                         return
             time.sleep(0.1)
-        raise ClusterError(f"router not ready in time; see {self.smg.log_path}:\n"
-                           f"{self.smg.tail()}")
+        raise ClusterError(f"router {router.name} not ready in time; see {proc.log_path}:\n"
+                           f"{proc.tail()}")
 
-    def _streams_connected(self) -> int:
+    def _streams_connected(self, router: RouterSpec) -> int:
         # A worker's KV stream is live once SMG has counted a heartbeat from it.
-        text = httpx.get(self.router_metrics_url, timeout=0.5).text
+        text = httpx.get(router.metrics_url, timeout=0.5).text
         return sum(1 for line in text.splitlines()
                    if line.startswith("smg_kv_event_batches_total{")
                    and 'disposition="load_only"' in line)
 
+    def is_router(self, proc: Proc) -> bool:
+        return proc in self.router_procs
+
     def stop(self) -> None:
-        """Stop the router first (its drain lets in-flight requests finish on the workers),
-        then the workers; SIGKILL whatever outlives its grace period."""
-        first = [p for p in self.procs if p is self.smg]
-        rest = [p for p in self.procs if p is not self.smg]
+        """Stop the routers first (their drain lets in-flight requests finish on the
+        workers), then the workers; SIGKILL whatever outlives its grace period."""
+        first = [p for p in self.procs if p in self.router_procs]
+        rest = [p for p in self.procs if p not in self.router_procs]
         for group, grace in ((first, SMG_DRAIN_S), (rest, 5.0)):
             for proc in group:
                 proc.terminate()
             for proc in group:
                 proc.reap(grace)
         self.procs.clear()
+        self.router_procs.clear()
         if self._own_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 

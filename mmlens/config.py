@@ -244,12 +244,15 @@ def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
     """Add the demo's router and workers from its ready line (``{"event":"ready", …}``)."""
     if ready.get("event") != "ready":
         raise ConfigError("not a demo ready line")
-    router = ready.get("router")
-    if router and not any(r.url == router for r in cfg.routers):
-        cfg.routers.append(RouterTarget(name="demo", kind=str(ready.get("router_kind", "smg")),
-                                        url=router, metrics_url=ready.get("router_metrics"),
-                                        log_file=ready.get("router_log"),
-                                        event_plane=ready.get("event_plane")))
+    routers = ready.get("routers") or ([{
+        "name": "demo", "url": ready["router"], "metrics": ready.get("router_metrics"),
+        "log": ready.get("router_log")}] if ready.get("router") else [])
+    for r in routers:
+        if not any(t.url == r["url"] for t in cfg.routers):
+            cfg.routers.append(RouterTarget(
+                name=str(r.get("name") or "demo"), kind=str(ready.get("router_kind", "smg")),
+                url=r["url"], metrics_url=r.get("metrics"), log_file=r.get("log"),
+                event_plane=ready.get("event_plane")))
     grpc = cfg.demo_kv_transport == "grpc"
     for w in ready.get("workers", []):
         cfg.add_worker(WorkerTarget(

@@ -20,16 +20,26 @@ def router_name_of(worker: dict[str, Any]) -> str:
                or worker.get("http") or worker["name"])
 
 
+def demo_routers(ready: dict[str, Any]) -> list[dict[str, Any]]:
+    """The demo's routers from its ready line: ``routers`` (name, url, metrics, log, mode), or
+    the single ``router`` of older ready lines and the Dynamo demo."""
+    if ready.get("routers"):
+        return list(ready["routers"])
+    return [{"name": "demo", "url": ready["router"], "metrics": ready.get("router_metrics"),
+             "log": ready.get("router_log"), "mm_processing": ready.get("mm_processing")}]
+
+
 def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0) -> str:
     lines = [f"interval_s = {interval_s}", "timeout_s = 2", "",
              "[store]", "retention_s = 86400", "max_mb = 512", ""]
-    lines += ["[[router]]", 'name = "demo"', f"kind = {_q(ready.get('router_kind', 'smg'))}",
-              f"url = {_q(ready['router'])}"]
-    if ready.get("router_metrics"):
-        lines.append(f"metrics_url = {_q(ready['router_metrics'])}")
-    if ready.get("router_log"):
-        lines.append(f"log_file = {_q(ready['router_log'])}")
-    lines += ["discover_workers = false", ""]
+    for r in demo_routers(ready):
+        lines += ["[[router]]", f"name = {_q(r['name'])}",
+                  f"kind = {_q(ready.get('router_kind', 'smg'))}", f"url = {_q(r['url'])}"]
+        if r.get("metrics"):
+            lines.append(f"metrics_url = {_q(r['metrics'])}")
+        if r.get("log"):
+            lines.append(f"log_file = {_q(r['log'])}")
+        lines += ["discover_workers = false", ""]
     for w in ready.get("workers") or []:
         lines += ["[[worker]]", f"name = {_q(w['name'])}", 'engine = "vllm"',
                   f"router_url = {_q(router_name_of(w))}"]

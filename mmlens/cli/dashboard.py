@@ -1,8 +1,9 @@
 """`mmlens dashboard`: serve the Streamlit app on 127.0.0.1, optionally on the embedded demo.
 
-With ``--demo``: starts the demo cluster, writes an ``mmlens.toml`` for its targets, starts
-``mmlens collect`` into a store the pages read (``MMLENS_DB``), sends a short warm-up
-workload, then serves the app. Every child is stopped by its PID on exit.
+With ``--demo``: starts the demo cluster (on SMG: a router-mode and a worker-mode router over
+the same workers), writes an ``mmlens.toml`` for its targets, starts ``mmlens collect`` into a
+store the pages read (``MMLENS_DB``), sends a short warm-up workload, then serves the app.
+Every child is stopped by its PID on exit, and the temporary folder is removed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +47,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--db", help="store: a SQLite file path (default: a file in a temporary "
                    "directory) or a postgresql://… URL")
     p.add_argument("--demo-args", default="", help="extra arguments for `mmlens demo`")
+    p.add_argument("--one-router", action="store_true",
+                   help="SMG demo: no second, worker-mode router")
     p.add_argument("--port-base", type=int, help="`mmlens demo --port-base`")
     p.add_argument("--no-collect", action="store_true", help="do not start `mmlens collect`")
     p.add_argument("--no-warmup", action="store_true", help="no warm-up workload on the demo")
@@ -113,8 +117,9 @@ def _wait_for_store(db: str, timeout: float) -> bool:
 
 
 def supervise(children: Children, ui: subprocess.Popen[bytes]) -> int:
-    """Serve until Streamlit exits; reap the finished warm-up, and stop when the demo or the
-    collectors die (the pages would silently go stale)."""
+    """Serve until Streamlit exits; reap the finished warm-up. The collectors dying stops the
+    dashboard (the pages would silently go stale); the demo cluster dying does not: the
+    collectors keep reporting, and the pages show its router and workers down."""
     reported: set[str] = set()
     while ui.poll() is None:
         for name, proc in children.procs:
@@ -122,12 +127,29 @@ def supervise(children: Children, ui: subprocess.Popen[bytes]) -> int:
             if code is None or name in reported:
                 continue
             reported.add(name)
-            if name in ("demo", "collect"):
+            if name == "collect":
                 print(f"mmlens dashboard: {name} exited with code {code}; stopping",
                       file=sys.stderr, flush=True)
                 return 1
+            if name == "demo":
+                print(f"mmlens dashboard: the demo cluster exited with code {code}; the pages "
+                      "show its targets down", file=sys.stderr, flush=True)
         time.sleep(0.5)
     return ui.returncode
+
+
+def demo_command(args: argparse.Namespace, py: str, scratch: Path) -> list[str]:
+    """`mmlens demo` for --demo: on SMG, with a second router in worker mode."""
+    extra = args.demo_args.split()
+    cmd = [py, "-m", "mmlens", "demo", "--ready-file", str(scratch / "demo-ready.json"),
+           "--log-dir", str(scratch / "demo-logs")]
+    if args.port_base:
+        cmd += ["--port-base", str(args.port_base)]
+    dynamo = any(a in ("dynamo", "--router=dynamo") for a in extra)
+    plain = {"--connection", "--engine", "--mm-processing", "--worker-processing"}
+    if not (args.one_router or dynamo or plain & {a.split("=", 1)[0] for a in extra}):
+        cmd.append("--worker-mode-router")
+    return cmd + extra
 
 
 def main(argv: Sequence[str]) -> int:
@@ -150,11 +172,7 @@ def main(argv: Sequence[str]) -> int:
             from mmlens.targets_toml import config_toml_from_ready
 
             ready_path = scratch / "demo-ready.json"
-            cmd = [py, "-m", "mmlens", "demo", "--ready-file", str(ready_path),
-                   "--log-dir", str(scratch / "demo-logs")]
-            if args.port_base:
-                cmd += ["--port-base", str(args.port_base)]
-            demo = children.start("demo", cmd + args.demo_args.split())
+            demo = children.start("demo", demo_command(args, py, scratch))
             info = wait_ready(ready_path, demo, args.ready_timeout)
             line = scratch / "demo-ready.jsonl"
             line.write_text(json.dumps(info) + "\n")
@@ -162,7 +180,10 @@ def main(argv: Sequence[str]) -> int:
             if config is None:
                 config = scratch / "mmlens.toml"
                 config.write_text(config_toml_from_ready(info, args.interval))
-            print(f"demo ready: router {info.get('router')}", flush=True)
+            for r in info.get("routers") or [{"name": "demo", "url": info.get("router")}]:
+                print(f"demo ready: router {r['name']} {r['url']}"
+                      + (f" ({r['mm_processing']} mode)" if r.get("mm_processing") else ""),
+                      flush=True)
         if config is not None:
             env["MMLENS_CONFIG"] = str(config)
             if not args.no_collect:
@@ -199,3 +220,6 @@ def main(argv: Sequence[str]) -> int:
         if args.ready_file:
             with contextlib.suppress(OSError):
                 Path(args.ready_file).unlink()
+        # The store stays when the user named it (--db), even inside the scratch folder.
+        if not (args.db and db.is_relative_to(scratch)):
+            shutil.rmtree(scratch, ignore_errors=True)

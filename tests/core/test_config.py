@@ -124,3 +124,15 @@ def test_demo_ready_line(tmp_path) -> None:
         "grpc://127.0.0.1:31010", "kv-events", "tcp://127.0.0.1:31013")
     with pytest.raises(ConfigError):
         apply_ready(cfg, {"event": "started"})
+
+
+def test_demo_ready_line_with_two_routers() -> None:
+    ready = {"event": "ready", "router": "http://127.0.0.1:1", "routers": [
+        {"name": "demo", "url": "http://127.0.0.1:1", "log": "a.log"},
+        {"name": "demo-worker", "url": "http://127.0.0.1:3", "metrics": "http://x:4/metrics"}],
+        "workers": []}
+    cfg = Config()
+    apply_ready(cfg, ready)
+    apply_ready(cfg, ready)
+    assert [(r.name, r.url, r.log_file) for r in cfg.routers] == [
+        ("demo", "http://127.0.0.1:1", "a.log"), ("demo-worker", "http://127.0.0.1:3", None)]

@@ -202,6 +202,21 @@ def test_targets_toml_from_ready_round_trips() -> None:
     assert cfg.workers[0].topic == "kv-events"
 
 
+def test_targets_toml_from_a_two_router_demo() -> None:
+    """The SMG demo's router-mode and worker-mode routers over the same workers."""
+    ready = {"event": "ready", "router": "http://127.0.0.1:1", "routers": [
+        {"name": "demo", "url": "http://127.0.0.1:1", "metrics": "http://127.0.0.1:2/metrics",
+         "log": "smg.log", "mm_processing": "router"},
+        {"name": "demo-worker", "url": "http://127.0.0.1:3", "metrics":
+         "http://127.0.0.1:4/metrics", "log": "smg-worker.log", "mm_processing": "worker"}],
+        "workers": [{"name": "w1", "url": "grpc://127.0.0.1:5"}]}
+    cfg = validate_toml(config_toml_from_ready(ready))
+    assert [(r.name, r.url) for r in cfg.routers] == [
+        ("demo", "http://127.0.0.1:1"), ("demo-worker", "http://127.0.0.1:3")]
+    assert cfg.routers[1].log_file and cfg.routers[1].log_file.endswith("smg-worker.log")
+    assert [w.router_url for w in cfg.workers] == ["grpc://127.0.0.1:5"]
+
+
 def test_targets_toml_from_a_dynamo_ready_line() -> None:
     ready = {"event": "ready", "router_kind": "dynamo", "router": "http://127.0.0.1:1",
              "router_metrics": "http://127.0.0.1:1/metrics", "router_log": "frontend.log",
