@@ -220,6 +220,5 @@ def main(argv: Sequence[str]) -> int:
         if args.ready_file:
             with contextlib.suppress(OSError):
                 Path(args.ready_file).unlink()
-        # The store stays when the user named it (--db), even inside the scratch folder.
-        if not (args.db and db.is_relative_to(scratch)):
-            shutil.rmtree(scratch, ignore_errors=True)
+        # Config, demo logs, ready lines and the default (temporary) store; a --db is elsewhere.
+        shutil.rmtree(scratch, ignore_errors=True)
