@@ -46,6 +46,10 @@ def live() -> None:
         for a in found:
             box = {"error": st.error, "warning": st.warning}.get(a.severity, st.info)
             box(f"**{a.cause}** — {a.message}")
+            if a.request_id:
+                st.page_link("pages/inspector.py", label=f"Explain {a.request_id}",
+                             icon=":material/view_timeline:",
+                             query_params={"request": a.request_id})
 
         st.subheader("Targets")
         if snap.latest_sample_ts is None:

@@ -6,6 +6,7 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis.routing_table import dynamo_verdict_rows, strict_mode_rows
+from mmlens.analysis.views.common import verdict_counts
 from mmlens.analysis.views.routing import (
     MODE_SERIES,
     applied_events,
@@ -49,12 +50,18 @@ def live() -> None:
                        "fallbacks (e.g. image dims not fetched) appear under warnings below.")
 
         st.subheader("Recent decisions")
-        decisions = decision_table(snap.traces)
+        names = shared.worker_names(path)
+        misses_only = st.toggle("Misses only", key="routing_misses_only",
+                                help="requests whose verdict is a miss: false hit, count "
+                                     "drift, fallback, eviction, spill, cold or error")
+        everything = decision_table(snap.traces, names)
+        decisions = decision_table(snap.traces, names, misses_only)
         if decisions:
-            df = pd.DataFrame(decisions)
-            df.insert(2, "inspect", [shared.inspector_link(rid) for rid in df["request"]])
-            st.dataframe(df, hide_index=True, width="stretch", column_config={
-                "inspect": st.column_config.LinkColumn("inspect", display_text="open"),
+            st.caption(verdict_counts([r["verdict"] for r in everything]))
+            shared.request_table(decisions, "routing_decisions", column_config={
+                "why": st.column_config.TextColumn(
+                    "why", help="the verdict's reason: the router's prediction against what "
+                    "the engine found", width="large"),
                 "candidates": st.column_config.TextColumn(
                     "candidates", help="workers the router considered, with their load"),
                 "scores": st.column_config.TextColumn(
@@ -67,7 +74,9 @@ def live() -> None:
                        "(`SMG_CACHE_TRACE=1` log lines, followed by `mmlens collect`) and "
                        "Dynamo's routing log; the `x-smg-cache-trace` header alone names only "
                        "the chosen worker and its prediction.")
-            shared.decision_detail(snap.traces, key="routing_decision")
+            shared.decision_detail(snap.traces, key="routing_decision", names=names)
+        elif everything:
+            st.success("No misses among the recent requests.")
         else:
             st.info("No traced requests yet: send some from the Lab page.")
 

@@ -16,6 +16,9 @@ from mmlens.analysis.decisions import merged
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.analysis.views.common import short_worker as short_worker
+from mmlens.analysis.views.common import verdict_css
+from mmlens.analysis.views.common import worker_label as worker_label
+from mmlens.analysis.views.common import worker_names as _worker_names
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary
 from mmlens.state import Snapshot
@@ -108,6 +111,12 @@ def meta(path: str, key: str) -> Any:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def worker_names(path: str) -> dict[str, str]:
+    """The config's worker names (w1, w2) by the URLs routers and events use for them."""
+    return _worker_names(_reader(path).meta("targets"))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
     return _reader(path).recent_traces(limit)
 
@@ -192,22 +201,40 @@ def sidebar_status() -> None:
     st.sidebar.caption(f"Store `{store_label(path)}` · last scrape {ago(snap_ts)}")
 
 
-def routing_detail(trace: RequestTrace) -> None:
+def request_table(rows: list[dict[str, Any]], key: str,
+                  column_config: dict[str, Any] | None = None) -> None:
+    """Requests as a table, each row coloured by its verdict (misses stand out); selecting a
+    row opens that request in the inspector, in this tab: one click."""
+    df = pd.DataFrame(rows)
+    styled = df.style.apply(lambda row: [verdict_css(row.get("verdict"))] * len(row), axis=1)
+    event = st.dataframe(styled, hide_index=True, width="stretch", key=key,
+                         on_select="rerun", selection_mode="single-row",
+                         column_config=column_config)
+    picked = list(getattr(getattr(event, "selection", None), "rows", None) or [])
+    if picked and picked[0] < len(df):
+        st.switch_page("pages/inspector.py",
+                       query_params={"request": str(df.iloc[picked[0]]["request"])})
+    st.caption("Select a row to open that request in the inspector. Red: a miss the router "
+               "did not expect (false hit, count drift, fallback, eviction, error); orange: "
+               "spilled; blue: cold; green: hit.")
+
+
+def routing_detail(trace: RequestTrace, names: dict[str, str] | None = None) -> None:
     """Candidates, scores and spill gates the router reported for one request."""
     view = merged(trace.predictions)
     st.caption(f"policy {policy_text(view)} · branch {view.branch or '—'} · from "
                f"{', '.join(view.sources) or 'nothing'}")
-    candidates = candidate_rows(view)
+    candidates = candidate_rows(view, names)
     if candidates:
         st.dataframe(pd.DataFrame(candidates), hide_index=True, width="stretch")
     else:
         st.caption("No candidates reported: they come from SMG's cache-trace log "
                    "(`SMG_CACHE_TRACE=1`, router log followed by `mmlens collect`) or "
                    "Dynamo's `Formula for worker_id` lines.")
-    scores = score_rows(view)
+    scores = score_rows(view, names)
     if scores:
         st.dataframe(pd.DataFrame(scores), hide_index=True, width="stretch")
-    gates = gate_rows(view)
+    gates = gate_rows(view, names)
     if gates:
         st.dataframe(pd.DataFrame(gates), hide_index=True, width="stretch")
     elif candidates:
@@ -215,14 +242,15 @@ def routing_detail(trace: RequestTrace) -> None:
                    "(e.g. first sight of a prefix → least expected wait).")
 
 
-def decision_detail(traces: list[RequestTrace], key: str) -> None:
+def decision_detail(traces: list[RequestTrace], key: str,
+                    names: dict[str, str] | None = None) -> None:
     """An expander to read one recent decision's candidates, scores and gates in full."""
     with st.expander("Candidates, scores and gates of one decision"):
         ids = [t.request_id for t in traces]
         rid = st.selectbox("Request", ids, key=key)
         trace = next((t for t in traces if t.request_id == rid), None)
         if trace is not None:
-            routing_detail(trace)
+            routing_detail(trace, names)
             st.markdown(f"[Open in the inspector]({inspector_link(trace.request_id)})")
 
 

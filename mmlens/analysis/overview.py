@@ -24,6 +24,7 @@ class Alert:
     severity: str  # error | warning | info
     cause: str
     message: str
+    request_id: str | None = None  # an example request, for a link into the inspector
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,13 +217,14 @@ def _false_hit_alerts(traces: Sequence[RequestTrace]) -> list[Alert]:
             f"{len(false_hits)} of {with_pred} recent requests ({observed} not sent by "
             "mmlens): the router predicted cached blocks the engine did not have "
             f"(content-blind false hits), e.g. {ex.request_id}: {exj.headline}"
-            + (f"; {unknown} more with the realized hit unknown" if unknown else ""))))
+            + (f"; {unknown} more with the realized hit unknown" if unknown else "")),
+            ex.request_id))
     if spills and len(spills) >= FALSE_HIT_SHARE * max(len(known), 1):
         ex, exj = spills[0]
         out.append(Alert("info", "spills", (
             f"{len(spills)} of {len(known)} recent requests were spilled or load-balanced "
             f"away from the worker holding their prefix, e.g. {ex.request_id}: "
-            f"{exj.headline}")))
+            f"{exj.headline}"), ex.request_id))
     return out
 
 
@@ -261,7 +263,7 @@ def _fallback_alerts(snap: Snapshot, traces: Sequence[RequestTrace]) -> list[Ale
     if warned:
         out.append(Alert("warning", "text_prefix_fallback", (
             f"{len(warned)} recent request(s) carry router warnings (text-prefix fallback or "
-            f"skipped MM routing), e.g. {warned[0].request_id}")))
+            f"skipped MM routing), e.g. {warned[0].request_id}"), warned[0].request_id))
     return out
 
 

@@ -4,13 +4,14 @@ strict-mode errors with advice."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mmlens.analysis.decisions import DecisionView, merged
 from mmlens.analysis.explain import ERROR_HINTS
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.analysis.verdicts import judge
+from mmlens.analysis.views.common import worker_label
 from mmlens.ingest.observed import known
 from mmlens.records import RequestTrace, RoutingCandidate, RoutingScore, SpillGate
 
@@ -23,8 +24,11 @@ ADVICE = {
 }
 
 
-def _worker(url: Any) -> str:
-    return str(url).split("://", 1)[-1] if url else "—"
+Names = Mapping[str, str] | None  # the config's worker names (views.common.worker_names)
+
+
+def _worker(url: Any, names: Names = None) -> str:
+    return worker_label(str(url), names) if url else "—"
 
 
 def _num(v: Any, digits: int = 2) -> str:
@@ -43,44 +47,44 @@ def overlap_text(view: DecisionView) -> str:
     return "—"
 
 
-def candidates_text(candidates: Sequence[RoutingCandidate]) -> str:
+def candidates_text(candidates: Sequence[RoutingCandidate], names: Names = None) -> str:
     """``host:port load N`` per candidate, flagged when unhealthy or overloaded."""
     parts = []
     for c in candidates:
         flags = [f for f, bad in (("unhealthy", c.healthy is False),
                                   ("overloaded", c.overloaded is True)) if bad]
         load = f" load {_num(c.load)}" if c.load is not None else ""
-        parts.append(_worker(c.worker) + load + (f" ({', '.join(flags)})" if flags else ""))
+        parts.append(_worker(c.worker, names) + load + (f" ({', '.join(flags)})" if flags else ""))
     return " · ".join(parts) or "—"
 
 
 _SCORE_NAMES = {"policy_affinity": "affinity", "expected_wait": "wait"}
 
 
-def score_text(s: RoutingScore) -> str:
+def score_text(s: RoutingScore, names: Names = None) -> str:
     name = _SCORE_NAMES.get(s.source, s.source)
     value = _num(s.value) + (" s" if s.unit == "seconds" else
                              " blocks" if s.unit == "blocks" else "")
     device = s.device_blocks
     extra = (f" (device {_num(device)} blocks)"
              if device is not None and device != s.value else "")
-    return f"{name} {_worker(s.worker)}: {value}{extra}"
+    return f"{name} {_worker(s.worker, names)}: {value}{extra}"
 
 
-def scores_text(scores: Sequence[RoutingScore]) -> str:
-    return " · ".join(score_text(s) for s in scores) or "—"
+def scores_text(scores: Sequence[RoutingScore], names: Names = None) -> str:
+    return " · ".join(score_text(s, names) for s in scores) or "—"
 
 
-def gate_text(g: SpillGate) -> str:
+def gate_text(g: SpillGate, names: Names = None) -> str:
     """SMG spills when load > average × relative and load > average + absolute."""
     verdict = "spill" if g.spill else "stay" if g.spill is False else "?"
-    return (f"{_worker(g.worker)}: load {_num(g.load)} vs avg "
+    return (f"{_worker(g.worker, names)}: load {_num(g.load)} vs avg "
             f"{_num(g.average_load)} ×{_num(g.relative_threshold)} / "
             f"+{_num(g.absolute_threshold)} → {verdict}")
 
 
-def gates_text(gates: Sequence[SpillGate]) -> str:
-    return " · ".join(gate_text(g) for g in gates) or "—"
+def gates_text(gates: Sequence[SpillGate], names: Names = None) -> str:
+    return " · ".join(gate_text(g, names) for g in gates) or "—"
 
 
 def policy_text(view: DecisionView) -> str:
@@ -88,34 +92,38 @@ def policy_text(view: DecisionView) -> str:
     return " / ".join(str(p) for p in parts if p) or "—"
 
 
-def decision_rows(traces: Sequence[RequestTrace], limit: int = 100) -> list[dict[str, Any]]:
+def decision_rows(traces: Sequence[RequestTrace], limit: int = 100,
+                  names: Names = None) -> list[dict[str, Any]]:
     """Recent requests of any origin (mmlens' own, or observed through router logs, spans or
-    the tap), each with its verdict; values nobody told are "?"."""
+    the tap), each with its verdict and the verdict's one-line reason first; values nobody
+    told are "?"."""
     rows = []
     for t in traces[:limit]:
         view = merged(t.predictions)
+        j = judge(t)
         rows.append({
             "ts": t.ts or 0.0, "request": t.request_id,
-            "worker": t.worker or view.worker or "—",
+            "verdict": j.category, "why": j.headline,
+            "worker": _worker(t.worker or view.worker, names),
+            "router": t.router or "—",
             "branch": view.branch or "—",
             "overlap": overlap_text(view),
-            "verdict": judge(t).category,
             "origin": "+".join(t.sources) if t.origin == "observed" else t.origin,
             "predicted": predicted_tokens(t),
             "cached": (t.cached_tokens or 0) if known(t, "cached_tokens") else "?",
             "prompt": t.prompt_tokens, "model": t.model,
             "mode": t.processing_mode or "—",
             "policy": policy_text(view),
-            "candidates": candidates_text(view.candidates),
-            "scores": scores_text(view.scores),
-            "gates": gates_text(view.gates),
+            "candidates": candidates_text(view.candidates, names),
+            "scores": scores_text(view.scores, names),
+            "gates": gates_text(view.gates, names),
             "warnings": "; ".join(view.warnings),
             "status": str(t.error_code or t.status or "—"),
         })
     return rows
 
 
-def candidate_rows(view: DecisionView) -> list[dict[str, Any]]:
+def candidate_rows(view: DecisionView, names: Names = None) -> list[dict[str, Any]]:
     """One row per worker the router considered, with its scores and gate beside it."""
     workers = [c.worker for c in view.candidates]
     workers += [w for w in (x.worker for x in [*view.scores, *view.gates])
@@ -124,23 +132,24 @@ def candidate_rows(view: DecisionView) -> list[dict[str, Any]]:
     for w in workers:
         c = next((c for c in view.candidates if c.worker == w), RoutingCandidate(w or ""))
         rows.append({
-            "worker": _worker(w), "chosen": w == view.worker,
+            "worker": _worker(w, names), "chosen": w == view.worker,
             "load": c.load, "healthy": c.healthy, "overloaded": c.overloaded,
-            "scores": scores_text([s for s in view.scores if s.worker == w]),
-            "gate": gates_text([g for g in view.gates if g.worker == w]),
+            "scores": scores_text([s for s in view.scores if s.worker == w], names),
+            "gate": gates_text([g for g in view.gates if g.worker == w], names),
         })
     return rows
 
 
-def score_rows(view: DecisionView) -> list[dict[str, Any]]:
-    return [{"source": s.source, "worker": _worker(s.worker), "value": s.value,
+def score_rows(view: DecisionView, names: Names = None) -> list[dict[str, Any]]:
+    return [{"source": s.source, "worker": _worker(s.worker, names), "value": s.value,
              "unit": s.unit or "—", "device blocks": s.device_blocks,
              "details": ", ".join(f"{k}={v}" for k, v in s.details.items())}
             for s in view.scores]
 
 
-def gate_rows(view: DecisionView) -> list[dict[str, Any]]:
-    return [{"worker": _worker(g.worker), "load": g.load, "average load": g.average_load,
+def gate_rows(view: DecisionView, names: Names = None) -> list[dict[str, Any]]:
+    return [{"worker": _worker(g.worker, names), "load": g.load,
+             "average load": g.average_load,
              "relative threshold": g.relative_threshold,
              "absolute threshold": g.absolute_threshold,
              "absolute margin": g.absolute_margin, "spill": g.spill}

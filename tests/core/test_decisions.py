@@ -157,7 +157,10 @@ def test_decision_rows_show_candidates_scores_and_gates() -> None:
         RequestTrace("bare", "r", "smg", "m", 0.5, False),
     ]
     hit_row, first_row, bare = decision_rows(traces)
-    assert (hit_row["worker"], hit_row["branch"], hit_row["overlap"]) == (W2, "event_hit", "5/5")
+    assert (hit_row["worker"], hit_row["branch"], hit_row["overlap"]) == (
+        W2.split("://")[1], "event_hit", "5/5")
+    assert hit_row["verdict"] == "hit"
+    assert hit_row["why"] == f"hit: 5 blocks served from cache on {W2} (router predicted 5)"
     assert hit_row["policy"] == "cache_aware / policy / event_index_overlap"
     assert hit_row["candidates"] == "127.0.0.1:24410 load 0 · 127.0.0.1:24420 load 0"
     assert hit_row["scores"] == ("affinity 127.0.0.1:24420: 5 blocks · "
@@ -166,7 +169,7 @@ def test_decision_rows_show_candidates_scores_and_gates() -> None:
     assert hit_row["predicted"] == 80
     # First sight: SMG's approximate tree counts units, not blocks; no gate.
     assert (first_row["worker"], first_row["branch"], first_row["overlap"]) == (
-        W2, "expected_wait_fallback", "0/81 units")
+        W2.split("://")[1], "expected_wait_fallback", "0/81 units")
     assert first_row["scores"].count("wait ") == 2 and first_row["gates"] == "—"
     assert (bare["candidates"], bare["scores"], bare["gates"], bare["policy"]) == (
         "—", "—", "—", "—")

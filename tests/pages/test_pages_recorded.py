@@ -44,6 +44,9 @@ def test_overview_headline_and_alerts_name_their_cause(db: Recorded) -> None:
     text = messages(at)
     assert any("kv_events_silent" in m and W2 in m for m in text["error"])
     assert any("false_hits" in m and "req-false-hit" in m for m in text["warning"])
+    # One click from the alert into the inspector, where the miss is explained.
+    links = {p.proto.label: p.proto.query_string for p in at.page_link}
+    assert f"request={db.false_hit_id}" in links[f"Explain {db.false_hit_id}"]
     fig = figure_titled(at, "hit rate per worker")
     assert fig["data"][0]["type"] == "bar"
     assert sorted(fig["data"][0]["x"]) == sorted([W1, W2])
@@ -147,8 +150,13 @@ def test_routing_decisions_show_candidates_scores_and_gates(db: Recorded) -> Non
     assert_clean(at)
     decisions = at.dataframe[0].value.set_index("request")
     hit = decisions.loc[db.hit_id]
-    assert hit["inspect"] == f"/inspector?request={db.hit_id}"
-    assert (hit["branch"], hit["overlap"]) == ("event_hit", "5/5")
+    assert (hit["verdict"], hit["branch"], hit["overlap"]) == ("hit", "event_hit", "5/5")
+    # The router's branch says event_hit on the false hit too; the verdict and its reason
+    # say what the engine found.
+    false_hit = decisions.loc[db.false_hit_id]
+    assert (false_hit["verdict"], false_hit["branch"]) == ("false_hit", "event_hit")
+    assert false_hit["why"].startswith("content-blind false hit")
+    assert any("miss(es) of" in c.value and "false_hit 1" in c.value for c in at.caption)
     assert hit["candidates"] == "127.0.0.1:50051 load 2 · 127.0.0.1:50052 load 0"
     assert "affinity 127.0.0.1:50051: 5 blocks" in hit["scores"]
     assert "wait 127.0.0.1:50052: 0 s" in hit["scores"]
@@ -162,6 +170,16 @@ def test_routing_decisions_show_candidates_scores_and_gates(db: Recorded) -> Non
     assert detail.set_index("worker").loc["127.0.0.1:50051", "chosen"]
     gates = next(d.value for d in at.dataframe if "spill" in d.value.columns)
     assert not gates["spill"].iloc[0]
+
+
+def test_routing_misses_only_keeps_the_misses(db: Recorded) -> None:
+    at = open_page("routing")
+    at.toggle(key="routing_misses_only").set_value(True).run()
+    assert_clean(at)
+    shown = at.dataframe[0].value
+    assert db.false_hit_id in set(shown["request"]) and db.hit_id not in set(shown["request"])
+    assert set(shown["verdict"]) <= {"false_hit", "count_drift", "fallback", "evicted",
+                                     "spilled", "cold", "error"}
 
 
 def test_inspector_routing_section_lists_candidates(db: Recorded) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def clock(ts: float | None) -> str:
@@ -19,3 +21,53 @@ def short_worker(url: str | None) -> str:
 
 def pct(v: float | None) -> str:
     return "—" if v is None else f"{v:.0%}"
+
+
+def worker_names(targets: Mapping[str, Any] | None) -> dict[str, str]:
+    """The config's name for each worker (``w1``), keyed by what routers, KV events and
+    metrics call it: its router URL, with and without the scheme."""
+    out: dict[str, str] = {}
+    for w in (targets or {}).get("workers") or []:
+        name, url = w.get("name"), w.get("router_url")
+        if name and url and name != url:
+            out[str(url)] = str(name)
+            out[short_worker(str(url))] = str(name)
+    return out
+
+
+def worker_label(worker: str | None, names: Mapping[str, str] | None = None) -> str:
+    """The config's name of a worker when it has one, else its URL without the scheme; a DP
+    rank suffix (``#1``) is kept."""
+    if not worker:
+        return "—"
+    base, sep, rank = str(worker).partition("#")
+    name = (names or {}).get(base) or short_worker(base)
+    return f"{name}#{rank}" if sep and rank not in ("", "0") else name
+
+
+# Verdicts that are a cache miss of some kind ("cold" too: nothing was reused), and the row
+# colour each gets wherever requests are listed.
+MISS_VERDICTS = ("false_hit", "count_drift", "fallback", "evicted", "spilled", "cold", "error")
+VERDICT_COLOURS = {
+    "false_hit": "#fde2e1", "count_drift": "#fde2e1", "fallback": "#fde2e1",
+    "evicted": "#fde2e1", "error": "#fde2e1", "spilled": "#fff1d6", "cold": "#e8eef5",
+    "hit": "#e3f6ea",
+}
+
+
+def is_miss(verdict: str | None) -> bool:
+    return verdict in MISS_VERDICTS
+
+
+def verdict_css(verdict: str | None) -> str:
+    """A row's background for its verdict ("" when unmarked)."""
+    colour = VERDICT_COLOURS.get(verdict or "")
+    return f"background-color: {colour}" if colour else ""
+
+
+def verdict_counts(verdicts: Sequence[str]) -> str:
+    """``3 misses of 14 (false_hit 2, cold 1)``."""
+    misses = [v for v in verdicts if is_miss(v)]
+    by = {v: misses.count(v) for v in MISS_VERDICTS if v in misses}
+    detail = ", ".join(f"{k} {n}" for k, n in by.items())
+    return f"{len(misses)} miss(es) of {len(verdicts)}" + (f" ({detail})" if detail else "")

@@ -3,12 +3,12 @@ the totals line when the window saw no image request, and the decisions table.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mmlens.analysis.routing_table import decision_rows
 from mmlens.analysis.timeseries import Point, bucket_of, counter_increase_series
-from mmlens.analysis.views.common import clock
+from mmlens.analysis.views.common import clock, is_miss
 from mmlens.ingest.metrics_records import NormalizedMetrics
 from mmlens.records import MetricSample, RequestTrace
 
@@ -33,6 +33,10 @@ def applied_events(metrics: NormalizedMetrics) -> dict[str, Any]:
             if h.get("events_applied")}
 
 
-def decision_table(traces: Sequence[RequestTrace]) -> list[dict[str, Any]]:
-    """``decision_rows`` with the time first, as the page shows it."""
-    return [{"time": clock(row.pop("ts")), **row} for row in decision_rows(traces)]
+def decision_table(traces: Sequence[RequestTrace], names: Mapping[str, str] | None = None,
+                   misses_only: bool = False) -> list[dict[str, Any]]:
+    """``decision_rows`` with the time first, as the page shows it; ``misses_only`` keeps
+    the requests whose verdict is a miss."""
+    rows = [{"time": clock(row.pop("ts")), **row}
+            for row in decision_rows(traces, names=names)]
+    return [r for r in rows if is_miss(r["verdict"])] if misses_only else rows
