@@ -1,27 +1,116 @@
-"""Lab: send test image requests through a router and see what each one got; compare the
-router-mode and worker-mode prompt token counts of the same request."""
+"""Lab: send test image requests through a router and see what each one got; send the same
+request through a router-mode and a worker-mode router and compare what the engines counted."""
+
+import random
 
 import pandas as pd
 import streamlit as st
 from mmlens.collectors.sender import Sender
 from mmlens.ui import shared
 
-from mmlens.analysis.lab_plan import SEQUENCES, comparison_rows, plan_steps, result_row
+from mmlens.analysis.lab_plan import (
+    SEQUENCES,
+    ImageSpec,
+    StepResult,
+    batches,
+    plan_steps,
+    result_rows,
+    run_images,
+)
 from mmlens.analysis.scenarios import NAMES as SCENARIOS
-from mmlens.analysis.views.lab import models_of, routers, tint
+from mmlens.analysis.views.lab import (
+    check_inputs,
+    compare_modes,
+    models_of,
+    router_modes,
+    routers,
+    step_result,
+)
 from mmlens.config import RouterTarget
+from mmlens.errors import LayoutError
 from mmlens.layout.families import get_family
-from mmlens.layout.imageinfo import parse_size
+from mmlens.layout.modeldir import resolve_model
 from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 
 st.title("Lab")
 path = shared.require_reader()
+SEED_TOKENS = 32  # requests sent together stay in flight long enough to see each other
 
 
 @st.cache_resource(show_spinner=False)
 def sender(db: str) -> Sender:
     return Sender(db)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def layout_problem(name: str) -> str | None:
+    """Why ``name`` gives no expected layout, or None when it resolves."""
+    try:
+        resolve_model(name)
+    except (ValueError, LayoutError, OSError) as exc:
+        return (f"unknown layout model {name!r}: {exc} — give a family (qwen3-vl, kimi-k3, "
+                "glm-5.3-flash, …) or a model directory")
+    return None
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _png(kind: str, width: int, height: int, seed: int, rgb: tuple[int, int, int]) -> bytes:
+    return synthetic_png(kind, width, height, seed=seed, rgb=rgb)
+
+
+def image_bytes(spec: ImageSpec) -> bytes:
+    return _png(spec.kind, spec.width, spec.height, spec.seed, spec.rgb)
+
+
+def send_run(targets: list[dict], steps: list, model: str, modes: dict[str, str], **kw: object,
+             ) -> list[StepResult]:
+    results: list[StepResult] = []
+    bar = st.progress(0.0, text="sending…")
+    total, done = len(steps) * len(targets), 0
+    names = shared.worker_names(path)
+    for tgt in targets:
+        rt = RouterTarget(tgt["name"], tgt["kind"], tgt["url"], api_key_env=tgt.get("api_key_env"))
+        for batch in batches(steps):
+            args = {"router_kind": rt.kind, "api_key": rt.api_key(), **kw}
+            if len(batch) > 1:
+                traces = sender(path).send_together(
+                    rt.url, model, [(s.text, s.images) for s in batch],
+                    max_tokens=SEED_TOKENS, **args)
+            else:
+                traces = [sender(path).send(rt.url, model, batch[0].text, batch[0].images,
+                                            **args)]
+            results += [step_result(s, tgt["name"], t, names, modes.get(tgt["name"]))
+                        for s, t in zip(batch, traces, strict=True)]
+            done += len(batch)
+            bar.progress(done / total, text=f"{batch[-1].label} → {tgt['name']}")
+    bar.empty()
+    return results
+
+
+def show_results(results: list[StepResult]) -> None:
+    from mmlens.figures.lab import steps_figure
+
+    run = st.session_state.get("lab_run") or {}
+    if run:
+        st.caption(f"Run seed {run['seed']}: {run['images'] or 'no generated images'}"
+                   + ("" if run["pinned"] else " — pin the seed to send these images again"))
+    rows = result_rows(results)
+    st.plotly_chart(steps_figure(rows), key="lab_steps", width="stretch")
+    shared.request_table(rows, "lab_results_table", column_config={
+        "why": st.column_config.TextColumn("why", width="large"),
+        "TTFT change": st.column_config.TextColumn(
+            "TTFT change", help="against the first send of the same images to that router")})
+    comparisons = compare_modes(results)
+    for c in comparisons:
+        st.subheader(f"Router mode vs worker mode: {c.step}")
+        st.dataframe(pd.DataFrame(c.rows), hide_index=True, width="stretch")
+        for note in c.notes:
+            st.info(note)
+    if not comparisons and len(routers(shared.meta(path, "targets"))) > 1:
+        st.caption("Turn on *Compare across routers* to send the same request through every "
+                   "router (the demo's runs in router mode and in worker mode) and compare the "
+                   "engines' prompt token counts.")
 
 
 with shared.page_guard("Lab"):
@@ -30,10 +119,12 @@ with shared.page_guard("Lab"):
         st.info("No router configured yet: add one on the Targets page (or start "
                 "`mmlens dashboard --demo`).")
         st.stop()
+    modes = router_modes(shared.snapshot(path).metrics.mm_processing)
     c1, c2 = st.columns(2)
     urls = {x["name"]: x["url"] for x in known}
-    name = c1.selectbox("Router", list(urls), key="lab_router",
-                        format_func=lambda n: f"{n} · {urls[n]}")
+    name = c1.selectbox(
+        "Router", list(urls), key="lab_router",
+        format_func=lambda n: f"{n} · {urls[n]}" + (f" · {modes[n]} mode" if n in modes else ""))
     router = next(x for x in known if x["name"] == name)
     models = models_of(shared.meta(path, "router_state"), name)
     if models:
@@ -42,48 +133,52 @@ with shared.page_guard("Lab"):
         model = c2.text_input("Model", key="lab_model_text",
                               help="the router listed no models (is it down?)")
     try:
-        layout_model = get_family(model).name if model else ""
+        guess = get_family(model).name if model else ""
     except ValueError:
-        layout_model = ""
+        guess = ""
     layout_model = st.text_input("Layout model (family or model directory, for expected "
-                                 "layouts)", layout_model or "qwen3-vl", key="lab_layout_model")
-
-    text = st.text_area("Text", "Describe this image in detail please.", key="lab_text")
-    st.markdown("**Images**")
-    g1, g2, g3, g4 = st.columns(4)
-    kind = g1.selectbox("Synthetic", ["solid", "noise", "gradient", "none"], key="lab_kind")
-    size = g2.text_input("Size (WxH)", "640x480", key="lab_size")
-    count = int(g3.number_input("How many", 0, 8, 1, key="lab_count"))
-    seed = int(g4.number_input("Seed / tint", 0, 1000, 0, key="lab_seed"))
+                                 "layouts)", guess or "qwen3-vl", key="lab_layout_model")
+    layout_error = st.empty()
+    text = st.text_area("Text", "Describe this image in detail: the objects, their colours, "
+                        "any text, and the setting.", key="lab_text")
+    st.markdown("**Images** — each image gets its own seed and tint")
+    g1, g2, g3, g4, g5 = st.columns([1, 2, 1, 1, 1])
+    kind = g1.selectbox("Synthetic", ["gradient", "noise", "solid", "none"], key="lab_kind")
+    sizes = g2.text_input("Sizes (WxH, comma-separated; image i takes the i-th)",
+                          "480x360, 640x480", key="lab_size")
+    count = int(g3.number_input("How many", 0, 8, 2, key="lab_count"))
+    pinned = g4.toggle("Pin seed", key="lab_pin", help="off: fresh images every run")
+    seed = int(g5.number_input("Seed", 0, 999_999, 1, key="lab_seed", disabled=not pinned))
+    sizes_error = st.empty()
     uploaded = shared.uploaded_images("lab_uploads")
     url = st.text_input("Image URL (passed through to the router)", key="lab_url")
-
-    parts: list[ImagePart] = []
-    parts.extend(ImagePart(data, mime=f"image/{info.format.lower()}")
-                 for data, info in uploaded)
-    if kind != "none" and count:
-        w, h = parse_size(size)
-        parts += [ImagePart(synthetic_png(kind, w, h, seed=seed + i, rgb=tint(seed)))
-                  for i in range(count)]
-    if url.strip():
-        parts.append(ImagePart(url=url.strip()))
+    url_error = st.empty()
 
     s1, s2, s3 = st.columns([2, 1, 1])
     choices = list(SEQUENCES) + [f"scenario:{n}" for n in SCENARIOS]
     sequence = s1.selectbox(
-        "Run", choices, key="lab_sequence",
+        "Run", choices, key="lab_sequence", index=choices.index("abab"),
         format_func=lambda k: (f"scenario {k.split(':', 1)[1]} (mmlens check; its own images)"
                                if k.startswith("scenario:") else SEQUENCES[k]))
-    stream = s2.toggle("Stream", key="lab_stream")
+    stream = s2.toggle("Stream", True, key="lab_stream", help="streamed requests measure TTFT")
     compare = s3.toggle("Compare across routers", key="lab_compare",
                         help="send the same request to every configured router, e.g. one in "
                              "router mode and one in worker mode")
+    sequence_error = st.empty()
     keep_text = st.toggle(
         "Store the prompt text", key="lab_keep_text",
         help="off: the store keeps counts, spans, per-block content keys and image "
              "identities, never the text; on: the inspector can also rebuild every view's "
              "token ids and hashes")
-    go = st.button("Send", type="primary", key="lab_send")
+    inputs = check_inputs(kind, sizes, count, url, sequence, len(uploaded))
+    problem = layout_problem(layout_model.strip()) if layout_model.strip() else None
+    if problem:
+        inputs.errors["layout"] = problem
+    for key, box in (("layout", layout_error), ("sizes", sizes_error), ("url", url_error),
+                     ("sequence", sequence_error)):
+        if key in inputs.errors:
+            box.error(inputs.errors[key])
+    go = st.button("Send", type="primary", key="lab_send", disabled=bool(inputs.errors))
 
     if go and sequence.startswith("scenario:"):
         bar = st.progress(0.0, text="starting…")
@@ -91,7 +186,9 @@ with shared.page_guard("Lab"):
         def progress(what: str, done: int, total: int) -> None:
             bar.progress(min(1.0, done / max(total, 1)), text=what)
 
-        others = [x["url"] for x in known if x["name"] != name]
+        worker_mode = [x["url"] for x in known if modes.get(x["name"]) == "worker"
+                       and x["name"] != name]
+        others = worker_mode or [x["url"] for x in known if x["name"] != name]
         result = sender(path).run_scenario(
             router["url"], model or "default", layout_model, sequence.split(":", 1)[1],
             router_kind=router["kind"], worker_mode_router_url=others[0] if others else None,
@@ -101,25 +198,21 @@ with shared.page_guard("Lab"):
         shared.recent_traces.clear()
         shared.snapshot.clear()
     elif go:
-        steps = plan_steps(sequence, parts, text)
-        targets = known if compare else [router]
-        results = []
-        bar = st.progress(0.0, text="sending…")
-        total = len(steps) * len(targets)
-        done = 0
-        for tgt in targets:
-            rt = RouterTarget(tgt["name"], tgt["kind"], tgt["url"],
-                              api_key_env=tgt.get("api_key_env"))
-            for label, step_text, step_parts in steps:
-                trace = sender(path).send(
-                    rt.url, model or "default", step_text, step_parts, router_kind=rt.kind,
-                    layout_model=layout_model, stream=stream, api_key=rt.api_key(),
-                    keep_text=keep_text)
-                results.append(result_row(label, tgt["name"], trace))
-                done += 1
-                bar.progress(done / total, text=f"{label} → {tgt['name']}")
-        bar.empty()
-        st.session_state["lab_results"] = results
+        run_seed = seed if pinned else random.randrange(1, 1_000_000)
+        specs = run_images(kind, inputs.sizes, count, run_seed)
+        parts = [ImagePart(image_bytes(s)) for s in specs]
+        parts += [ImagePart(data, mime=f"image/{info.format.lower()}") for data, info in uploaded]
+        labels = [s.name for s in specs] + [f"upload {i + 1}" for i in range(len(uploaded))]
+        if inputs.url:
+            parts.append(ImagePart(url=inputs.url))
+            labels.append("URL")
+        st.session_state["lab_run"] = {
+            "seed": run_seed, "pinned": pinned,
+            "images": ", ".join(f"{s.name} {s.width}x{s.height}" for s in specs)}
+        steps = plan_steps(sequence, parts, text, labels)
+        st.session_state["lab_results"] = send_run(
+            known if compare else [router], steps, model or "default", modes,
+            layout_model=layout_model, stream=stream, keep_text=keep_text)
         shared.recent_traces.clear()
         shared.snapshot.clear()
 
@@ -136,16 +229,8 @@ with shared.page_guard("Lab"):
     results = st.session_state.get("lab_results") or []
     if results:
         st.subheader("Results")
-        df = pd.DataFrame(results)
-        df["inspect"] = [shared.inspector_link(rid) for rid in df["request"]]
-        st.dataframe(df, hide_index=True, width="stretch", column_config={
-            "inspect": st.column_config.LinkColumn("inspect", display_text="open")})
-        st.subheader("Router mode vs worker mode: prompt tokens")
-        st.dataframe(pd.DataFrame(comparison_rows(results)), hide_index=True, width="stretch")
-        st.caption("Router mode: the router expands each image and routes on the router view. "
-                   "Worker mode: it forwards one anchor per image and the worker expands with "
-                   "its own processor; the engine's prompt_tokens should equal the expected "
-                   "count in both.")
+        show_results(results)
     else:
-        st.caption("Compose a request and press Send: each step's worker, prompt and cached "
-                   "tokens, the router's prediction and TTFT appear here.")
+        st.caption("Compose a request and press Send: per step the worker, the tokens served "
+                   "from cache and those computed, the router's prediction, the verdict and "
+                   "the TTFT appear here.")

@@ -1,75 +1,184 @@
-"""The Lab's request sequences and result rows (pure: images are opaque values here)."""
+"""The Lab's request sequences, the images of a run and each step's result row (pure: images
+are opaque values here, the page renders them)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-from mmlens.analysis.request_view import predicted_tokens
-from mmlens.records import RequestTrace
+from mmlens.layout.imageinfo import parse_size
 
 T = TypeVar("T")
 
 SEQUENCES = {
     "once": "one request",
     "repeat": "repeat ×3 (cache hits should grow, then stay)",
-    "abab": "A, B, A, B (needs two images: each replay should return to its seed worker)",
-    "isolation": "A, A, then B (needs two images of one size: B may be a false hit)",
+    "abab": "A and B at once, then A again, B again (two images: each replay should find its "
+            "cache on its seed's worker)",
+    "isolation": "A, A, then B (two images of one size: B may be a false hit)",
     "staircase": "1, 2, 3 copies of the first image (overlap should climb)",
 }
+NEEDS = {"abab": 2, "isolation": 2, "staircase": 1}
+MAX_IMAGES = 8
+
+
+@dataclass(frozen=True)
+class PlannedStep(Generic[T]):
+    label: str
+    text: str
+    images: list[T]
+    key: str  # which images, by name ("A", "A+B"): steps with one key send the same images
+    together: bool = False  # sent at the same moment as the neighbouring steps marked so
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One synthetic image of a run: its own seed and tint, so no two are alike."""
+
+    name: str
+    kind: str
+    width: int
+    height: int
+    seed: int
+    rgb: tuple[int, int, int]
+
+
+def tint(seed: int) -> tuple[int, int, int]:
+    """A colour per seed, so images of different seeds differ in content."""
+    return (seed * 37) % 256, (seed * 91 + 60) % 256, (seed * 53 + 120) % 256
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """``"480x360, 640x480"`` → ``[(480, 360), (640, 480)]``; ImageError (a ValueError) on a
+    bad entry, naming it."""
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if not items:
+        raise ValueError("give at least one size, e.g. 640x480")
+    return [parse_size(s) for s in items]
+
+
+def run_images(kind: str, sizes: Sequence[tuple[int, int]], count: int, seed: int,
+               ) -> list[ImageSpec]:
+    """``count`` images named A, B, C…: image i takes the i-th size (cycling) and seed
+    ``seed + i`` (its noise and its tint)."""
+    if kind == "none" or count <= 0:
+        return []
+    out = []
+    for i in range(min(count, MAX_IMAGES)):
+        w, h = sizes[i % len(sizes)]
+        out.append(ImageSpec(chr(ord("A") + i), kind, w, h, seed + i, tint(seed + i)))
+    return out
 
 
 def plan_steps(sequence: str, images: Sequence[T], text: str,
-               ) -> list[tuple[str, str, list[T]]]:
-    """``(label, text, images)`` per request of a sequence."""
+               names: Sequence[str] | None = None) -> list[PlannedStep[T]]:
+    """The steps of a sequence; ``names`` names the images (default A, B, C…)."""
     imgs = list(images)
+    names = list(names or [chr(ord("A") + i) for i in range(len(imgs))])
+    need = NEEDS.get(sequence, 0)
+    if len(imgs) < need:
+        raise ValueError(f"{SEQUENCES[sequence]}: needs {need} image(s), has {len(imgs)}")
+    every = "+".join(names) or "text"
     if sequence == "once":
-        return [("request", text, imgs)]
+        return [PlannedStep("request", text, imgs, every)]
     if sequence == "repeat":
-        return [(f"repeat {i + 1}", text, imgs) for i in range(3)]
+        return [PlannedStep(f"repeat {i + 1}", text, imgs, every) for i in range(3)]
     if sequence in ("abab", "isolation"):
-        if len(imgs) < 2:
-            raise ValueError(f"{SEQUENCES[sequence]}: add at least two images")
-        a, b = [imgs[0]], [imgs[1]]
+        (a, b), (na, nb) = imgs[:2], names[:2]
         if sequence == "abab":
-            return [("A", text, a), ("B", text, b), ("A again", text, a), ("B again", text, b)]
-        return [("A (seed)", text, a), ("A (warm)", text, a), ("B (same size)", text, b)]
+            return [PlannedStep(na, text, [a], na, together=True),
+                    PlannedStep(nb, text, [b], nb, together=True),
+                    PlannedStep(f"{na} again", text, [a], na),
+                    PlannedStep(f"{nb} again", text, [b], nb)]
+        return [PlannedStep(f"{na} (seed)", text, [a], na),
+                PlannedStep(f"{na} (warm)", text, [a], na),
+                PlannedStep(f"{nb} (other pixels)", text, [b], nb)]
     if sequence == "staircase":
-        if not imgs:
-            raise ValueError("staircase: add an image")
-        return [(f"{n} image(s)", text, [imgs[0]] * n) for n in (1, 2, 3)]
+        return [PlannedStep(f"{n} × {names[0]}", text, [imgs[0]] * n, "+".join([names[0]] * n))
+                for n in (1, 2, 3)]
     raise ValueError(f"unknown sequence {sequence!r}")
 
 
-def result_row(label: str, router: str, trace: RequestTrace) -> dict[str, Any]:
-    lay = trace.expected_layout
-    return {
-        "step": label, "router": router, "request": trace.request_id,
-        "worker": trace.worker or "—", "prompt_tokens": trace.prompt_tokens,
-        "cached_tokens": trace.cached_tokens, "predicted": predicted_tokens(trace),
-        "ttft_ms": None if trace.ttft_s is None else round(trace.ttft_s * 1000, 1),
-        "expected_router_view": lay.router_view.token_count if lay and lay.router_view else None,
-        "expected_worker_view": lay.worker_view.token_count if lay and lay.worker_view else None,
-        "expected_engine": lay.engine_prompt_tokens if lay else None,
-        "mode": trace.processing_mode or "—",
-        "error": f"{trace.error_code}: {trace.error}" if trace.error else "",
-    }
+def batches(steps: Sequence[PlannedStep[T]]) -> list[list[PlannedStep[T]]]:
+    """Consecutive steps marked ``together`` form one batch; every other step is its own."""
+    out: list[list[PlannedStep[T]]] = []
+    for step in steps:
+        if step.together and out and out[-1][0].together:
+            out[-1].append(step)
+        else:
+            out.append([step])
+    return out
 
 
-def comparison_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per step and router: what each mode sends and what the engine counted."""
+@dataclass
+class StepResult:
+    """What one step got, as the Lab shows it."""
+
+    step: str
+    router: str
+    request: str
+    key: str  # which images (see PlannedStep.key)
+    worker: str
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    predicted: int | None
+    ttft_ms: float | None
+    verdict: str
+    why: str
+    mode: str = "—"
+    error: str = ""
+    latency_ms: float | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def computed(self) -> int | None:
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens - (self.cached_tokens or 0)
+
+    @property
+    def hit(self) -> float | None:
+        if not self.prompt_tokens or self.error:
+            return None
+        return (self.cached_tokens or 0) / self.prompt_tokens
+
+
+def ttft_changes(results: Sequence[StepResult]) -> dict[int, str]:
+    """Per result (by index): its TTFT against the first send of the same images to the
+    same router ("−62% vs A"), or its latency's when TTFT was not measured (no stream);
+    first sends and failures get none."""
+    first: dict[tuple[str, str], StepResult] = {}
+    out: dict[int, str] = {}
+    for i, r in enumerate(results):
+        base = first.get((r.router, r.key))
+        if base is None:
+            if not r.error:
+                first[(r.router, r.key)] = r
+            continue
+        if r.error:
+            continue
+        if r.ttft_ms is not None and base.ttft_ms:
+            now, then, what = r.ttft_ms, base.ttft_ms, ""
+        elif r.latency_ms is not None and base.latency_ms:
+            now, then, what = r.latency_ms, base.latency_ms, " (latency)"
+        else:
+            continue
+        out[i] = f"{(now - then) / then:+.0%} vs {base.step}{what}"
+    return out
+
+
+def result_rows(results: Sequence[StepResult]) -> list[dict[str, object]]:
+    """The Lab's result table: per step its worker, tokens cached and computed, hit %, TTFT
+    and its change, the router's prediction and the verdict with its reason."""
+    changes = ttft_changes(results)
     rows = []
-    for r in results:
-        observed = r.get("prompt_tokens")
-        expected = r.get("expected_engine")
-        verdict = ("—" if observed is None or expected is None else
-                   "equal" if observed == expected else
-                   f"engine counted {observed - expected:+d} tokens (count drift or wrapper)")
+    for i, r in enumerate(results):
         rows.append({
-            "step": r["step"], "router": r["router"],
-            "router mode: router sends": r.get("expected_router_view"),
-            "worker mode: router sends": r.get("expected_worker_view"),
-            "expected engine prompt_tokens": expected,
-            "observed prompt_tokens": observed, "verdict": verdict,
+            "step": r.step, "router": r.router, "verdict": r.verdict, "why": r.why,
+            "worker": r.worker, "prompt": r.prompt_tokens, "cached": r.cached_tokens,
+            "computed": r.computed, "hit %": None if r.hit is None else round(100 * r.hit),
+            "predicted": r.predicted, "TTFT ms": r.ttft_ms, "TTFT change": changes.get(i, "—"),
+            "mode": r.mode, "error": r.error, "request": r.request,
         })
     return rows

@@ -11,7 +11,7 @@ from mmlens.analysis.decisions import DecisionView, merged
 from mmlens.analysis.explain import ERROR_HINTS
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.analysis.verdicts import judge
-from mmlens.analysis.views.common import worker_label
+from mmlens.analysis.views.common import named_headline, worker_label
 from mmlens.ingest.observed import known
 from mmlens.records import RequestTrace, RoutingCandidate, RoutingScore, SpillGate
 
@@ -103,7 +103,7 @@ def decision_rows(traces: Sequence[RequestTrace], limit: int = 100,
         j = judge(t)
         rows.append({
             "ts": t.ts or 0.0, "request": t.request_id,
-            "verdict": j.category, "why": j.headline,
+            "verdict": j.category, "why": named_headline(j.headline, t.worker, names),
             "worker": _worker(t.worker or view.worker, names),
             "router": t.router or "—",
             "branch": view.branch or "—",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mmlens.analysis.lab_plan import tint
 from mmlens.analysis.views.common import clock, pct, short_worker
 from mmlens.analysis.views.inspector import (
     cached_text,
@@ -9,7 +10,7 @@ from mmlens.analysis.views.inspector import (
     image_rows,
     request_label,
 )
-from mmlens.analysis.views.lab import models_of, routers, tint
+from mmlens.analysis.views.lab import models_of, routers
 from mmlens.analysis.views.overview import overview_view
 from mmlens.analysis.views.routing import decision_table, mode_reason_series
 from mmlens.ingest.observed import fragment

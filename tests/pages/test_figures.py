@@ -8,7 +8,6 @@ import json
 import pytest
 
 from mmlens.analysis.affinity import image_affinity, multi_resident, sankey_links
-from mmlens.analysis.lab_plan import comparison_rows, plan_steps
 from mmlens.analysis.overview import alerts, headline
 from mmlens.analysis.request_view import fold_images, from_layout, from_trace
 from mmlens.analysis.timeseries import deltas, ratio_series
@@ -176,18 +175,6 @@ def test_overview_alerts_block_size_and_unhealthy() -> None:
     assert {"block_size_mismatch", "worker_unhealthy"} <= causes
     head = headline(snap, [])
     assert head.engine_hit_rate == 0.5 and head.worker_mode_share == 0.75
-
-
-def test_lab_plans() -> None:
-    assert [s[0] for s in plan_steps("abab", ["A", "B"], "t")] == ["A", "B", "A again",
-                                                                  "B again"]
-    assert [len(s[2]) for s in plan_steps("staircase", ["A"], "t")] == [1, 2, 3]
-    with pytest.raises(ValueError, match="two images"):
-        plan_steps("isolation", ["A"], "t")
-    rows = comparison_rows([{"step": "s", "router": "r", "prompt_tokens": 84,
-                             "expected_engine": 81, "expected_router_view": 81,
-                             "expected_worker_view": 18}])
-    assert rows[0]["verdict"].startswith("engine counted +3")
 
 
 def test_targets_toml_from_ready_round_trips() -> None:

@@ -239,13 +239,29 @@ def test_lab_page_lists_router_model_and_sequences(db: Recorded) -> None:
     assert at.selectbox(key="lab_router").value == "smg"
     assert at.selectbox(key="lab_model").value == "Qwen/Qwen3-VL-2B-Instruct"
     options = at.selectbox(key="lab_sequence").options
-    assert any("A, B, A, B" in o for o in options)
+    assert any("A and B at once" in o for o in options)
     assert any(o.startswith("scenario isolation") for o in options)
-    with expect_caught() as got:
-        at.text_input(key="lab_size").set_value("0x0").run()
-    assert_clean(at)
-    assert messages(at)["error"] == ["Lab: image width must be positive, got 0"]
-    assert got == ["Lab: ImageError: image width must be positive, got 0"]
+    assert not at.button(key="lab_send").disabled
+
+
+@pytest.mark.parametrize(("key", "value", "says", "good"), [
+    ("lab_size", "abc", "not an image size WxH: 'abc'", "640x480"),
+    ("lab_size", "0x0", "image width must be positive, got 0", "640x480"),
+    ("lab_url", "not a url", "not an image URL: 'not a url'", ""),
+    ("lab_layout_model", "no-such-model", "unknown layout model 'no-such-model'", "qwen3-vl"),
+])
+def test_lab_bad_input_gets_an_inline_error_and_keeps_the_controls(
+        db: Recorded, key: str, value: str, says: str, good: str) -> None:
+    at = open_page("lab")
+    at.text_input(key=key).set_value(value).run()
+    assert_clean(at)  # and page_guard caught nothing: the page checked the input itself
+    (error,) = messages(at)["error"]
+    assert says in error
+    assert at.button(key="lab_send").disabled  # still there, not pressable
+    for widget in ("lab_size", "lab_url", "lab_layout_model", "lab_text"):
+        assert at.get_by_key(widget) is not None
+    at.text_input(key=key).set_value(good).run()
+    assert not messages(at)["error"] and not at.button(key="lab_send").disabled
 
 
 def test_targets_page_validates_toml(db: Recorded, tmp_path: Path,

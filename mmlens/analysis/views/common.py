@@ -45,6 +45,14 @@ def worker_label(worker: str | None, names: Mapping[str, str] | None = None) -> 
     return f"{name}#{rank}" if sep and rank not in ("", "0") else name
 
 
+def named_headline(text: str, worker: str | None, names: Mapping[str, str] | None) -> str:
+    """A verdict's sentence with the worker's URL replaced by its config name."""
+    if not worker or not names:
+        return text
+    label = worker_label(worker, names)
+    return text if label == short_worker(worker) else text.replace(worker, label)
+
+
 # Verdicts that are a cache miss of some kind ("cold" too: nothing was reused), and the row
 # colour each gets wherever requests are listed.
 MISS_VERDICTS = ("false_hit", "count_drift", "fallback", "evicted", "spilled", "cold", "error")
