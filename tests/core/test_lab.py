@@ -88,8 +88,8 @@ def test_step_results_carry_verdict_reason_hit_share_and_ttft_change() -> None:
     fig = steps_figure(result_rows(results)).to_dict()
     assert [t["name"].split(" ")[0] for t in fig["data"]] == ["cached", "computed"]
     assert list(fig["data"][0]["y"]) == [0, 0, 192, 320]
-    assert list(fig["data"][1]["text"])[0] == "0% · false_hit"
-    assert list(fig["data"][0]["x"])[0] == "A<br>w1"
+    assert fig["data"][1]["text"][0] == "0% · false_hit"
+    assert fig["data"][0]["x"][0] == "A<br>w1"
 
 
 def test_latency_stands_in_for_ttft_when_not_streamed() -> None:

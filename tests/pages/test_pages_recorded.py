@@ -13,7 +13,6 @@ from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
-    expect_caught,
     figure_titled,
     figures,
     messages,
