@@ -207,6 +207,7 @@ def _fill_state(store: SQLStore, n_blocks: int, now: float) -> None:
 
 def time_pages(runs: int) -> dict[str, tuple[float, float]]:
     import streamlit as st
+    from mmlens.ui import shared
     from streamlit.testing.v1 import AppTest
 
     out = {}
@@ -219,6 +220,8 @@ def time_pages(runs: int) -> dict[str, tuple[float, float]]:
             at.run()
             at.switch_page(f"pages/{page}.py")
             st.cache_data.clear()
+            for cached in (shared.snapshot, shared.recent_traces, shared.trace_by_id):
+                cached.clear()  # records are cached as shared objects (st.cache_resource)
             t = time.perf_counter()
             at.run()
             c = time.perf_counter() - t

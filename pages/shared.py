@@ -99,8 +99,13 @@ def _note_caught(what: str, exc: Exception) -> None:
 
 # --- cached queries (keyed by store path; the reader is not hashed) --------------------------
 
+# Queries returning request records are cached as shared objects, not copies: st.cache_data
+# pickles its value on every hit, which for 500 traces costs ~150 ms per page run. Pages and
+# analysis treat records as read-only.
+records_cache = st.cache_resource
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+
+@records_cache(ttl=TTL_S, show_spinner=False, max_entries=8)
 def snapshot(path: str, n_traces: int = 200) -> Snapshot:
     return build_snapshot(_reader(path), n_traces=n_traces, count_kv_events=False)
 
@@ -116,12 +121,12 @@ def worker_names(path: str) -> dict[str, str]:
     return _worker_names(_reader(path).meta("targets"))
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@records_cache(ttl=TTL_S, show_spinner=False, max_entries=8)
 def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
     return _reader(path).recent_traces(limit)
 
 
-@st.cache_data(ttl=60, show_spinner=False, max_entries=256)
+@records_cache(ttl=60, show_spinner=False, max_entries=256)
 def trace_by_id(path: str, request_id: str) -> RequestTrace | None:
     return _reader(path).trace(request_id)
 
