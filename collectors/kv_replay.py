@@ -15,7 +15,7 @@ import zmq
 
 from mmlens.ingest.kv_events import END_SEQ, MAX_SEQ
 
-Purpose = Literal["initial", "join", "gap", "restart", "resync", "reconnect", "tail"]
+Purpose = Literal["initial", "join", "gap", "hole", "restart", "resync", "reconnect", "tail"]
 
 
 @dataclass(slots=True)
@@ -24,7 +24,9 @@ class Replay:
     purpose: Purpose
     first: int
     last: int  # inclusive
-    deadline: float  # time.monotonic()
+    deadline: float  # time.monotonic(): moves on with every reply, up to ``cap``
+    timeout_s: float
+    cap: float
     got: dict[int, bytes] = field(default_factory=dict)
     done: bool = False
     bad_frames: int = 0
@@ -35,9 +37,14 @@ class Replay:
               last: int, timeout_s: float) -> Replay:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        # The publisher's ROUTER drops replies beyond the pipe's high-water mark (1000 by
+        # default); an unbounded receive side keeps a 10,000-batch buffer whole.
+        sock.setsockopt(zmq.RCVHWM, 0)
         sock.connect(endpoint)
         sock.send_multipart([b"", first.to_bytes(8, "big")])
-        return cls(sock, purpose, first, last, time.monotonic() + timeout_s)
+        now = time.monotonic()
+        return cls(sock, purpose, first, last, now + timeout_s, timeout_s,
+                   now + max(30.0, timeout_s))
 
     def read(self, max_batches: int) -> None:
         """Take every reply waiting on the socket; ``done`` once the end marker came."""
@@ -46,6 +53,7 @@ class Replay:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            self.deadline = min(self.cap, time.monotonic() + self.timeout_s)  # still answering
             if frames and frames[0] == b"":
                 frames = frames[1:]
             if len(frames) != 2 or len(frames[0]) != 8:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import zmq
+from mmlens.collectors.kv_endpoint import BACKOFF_S, Endpoint
 from mmlens.collectors.kv_replay import Purpose, Replay
 from zmq.utils.monitor import recv_monitor_message
 
@@ -30,30 +30,9 @@ from mmlens.ingest.kv_stream import StreamState, same_incarnation
 from mmlens.records import CollectorHealth, KVEvent
 
 EventSink = Callable[[list[KVEvent]], None]
-BACKOFF_S = (5.0, 300.0)  # first and longest pause of a replay socket that timed out
+
 MAX_HELD = 200_000  # live batches held behind one replay before it is cut short
 IDLE_PROBE_S = 2.0  # a quiet stream asks its buffer for batches lost after its last one
-
-
-@dataclass(slots=True)
-class Endpoint:
-    worker: str
-    rank: int
-    endpoint: str
-    replay: str | None
-    topic: bytes
-    socket: zmq.Socket  # type: ignore[type-arg]
-    health: CollectorHealth
-    monitor: zmq.Socket | None = None  # type: ignore[type-arg]
-    stream: StreamState = field(default_factory=StreamState)
-    pending: Replay | None = None
-    held: list[tuple[int, bytes, float]] = field(default_factory=list)
-    connected_once: bool = False
-    silent_until: float = 0.0
-    last_activity: float = field(default_factory=time.monotonic)
-    backoff_s: float = BACKOFF_S[0]
-    lag_sum: float = 0.0
-    lag_n: int = 0
 
 
 class KVEventCollector:
@@ -224,9 +203,11 @@ class KVEventCollector:
         ep.last_activity = time.monotonic()
         self._on_live(ep, seq, frames[2], now)
 
-    def _on_live(self, ep: Endpoint, seq: int, payload: bytes, now: float) -> None:
+    def _on_live(self, ep: Endpoint, seq: int, payload: bytes, now: float,
+                 live: bool = True) -> None:
+        """A batch in stream order: live, or replayed past a hole in a replay's answer."""
         if ep.pending is not None:
-            ep.held.append((seq, payload, now))
+            ep.held.append((seq, payload, now, live))
             if len(ep.held) >= MAX_HELD:
                 self._finish(ep, timed_out=True)
             return
@@ -250,13 +231,16 @@ class KVEventCollector:
         elif verdict == "resync":
             missing = ("resync", 0, seq - 1)
         if missing is not None:
+            if missing[0] == "gap" and ep.hole_retry:
+                missing = ("hole", missing[1], missing[2])
+            ep.hole_retry = False
             if self._can_replay(ep):
                 self._start_replay(ep, *missing)
-                ep.held.append((seq, payload, now))
+                ep.held.append((seq, payload, now, live))
                 return
             if missing[0] != "join":
                 h.error("unrecovered_gap", f"seq {missing[1]}..{missing[2]}, no replay", now)
-        self._apply(ep, seq, payload, now)
+        self._apply(ep, seq, payload, now, live)
 
     def _restart(self, ep: Endpoint) -> None:
         ep.health.count("restarts")
@@ -295,13 +279,19 @@ class KVEventCollector:
         c["published_batches"] = st.published
         c["lost_batches"] = st.lost
 
-    def note_stored(self, worker: str, rank: int, offered: int, stored: int) -> None:
-        """The store's answer for events of one stream: new rows vs already there."""
-        for ep in self.endpoints:
-            if (ep.worker, ep.rank) == (worker, rank):
-                ep.health.count("stored_events", stored)
-                ep.health.count("duplicate_events", offered - stored)
-                return
+    def store(self, events: list[KVEvent], add: Callable[[list[KVEvent]], int]) -> None:
+        """Store per stream (``add`` returns the rows it added), so each stream's health
+        says how many rows were new and how many the store already had (a replay, another
+        collector). Events of streams not read here (gRPC, event planes) are stored too."""
+        streams: dict[tuple[str, int], list[KVEvent]] = {}
+        for ev in events:
+            streams.setdefault((ev.worker, ev.rank), []).append(ev)
+        mine = {(ep.worker, ep.rank): ep.health for ep in self.endpoints}
+        for key, evs in streams.items():
+            stored = add(evs)
+            if key in mine:
+                mine[key].count("stored_events", stored)
+                mine[key].count("duplicate_events", len(evs) - stored)
 
     # --- replay ----------------------------------------------------------------------------
 
@@ -353,20 +343,30 @@ class KVEventCollector:
         start = ep.stream.last_seq
         got = [(seq, p) for seq, p in got if start is None or seq > start]
         h.count("replayed_batches", len(got))
-        for seq, payload in got:
+        rest = len(got)
+        for i, (seq, payload) in enumerate(got):
+            if ep.stream.last_seq is not None and seq > ep.stream.last_seq + 1 and (
+                    rep.purpose != "initial" or i) and rep.purpose != "hole":
+                rest = i  # a hole in the answer: the batches after it queue as a new gap
+                break
             self._apply(ep, seq, payload, now, live=False)
-        if rep.purpose not in ("initial", "reconnect", "tail"):
+        queued = [(seq, p, now, False) for seq, p in got[rest:]]
+        got, ep.hole_retry = got[:rest], bool(queued)
+        if not queued and rep.purpose not in ("initial", "reconnect", "tail"):
             missing = rep.last - (-1 if start is None else start) - len(got)
             if missing > 0 and rep.purpose != "join":
                 h.error("unrecovered_gap", f"{missing} batches before seq {rep.last + 1} "
                         "not returned by the replay", now)
             ep.stream.skip_to(rep.last)  # what the replay did not return is lost
-        held, ep.held = ep.held, []
-        for seq, payload, at in held:
-            if rep.got.get(seq) == payload:  # the replay already handed this batch over
+        held, ep.held = queued + ep.held, []
+        ep.replayed.update(rep.got)
+        for seq, payload, at, live in held:
+            if live and ep.replayed.get(seq) == payload:  # a replay handed it over already
                 h.count("duplicate_batches")
                 continue
-            self._on_live(ep, seq, payload, at)
+            self._on_live(ep, seq, payload, at, live)
+        if ep.pending is None:
+            ep.replayed.clear()
 
     def _resync(self, ep: Endpoint, got: list[tuple[int, bytes]], purpose: Purpose,
                 ) -> list[tuple[int, bytes]]:

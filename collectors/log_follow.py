@@ -5,34 +5,64 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from typing import IO
+from collections.abc import Iterable, Mapping
+from typing import IO, Any, Protocol
+
+LOG_POSITIONS = "log_positions"  # store meta: where each followed log file was read up to
+
+
+class _Meta(Protocol):
+    def meta(self, key: str) -> Any: ...
+
+    def set_meta(self, key: str, value: Any) -> None: ...
 
 
 class LogFollower:
-    """Reads lines appended to ``path`` since the last call; restarts on truncation."""
+    """Reads lines appended to ``path`` since the last call; starts over when the file is
+    truncated or replaced (another inode). ``position``/``resume`` let a restarted collector
+    go on where the last one stopped instead of reading (and storing) the log again."""
 
-    def __init__(self, path: str, from_start: bool = True, max_line: int = 1 << 20) -> None:
+    def __init__(self, path: str, from_start: bool = True, max_line: int = 1 << 20,
+                 max_read: int = 8 << 20) -> None:
         self.path = path
-        self.offset = 0 if from_start else self._size()
+        self.inode = self._stat()[0]
+        self.offset = 0 if from_start else self._stat()[1]
         self.max_line = max_line
+        self.max_read = max_read  # per call: a huge log is read over several ticks
         self._partial = b""
 
-    def _size(self) -> int:
+    def _stat(self) -> tuple[int | None, int]:
         try:
-            return os.path.getsize(self.path)
+            st = os.stat(self.path)
         except OSError:
-            return 0
+            return None, 0
+        return st.st_ino, st.st_size
+
+    def position(self) -> dict[str, int | None]:
+        """Where the next complete line starts."""
+        return {"inode": self.inode, "offset": self.offset - len(self._partial)}
+
+    def resume(self, saved: object) -> bool:
+        """Go on from a ``position()`` of the same file; anything else is ignored."""
+        if not isinstance(saved, dict):
+            return False
+        inode, offset = saved.get("inode"), saved.get("offset")
+        ino, size = self._stat()
+        if inode != ino or type(offset) is not int or not 0 <= offset <= size:
+            return False
+        self.offset, self._partial = offset, b""
+        return True
 
     def read_new(self) -> list[str]:
-        size = self._size()
-        if size < self.offset:  # truncated or rotated
-            self.offset, self._partial = 0, b""
+        inode, size = self._stat()
+        if inode != self.inode or size < self.offset:  # replaced, truncated or rotated
+            self.inode, self.offset, self._partial = inode, 0, b""
         if size == self.offset:
             return []
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
-                data = fh.read(size - self.offset)
+                data = fh.read(min(size - self.offset, self.max_read))
         except OSError:
             return []
         self.offset += len(data)
@@ -62,3 +92,23 @@ class StreamFollower:
         while self.lines:
             out.append(self.lines.popleft())
         return out
+
+
+def resume_followers(store: _Meta, followers: Mapping[str, object]) -> Iterable[str]:
+    """Names of the file followers that go on where an earlier collector stopped."""
+    saved = store.meta(LOG_POSITIONS)
+    if not isinstance(saved, dict):
+        return []
+    return [name for name, f in followers.items()
+            if isinstance(f, LogFollower) and f.resume(saved.get(f.path))]
+
+
+def save_positions(store: _Meta, followers: Mapping[str, object],
+                   last: dict[str, Any]) -> dict[str, Any]:
+    """Store the followers' positions when they moved; returns what is now stored."""
+    pos = {f.path: f.position() for f in followers.values() if isinstance(f, LogFollower)}
+    if pos and pos != last:
+        saved = store.meta(LOG_POSITIONS)
+        store.set_meta(LOG_POSITIONS, {**(saved if isinstance(saved, dict) else {}), **pos})
+        return pos
+    return last

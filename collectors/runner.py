@@ -20,7 +20,12 @@ from mmlens.collectors.availability_job import AvailabilityJob
 from mmlens.collectors.kv_grpc import GrpcKvCollector
 from mmlens.collectors.kv_plane import EventPlaneCollector
 from mmlens.collectors.kv_subscriber import KVEventCollector
-from mmlens.collectors.log_follow import LogFollower, StreamFollower
+from mmlens.collectors.log_follow import (
+    LogFollower,
+    StreamFollower,
+    resume_followers,
+    save_positions,
+)
 from mmlens.collectors.metrics_scrape import MetricsScraper
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.otlp_receiver import OtlpReceiver
@@ -80,6 +85,7 @@ class CollectorRunner:
         self.promql = PromQLSource(prom) if prom is not None else None
         self.followers: dict[str, LogFollower | StreamFollower] = dict(log_streams or {})
         self.log_health: dict[str, CollectorHealth] = {}
+        self._log_positions: dict[str, Any] = {}
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
         self.discovery_health = CollectorHealth("discovery", "config")
         # Crashed collector threads (restarted) and failed tick steps, counted.
@@ -109,6 +115,9 @@ class CollectorRunner:
         for router in self.cfg.routers:
             if router.log_file and router.name not in self.followers:
                 self.followers[router.name] = LogFollower(router.log_file)
+        for name in resume_followers(self.store, self.followers):
+            self.log_health.setdefault(name, CollectorHealth("router_logs", name)).count(
+                "resumed")
             if router.discover_workers:
                 state = self.router_state.poll(router)
                 for w in RouterStateCollector.workers_of(state):
@@ -253,7 +262,7 @@ class CollectorRunner:
             except queue.Empty:
                 break
         if events:
-            self._store_kv(events)
+            self.kv.store(events, self.store.add_kv_events)
             if self.shard_health is not None:
                 self._note_store_lag(self.shard_health, events)
         if self.kv.endpoints or self.kv_grpc.streams or self.planes:
@@ -261,15 +270,6 @@ class CollectorRunner:
             for entry in summary.values():
                 entry["transport"] = self.kv_transports.get(entry["worker"])
             self.store.set_kv_state(summary, now)
-
-    def _store_kv(self, events: list[KVEvent]) -> None:
-        """Store per stream, so each stream's health says how many rows were new and how
-        many the store already had (a replay, another collector)."""
-        streams: dict[tuple[str, int], list[KVEvent]] = {}
-        for ev in events:
-            streams.setdefault((ev.worker, ev.rank), []).append(ev)
-        for (worker, rank), evs in streams.items():
-            self.kv.note_stored(worker, rank, len(evs), self.store.add_kv_events(evs))
 
     def _compare_views(self, samples: list[MetricSample], now: float) -> None:
         """Router view vs engine holdings: block sets where a router's event plane is heard
@@ -321,6 +321,7 @@ class CollectorRunner:
             h.ok(now)
             h.count("lines", len(lines))
             h.count("decisions", len(found))
+        self._log_positions = save_positions(self.store, self.followers, self._log_positions)
 
     def record_traces(self, traces: list[RequestTrace]) -> None:
         """Traces sent elsewhere in this process (``mmlens collect --workload``), stored now."""

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from mmlens.collectors.trace_sink import SentRequest, TraceSink
 
-from mmlens.ingest.router_logs import cache_trace_decision
+from mmlens.ingest.router_logs import cache_trace_from_header
 from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 from mmlens.records import RequestTrace, RoutingDecision
@@ -117,12 +117,7 @@ class TraceClient:
             trace.response_id = returned
         raw = resp.headers.get("x-smg-cache-trace")
         if raw:
-            try:
-                trace.predictions.append(cache_trace_decision(json.loads(raw), trace.request_id))
-            except (ValueError, AttributeError):
-                trace.predictions.append(RoutingDecision(
-                    trace.request_id, "smg", "header:x-smg-cache-trace",
-                    warnings=["undecodable x-smg-cache-trace header"]))
+            trace.predictions.append(cache_trace_from_header(raw, trace.request_id))
 
     def _body(self, trace: RequestTrace, resp: httpx.Response, body: Any) -> None:
         if resp.status_code >= 400:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from mmlens.ingest.numbers import as_int
 from mmlens.ingest.router_logs import parse_line
 
 ANY_MODEL = "*"
@@ -45,11 +46,7 @@ class ImageTokenCount:
     source: str | None
 
 
-def _int(v: object) -> int | None:
-    try:
-        return int(v)  # type: ignore[call-overload,no-any-return]
-    except (TypeError, ValueError):
-        return None
+_int = as_int
 
 
 def _reason_of(message: str) -> str:

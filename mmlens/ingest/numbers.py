@@ -5,16 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
+LIMIT = 1 << 64  # no count, id or hash a router logs is larger (u64 hashes included)
+
 
 def as_int(v: Any) -> int | None:
+    """An integer within ±2^64, else None (a 5,000-digit number is not a token count)."""
+    if isinstance(v, str) and len(v) > 40:
+        return None  # int() of thousands of digits is slow or refused
     try:
-        return int(v)
+        n = int(v)
     except (TypeError, ValueError, OverflowError):
         return None
+    return n if -LIMIT < n < LIMIT else None
 
 
 def as_float(v: Any) -> float | None:
+    if isinstance(v, str) and len(v) > 400:
+        return None
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None

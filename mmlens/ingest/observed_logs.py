@@ -32,7 +32,7 @@ from mmlens.ingest.observed import (
     is_request_path,
     put,
 )
-from mmlens.ingest.router_logs import decision_from, parse_line
+from mmlens.ingest.router_logs import decision_or_count, parse_line
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
 
 _IMAGE_SIZE = re.compile(r"width:\s*(\d+),\s*height:\s*(\d+)")
@@ -212,7 +212,7 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
         if obj is None:
             continue
         smg_other = "span" in obj and not str(obj.get("message", "")).startswith(SMG_DECISIONS)
-        d = None if smg_other else decision_from(obj)
+        d = None if smg_other else decision_or_count(obj, errors)
         if d is not None:
             if d.ts is None:
                 d.ts = parse_ts(obj.get("timestamp") or obj.get("time"))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
+from mmlens.ingest.numbers import as_float, as_int
 from mmlens.records import (
     RoutingCandidate,
     RoutingDecision,
@@ -43,14 +45,15 @@ def parse_line(line: str) -> dict[str, Any] | None:
     line = line.strip()
     if not line:
         return None
+    if not line.isascii():  # lone surrogates (stdin's surrogateescape) cannot be stored
+        line = line.encode("utf-8", "replace").decode("utf-8")
     if line.startswith("{"):
         try:
             obj = json.loads(line)
-        except ValueError:
-            try:
-                obj = ast.literal_eval(line)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                raise ValueError("undecodable log line") from None
+        except (ValueError, RecursionError):
+            obj = _literal(line)
+        if "\\u" in line:  # a JSON escape may have made a lone surrogate
+            obj = _scrub(obj)
         if not isinstance(obj, dict):
             raise ValueError("log line is not an object")
         fields = obj.get("fields")
@@ -61,6 +64,27 @@ def parse_line(line: str) -> dict[str, Any] | None:
     for key, value in _KV.findall(line):
         out.setdefault(key, value.strip('"'))
     return out
+
+
+def _literal(line: str) -> Any:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "invalid decimal literal" and the like
+            return ast.literal_eval(line)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise ValueError("undecodable log line") from None
+
+
+def _scrub(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if depth > 50:
+        return None
+    if isinstance(value, dict):
+        return {_scrub(k, depth + 1): _scrub(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, depth + 1) for v in value]
+    return value
 
 
 def _request_id(obj: dict[str, Any]) -> str | None:
@@ -79,18 +103,7 @@ def _request_id(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float(v: Any) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
+_int, _float = as_int, as_float
 
 
 def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
@@ -131,7 +144,7 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
     m = _ROUTING_BEST.search(msg)
     if m:
         return RoutingDecision(rid, "dynamo", "log:routing_best", worker=m.group(1),
-                               overlap_blocks=int(m.group(3)), request_blocks=int(m.group(4)))
+                               overlap_blocks=_int(m.group(3)), request_blocks=_int(m.group(4)))
     m = _DYN_FORMULA.search(msg)
     if m:
         return _dynamo_cost(rid, m, msg)
@@ -171,10 +184,10 @@ def _with_fields(msg: str, obj: dict[str, Any]) -> str:
 def _dynamo_cost(rid: str, m: re.Match[str], msg: str) -> RoutingDecision:
     """One candidate's cost line (``Formula for worker_id=…``): lower cost wins."""
     worker = m.group(1)
-    terms = {k: float(v) for k, v in _DYN_FORMULA_TERMS.findall(msg[m.end():])}
-    score = RoutingScore("cost", worker, float(m.group(4)), "cost",
-                         device_blocks=float(m.group(3)),
-                         details={"dp_rank": int(m.group(2)), **terms})
+    terms = {k: _float(v) for k, v in _DYN_FORMULA_TERMS.findall(msg[m.end():])}
+    score = RoutingScore("cost", worker, _float(m.group(4)), "cost",
+                         device_blocks=_float(m.group(3)),
+                         details={"dp_rank": _int(m.group(2)), **terms})
     return RoutingDecision(rid, "dynamo", "log:cost_formula",
                            candidates=[RoutingCandidate(worker)], scores=[score])
 
@@ -221,7 +234,7 @@ def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
     rid = request_id or str(trace.get("root_id", ""))
     d = RoutingDecision(rid, "smg", source)
     ts_ns = _int(trace.get("dispatch_timestamp_ns"))
-    d.ts = None if ts_ns is None else ts_ns / 1e9
+    d.ts = ts_ns / 1e9 if ts_ns is not None and 0 < ts_ns < 1 << 63 else None
     selections = _dicts(trace.get("selections"))
     if selections:
         sel = selections[0]
@@ -258,10 +271,36 @@ def parse_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
             continue
         if obj is None:
             continue
-        d = decision_from(obj)
+        d = decision_or_count(obj, errors)
         if d is not None:
             out.append(d)
     return out
+
+
+def decision_or_count(obj: dict[str, Any], errors: dict[str, int] | None,
+                      ) -> RoutingDecision | None:
+    """``decision_from`` that never raises: a line it cannot read is counted and skipped
+    (one odd line must not stop a collector that re-reads the log on every start)."""
+    try:
+        return decision_from(obj)
+    except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
+        if errors is not None:
+            kind = f"bad_log_line:{type(exc).__name__}"
+            errors[kind] = errors.get(kind, 0) + 1
+        return None
+
+
+def cache_trace_from_header(raw: str, request_id: str | None = None) -> RoutingDecision:
+    """The ``x-smg-cache-trace`` header as a decision; never raises: an unreadable header
+    is a decision that says so."""
+    try:
+        trace = json.loads(raw) if len(raw) <= 1 << 20 else None
+        if isinstance(trace, dict):
+            return cache_trace_decision(trace, request_id)
+    except (ValueError, TypeError, ArithmeticError, RecursionError):
+        pass
+    return RoutingDecision(request_id or "", "smg", "header:x-smg-cache-trace",
+                           warnings=["undecodable x-smg-cache-trace header"])
 
 
 def request_keys(request_id: str, response_id: str | None) -> set[str]:

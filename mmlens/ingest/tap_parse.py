@@ -19,7 +19,7 @@ from typing import Any
 from mmlens.errors import ImageError
 from mmlens.ingest.numbers import as_int
 from mmlens.ingest.observed import SOURCE_TAP, fragment, put
-from mmlens.ingest.router_logs import cache_trace_decision
+from mmlens.ingest.router_logs import cache_trace_from_header
 from mmlens.layout.imageinfo import decode_data_url
 from mmlens.layout.sent import describe_image
 from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
@@ -122,10 +122,7 @@ class ResponseFacts:
         self.error_code = headers.get("x-smg-error-code") or self.error_code
         raw = headers.get("x-smg-cache-trace")
         if raw:
-            try:
-                self.predictions.append(cache_trace_decision(json.loads(raw)))
-            except (ValueError, AttributeError, TypeError):
-                pass
+            self.predictions.append(cache_trace_from_header(raw))
 
     def chunk(self, obj: Any) -> None:
         """One JSON body or SSE chunk."""

@@ -48,8 +48,9 @@ def loopback_endpoints(n: int) -> list[str]:
 
 class FaultPublisher:
     """PUB + ROUTER replay like vLLM's ``ZmqEventPublisher``; ``down()``/``up()`` is a worker
-    restart (seq back to 0, buffer empty). ``replay``: "answer", "silent" (bound, never
-    answers) or None (no replay socket)."""
+    restart (seq back to 0, buffer empty). ``replay``: "answer", "lossy" (every other
+    request's answer misses every 7th batch, as a ROUTER past its high-water mark does),
+    "silent" (bound, never answers) or None (no replay socket)."""
 
     def __init__(self, pub: str, replay: str | None, replay_mode: str | None = "answer",
                  buffer_steps: int = 10_000, hash_base: int = 0) -> None:
@@ -63,6 +64,7 @@ class FaultPublisher:
         self.next_hash = hash_base
         self.events = 0  # valid events published (live or only into the buffer)
         self.incarnations = 0
+        self.replay_requests = 0
         self._pub: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,11 +126,16 @@ class FaultPublisher:
                 if not router.poll(20):
                     continue
                 frames = router.recv_multipart()
-                if self.replay_mode != "answer" or len(frames) != 3 or len(frames[2]) != 8:
+                if self.replay_mode not in ("answer", "lossy") or len(frames) != 3 or len(
+                        frames[2]) != 8:
                     continue
                 start = int.from_bytes(frames[2], "big")
+                self.replay_requests += 1
+                lossy = self.replay_mode == "lossy" and self.replay_requests % 2
                 with self.lock:
-                    items = [(s, p) for s, p in self.buffer if s >= start]
+                    items = [(s, p) for i, (s, p) in enumerate(
+                        (s, p) for s, p in self.buffer if s >= start)
+                        if not (lossy and i % 7 == 3)]
                 for s, p in items:
                     router.send_multipart([frames[0], b"", s.to_bytes(8, "big"), p])
                 router.send_multipart([frames[0], b"", END_SEQ, b""])
@@ -304,7 +311,7 @@ def gaps(db: Path, events: int = 5000, replay: str | None = "answer", every: int
     try:
         with running_collector(pub, db, replay_timeout_s=0.5):
             pub.stream(events, drop=lambda seq: seq % every == offset)
-            if replay == "answer":
+            if replay in ("answer", "lossy"):
                 wait_for(stored_all(db, events), 20, "all stored")
         return tally(pub, db, t0)  # stopped right away: nothing read may be dropped
     finally:

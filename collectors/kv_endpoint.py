@@ -1,0 +1,38 @@
+"""One subscribed KV-event endpoint (a worker's DP rank): its sockets, where its stream
+stands, the replay it waits for and the live batches held behind that replay."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import zmq
+from mmlens.collectors.kv_replay import Replay
+
+from mmlens.ingest.kv_stream import StreamState
+from mmlens.records import CollectorHealth
+
+BACKOFF_S = (5.0, 300.0)  # first and longest pause of a replay socket that timed out
+
+
+@dataclass(slots=True)
+class Endpoint:
+    worker: str
+    rank: int
+    endpoint: str
+    replay: str | None
+    topic: bytes
+    socket: zmq.Socket  # type: ignore[type-arg]
+    health: CollectorHealth
+    monitor: zmq.Socket | None = None  # type: ignore[type-arg]
+    stream: StreamState = field(default_factory=StreamState)
+    pending: Replay | None = None
+    held: list[tuple[int, bytes, float, bool]] = field(default_factory=list)  # …, live
+    connected_once: bool = False
+    replayed: dict[int, bytes] = field(default_factory=dict)  # until the held ones are in
+    hole_retry: bool = False  # the next gap was a hole in a replay's answer: asked once more
+    silent_until: float = 0.0
+    last_activity: float = field(default_factory=time.monotonic)
+    backoff_s: float = BACKOFF_S[0]
+    lag_sum: float = 0.0
+    lag_n: int = 0
