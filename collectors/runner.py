@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -109,7 +110,8 @@ class CollectorRunner:
     def setup(self) -> None:
         if self.cfg.ready_file:
             try:
-                apply_ready(self.cfg, read_ready_file(self.cfg.ready_file))
+                apply_ready(self.cfg, read_ready_file(self.cfg.ready_file),
+                            Path(self.cfg.ready_file).parent)
             except (OSError, ValueError) as exc:
                 self.discovery_health.error("ready_file", str(exc), time.time())
         for router in self.cfg.routers:

@@ -3,6 +3,8 @@
 ```toml
 interval_s = 5                      # scrape / poll period
 timeout_s = 2                       # per request
+log_dirs = ["/var/log/smg"]         # log files may also be read from these directories
+                                    # (besides this file's own directory)
 [store]
 retention_s = 86400
 max_mb = 512
@@ -37,7 +39,8 @@ grpc_port = 4317                    # 0 picks a free port; omit to leave gRPC of
 http_port = 4318                    # POST /v1/traces, application/x-protobuf
 kv_transport = "zmq"                # zmq | grpc: which of the demo workers' streams to read
 ```
-Secrets never live in the file: a key named like a secret is rejected.
+Secrets never live in the file: a key named like a secret is rejected. Every value is
+checked (type, range, address scheme/host/port); a wrong one is a ``ConfigError`` naming it.
 """
 
 from __future__ import annotations
@@ -50,12 +53,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from mmlens import config_values as v
+from mmlens.errors import ConfigError
+
 ENV_CONFIG = "MMLENS_CONFIG"
 _SECRET_KEYS = {"api_key", "apikey", "token", "password", "secret", "bearer", "authorization"}
 
 
-class ConfigError(ValueError):
-    pass
+__all__ = ["ConfigError"]
 
 
 @dataclass(slots=True)
@@ -117,6 +122,7 @@ class Config:
     otlp_host: str = "127.0.0.1"
     otlp_grpc_port: int | None = None
     otlp_http_port: int | None = None
+    log_dirs: list[Path] = field(default_factory=list)  # besides base_dir, for log files
 
     def add_worker(self, worker: WorkerTarget) -> bool:
         known = {w.name for w in self.workers} | {w.router_url for w in self.workers}
@@ -152,80 +158,68 @@ def _reject_secrets(table: dict[str, Any], where: str) -> None:
                     _reject_secrets(item, f"{where}.{key}[{i}]")
 
 
-def _str(table: dict[str, Any], key: str, where: str, required: bool = False) -> str | None:
-    value = table.get(key)
-    if value is None:
-        if required:
-            raise ConfigError(f"{where}: missing {key}")
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}.{key}: expected a string")
-    return value
-
-
 def parse_config(doc: dict[str, Any], base_dir: Path = Path(".")) -> Config:
     _reject_secrets(doc, "mmlens.toml")
     cfg = Config(base_dir=base_dir)
-    cfg.interval_s = float(doc.get("interval_s", cfg.interval_s))
-    cfg.timeout_s = float(doc.get("timeout_s", cfg.timeout_s))
-    store = doc.get("store", {})
-    cfg.retention_s = float(store.get("retention_s", cfg.retention_s))
-    cfg.max_mb = float(store.get("max_mb", cfg.max_mb))
-    cfg.prometheus_url = _str(doc.get("prometheus", {}), "url", "prometheus")
-    for i, r in enumerate(doc.get("router", [])):
-        where = f"router[{i}]"
-        kind = r.get("kind", "auto")
-        if kind not in ("smg", "dynamo", "auto"):
-            raise ConfigError(f"{where}.kind: expected smg, dynamo or auto")
-        log_file = _str(r, "log_file", where)
-        cfg.routers.append(RouterTarget(
-            name=_str(r, "name", where) or f"router{i}", kind=kind,
-            url=_str(r, "url", where, required=True) or "",
-            metrics_url=_str(r, "metrics_url", where),
-            api_key_env=_str(r, "api_key_env", where),
-            discover_workers=bool(r.get("discover_workers", True)),
-            indexer_url=_str(r, "indexer_url", where),
-            event_plane=_event_plane(r, where),
-            namespace=_str(r, "namespace", where) or "*",
-            log_file=str(base_dir / log_file) if log_file else None))
-    for i, w in enumerate(doc.get("worker", [])):
-        where = f"worker[{i}]"
-        engine = w.get("engine", "vllm")
-        if engine not in ("vllm", "sglang"):
-            raise ConfigError(f"{where}.engine: expected vllm or sglang")
-        dp = w.get("dp_size", 1)
-        if not isinstance(dp, int) or not 1 <= dp <= 1024:
-            raise ConfigError(f"{where}.dp_size: expected 1..1024")
-        cfg.workers.append(WorkerTarget(
-            name=_str(w, "name", where) or f"worker{i}", engine=engine,
-            router_url=_str(w, "router_url", where), metrics_url=_str(w, "metrics_url", where),
-            kv_events=_str(w, "kv_events", where), kv_replay=_str(w, "kv_replay", where),
-            dp_size=dp, topic=_str(w, "topic", where) or ""))
-    otlp = doc.get("otlp", {})
-    cfg.otlp_host = _str(otlp, "host", "otlp") or cfg.otlp_host
+    cfg.interval_s = v.number(doc, "interval_s", "", cfg.interval_s, 0.05, 86400)
+    cfg.timeout_s = v.number(doc, "timeout_s", "", cfg.timeout_s, 0.01, 600)
+    cfg.log_dirs = v.directories(doc, "log_dirs", base_dir)
+    store = v.table(doc, "store")
+    cfg.retention_s = v.number(store, "retention_s", "store.", cfg.retention_s, 1, 1e10)
+    cfg.max_mb = v.number(store, "max_mb", "store.", cfg.max_mb, 1, 1e8)
+    cfg.prometheus_url = v.endpoint(v.text(v.table(doc, "prometheus"), "url", "prometheus"),
+                                    "prometheus.url", v.HTTP)
+    for i, r in enumerate(v.tables(doc, "router")):
+        cfg.routers.append(_router(r, f"router[{i}]", i, cfg))
+    for i, w in enumerate(v.tables(doc, "worker")):
+        cfg.workers.append(_worker(w, f"worker[{i}]", i))
+    otlp = v.table(doc, "otlp")
+    cfg.otlp_host = v.text(otlp, "host", "otlp") or cfg.otlp_host
     for key in ("grpc_port", "http_port"):
-        port = otlp.get(key)
-        if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
-            raise ConfigError(f"otlp.{key}: expected a port number")
-        setattr(cfg, f"otlp_{key}", port)
-    ready = _str(doc.get("demo", {}), "ready_file", "demo")
-    cfg.ready_file = str(base_dir / ready) if ready else None
-    transport = _str(doc.get("demo", {}), "kv_transport", "demo") or "zmq"
-    if transport not in ("zmq", "grpc"):
-        raise ConfigError("demo.kv_transport: expected zmq or grpc")
-    cfg.demo_kv_transport = transport
+        setattr(cfg, f"otlp_{key}", v.integer(otlp, key, "otlp.", None, 0, 65535))
+    demo = v.table(doc, "demo")
+    ready = v.text(demo, "ready_file", "demo")
+    cfg.ready_file = v.confined(ready, "demo.ready_file", base_dir, cfg.log_dirs)
+    cfg.demo_kv_transport = v.choice(demo, "kv_transport", "demo.", "zmq", ("zmq", "grpc"))
     return cfg
 
 
-def _event_plane(table: dict[str, Any], where: str) -> str | None:
-    url = _str(table, "event_plane", where)
-    if url is None:
-        return None
-    scheme = urlsplit(url).scheme
-    if scheme not in ("nats", "tls", "tcp") or not urlsplit(url).hostname:
-        raise ConfigError(f"{where}.event_plane: expected nats://host:port or tcp://host:port "
-                          f"(Dynamo's ZMQ broker, xpub side), got {url!r}")
-    return url
+def _router(r: Any, where: str, i: int, cfg: Config) -> RouterTarget:
+    return RouterTarget(
+        name=v.text(r, "name", where) or f"router{i}",
+        kind=v.choice(r, "kind", f"{where}.", "auto", ("smg", "dynamo", "auto")),
+        url=v.endpoint(v.text(r, "url", where, required=True), f"{where}.url", v.HTTP) or "",
+        metrics_url=v.endpoint(v.text(r, "metrics_url", where), f"{where}.metrics_url",
+                               v.HTTP),
+        api_key_env=v.text(r, "api_key_env", where),
+        discover_workers=v.flag(r, "discover_workers", f"{where}.", True),
+        indexer_url=v.endpoint(v.text(r, "indexer_url", where), f"{where}.indexer_url",
+                               v.HTTP),
+        event_plane=_event_plane(r, where),
+        namespace=v.text(r, "namespace", where) or "*",
+        log_file=v.confined(v.text(r, "log_file", where), f"{where}.log_file", cfg.base_dir,
+                            cfg.log_dirs))
+
+
+def _worker(w: Any, where: str, i: int) -> WorkerTarget:
+    dp = v.integer(w, "dp_size", f"{where}.", 1, 1, 1024) or 1
+    kv = v.text(w, "kv_events", where)
+    return WorkerTarget(
+        name=v.text(w, "name", where) or f"worker{i}",
+        engine=v.choice(w, "engine", f"{where}.", "vllm", ("vllm", "sglang")),
+        router_url=v.text(w, "router_url", where),
+        metrics_url=v.endpoint(v.text(w, "metrics_url", where), f"{where}.metrics_url",
+                               v.HTTP),
+        kv_events=v.endpoint(kv, f"{where}.kv_events", v.ZMQ + v.GRPC, dp - 1),
+        kv_replay=v.endpoint(v.text(w, "kv_replay", where), f"{where}.kv_replay", v.ZMQ,
+                             dp - 1),
+        dp_size=dp, topic=v.text(w, "topic", where) or "")
+
+
+def _event_plane(table: Any, where: str) -> str | None:
+    """nats://host:port, or tcp://host:port = Dynamo's ZMQ broker (its xpub side)."""
+    return v.endpoint(v.text(table, "event_plane", where), f"{where}.event_plane",
+                      ("nats", "tls", "tcp"))
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -235,52 +229,97 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     p = Path(path)
     try:
         doc = tomllib.loads(p.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # TOML, UTF-8 and nesting errors
         raise ConfigError(f"{p}: {exc}") from None
     return parse_config(doc, p.parent)
 
 
-def apply_ready(cfg: Config, ready: dict[str, Any]) -> None:
-    """Add the demo's router and workers from its ready line (``{"event":"ready", …}``)."""
-    if ready.get("event") != "ready":
+def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> None:
+    """Add the demo's routers and workers from its ready line (``{"event":"ready", …}``).
+    Read from a file (``ready_dir`` given), a router log it names must lie in that file's
+    directory or in the config's ``log_dirs``; a caller that got the line from a demo it
+    started itself passes no ``ready_dir`` and vouches for its paths. Nothing is added
+    unless the whole line is valid."""
+    if not isinstance(ready, dict) or ready.get("event") != "ready":
         raise ConfigError("not a demo ready line")
-    routers = ready.get("routers") or ([{
-        "name": "demo", "url": ready["router"], "metrics": ready.get("router_metrics"),
-        "log": ready.get("router_log")}] if ready.get("router") else [])
-    for r in routers:
-        if not any(t.url == r["url"] for t in cfg.routers):
-            cfg.routers.append(RouterTarget(
-                name=str(r.get("name") or "demo"), kind=str(ready.get("router_kind", "smg")),
-                url=r["url"], metrics_url=r.get("metrics"), log_file=r.get("log"),
-                event_plane=ready.get("event_plane")))
+    if ready.get("routers") is not None:
+        routers = v.tables(ready, "routers", 64)
+    elif ready.get("router") is not None:
+        routers = [{"name": "demo", "url": ready["router"], "metrics": ready.get("router_metrics"),
+                    "log": ready.get("router_log")}]
+    else:
+        routers = []
+    kind = v.choice(ready, "router_kind", "ready file ", "smg", ("smg", "dynamo", "auto"))
+    plane = _event_plane(ready, "ready file")
+    new_routers = [_ready_router(r, f"routers[{i}]", kind, plane, ready_dir, cfg.log_dirs)
+                   for i, r in enumerate(routers)]
     grpc = cfg.demo_kv_transport == "grpc"
-    for w in ready.get("workers", []):
-        cfg.add_worker(WorkerTarget(
-            name=str(w.get("name")), engine=str(w.get("engine", "vllm")),
-            # SMG names a worker by its URL, Dynamo by its decimal worker id.
-            router_url=w.get("url") or w.get("grpc") or w.get("http") or (
-                str(w["worker_id"]) if w.get("worker_id") is not None else None),
-            metrics_url=w.get("metrics"),
-            kv_events=(w.get("kv_grpc") if grpc and w.get("kv_grpc") else w.get("kv_events")),
-            kv_replay=None if grpc and w.get("kv_grpc") else w.get("kv_replay"),
-            dp_size=int(w.get("dp_size", 1)), topic=str(w.get("kv_topic", ""))))
+    new_workers = [_ready_worker(w, f"workers[{i}]", grpc)
+                   for i, w in enumerate(v.tables(ready, "workers", 4096))]
+    for r in new_routers:
+        if not any(t.url == r.url for t in cfg.routers):
+            cfg.routers.append(r)
+    for w in new_workers:
+        cfg.add_worker(w)
+
+
+def _ready_router(r: Any, where: str, kind: str, plane: str | None, base: Path | None,
+                  log_dirs: list[Path]) -> RouterTarget:
+    log = v.text(r, "log", where)
+    return RouterTarget(
+        name=v.text(r, "name", where) or "demo", kind=kind,
+        url=v.endpoint(v.text(r, "url", where, required=True), f"{where}.url", v.HTTP) or "",
+        metrics_url=v.endpoint(v.text(r, "metrics", where), f"{where}.metrics", v.HTTP),
+        log_file=log if base is None else v.confined(log, f"{where}.log", base, log_dirs),
+        event_plane=plane)
+
+
+def _ready_worker(w: Any, where: str, grpc: bool) -> WorkerTarget:
+    dp = v.integer(w, "dp_size", f"{where}.", 1, 1, 1024) or 1
+    for key in ("url", "grpc", "http", "metrics", "kv_events", "kv_grpc", "kv_replay",
+                "kv_topic", "name", "engine"):
+        v.text(w, key, where)
+    wid = v.integer(w, "worker_id", f"{where}.", None, -(1 << 63), (1 << 64) - 1)
+    use_grpc = grpc and bool(w.get("kv_grpc"))
+    return WorkerTarget(
+        name=str(w.get("name")), engine=v.choice(w, "engine", f"{where}.", "vllm",
+                                                 ("vllm", "sglang")),
+        # SMG names a worker by its URL, Dynamo by its decimal worker id.
+        router_url=w.get("url") or w.get("grpc") or w.get("http") or (
+            None if wid is None else str(wid)),
+        metrics_url=v.endpoint(w.get("metrics"), f"{where}.metrics", v.HTTP),
+        kv_events=v.endpoint(w.get("kv_grpc") if use_grpc else w.get("kv_events"),
+                             f"{where}.kv_events", v.ZMQ + v.GRPC, dp - 1),
+        kv_replay=None if use_grpc else v.endpoint(w.get("kv_replay"), f"{where}.kv_replay",
+                                                   v.ZMQ, dp - 1),
+        dp_size=dp, topic=w.get("kv_topic") or "")
+
+
+MAX_READY_BYTES = 1 << 20
 
 
 def read_ready_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    text = Path(path).read_text().strip()
+    """The ready line of a ready file (pretty-printed JSON, or the last ready line of a log);
+    ConfigError for a missing, oversized, undecodable file or one without a ready line."""
     try:
-        whole = json.loads(text)  # the demo pretty-prints its ready file
-    except ValueError:
-        whole = None
-    if isinstance(whole, dict) and whole.get("event") == "ready":
-        return whole
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            obj = json.loads(line)
-            if obj.get("event") == "ready":
-                return obj  # type: ignore[no-any-return]
-    raise ConfigError(f"{path}: no ready line")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_READY_BYTES + 1)
+        text = raw.decode("utf-8").strip()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"ready file {path}: {exc}") from None
+    if len(raw) > MAX_READY_BYTES:
+        raise ConfigError(f"ready file {path}: larger than {MAX_READY_BYTES} bytes")
+    for candidate in [text, *reversed(text.splitlines())]:
+        candidate = candidate.strip()
+        if not candidate.startswith("{"):
+            continue
+        try:
+            obj = json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict) and obj.get("event") == "ready":
+            return obj
+    raise ConfigError(f"ready file {path}: no ready line")
 
 
 def smg_worker_target(url: str, labels: dict[str, str]) -> WorkerTarget:

@@ -15,3 +15,8 @@ class ProcessorConfigError(LayoutError):
 
 class ImageError(LayoutError):
     """Image bytes that are not an image, are truncated, or have impossible dimensions."""
+
+
+class ConfigError(ValueError):
+    """A config file, ready file or target value that cannot be used; the message names the
+    key and what was expected."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 from typing import Any
 
 from mmlens.config import Config, ConfigError, parse_config
@@ -53,10 +54,11 @@ def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0) -> st
     return "\n".join(lines)
 
 
-def validate_toml(text: str) -> Config:
-    """The parsed config, or ConfigError with the reason (syntax, secrets, bad fields)."""
+def validate_toml(text: str, base_dir: Path = Path(".")) -> Config:
+    """The parsed config, or ConfigError with the reason (syntax, secrets, bad fields);
+    ``base_dir`` is where the file will live (log files are confined to it)."""
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise ConfigError(f"TOML syntax: {exc}") from None
-    return parse_config(doc)
+    return parse_config(doc, base_dir)

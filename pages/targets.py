@@ -25,7 +25,7 @@ with shared.page_guard("Targets"):
                 "`mmlens collect --config` will read it.")
     text = st.text_area("mmlens.toml", original, height=360, key="targets_toml")
     try:
-        cfg = validate_toml(text)
+        cfg = validate_toml(text, Path(cfg_path).parent if cfg_path else Path("."))
     except ConfigError as exc:
         st.error(f"Not valid: {exc}")
         cfg = None

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import httpx
 
@@ -15,7 +16,7 @@ from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.runner import CollectorRunner
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
-from mmlens.config import Config, ConfigError, load_config
+from mmlens.config import Config, ConfigError, apply_ready, load_config, read_ready_file
 from mmlens.shard import ShardError, parse_shard
 from mmlens.store.open import StoreError, open_store
 
@@ -84,6 +85,14 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if args.ready_file:
         cfg.ready_file = args.ready_file
+    if cfg.ready_file:  # a bad ready file is the same clear exit 2 as a bad config
+        try:
+            apply_ready(Config(base_dir=cfg.base_dir, log_dirs=cfg.log_dirs,
+                               demo_kv_transport=cfg.demo_kv_transport),
+                        read_ready_file(cfg.ready_file), Path(cfg.ready_file).parent)
+        except ConfigError as exc:
+            print(f"mmlens collect: {exc}", file=sys.stderr)
+            return 2
     if args.kv_transport:
         cfg.demo_kv_transport = args.kv_transport
     if args.interval:

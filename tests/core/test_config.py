@@ -135,4 +135,5 @@ def test_demo_ready_line_with_two_routers() -> None:
     apply_ready(cfg, ready)
     apply_ready(cfg, ready)
     assert [(r.name, r.url, r.log_file) for r in cfg.routers] == [
-        ("demo", "http://127.0.0.1:1", "a.log"), ("demo-worker", "http://127.0.0.1:3", None)]
+        ("demo", "http://127.0.0.1:1", "a.log"),
+        ("demo-worker", "http://127.0.0.1:3", None)]
