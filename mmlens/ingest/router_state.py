@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from mmlens.ingest.numbers import as_float, as_int
 from mmlens.records import RouterWorker, WorkerLoad
 
+_int = as_int
 
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
+
+def _float(v: Any, default: float | None = 0.0) -> float | None:
+    f = as_float(v)
+    return default if f is None else f
 
 
 def parse_smg_workers(doc: Any) -> list[RouterWorker]:
@@ -22,7 +23,8 @@ def parse_smg_workers(doc: Any) -> list[RouterWorker]:
     for w in doc["workers"]:
         if not isinstance(w, dict) or "url" not in w:
             continue
-        labels = {str(k): str(v) for k, v in (w.get("labels") or {}).items()}
+        raw = w.get("labels")
+        labels = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
         block = _int(w.get("kv_block_size")) or _int(labels.get("kv_block_size")) or _int(
             labels.get("page_size"))
         out.append(RouterWorker(
@@ -36,10 +38,9 @@ def parse_smg_workers(doc: Any) -> list[RouterWorker]:
 
 
 def _load(worker: str, d: dict[str, Any]) -> WorkerLoad:
-    chr_ = d.get("cache_hit_rate")
     return WorkerLoad(worker, _int(d.get("dp_rank")) or 0, _int(d.get("num_running_reqs")) or 0,
-                      _int(d.get("num_waiting_reqs")) or 0, float(d.get("token_usage") or 0.0),
-                      None if chr_ is None else float(chr_))
+                      _int(d.get("num_waiting_reqs")) or 0, _float(d.get("token_usage")) or 0.0,
+                      _float(d.get("cache_hit_rate"), None))
 
 
 def parse_get_loads(doc: Any) -> list[WorkerLoad]:
@@ -81,9 +82,10 @@ def parse_indexer_scores(doc: Any) -> dict[str, dict[int, int]]:
     out: dict[str, dict[int, int]] = {}
     for worker, ranks in doc["scores"].items():
         if isinstance(ranks, dict):
-            out[str(worker)] = {int(r): int(v) for r, v in ranks.items()}
-        elif isinstance(ranks, int | float):
-            out[str(worker)] = {0: int(ranks)}
+            pairs = ((_int(r), _int(v)) for r, v in ranks.items())
+            out[str(worker)] = {r: n for r, n in pairs if r is not None and n is not None}
+        elif (n := _int(ranks)) is not None and not isinstance(ranks, str | bool):
+            out[str(worker)] = {0: n}
     return out
 
 

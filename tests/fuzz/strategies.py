@@ -1,0 +1,143 @@
+"""Hypothesis strategies shared by the fuzz tests: JSON-ish values with the numbers that broke
+parsers before (huge, non-finite, many digits), msgpack-able batches, log lines grown from real
+captures, TOML documents. One budget for the whole suite (``SETTINGS``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+NASTY_NUMBERS = st.sampled_from([
+    0, -1, 1 << 63, 1 << 64, -(1 << 64), 10**30, 10**300, 1e308, 1e-320, float("inf"),
+    float("-inf"), float("nan"), True, False])
+NUMBER_TEXT = st.sampled_from([
+    "1.2.3", "1e999", "-1e999", "NaN", "Infinity", "9" * 5000, "-0", "1_0", "0x10", "", "1e",
+    "18446744073709551616", "٣"])
+KEYS = st.sampled_from([
+    "message", "span", "request_id", "x_request_id", "worker", "worker_id", "overlap_blocks",
+    "request_blocks", "evidence", "selections", "prediction", "dispatch_timestamp_ns",
+    "matched_units", "input_units", "tokens", "width", "height", "mm_hash", "model", "type",
+    "block_hashes", "token_ids", "block_size", "events", "ts", "extra_keys", "url", "workers",
+    "loads", "load", "dp_rank", "data", "id", "scores", "labels", "name", "log", "metrics",
+    "kv_events", "kv_replay", "dp_size", "routers", "router", "event", "fields"])
+SCALARS = st.one_of(st.integers(-(1 << 70), 1 << 70), st.floats(), NASTY_NUMBERS, st.booleans(),
+                    st.none(), st.text(max_size=12), NUMBER_TEXT)
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(KEYS, inner, max_size=5)), max_leaves=25)
+DOCS = st.dictionaries(KEYS, VALUES, max_size=8)
+
+
+def _lines(name: str) -> list[str]:
+    path = FIXTURES / name
+    return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+SEED_LINES = _lines("dynamo_frontend_1.6.1.jsonl") + _lines(
+    "dynamo_frontend_mm_support_1.6.1.jsonl") + [
+    json.dumps({"message": "Cache-aware selection", "worker": "w", "overlap_blocks": 3,
+                "span": {"request_id": "r"}}),
+    "Formula for worker_id=1 dp_rank=0 with 1.2 effective cached blocks: 3.5 = prefill: 1.0 "
+    "request_id=r",
+    "[ROUTING] Best: worker_1 dp_rank=0 with 3/4 blocks overlap request_id=x"]
+
+
+@st.composite
+def log_lines(draw: st.DrawFn) -> str:
+    """A real line with numbers swapped for nasty ones, bytes spliced in, or a made-up one."""
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        doc = draw(DOCS)
+        return json.dumps(doc, default=str, allow_nan=True)
+    line = draw(st.sampled_from(SEED_LINES[-3:] if draw(st.booleans()) else SEED_LINES))
+    if kind == 1:
+        import re
+
+        spans = [m.span() for m in re.finditer(r"-?\d+(\.\d+)?", line)]
+        for _ in range(draw(st.integers(1, 3))):
+            if spans:
+                a, b = draw(st.sampled_from(spans))
+                line = line[:a] + draw(NUMBER_TEXT) + line[b:]
+                spans = [m.span() for m in re.finditer(r"-?\d+(\.\d+)?", line)]
+        return line
+    if kind == 2:
+        at = draw(st.integers(0, len(line)))
+        return line[:at] + draw(st.text(max_size=8)) + line[at:]
+    return "{" * draw(st.integers(1, 3000)) + line
+
+
+@st.composite
+def kv_batches(draw: st.DrawFn) -> object:
+    """Batches shaped like vLLM/SGLang's (positional or map, tagged events) with any values."""
+    tag = st.sampled_from(["BlockStored", "BlockRemoved", "AllBlocksCleared", "Teleported"])
+    event = st.one_of(
+        VALUES,
+        st.fixed_dictionaries({"type": tag, "block_hashes": VALUES, "token_ids": VALUES,
+                               "parent_block_hash": VALUES, "block_size": VALUES,
+                               "extra_keys": VALUES, "medium": VALUES}),
+        st.lists(VALUES, max_size=9).flatmap(lambda rest: tag.map(lambda t: [t, *rest])))
+    events = st.lists(event, max_size=4)
+    return draw(st.one_of(
+        VALUES, st.tuples(SCALARS, events, SCALARS).map(list),
+        st.fixed_dictionaries({"ts": SCALARS, "events": events,
+                               "data_parallel_rank": SCALARS})))
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if value != value else ("inf" if value == float("inf") else (
+            "-inf" if value == float("-inf") else repr(value)))
+    if isinstance(value, int):
+        return str(value) if -(1 << 63) <= value < 1 << 63 else json.dumps(str(value))
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()
+                               if v is not None) + "}"
+    return json.dumps(str(value))
+
+
+TOML_KEYS = st.sampled_from([
+    "interval_s", "timeout_s", "log_dirs", "store", "prometheus", "router", "worker", "otlp",
+    "demo", "url", "kind", "name", "log_file", "metrics_url", "kv_events", "kv_replay",
+    "dp_size", "engine", "discover_workers", "event_plane", "grpc_port", "ready_file",
+    "kv_transport", "retention_s", "max_mb", "topic", "api_key"])
+ADDRESSES = st.sampled_from([
+    "tcp://127.0.0.1:99999", "tcp://127.0.0.1:0", "tcp://:5557", "http://127.0.0.1:8000",
+    "grpc://[::1]:50051", "ipc://", "nats://h", "/etc/passwd", "../../x", "tcp://[bad",
+    "http://127.0.0.1:-1/metrics", "tcp://127.0.0.1:65535"])
+
+
+@st.composite
+def toml_docs(draw: st.DrawFn) -> str:
+    value = st.one_of(SCALARS, ADDRESSES)
+    table = st.dictionaries(TOML_KEYS, st.one_of(value, st.lists(value, max_size=3)),
+                            max_size=6)
+    top = draw(st.dictionaries(TOML_KEYS, st.one_of(value, table, st.lists(table, max_size=3)),
+                               max_size=6))
+    return "\n".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in top.items()
+                     if v is not None)
+
+
+@st.composite
+def admin_docs(draw: st.DrawFn) -> object:
+    """SMG /workers, /get_loads, /v1/models and Dynamo indexer answers with any values."""
+    item = st.dictionaries(KEYS, VALUES, max_size=6)
+    return draw(st.one_of(
+        DOCS, VALUES,
+        st.fixed_dictionaries({"workers": st.lists(item.map(lambda d: {"url": "u", **d}),
+                                                   max_size=3)}),
+        st.fixed_dictionaries({"loads": st.lists(item.map(lambda d: {"worker": "w", **d}),
+                                                 max_size=3)}),
+        st.fixed_dictionaries({"scores": st.dictionaries(st.text(max_size=3), VALUES,
+                                                         max_size=3)}),
+        st.fixed_dictionaries({"data": st.lists(item, max_size=3)}),
+        st.dictionaries(st.text(max_size=3), st.lists(item, max_size=3), max_size=2)))
