@@ -29,6 +29,7 @@ class Endpoint:
     pending: Replay | None = None
     held: list[tuple[int, bytes, float, bool]] = field(default_factory=list)  # …, live
     connected_once: bool = False
+    connected: bool = False
     replayed: dict[int, bytes] = field(default_factory=dict)  # until the held ones are in
     hole_retry: bool = False  # the next gap was a hole in a replay's answer: asked once more
     silent_until: float = 0.0

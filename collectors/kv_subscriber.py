@@ -138,7 +138,10 @@ class KVEventCollector:
             event = recv_monitor_message(ep.monitor)["event"]
             if event == zmq.EVENT_DISCONNECTED:
                 ep.health.count("disconnects")
+                ep.connected = False
             elif event == zmq.EVENT_CONNECTED:
+                ep.connected = True
+                ep.silent_until, ep.backoff_s = 0.0, BACKOFF_S[0]  # a new peer, a new chance
                 if ep.connected_once and ep.stream.last_seq is not None:
                     ep.stream.reconnected = True
                     ep.health.count("reconnects")
@@ -311,7 +314,7 @@ class KVEventCollector:
         for ep in self.endpoints:
             if ep.pending is not None and now >= ep.pending.deadline:
                 self._finish(ep, timed_out=True)
-            elif (ep.pending is None and ep.stream.last_seq is not None
+            elif (ep.pending is None and ep.stream.last_seq is not None and ep.connected
                   and now - ep.last_activity >= IDLE_PROBE_S and self._can_replay(ep)):
                 # The last batches before a pause have no successor to reveal their loss.
                 ep.last_activity = now

@@ -55,6 +55,10 @@ class ClusterConfig:
     speed: float = 1.0
     max_image_bytes: int | None = None
     allow_private_media: bool = True
+    # host:port entries the workers may fetch image URLs from. The demo serves no images of
+    # its own, and the tests and `mmlens check` serve theirs from loopback servers on ports
+    # picked at run time, so the demo opens loopback's ports explicitly; nothing else.
+    media_hosts: list[str] = field(default_factory=lambda: [f"{HOST}:*"])
     log_dir: Path | None = None
     model_cache: Path | None = None
     smg_log_level: str = "debug"
@@ -304,7 +308,8 @@ class Cluster:
                "--kv-port", str(p["kv"]), "--replay-port", str(p["replay"]),
                "--block-size", str(self.cfg.block_size),
                "--num-blocks", str(self.cfg.num_blocks), "--speed", str(self.cfg.speed),
-               "--count-drift", str(self._drift(i)), "--allowed-media-hosts", HOST,
+               "--count-drift", str(self._drift(i)),
+               "--allowed-media-hosts", ",".join(self.cfg.media_hosts),
                "--engine", self._engine(i)]
         if self.workers_advertise:
             cmd += ["--mm-processor", "inprocess"]

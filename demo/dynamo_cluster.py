@@ -76,6 +76,7 @@ class DynamoClusterConfig:
     # subscribes to the workers' raw vLLM-format ZMQ events and normalizes them itself.
     kv_path: str = "pad"
     zmq_legacy_encoding: bool = False
+    media_hosts: list[str] = field(default_factory=lambda: [f"{HOST}:*"])  # see ClusterConfig
     log_dir: Path | None = None
     scratch_dir: Path | None = None
     model_cache: Path | None = None
@@ -254,7 +255,7 @@ class DynamoCluster:
                "--family", cfg.family, "--model-dir", str(self.model_dir),
                "--block-size", str(cfg.block_size), "--num-blocks", str(cfg.num_blocks),
                "--speed", str(cfg.speed), "--count-drift", str(cfg.drift(i)),
-               "--allowed-media-hosts", HOST]
+               "--allowed-media-hosts", ",".join(self.cfg.media_hosts)]
         if cfg.zmq_kv_events or cfg.kv_path == "vllm-zmq":
             cmd += ["--zmq-kv-port", str(p["kv"]), "--zmq-replay-port", str(p["replay"])]
         cmd += ["--kv-path", cfg.kv_path]

@@ -48,7 +48,7 @@ from mmlens.demo.dynamo_kv_sink import DynamoKvSink, FanOut
 from mmlens.demo.engine import Engine, EngineError, LatencyModel
 from mmlens.demo.expansion import Expander, PlaceholderMismatch
 from mmlens.demo.kv_publisher import KvPublisher
-from mmlens.demo.media import DecodedImage, MediaError, decode_image
+from mmlens.demo.media import DecodedImage, MediaError, decode_async
 from mmlens.demo.model_dirs import MODELS
 from mmlens.demo.otlp_export import SpanExporter, TraceContext, traced_steps
 from mmlens.demo.prefix_cache import MediaSpan, PrefixCache
@@ -229,8 +229,8 @@ class SimulatedVllmEngine(LLMEngine):
 
     async def _images(self, urls: Sequence[str], mm_hashes: Sequence[str],
                       ) -> tuple[list[DecodedImage], list[int | None]]:
-        decoded = await asyncio.gather(*(asyncio.to_thread(
-            decode_image, url, self.model.served_name, self.allowed_hosts) for url in urls))
+        decoded = await asyncio.gather(*(decode_async(
+            url, self.model.served_name, self.allowed_hosts) for url in urls))
         exact = len(mm_hashes) == len(decoded)
         images: list[DecodedImage] = []
         pads: list[int | None] = []
@@ -340,8 +340,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--speed", type=float, default=1.0, help="latency divisor")
     p.add_argument("--count-drift", type=int, default=0,
                    help="add N to this worker's image-token count (estimator mismatch)")
-    p.add_argument("--allowed-media-hosts", default=HOST,
-                   help="comma-separated hosts whose http(s) images may be fetched")
+    p.add_argument("--allowed-media-hosts", default="",
+                   help="comma-separated host:port entries whose http(s) images may be "
+                   "fetched (host:* allows every port of a host; default: none)")
     p.add_argument("--zmq-kv-port", type=int, default=0,
                    help="also publish vLLM-format ZMQ KV events on 127.0.0.1:PORT (0: off)")
     p.add_argument("--zmq-replay-port", type=int, default=0)

@@ -24,7 +24,7 @@ from mmlens.demo.expansion import Expander
 from mmlens.demo.grpc_service import start_grpc_server, stop_grpc_server
 from mmlens.demo.http_api import build_app
 from mmlens.demo.kv_publisher import KvPublisher
-from mmlens.demo.media import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, DecodedImage, decode_image
+from mmlens.demo.media import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, DecodedImage, decode_async
 from mmlens.demo.model_dirs import MODELS
 from mmlens.demo.otlp_export import SpanExporter
 from mmlens.demo.prefix_cache import MediaSpan, PrefixCache, SglangPrefixCache
@@ -92,9 +92,8 @@ class WorkerState:
         return self.engine.latency.decode_tokens_per_s * self.engine.latency.speed
 
     async def decode(self, url: str) -> DecodedImage:
-        return await asyncio.to_thread(decode_image, url, self.model.served_name,
-                                       self.allowed_hosts, self.max_image_bytes,
-                                       self.max_image_pixels)
+        return await decode_async(url, self.model.served_name, self.allowed_hosts,
+                                  self.max_image_bytes, self.max_image_pixels)
 
     def log_request(self, transport: str, rid: str, prompt: Sequence[int],
                     media: Sequence[MediaSpan], grpc_request: Any,
@@ -147,7 +146,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--count-drift", type=int, default=0,
                    help="add N to this worker's image-token count (estimator mismatch)")
     p.add_argument("--allowed-media-hosts", default="",
-                   help="comma-separated hosts whose http(s) images may be fetched")
+                   help="comma-separated host:port entries whose http(s) images may be "
+                   "fetched (host:* allows every port of a host; default: none)")
     p.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_BYTES)
     p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS)
     p.add_argument("--otlp-traces-endpoint", default="",

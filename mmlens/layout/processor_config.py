@@ -41,7 +41,7 @@ def positive_int(value: Any, key: str, limit: int = MAX_VALUE) -> int:
         raise ProcessorConfigError(f"processor config {key!r} must be positive, got {value!r}")
     if value > limit:
         raise ProcessorConfigError(
-            f"processor config {key!r} = {value:.4g} is beyond the limit of {limit}")
+            f"processor config {key!r} = {str(value)[:20]} is beyond the limit of {limit}")
     return int(value)
 
 

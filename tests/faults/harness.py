@@ -65,6 +65,7 @@ class FaultPublisher:
         self.events = 0  # valid events published (live or only into the buffer)
         self.incarnations = 0
         self.replay_requests = 0
+        self.dropped = 0  # valid events of batches lost on the way (only a replay has them)
         self._pub: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -174,7 +175,9 @@ class FaultPublisher:
         started, sent = time.monotonic(), 0
         while sent < n_events:
             k = min(per_batch, n_events - sent)
-            self.publish(self.batch(k), send=not drop(self.seq))
+            lose = drop(self.seq)
+            self.dropped += k if lose else 0
+            self.publish(self.batch(k), send=not lose)
             sent += k
             ahead = sent / rate - (time.monotonic() - started)
             if ahead > 0.002:
@@ -189,6 +192,7 @@ class Tally:
     health: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     crashes: int = 0
+    dropped: int = 0  # events only a replay could have returned
 
     @property
     def lost(self) -> int:
@@ -232,7 +236,7 @@ def health_rows(db: Path) -> list[dict[str, Any]]:
 def tally(pub: FaultPublisher, db: Path, started: float, crashes: int = 0) -> Tally:
     rows, distinct = count_rows(db)
     return Tally(pub.events, distinct, rows, health_rows(db), time.monotonic() - started,
-                 crashes)
+                 crashes, pub.dropped)
 
 
 def worker_config(pub: FaultPublisher, interval_s: float = 0.2) -> Config:
