@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from PIL import Image
-
 from mmlens.demo.media import MediaError, decode_image, fetch_bytes
+from PIL import Image
 
 
 def _png(width: int, height: int, mode: str = "RGB") -> bytes:
