@@ -44,7 +44,7 @@ class Replay:
         sock.send_multipart([b"", first.to_bytes(8, "big")])
         now = time.monotonic()
         return cls(sock, purpose, first, last, now + timeout_s, timeout_s,
-                   now + max(30.0, timeout_s))
+                   now + max(120.0, timeout_s))
 
     def read(self, max_batches: int) -> None:
         """Take every reply waiting on the socket; ``done`` once the end marker came."""

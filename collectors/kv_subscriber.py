@@ -332,9 +332,10 @@ class KVEventCollector:
             h.error("truncated_frame", f"{rep.bad_frames} in a replay reply", now)
         if timed_out:
             h.error("replay_timeout", f"{rep.purpose} from seq {rep.first}", now)
+        if timed_out and not rep.got:  # silent: leave that socket alone for a while
             ep.silent_until = time.monotonic() + ep.backoff_s
             ep.backoff_s = min(ep.backoff_s * 2, BACKOFF_S[1])
-        else:
+        elif not timed_out:
             ep.backoff_s = BACKOFF_S[0]
         got = sorted(rep.got.items())
         if rep.purpose in ("resync", "reconnect"):
