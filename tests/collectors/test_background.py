@@ -44,3 +44,28 @@ def test_background_collectors_and_concurrent_reader(tmp_path) -> None:
             if reader is not None:
                 reader.close()
     assert not bg.running
+
+
+def test_a_crashed_background_loop_is_restarted_and_reported(tmp_path, monkeypatch) -> None:
+    from mmlens.collectors import runner as runner_mod
+
+    calls: list[int] = []
+    real_setup = runner_mod.CollectorRunner.setup
+
+    def flaky_setup(self) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("disk full")
+        real_setup(self)
+
+    monkeypatch.setattr(runner_mod.CollectorRunner, "setup", flaky_setup)
+    bg = start_background(Config(interval_s=0.1), tmp_path / "bg.db")
+    try:
+        wait_until(lambda: len(calls) >= 2 and bg.runner.ticks > 0, 10,
+                   what="a second runner ticking")
+        h = bg.runner.supervisor_health
+        assert h.counters["restarts:collectors"] == 1
+        assert "disk full" in (h.last_error or "")
+        assert bg.running
+    finally:
+        bg.stop()
