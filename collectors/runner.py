@@ -110,8 +110,9 @@ class CollectorRunner:
     def setup(self) -> None:
         if self.cfg.ready_file:
             try:
-                apply_ready(self.cfg, read_ready_file(self.cfg.ready_file),
-                            Path(self.cfg.ready_file).parent)
+                for note in apply_ready(self.cfg, read_ready_file(self.cfg.ready_file),
+                                        Path(self.cfg.ready_file).parent):
+                    self.discovery_health.error("ready_file_log", note, time.time())
             except (OSError, ValueError) as exc:
                 self.discovery_health.error("ready_file", str(exc), time.time())
         for router in self.cfg.routers:

@@ -234,12 +234,13 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     return parse_config(doc, p.parent)
 
 
-def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> None:
+def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> list[str]:
     """Add the demo's routers and workers from its ready line (``{"event":"ready", …}``).
     Read from a file (``ready_dir`` given), a router log it names must lie in that file's
     directory or in the config's ``log_dirs``; a caller that got the line from a demo it
     started itself passes no ``ready_dir`` and vouches for its paths. Nothing is added
-    unless the whole line is valid."""
+    unless the whole line is valid; a log outside the allowed directories is left out and
+    said in the returned notes (the router is still added)."""
     if not isinstance(ready, dict) or ready.get("event") != "ready":
         raise ConfigError("not a demo ready line")
     if ready.get("routers") is not None:
@@ -251,8 +252,9 @@ def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> None:
         routers = []
     kind = v.choice(ready, "router_kind", "ready file ", "smg", ("smg", "dynamo", "auto"))
     plane = _event_plane(ready, "ready file")
-    new_routers = [_ready_router(r, f"routers[{i}]", kind, plane, ready_dir, cfg.log_dirs)
-                   for i, r in enumerate(routers)]
+    notes: list[str] = []
+    new_routers = [_ready_router(r, f"routers[{i}]", kind, plane, ready_dir, cfg.log_dirs,
+                                 notes) for i, r in enumerate(routers)]
     grpc = cfg.demo_kv_transport == "grpc"
     new_workers = [_ready_worker(w, f"workers[{i}]", grpc)
                    for i, w in enumerate(v.tables(ready, "workers", 4096))]
@@ -261,16 +263,23 @@ def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> None:
             cfg.routers.append(r)
     for w in new_workers:
         cfg.add_worker(w)
+    return notes
 
 
 def _ready_router(r: Any, where: str, kind: str, plane: str | None, base: Path | None,
-                  log_dirs: list[Path]) -> RouterTarget:
+                  log_dirs: list[Path], notes: list[str]) -> RouterTarget:
     log = v.text(r, "log", where)
+    if base is not None:
+        try:
+            log = v.confined(log, f"{where}.log", base, log_dirs)
+        except ConfigError as exc:
+            notes.append(str(exc))
+            log = None
     return RouterTarget(
         name=v.text(r, "name", where) or "demo", kind=kind,
         url=v.endpoint(v.text(r, "url", where, required=True), f"{where}.url", v.HTTP) or "",
         metrics_url=v.endpoint(v.text(r, "metrics", where), f"{where}.metrics", v.HTTP),
-        log_file=log if base is None else v.confined(log, f"{where}.log", base, log_dirs),
+        log_file=log,
         event_plane=plane)
 
 

@@ -87,9 +87,11 @@ def main(argv: Sequence[str]) -> int:
         cfg.ready_file = args.ready_file
     if cfg.ready_file:  # a bad ready file is the same clear exit 2 as a bad config
         try:
-            apply_ready(Config(base_dir=cfg.base_dir, log_dirs=cfg.log_dirs,
-                               demo_kv_transport=cfg.demo_kv_transport),
-                        read_ready_file(cfg.ready_file), Path(cfg.ready_file).parent)
+            for note in apply_ready(Config(base_dir=cfg.base_dir, log_dirs=cfg.log_dirs,
+                                           demo_kv_transport=cfg.demo_kv_transport),
+                                    read_ready_file(cfg.ready_file),
+                                    Path(cfg.ready_file).parent):
+                print(f"mmlens collect: warning: {note}", file=sys.stderr)
         except ConfigError as exc:
             print(f"mmlens collect: {exc}", file=sys.stderr)
             return 2

@@ -78,8 +78,6 @@ READY = {"event": "ready", "router": "http://127.0.0.1:31000", "router_log": "lo
     ({"workers": [{"name": "w", "kv_events": "tcp://h:0"}]}, "out of range"),
     ({"workers": [{"name": ["w"]}]}, r"workers\[0\]\.name: expected a string"),
     ({"router": 7}, "expected a string"),
-    ({"router_log": "/etc/passwd"}, "outside"),
-    ({"routers": [{"url": "http://h", "log": "../../x.log"}]}, "outside"),
     ({"router_kind": ["smg"]}, "router_kind"),
 ])
 def test_bad_ready_lines_name_their_key(tmp_path, change: dict, message: str) -> None:
@@ -87,6 +85,17 @@ def test_bad_ready_lines_name_their_key(tmp_path, change: dict, message: str) ->
     with pytest.raises(ConfigError, match=message):
         apply_ready(cfg, {**READY, **change}, tmp_path)
     assert cfg.routers == [] and cfg.workers == []  # nothing half-applied
+
+
+def test_a_ready_line_log_outside_is_left_out_and_said(tmp_path) -> None:
+    cfg = Config()
+    notes = apply_ready(cfg, {**READY, "router_log": "/etc/passwd"}, tmp_path)
+    assert cfg.routers[0].log_file is None and "outside" in notes[0]
+    notes = apply_ready(cfg := Config(), {**READY, "routers": [
+        {"url": "http://h", "log": "../../x.log"}, {"url": "http://g", "log": "logs/a.log"}]},
+        tmp_path)
+    assert [r.log_file for r in cfg.routers] == [None, str(tmp_path / "logs" / "a.log")]
+    assert len(notes) == 1
 
 
 def test_ready_files_that_are_not_ready_files(tmp_path) -> None:
