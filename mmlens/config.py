@@ -288,7 +288,10 @@ def _ready_worker(w: Any, where: str, grpc: bool) -> WorkerTarget:
     for key in ("url", "grpc", "http", "metrics", "kv_events", "kv_grpc", "kv_replay",
                 "kv_topic", "name", "engine"):
         v.text(w, key, where)
-    wid = v.integer(w, "worker_id", f"{where}.", None, -(1 << 63), (1 << 64) - 1)
+    wid = w.get("worker_id")  # Dynamo's decimal id, as a number or a string of digits
+    if wid is not None and not (type(wid) is int or (
+            isinstance(wid, str) and wid.isdigit() and len(wid) <= 20)):
+        raise ConfigError(f"{where}.worker_id: expected a decimal worker id, got {wid!r:.60}")
     use_grpc = grpc and bool(w.get("kv_grpc"))
     return WorkerTarget(
         name=str(w.get("name")), engine=v.choice(w, "engine", f"{where}.", "vllm",

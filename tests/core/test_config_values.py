@@ -78,6 +78,7 @@ READY = {"event": "ready", "router": "http://127.0.0.1:31000", "router_log": "lo
     ({"workers": [{"name": "w", "kv_events": "tcp://h:0"}]}, "out of range"),
     ({"workers": [{"name": ["w"]}]}, r"workers\[0\]\.name: expected a string"),
     ({"router": 7}, "expected a string"),
+    ({"workers": [{"name": "w", "worker_id": "12a"}]}, r"workers\[0\]\.worker_id"),
     ({"router_kind": ["smg"]}, "router_kind"),
 ])
 def test_bad_ready_lines_name_their_key(tmp_path, change: dict, message: str) -> None:
