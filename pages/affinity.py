@@ -5,6 +5,7 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis.affinity import image_affinity, multi_resident, sankey_links, worker_image_sets
+from mmlens.analysis.identity_map import identity_links, identity_rows
 from mmlens.analysis.views.affinity import image_rows, multi_resident_rows, worker_rows
 from mmlens.figures.affinity import affinity_sankey
 
@@ -15,17 +16,30 @@ path = shared.require_reader()
 @st.fragment(run_every=shared.REFRESH_S)
 def live() -> None:
     with shared.page_guard("Affinity"):
+        names = shared.worker_names(path)
         traces = shared.recent_traces(path, 1000)
         affinities = image_affinity(traces)
         if not affinities:
             st.info("No image requests with a known worker yet: send some from the Lab page.")
         else:
             sizes = {a.identity: a.size for a in affinities}
-            st.plotly_chart(affinity_sankey(sankey_links(affinities), sizes),
+            st.plotly_chart(affinity_sankey(sankey_links(affinities), sizes, names),
                             key="affinity_sankey", width="stretch")
             st.subheader("Per image (router-side identity)")
-            st.dataframe(pd.DataFrame(image_rows(affinities)), hide_index=True,
+            st.dataframe(pd.DataFrame(image_rows(affinities, names)), hide_index=True,
                          width="stretch")
+        links = identity_links(shared.recent_kv_events(path, 500), traces)
+        st.subheader("Image identity: router side ↔ engine side")
+        if links:
+            st.dataframe(pd.DataFrame(identity_rows(links, names)), hide_index=True,
+                         width="stretch")
+            st.caption("Learned from the image blocks a worker stored while it served a "
+                       "one-image request. In router mode the engine keys an image by the "
+                       "identity the router sends; in worker mode by its own, so the same "
+                       "bytes get two engine identifiers and their cache entries do not meet.")
+        else:
+            st.caption("No mapping yet: it is learned from one-image requests whose worker "
+                       "stored new image blocks (KV events) while serving them.")
         state = shared.kv_state(path)
         st.subheader("Residency (engine-side identifiers, from KV events)")
         if not state:
@@ -39,8 +53,8 @@ def live() -> None:
                          width="stretch")
         else:
             st.caption("No image is resident on more than one worker.")
-        st.dataframe(pd.DataFrame(worker_rows(worker_image_sets(state))), hide_index=True,
-                     width="stretch")
+        st.dataframe(pd.DataFrame(worker_rows(worker_image_sets(state), names)),
+                     hide_index=True, width="stretch")
 
 
 live()

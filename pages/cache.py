@@ -6,8 +6,10 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis import kv_divergence
+from mmlens.analysis.block_labels import block_labels
 from mmlens.analysis.fleet import fold_timeline
 from mmlens.analysis.timeseries import HIT_NAMES, bucket_of, worker_hit_rate_series
+from mmlens.analysis.views.cache import named_series, named_timeline
 from mmlens.figures.availability import achieved_vs_available_figure, avoidable_figure
 from mmlens.figures.cache import (
     hit_rate_figure,
@@ -26,16 +28,19 @@ window = shared.window_slider("cache_window", 300)
 @st.fragment(run_every=shared.REFRESH_S)
 def live() -> None:
     with shared.page_guard("Cache"):
+        names = shared.worker_names(path)
         samples = shared.samples(path, HIT_NAMES, float(window))
-        series = worker_hit_rate_series(samples, step=bucket_of(samples))
+        step = bucket_of(samples)
+        series = named_series(worker_hit_rate_series(samples, step=step), names)
         if series:
-            st.plotly_chart(hit_rate_figure(series), key="hit_rate", width="stretch")
+            st.plotly_chart(hit_rate_figure(series, step), key="hit_rate", width="stretch")
         else:
             st.info("No prefix-cache traffic in this window (vLLM and SGLang counters "
                     "unchanged).")
         c1, c2 = st.columns(2)
         with c1:
-            timeline = fold_timeline(shared.kv_timeline(path, float(window), window / 60))
+            timeline = fold_timeline(named_timeline(
+                shared.kv_timeline(path, float(window), window / 60), names))
             if timeline:
                 st.plotly_chart(kv_event_timeline_figure(timeline), key="kv_timeline",
                                 width="stretch")
@@ -44,12 +49,15 @@ def live() -> None:
         with c2:
             state = shared.kv_state(path)
             if state:
-                st.plotly_chart(resident_blocks_figure(state), key="resident", width="stretch")
+                st.plotly_chart(resident_blocks_figure(state, names), key="resident",
+                                width="stretch")
             else:
                 st.info("No resident-block state yet.")
         events = shared.recent_kv_events(path, 200)
         if events:
-            st.plotly_chart(prefix_tree_figure(events), key="prefix_tree", width="stretch")
+            labels = block_labels(events, shared.recent_traces(path, 500))
+            st.plotly_chart(prefix_tree_figure(events, labels, names), key="prefix_tree",
+                            width="stretch")
         views()
 
 

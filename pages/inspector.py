@@ -95,6 +95,7 @@ def per_router(model: str, parts: list[Any], block_size: int) -> None:
 
 
 def captured(path: str) -> None:
+    names = shared.worker_names(path)
     traces = shared.recent_traces(path)
     wanted = st.query_params.get("request")
     by_id = {t.request_id: t for t in traces}
@@ -110,7 +111,7 @@ def captured(path: str) -> None:
     ids = list(by_id)
     index = ids.index(wanted) if wanted in ids else 0
     rid = st.selectbox("Request", ids, index=index, key="inspector_request",
-                       format_func=lambda i: request_label(by_id[i]))
+                       format_func=lambda i: request_label(by_id[i], names))
     if rid != wanted:
         st.query_params["request"] = rid
     trace = by_id[rid]
@@ -125,7 +126,7 @@ def captured(path: str) -> None:
         except ValueError as exc:
             st.caption(f"layout not rebuilt: {exc}")
     rv = from_trace(trace, layout)
-    show(rv, f"{rid} → {shared.short_worker(trace.worker)}")
+    show(rv, f"{rid} → {shared.worker_label(trace.worker, names)}")
     if rebuild is not None:
         per_router(rebuild[0], rebuild[1], rebuild[2])
     expl = explanation(path, rid, keys_of(trace) is not None)
@@ -145,7 +146,7 @@ def captured(path: str) -> None:
             "realized hit without the tap, a worker span or KV events).")
     st.subheader("Routing")
     c1, c2, c3 = st.columns(3)
-    c1.metric("Worker", shared.short_worker(trace.worker))
+    c1.metric("Worker", shared.worker_label(trace.worker, names))
     c2.metric("Router predicted (tokens)", "—" if rv.predicted_tokens is None
               else rv.predicted_tokens)
     c3.metric("Engine cached (tokens)", cached_text(trace))
@@ -153,7 +154,7 @@ def captured(path: str) -> None:
         st.error(f"The router answered {trace.status} {trace.error_code}: {trace.error}")
     preds = prediction_rows(trace)
     if preds:
-        shared.routing_detail(trace)
+        shared.routing_detail(trace, names)
         with st.expander("Everything the router said, by source"):
             st.dataframe(pd.DataFrame(preds), hide_index=True, width="stretch")
     else:

@@ -7,7 +7,7 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis.availability.view import CAUSE_TEXT, AvailabilityView
-from mmlens.analysis.views.common import pct
+from mmlens.analysis.views.common import name_rows, pct
 from mmlens.analysis.views.overview import overview_view
 from mmlens.figures.cache import worker_hit_rate_bars
 
@@ -63,16 +63,19 @@ def live() -> None:
             st.dataframe(pd.DataFrame(view.shards), hide_index=True, width="stretch")
         for name in view.routers_down:
             st.error(f"Router {name} is down or unreachable: its /workers did not answer.")
+        names = shared.worker_names(path)
         if view.router_workers:
             st.markdown("**Workers as the router lists them**")
-            st.dataframe(pd.DataFrame(view.router_workers), hide_index=True, width="stretch")
+            st.dataframe(pd.DataFrame(name_rows(view.router_workers, names)), hide_index=True,
+                         width="stretch")
         if workers_seen.rows:
             st.markdown("**Workers: liveness (from the routers' own series) and where their KV "
                         "events come from**")
-            st.dataframe(pd.DataFrame(workers_seen.rows), hide_index=True, width="stretch")
+            st.dataframe(pd.DataFrame(name_rows(workers_seen.rows, names)), hide_index=True,
+                         width="stretch")
         if snap.metrics.hit_rates:
-            st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates), key="overview_hit_rates",
-                            width="stretch")
+            st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates, names),
+                            key="overview_hit_rates", width="stretch")
 
 
 def available(view: AvailabilityView) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -11,11 +11,14 @@ from mmlens.figures.token_layout import IMAGE_COLORS, MARGIN
 
 
 def affinity_sankey(links: Sequence[tuple[str, str, int]],
-                    sizes: dict[str, str] | None = None) -> go.Figure:
+                    sizes: dict[str, str] | None = None,
+                    worker_names: Mapping[str, str] | None = None) -> go.Figure:
     images = list(dict.fromkeys(i for i, _, _ in links))
     workers = sorted({w for _, w, _ in links})
     sizes = sizes or {}
-    labels = [f"{short_id(i)} {sizes.get(i, '')}".strip() for i in images] + workers
+    names = worker_names or {}
+    labels = [f"{short_id(i)} {sizes.get(i, '')}".strip() for i in images]
+    labels += [names.get(w, w) for w in workers]
     index = {("i", i): n for n, i in enumerate(images)}
     index.update({("w", w): len(images) + n for n, w in enumerate(workers)})
     colors = [IMAGE_COLORS[n % len(IMAGE_COLORS)] for n in range(len(images))]

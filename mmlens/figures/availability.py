@@ -3,22 +3,18 @@ available dashed), and avoidable prefill tokens per minute stacked by cause."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
 from mmlens.analysis.availability.aggregate import HitRatePoint
 from mmlens.analysis.availability.view import CAUSE_TEXT
+from mmlens.figures.timeaxis import TIME_AXIS, gapped, utc
 from mmlens.figures.token_layout import MARGIN
 
 CAUSE_COLORS = {"load_spill": "#e8a33d", "content_blind": "#d1495b", "stale_index": "#8e6c8a",
                 "count_drift": "#2e86ab", "unattributed": "#9aa5b1", "evicted": "#3b8f5a",
                 "unexplained": "#5c6770"}
-
-
-def _clock(ts: Sequence[float]) -> list[str]:
-    return [time.strftime("%H:%M", time.gmtime(t)) for t in ts]
 
 
 def achieved_vs_available_figure(points: Sequence[HitRatePoint]) -> go.Figure:
@@ -27,20 +23,27 @@ def achieved_vs_available_figure(points: Sequence[HitRatePoint]) -> go.Figure:
     for p in points:
         by_group.setdefault(p.group, []).append(p)
     for group, pts in sorted(by_group.items()):
-        x = _clock([p.t for p in pts])
-        requests = [p.requests for p in pts]
+        x, achieved = gapped([(p.t, p.achieved) for p in pts], 60.0)
+        _, available = gapped([(p.t, p.available) for p in pts], 60.0)
+        requests = _requests(pts, achieved)
         fig.add_trace(go.Scatter(
-            name=f"{group} · achieved", x=x, y=[p.achieved for p in pts], mode="lines+markers",
+            name=f"{group} · achieved", x=x, y=achieved, mode="lines+markers",
             customdata=requests, hovertemplate="achieved %{y:.1%} (%{customdata} requests)"
             "<extra></extra>"))
         fig.add_trace(go.Scatter(
-            name=f"{group} · available", x=x, y=[p.available for p in pts],
+            name=f"{group} · available", x=x, y=available,
             mode="lines+markers", line={"dash": "dash"}, customdata=requests,
             hovertemplate="available %{y:.1%} (%{customdata} requests)<extra></extra>"))
     fig.update_layout(title="Achieved vs available hit rate per router (token-weighted, UTC)",
                       yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=320,
-                      margin=MARGIN)
+                      xaxis=TIME_AXIS, showlegend=True, margin=MARGIN)
     return fig
+
+
+def _requests(pts: Sequence[HitRatePoint], ys: Sequence[float | None]) -> list[int | None]:
+    """Each point's request count, aligned with a gapped series (None at its breaks)."""
+    counts = iter(p.requests for p in pts)
+    return [None if y is None else next(counts) for y in ys]
 
 
 def avoidable_figure(rows: Sequence[tuple[float, str, float]]) -> go.Figure:
@@ -50,11 +53,11 @@ def avoidable_figure(rows: Sequence[tuple[float, str, float]]) -> go.Figure:
     for t, cause, per_min in rows:
         by_cause.setdefault(cause, []).append((t, per_min))
     for cause, pts in by_cause.items():
-        fig.add_trace(go.Bar(name=cause, x=_clock([p[0] for p in pts]), y=[p[1] for p in pts],
+        fig.add_trace(go.Bar(name=cause, x=utc([p[0] for p in pts]), y=[p[1] for p in pts],
                              marker_color=CAUSE_COLORS.get(cause),
                              hovertemplate=f"{CAUSE_TEXT.get(cause, cause)}: "
                              "%{y:.0f} tokens/min<extra></extra>"))
     fig.update_layout(title="Avoidable prefill tokens per minute, by cause (UTC)",
-                      barmode="stack", height=320, margin=MARGIN,
+                      barmode="stack", height=320, margin=MARGIN, xaxis=TIME_AXIS,
                       yaxis={"title": "tokens / min"})
     return fig

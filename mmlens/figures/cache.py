@@ -3,30 +3,34 @@ blocks, and the prefix tree of recent blocks."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.figures.timeaxis import TIME_AXIS, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.ingest.metrics_normalize import HitRate
-from mmlens.records import KVEventRow, RequestTrace, ResidentSummary
+from mmlens.records import BlockHash, KVEventRow, RequestTrace, ResidentSummary
 
 Point = tuple[float, float]
+REMOVED_COLOR = "#eceff3"
 
 
-def _clock(ts: Sequence[float]) -> list[str]:
-    return [time.strftime("%H:%M:%S", time.gmtime(t)) for t in ts]
-
-
-def hit_rate_figure(series: Mapping[str, Sequence[Point]]) -> go.Figure:
+def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = None,
+                    ) -> go.Figure:
+    """One line per worker (named in the legend, even when alone); an interval without
+    prefix-cache traffic breaks the line rather than joining its neighbours."""
     fig = go.Figure()
-    for worker, points in series.items():
-        fig.add_trace(go.Scatter(name=worker, x=_clock([p[0] for p in points]),
-                                 y=[p[1] for p in points], mode="lines+markers"))
+    for worker, points in sorted(series.items()):
+        xs, ys = gapped(points, step)
+        fig.add_trace(go.Scatter(name=worker, x=xs, y=ys, mode="lines+markers",
+                                 connectgaps=False))
     fig.update_layout(title="Engine prefix hit rate per worker (token-weighted, UTC)",
-                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=320, margin=MARGIN)
+                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, xaxis=TIME_AXIS,
+                      showlegend=True, legend={"title": {"text": "worker"}}, height=320,
+                      margin=MARGIN)
     return fig
 
 
@@ -57,23 +61,33 @@ def predicted_vs_realized_figure(traces: Sequence[RequestTrace]) -> go.Figure:
 
 
 def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.Figure:
-    """``rows``: (bucket ts, worker, kind, blocks). Stored up, removed down, per worker."""
+    """``rows``: (bucket ts, worker, kind, blocks). Stored up, removed down, per worker: every
+    worker has both entries in the legend, so no removals reads as none, not as missing."""
     fig = go.Figure()
     series: dict[tuple[str, str], dict[float, int]] = {}
     for ts, worker, kind, blocks in rows:
         series.setdefault((worker, kind), {})[ts] = blocks
-    for (worker, kind), points in sorted(series.items()):
-        ts = sorted(points)
-        sign = -1 if kind == "removed" else 1
-        fig.add_trace(go.Bar(name=f"{worker} {kind}", x=_clock(ts),
-                             y=[sign * points[t] for t in ts]))
-    fig.update_layout(barmode="relative", title="KV events: blocks stored (+) / removed (−)",
+    for worker in sorted({w for w, _ in series}):
+        for kind in ("stored", "removed"):
+            points = series.get((worker, kind), {})
+            ts = sorted(points)
+            sign = -1 if kind == "removed" else 1
+            total = sum(points.values())
+            fig.add_trace(go.Bar(name=f"{worker} {kind} ({total})", x=utc(ts),
+                                 y=[sign * points[t] for t in ts], legendgroup=worker))
+    removed = sum(b for _, _, kind, b in rows if kind == "removed")
+    fig.update_layout(barmode="relative", xaxis=TIME_AXIS, showlegend=True,
+                      title="KV events: blocks stored (+) / removed (−) per worker"
+                      + ("" if removed else " — no block removed in this window"),
                       height=320, margin=MARGIN)
     return fig
 
 
-def resident_blocks_figure(kv_state: Sequence[ResidentSummary]) -> go.Figure:
-    labels = [r.label for r in kv_state]
+def resident_blocks_figure(kv_state: Sequence[ResidentSummary],
+                           worker_names: Mapping[str, str] | None = None) -> go.Figure:
+    names = worker_names or {}
+    labels = [names.get(r.worker, r.worker) + (f"#{r.rank}" if r.rank else "")
+              for r in kv_state]
     image_blocks = [sum(r.images.values()) for r in kv_state]
     fig = go.Figure([
         go.Bar(name="resident blocks", x=labels, y=[r.resident_blocks for r in kv_state],
@@ -85,12 +99,20 @@ def resident_blocks_figure(kv_state: Sequence[ResidentSummary]) -> go.Figure:
     return fig
 
 
-def prefix_tree_figure(events: Sequence[KVEventRow], max_nodes: int = 1500) -> go.Figure:
+def prefix_tree_figure(events: Sequence[KVEventRow],
+                       labels: Mapping[tuple[str, BlockHash], BlockLabel] | None = None,
+                       worker_names: Mapping[str, str] | None = None,
+                       max_nodes: int = 1500) -> go.Figure:
     """An icicle of recent BlockStored chains: each block's parent is the previous block of
-    its event (or the event's parent hash); blocks of events carrying image keys are marked."""
+    its event (or the event's parent hash). ``labels`` (``analysis.block_labels``) name the
+    request that stored a chain and the images its blocks hold; blocks removed since are
+    drawn grey and say so."""
+    labels = labels or {}
+    removed = {(ev.worker, h) for ev in events if ev.kind == "removed" for h in ev.block_hashes}
     ids: list[str] = []
     parents: list[str] = []
-    labels: list[str] = []
+    texts: list[str] = []
+    hovers: list[str] = []
     colors: list[str] = []
     seen: set[str] = set()
     roots: set[str] = set()
@@ -100,45 +122,57 @@ def prefix_tree_figure(events: Sequence[KVEventRow], max_nodes: int = 1500) -> g
         root = f"worker {ev.worker}"
         if root not in roots:
             roots.add(root)
+            name = (worker_names or {}).get(ev.worker, ev.worker)
             ids.append(root)
             parents.append("")
-            labels.append(root)
+            texts.append(f"worker {name}")
+            hovers.append(f"worker {name} ({ev.worker})")
             colors.append("#d9e2ec")
         parent = f"{ev.worker}/{ev.parent}" if ev.parent is not None else root
         if parent not in seen and parent != root:
             parent = root  # parent stored before the window: hang the chain on the worker
-        has_image = bool(ev.images)
         for h in ev.block_hashes:
             node = f"{ev.worker}/{h}"
             if node not in seen:
                 seen.add(node)
+                label = labels.get((ev.worker, h))
+                gone = (ev.worker, h) in removed
+                hexed = f"{h:016x}" if isinstance(h, int) else str(h)
                 ids.append(node)
                 parents.append(parent)
-                text = f"{h:016x}" if isinstance(h, int) else str(h)
-                labels.append(text[:8])
-                colors.append(IMAGE_COLORS[2] if has_image else "#9aa5b1")
+                texts.append(label.text if label else "")
+                hovers.append(f"{hexed}<br>{label.hover if label else 'request unknown'}"
+                              + ("<br>removed since" if gone else ""))
+                image = label.image if label else bool(ev.images)
+                colors.append(REMOVED_COLOR if gone else IMAGE_COLORS[2] if image else
+                              "#9aa5b1")
             parent = node
             if len(ids) >= max_nodes:
                 break
         if len(ids) >= max_nodes:
             break
-    fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels,
-                              marker={"colors": colors}, maxdepth=12,
+    fig = go.Figure(go.Icicle(ids=ids, parents=parents, text=texts, labels=texts,
+                              hovertext=hovers, marker={"colors": colors}, maxdepth=12,
+                              textinfo="text",
                               textfont={"color": ["#ffffff" if c == IMAGE_COLORS[2]
                                                   else "#1f2933" for c in colors]},
-                              hovertemplate="%{label}<extra></extra>"))
-    fig.update_layout(title="Prefix tree of recent blocks (purple: blocks with image keys)",
+                              hovertemplate="%{hovertext}<extra></extra>"))
+    fig.update_layout(title="Prefix tree of recent blocks, by the request that stored them "
+                      "(purple: image blocks; light grey: removed since)",
                       height=420, margin=MARGIN)
     return fig
 
 
-def worker_hit_rate_bars(hit_rates: Sequence[HitRate]) -> go.Figure:
+def worker_hit_rate_bars(hit_rates: Sequence[HitRate],
+                         worker_names: Mapping[str, str] | None = None) -> go.Figure:
     """Per worker: token-weighted hit rate over the window (cumulative when idle)."""
+    names = worker_names or {}
     rows = [h for h in hit_rates if h.hit_rate is not None]
     fig = go.Figure(go.Bar(
-        name="hit rate", x=[h.worker for h in rows], y=[h.hit_rate for h in rows],
+        name="hit rate", x=[names.get(h.worker, h.worker) for h in rows],
+        y=[h.hit_rate for h in rows],
         text=[f"{h.hit_rate:.0%}" for h in rows], marker={"color": CACHED_COLOR},
-        hovertext=[f"{h.hits_increase:.0f} of {h.queries_increase:.0f} tokens in "
+        hovertext=[f"{h.worker}: {h.hits_increase:.0f} of {h.queries_increase:.0f} tokens in "
                    f"{h.window_s:.0f} s ({h.source})" for h in rows]))
     fig.update_layout(title="Engine prefix hit rate per worker (last 5 min)",
                       yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=300, margin=MARGIN)

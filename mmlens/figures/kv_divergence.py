@@ -4,19 +4,15 @@ that the engine evicted (solid) and blocks the engine holds that the router does
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
 from mmlens.analysis.kv_divergence import ViewPoint
+from mmlens.figures.timeaxis import TIME_AXIS, utc
 from mmlens.figures.token_layout import MARGIN
 
 _DASH = {"event_plane": "solid", "index_gauge": "dash"}
-
-
-def _clock(ts: Sequence[float]) -> list[str]:
-    return [time.strftime("%H:%M:%S", time.gmtime(t)) for t in ts]
 
 
 def divergence_figure(points: Sequence[ViewPoint]) -> go.Figure:
@@ -25,7 +21,7 @@ def divergence_figure(points: Sequence[ViewPoint]) -> go.Figure:
     for p in points:
         series.setdefault((p.worker, p.source), []).append(p)
     for (worker, source), pts in sorted(series.items()):
-        x = _clock([p.ts for p in pts])
+        x = utc([p.ts for p in pts])
         if source == "prediction":
             fig.add_trace(go.Scatter(
                 name=f"{worker} · predicted not cached", x=x, y=[p.router_only for p in pts],
@@ -42,5 +38,6 @@ def divergence_figure(points: Sequence[ViewPoint]) -> go.Figure:
                                  line={"dash": "dot"}))
     fig.update_layout(title="Router view vs engine holdings (blocks, UTC)", height=340,
                       yaxis={"title": "blocks", "rangemode": "tozero"}, margin=MARGIN,
+                      xaxis=TIME_AXIS,
                       legend={"orientation": "h"})
     return fig

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from mmlens.figures.timeaxis import TIME_AXIS, utc
 from mmlens.figures.token_layout import MARGIN
 
 Point = tuple[float, float]
-
-
-def _clock(ts: Sequence[float]) -> list[str]:
-    return [time.strftime("%H:%M:%S", time.gmtime(t)) for t in ts]
 
 
 def mode_reason_figure(series: Mapping[tuple[str, ...], Sequence[Point]]) -> go.Figure:
@@ -21,9 +17,9 @@ def mode_reason_figure(series: Mapping[tuple[str, ...], Sequence[Point]]) -> go.
     fig = go.Figure()
     for (target, model, mode, reason), points in sorted(series.items()):
         fig.add_trace(go.Bar(name=f"{mode} / {reason} · {model.split('/')[-1]}",
-                             x=_clock([p[0] for p in points]), y=[p[1] for p in points],
+                             x=utc([p[0] for p in points]), y=[p[1] for p in points],
                              hovertext=f"{target}: {model}", legendgroup=mode))
-    fig.update_layout(barmode="stack", showlegend=True,
+    fig.update_layout(barmode="stack", showlegend=True, xaxis=TIME_AXIS,
                       title="Image requests by processing mode / reason "
                       "(smg_mm_processing_total, per interval, UTC)", height=320, margin=MARGIN)
     return fig

@@ -35,3 +35,44 @@ def test_misses_are_marked_and_counted() -> None:
     assert verdict_counts(["hit", "false_hit", "cold", "false_hit", "unknown"]) == \
         "3 miss(es) of 5 (false_hit 2, cold 1)"
     assert verdict_counts(["hit"]) == "0 miss(es) of 1"
+
+
+def test_rows_get_the_name_and_keep_the_address() -> None:
+    from mmlens.analysis.views.common import name_rows
+
+    names = worker_names(TARGETS)
+    rows = name_rows([{"router": "demo", "worker": "grpc://127.0.0.1:50051", "load": 0},
+                      {"router": "demo", "worker": "grpc://10.0.0.9:1", "load": 1}], names)
+    assert rows[0] == {"router": "demo", "worker": "w1", "address": "127.0.0.1:50051",
+                       "load": 0}
+    assert rows[1] == {"router": "demo", "worker": "10.0.0.9:1", "address": "10.0.0.9:1",
+                       "load": 1}
+
+
+def test_prefix_tree_blocks_are_labelled_by_request_and_image() -> None:
+    from mmlens.collectors.trace_sink import SentRequest, TraceSink
+    from mmlens.collectors.traces import ImagePart, solid_png
+
+    from mmlens.analysis.block_labels import block_labels
+    from mmlens.records import KVEventRow, RequestTrace
+
+    def trace(rid: str, ts: float, cached: int) -> RequestTrace:
+        t = RequestTrace(request_id=rid, router="r", router_kind="smg", model="m", ts=ts,
+                         stream=False, worker="grpc://127.0.0.1:50051", status=200,
+                         latency_s=0.1, cached_tokens=cached)
+        TraceSink(layout_model="qwen3-vl").describe(
+            t, SentRequest("Describe this image.", [ImagePart(solid_png(320, 240))]))
+        return t
+
+    first, second = trace("mmlens-aaaaaa01", 100.0, 0), trace("mmlens-bbbbbb02", 200.0, 96)
+    w = "grpc://127.0.0.1:50051"
+    events = [KVEventRow(100.05, w, 0, 1, "stored", 6, None, list(range(1, 7)), ["x"]),
+              KVEventRow(200.05, w, 0, 2, "stored", 1, 6, [7], []),
+              KVEventRow(150.0, w, 0, 3, "stored", 1, None, [9], [])]  # nobody in service
+    labels = block_labels(events, [first, second])
+    # 320x240 → 80 image tokens after a 4-token head: blocks 0-5 hold the image.
+    assert labels[(w, 1)].text == "req aaaaaa" and labels[(w, 1)].image
+    assert "image 1 320x240" in labels[(w, 2)].hover and labels[(w, 2)].text == ""
+    assert labels[(w, 7)].text == "req bbbbbb"  # its first uncached block: block 6
+    assert labels[(w, 7)].hover.startswith("block 6 of mmlens-bbbbbb02")
+    assert (w, 9) not in labels

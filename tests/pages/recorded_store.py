@@ -173,7 +173,9 @@ def _health_and_meta(store: SQLStore, now: float) -> None:
     store.set_meta("targets", {"routers": [{"name": "smg", "kind": "smg", "url": ROUTER,
                                             "metrics_url": None, "log_file": None,
                                             "api_key_env": None}],
-                               "workers": [], "prometheus": None})
+                               "workers": [{"name": "w1", "router_url": W1},
+                                           {"name": "w2", "router_url": W2}],
+                               "prometheus": None})
     store.set_meta("router_state", [{
         "router": "smg", "url": ROUTER, "kind": "smg", "ts": now - 2, "models": [MODEL],
         "workers": [{"url": w, "model": MODEL, "connection_mode": "grpc", "runtime": "vllm",

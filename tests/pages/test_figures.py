@@ -13,6 +13,7 @@ from mmlens.analysis.request_view import fold_images, from_layout, from_trace
 from mmlens.analysis.timeseries import deltas, ratio_series
 from mmlens.figures.affinity import affinity_sankey
 from mmlens.figures.cache import (
+    hit_rate_figure,
     kv_event_timeline_figure,
     predicted_vs_realized_figure,
     prefix_tree_figure,
@@ -113,10 +114,28 @@ def test_predicted_vs_realized_carries_request_ids() -> None:
 
 
 def test_kv_timeline_removed_blocks_point_down() -> None:
-    fig = kv_event_timeline_figure([(0.0, "w1", "stored", 10), (0.0, "w1", "removed", 4)])
+    fig = kv_event_timeline_figure([(0.0, "w1", "stored", 10), (0.0, "w1", "removed", 4),
+                                    (0.0, "w2", "stored", 3)])
     by_name = {t.name: t.y for t in fig.data}
-    assert by_name == {"w1 removed": (-4,), "w1 stored": (10,)}
-    assert fig.layout.barmode == "relative"
+    # Every worker has a removed entry: none removed reads as 0, not as a missing series.
+    assert by_name == {"w1 stored (10)": (10,), "w1 removed (4)": (-4,),
+                       "w2 stored (3)": (3,), "w2 removed (0)": ()}
+    assert fig.layout.barmode == "relative" and fig.layout.xaxis.type == "date"
+    assert "no block removed" in kv_event_timeline_figure(
+        [(0.0, "w1", "stored", 1)]).layout.title.text
+
+
+def test_hit_rate_lines_break_at_gaps_and_name_every_worker() -> None:
+    from datetime import datetime
+
+    t0 = 1_800_000_000.0
+    fig = hit_rate_figure({"w1": [(t0, 0.95), (t0 + 10, 0.9), (t0 + 300, 0.0)]}, step=10.0)
+    (line,) = fig.data
+    # 95% → 90%, then a pause of 29 steps: the line breaks instead of sloping to 0%.
+    assert line.y == (0.95, 0.9, None, 0.0) and line.connectgaps is False
+    assert line.x[0] == datetime(2027, 1, 15, 8, 0) and line.x[2] is None
+    assert fig.layout.showlegend is True and line.name == "w1"  # a lone worker is named too
+    assert fig.layout.xaxis.type == "date" and fig.layout.xaxis.tickangle == 0
 
 
 def test_prefix_tree_links_chains_and_marks_images() -> None:

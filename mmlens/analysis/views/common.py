@@ -45,6 +45,26 @@ def worker_label(worker: str | None, names: Mapping[str, str] | None = None) -> 
     return f"{name}#{rank}" if sep and rank not in ("", "0") else name
 
 
+def name_rows(rows: Sequence[dict[str, Any]], names: Mapping[str, str], key: str = "worker",
+              ) -> list[dict[str, Any]]:
+    """Rows whose ``key`` names a worker by URL, with the config's name in its place and the
+    address kept in an ``address`` column after it."""
+    out = []
+    for row in rows:
+        url = row.get(key)
+        if not isinstance(url, str) or not url:
+            out.append(dict(row))
+            continue
+        label = worker_label(url, names)
+        new: dict[str, Any] = {}
+        for k, v in row.items():
+            new[k] = label if k == key else v
+            if k == key:
+                new["address"] = short_worker(url)
+        out.append(new)
+    return out
+
+
 def named_headline(text: str, worker: str | None, names: Mapping[str, str] | None) -> str:
     """A verdict's sentence with the worker's URL replaced by its config name."""
     if not worker or not names:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from mmlens.analysis.views.common import clock, short_worker
+from mmlens.analysis.views.common import clock, worker_label
 from mmlens.ingest.observed import known
 from mmlens.records import RequestTrace
 
@@ -12,11 +13,12 @@ PREDICTION_FIELDS = ("source", "worker", "branch", "overlap_blocks", "request_bl
                      "block_size", "kv_hit_rate", "original_tokens", "expanded_tokens")
 
 
-def request_label(t: RequestTrace) -> str:
+def request_label(t: RequestTrace, names: Mapping[str, str] | None = None) -> str:
     """How the request picker names a request: time, id, worker and outcome."""
     outcome = (f"error {t.error_code}" if t.error else
                f"cached {t.cached_tokens or 0}/{t.prompt_tokens}")
-    return f"{clock(t.ts or 0)} · {t.request_id} · {short_worker(t.worker)} · {outcome}"
+    return (f"{clock(t.ts or 0)} · {t.request_id} · {worker_label(t.worker, names)} · "
+            f"{outcome}")
 
 
 def cached_text(t: RequestTrace) -> int | str:

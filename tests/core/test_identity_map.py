@@ -1,0 +1,34 @@
+"""Router-side image identity ↔ the engine's identifier, learned from what a worker stored."""
+
+from __future__ import annotations
+
+from mmlens.analysis.identity_map import identity_links, identity_rows
+from mmlens.records import ImageInfo, KVEventRow, RequestTrace
+
+W1, W2 = "grpc://127.0.0.1:50051", "grpc://127.0.0.1:50052"
+
+
+def _trace(rid: str, ts: float, worker: str, identity: str) -> RequestTrace:
+    return RequestTrace(request_id=rid, router="r", router_kind="smg", model="m", ts=ts,
+                        stream=False, worker=worker, status=200, latency_s=0.1,
+                        images=[ImageInfo("data", 10, 320, 240, {"smg_blake3": identity})])
+
+
+def _stored(ts: float, worker: str, seq: int, images: list[str]) -> KVEventRow:
+    return KVEventRow(ts, worker, 0, seq, "stored", 2, None, [seq * 10, seq * 10 + 1], images)
+
+
+def test_router_mode_and_worker_mode_identifiers_of_one_image() -> None:
+    traces = [_trace("router-mode", 100.0, W1, "aa" * 32),
+              _trace("worker-mode", 200.0, W2, "aa" * 32),  # the same bytes, worker mode
+              _trace("crowded", 300.0, W1, "bb" * 32), _trace("other", 300.02, W1, "cc" * 32)]
+    events = [_stored(100.05, W1, 1, ["aa" * 32]),  # SMG's identity, forwarded
+              _stored(200.05, W2, 2, ["ff" * 32]),  # the worker's own
+              _stored(300.05, W1, 3, ["dd" * 32])]  # two requests in service: no owner
+    (link,) = identity_links(events, traces)
+    assert link.router_id == "aa" * 32 and link.size == "320x240"
+    assert link.engine_ids == {"aa" * 32: {W1}, "ff" * 32: {W2}}
+    rows = {r["engine identifier"]: r for r in identity_rows([link], {W1: "w1", W2: "w2"})}
+    assert rows["aa" * 8]["engine keyed it by"] == "the router's identity (router mode)"
+    assert rows["ff" * 8]["engine keyed it by"].startswith("its own identifier")
+    assert rows["ff" * 8]["on workers"] == "w2"
