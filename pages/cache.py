@@ -2,6 +2,8 @@
 had and why it did not), predicted vs realized per request, KV-event timeline, resident
 blocks, and the prefix tree of recent blocks."""
 
+from dataclasses import replace
+
 import streamlit as st
 from mmlens.ui import shared
 
@@ -10,6 +12,7 @@ from mmlens.analysis.block_labels import block_labels
 from mmlens.analysis.fleet import fold_timeline
 from mmlens.analysis.timeseries import HIT_NAMES, bucket_of, worker_hit_rate_series
 from mmlens.analysis.views.cache import named_series, named_timeline
+from mmlens.analysis.views.common import name_rows, named_headline, router_names
 from mmlens.figures.availability import achieved_vs_available_figure, avoidable_figure
 from mmlens.figures.cache import (
     hit_rate_figure,
@@ -70,10 +73,11 @@ def views() -> None:
                 "event plane, SMG's smg_kv_index_blocks) or traced requests with a router "
                 "prediction, beside the engines' own KV events.")
         return
+    names = shared.worker_names(path)
     for alert in view.alerts:
-        st.warning(alert.message)
-    st.plotly_chart(divergence_figure(view.points), key="kv_views", width="stretch")
-    st.dataframe(view.rows, hide_index=True, width="stretch")
+        st.warning(named_headline(alert.message, alert.worker, names))
+    st.plotly_chart(divergence_figure(view.points, names), key="kv_views", width="stretch")
+    st.dataframe(name_rows(view.rows, names), hide_index=True, width="stretch")
     st.caption("router only: blocks the router believes resident that the engine no longer "
                "holds (it evicted them, or the router never heard the removal); engine only: "
                "blocks the engine holds that the router does not know. Sources: event plane "
@@ -92,8 +96,10 @@ def available() -> None:
             return
         st.caption(view.summary())
         c1, c2 = st.columns(2)
+        routers = router_names(shared.meta(path, "targets"))
+        rates = [replace(p, group=routers.get(p.group, p.group)) for p in view.rates]
         with c1:
-            st.plotly_chart(achieved_vs_available_figure(view.rates), key="avail_rates",
+            st.plotly_chart(achieved_vs_available_figure(rates), key="avail_rates",
                             width="stretch")
         with c2:
             if view.avoidable:
@@ -102,7 +108,10 @@ def available() -> None:
             else:
                 st.success("Nothing avoidable: every request got what the best worker held.")
         by = st.radio("Per", ["router", "model", "worker"], horizontal=True, key="avail_by")
-        st.dataframe(view.group_rows(by), hide_index=True, width="stretch")
+        groups = view.group_rows(by)
+        names = {"router": routers, "worker": shared.worker_names(path)}.get(by, {})
+        st.dataframe([{**g, by: names.get(g[by], g[by])} for g in groups], hide_index=True,
+                     width="stretch")
         rows = view.rows()
         if rows:
             st.markdown("**Requests that lost tokens or had a false hit** (newest first)")

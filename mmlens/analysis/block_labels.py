@@ -83,9 +83,11 @@ def block_labels(events: Iterable[KVEventRow], traces: Sequence[RequestTrace],
             index = images.get(first + j)
             what = image_name(t, index) if index is not None else "text"
             hover = f"block {first + j} of {t.request_id}: {what}"
+            starts = index is not None and index != before
             if j == 0:
                 text = "req " + short_id(t.request_id.removeprefix("mmlens-"), 6)
-            elif index is not None and index != before:
+                text += " · " + what.replace("image ", "img ") if starts else ""
+            elif starts:
                 text = what.replace("image ", "img ")
             else:
                 text = ""

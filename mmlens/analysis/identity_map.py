@@ -50,10 +50,20 @@ def identity_links(events: Iterable[KVEventRow], traces: Sequence[RequestTrace],
         link = links.setdefault(key, IdentityLink(
             key, f"{im.width}x{im.height}" if im.width else "?"))
         link.engine_ids.setdefault(engine_id, set()).add(t.worker)
-        if engine_id in im.identities.values():
+        if engine_id in router_names(t):
             link.router_keyed.add(engine_id)
         link.requests.append(rid)
     return sorted(links.values(), key=lambda x: (-len(x.requests), x.router_id))
+
+
+def router_names(t: RequestTrace) -> set[str]:
+    """Every name mmlens computed for a request's image as a router would send it (the bytes'
+    blake3, SMG's re-keyed identity, Dynamo's URL hash)."""
+    names = {str(v) for v in t.images[0].identities.values() if v} if t.images else set()
+    lay = t.expected_layout
+    if lay is not None and lay.images:
+        names |= {str(v) for v in lay.images[0].identity.values() if isinstance(v, str)}
+    return names
 
 
 def identity_rows(links: Sequence[IdentityLink], names: Mapping[str, str] | None = None,

@@ -16,6 +16,7 @@ from mmlens.records import BlockHash, KVEventRow, RequestTrace, ResidentSummary
 
 Point = tuple[float, float]
 REMOVED_COLOR = "#eceff3"
+TEXT_BLOCK_COLOR = "#9aa5b1"
 
 
 def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = None,
@@ -70,15 +71,15 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
     for worker in sorted({w for w, _ in series}):
         for kind in ("stored", "removed"):
             points = series.get((worker, kind), {})
+            total = sum(points.values())
+            # A zero bar keeps a worker that removed nothing in the legend, saying 0.
+            points = points or {min(t for t, _, _, _ in rows): 0}
             ts = sorted(points)
             sign = -1 if kind == "removed" else 1
-            total = sum(points.values())
             fig.add_trace(go.Bar(name=f"{worker} {kind} ({total})", x=utc(ts),
                                  y=[sign * points[t] for t in ts], legendgroup=worker))
-    removed = sum(b for _, _, kind, b in rows if kind == "removed")
     fig.update_layout(barmode="relative", xaxis=TIME_AXIS, showlegend=True,
-                      title="KV events: blocks stored (+) / removed (−) per worker"
-                      + ("" if removed else " — no block removed in this window"),
+                      title="KV events per worker: blocks stored (+) / removed (−)",
                       height=320, margin=MARGIN)
     return fig
 
@@ -145,7 +146,7 @@ def prefix_tree_figure(events: Sequence[KVEventRow],
                               + ("<br>removed since" if gone else ""))
                 image = label.image if label else bool(ev.images)
                 colors.append(REMOVED_COLOR if gone else IMAGE_COLORS[2] if image else
-                              "#9aa5b1")
+                              TEXT_BLOCK_COLOR)
             parent = node
             if len(ids) >= max_nodes:
                 break
@@ -158,7 +159,7 @@ def prefix_tree_figure(events: Sequence[KVEventRow],
                                                   else "#1f2933" for c in colors]},
                               hovertemplate="%{hovertext}<extra></extra>"))
     fig.update_layout(title="Prefix tree of recent blocks, by the request that stored them "
-                      "(purple: image blocks; light grey: removed since)",
+                      "(purple: image, grey: text, pale: removed since)",
                       height=420, margin=MARGIN)
     return fig
 

@@ -4,7 +4,7 @@ that the engine evicted (solid) and blocks the engine holds that the router does
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -15,11 +15,13 @@ from mmlens.figures.token_layout import MARGIN
 _DASH = {"event_plane": "solid", "index_gauge": "dash"}
 
 
-def divergence_figure(points: Sequence[ViewPoint]) -> go.Figure:
+def divergence_figure(points: Sequence[ViewPoint],
+                      worker_names: Mapping[str, str] | None = None) -> go.Figure:
     fig = go.Figure()
     series: dict[tuple[str, str], list[ViewPoint]] = {}
     for p in points:
-        series.setdefault((p.worker, p.source), []).append(p)
+        series.setdefault(((worker_names or {}).get(p.worker, p.worker), p.source),
+                          []).append(p)
     for (worker, source), pts in sorted(series.items()):
         x = utc([p.ts for p in pts])
         if source == "prediction":

@@ -32,3 +32,13 @@ def test_router_mode_and_worker_mode_identifiers_of_one_image() -> None:
     assert rows["aa" * 8]["engine keyed it by"] == "the router's identity (router mode)"
     assert rows["ff" * 8]["engine keyed it by"].startswith("its own identifier")
     assert rows["ff" * 8]["on workers"] == "w2"
+
+
+def test_smgs_re_keyed_identity_counts_as_the_routers() -> None:
+    from mmlens.layout.expected import ExpectedLayout, LayoutImage
+
+    t = _trace("r", 100.0, W1, "aa" * 32)
+    t.expected_layout = ExpectedLayout(images=[LayoutImage(320, 240, 80, identity={
+        "smg": "ee" * 32, "content": "aa" * 32})])
+    (link,) = identity_links([_stored(100.05, W1, 1, ["ee" * 32])], [t])
+    assert link.router_keyed == {"ee" * 32}

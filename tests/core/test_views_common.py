@@ -71,7 +71,7 @@ def test_prefix_tree_blocks_are_labelled_by_request_and_image() -> None:
               KVEventRow(150.0, w, 0, 3, "stored", 1, None, [9], [])]  # nobody in service
     labels = block_labels(events, [first, second])
     # 320x240 → 80 image tokens after a 4-token head: blocks 0-5 hold the image.
-    assert labels[(w, 1)].text == "req aaaaaa" and labels[(w, 1)].image
+    assert labels[(w, 1)].text == "req aaaaaa · img 1 320x240" and labels[(w, 1)].image
     assert "image 1 320x240" in labels[(w, 2)].hover and labels[(w, 2)].text == ""
     assert labels[(w, 7)].text == "req bbbbbb"  # its first uncached block: block 6
     assert labels[(w, 7)].hover.startswith("block 6 of mmlens-bbbbbb02")

@@ -19,7 +19,7 @@ from tests.pages.apptest_util import (
     open_page,
     trace_names,
 )
-from tests.pages.recorded_store import ROUTER, W1, W2, Recorded
+from tests.pages.recorded_store import W1, W2, Recorded
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -223,7 +223,7 @@ def test_cache_page_figures(db: Recorded) -> None:
     # The chained event (parent 1004) hangs under block 1004 of its worker.
     assert tree["parents"][tree["ids"].index(f"{W1}/9001")] == f"{W1}/1004"
     rates = figure_titled(at, "Achieved vs available")
-    assert sorted(trace_names(rates)) == [f"{ROUTER} · achieved", f"{ROUTER} · available"]
+    assert sorted(trace_names(rates)) == ["smg · achieved", "smg · available"]  # by name
     (lost,) = [d.value for d in at.dataframe if "avoidable" in d.value.columns
                and "request" in d.value.columns]
     row = lost[lost["request"] == db.false_hit_id].iloc[0]

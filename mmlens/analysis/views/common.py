@@ -35,6 +35,12 @@ def worker_names(targets: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
+def router_names(targets: Mapping[str, Any] | None) -> dict[str, str]:
+    """The config's name for each router, keyed by its URL."""
+    return {str(r["url"]): str(r["name"]) for r in (targets or {}).get("routers") or []
+            if r.get("url") and r.get("name")}
+
+
 def worker_label(worker: str | None, names: Mapping[str, str] | None = None) -> str:
     """The config's name of a worker when it has one, else its URL without the scheme; a DP
     rank suffix (``#1``) is kept."""
