@@ -132,6 +132,9 @@ with shared.page_guard("Lab"):
     else:
         model = c2.text_input("Model", key="lab_model_text",
                               help="the router listed no models (is it down?)")
+        st.warning(f"Router {name} listed no models: it is down or unreachable (see the "
+                   "Overview), and requests to it fail until it is back. Pick another router "
+                   "or type a model to try anyway.")
     try:
         guess = get_family(model).name if model else ""
     except ValueError:

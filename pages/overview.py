@@ -7,8 +7,8 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis.availability.view import CAUSE_TEXT, AvailabilityView
-from mmlens.analysis.views.common import name_rows, pct
-from mmlens.analysis.views.overview import overview_view
+from mmlens.analysis.views.common import name_rows, named_text, pct
+from mmlens.analysis.views.overview import mark_routers_down, overview_view
 from mmlens.figures.cache import worker_hit_rate_bars
 
 st.title("Overview")
@@ -38,6 +38,7 @@ def live() -> None:
         c4.metric("Image requests in worker mode", pct(head.worker_mode_share))
         available(shared.availability(path, 3600.0))
 
+        names = shared.worker_names(path)
         st.subheader("Alerts")
         found = view.alerts
         if not found:
@@ -45,7 +46,7 @@ def live() -> None:
                        "block sizes agree, workers are healthy.")
         for a in found:
             box = {"error": st.error, "warning": st.warning}.get(a.severity, st.info)
-            box(f"**{a.cause}** — {a.message}")
+            box(f"**{a.cause}** — {named_text(a.message, names)}")
             if a.request_id:
                 st.page_link("pages/inspector.py", label=f"Explain {a.request_id}",
                              icon=":material/view_timeline:",
@@ -63,7 +64,6 @@ def live() -> None:
             st.dataframe(pd.DataFrame(view.shards), hide_index=True, width="stretch")
         for name in view.routers_down:
             st.error(f"Router {name} is down or unreachable: its /workers did not answer.")
-        names = shared.worker_names(path)
         if view.router_workers:
             st.markdown("**Workers as the router lists them**")
             st.dataframe(pd.DataFrame(name_rows(view.router_workers, names)), hide_index=True,
@@ -71,8 +71,8 @@ def live() -> None:
         if workers_seen.rows:
             st.markdown("**Workers: liveness (from the routers' own series) and where their KV "
                         "events come from**")
-            st.dataframe(pd.DataFrame(name_rows(workers_seen.rows, names)), hide_index=True,
-                         width="stretch")
+            rows = mark_routers_down(name_rows(workers_seen.rows, names), view.routers_down)
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
         if snap.metrics.hit_rates:
             st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates, names),
                             key="overview_hit_rates", width="stretch")

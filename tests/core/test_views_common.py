@@ -76,3 +76,22 @@ def test_prefix_tree_blocks_are_labelled_by_request_and_image() -> None:
     assert labels[(w, 7)].text == "req bbbbbb"  # its first uncached block: block 6
     assert labels[(w, 7)].hover.startswith("block 6 of mmlens-bbbbbb02")
     assert (w, 9) not in labels
+
+
+def test_messages_name_the_workers_they_mention() -> None:
+    from mmlens.analysis.views.common import named_text
+
+    names = worker_names(TARGETS)
+    text = ("false hit: the router predicted 20 blocks on grpc://127.0.0.1:50051, the engine "
+            "found 0; candidates 127.0.0.1:50052 load 1, 127.0.0.1:500510 untouched")
+    assert named_text(text, names) == (
+        "false hit: the router predicted 20 blocks on w1, the engine found 0; candidates w2 "
+        "load 1, 127.0.0.1:500510 untouched")
+
+
+def test_a_router_that_stopped_answering_marks_its_worker_rows() -> None:
+    from mmlens.analysis.views.overview import mark_routers_down
+
+    rows = [{"router": "demo", "worker": "w1", "state": "live"},
+            {"router": "demo-worker", "worker": "w1", "state": "live"}]
+    assert [r["state"] for r in mark_routers_down(rows, ["demo"])] == ["router down", "live"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -69,6 +70,14 @@ def name_rows(rows: Sequence[dict[str, Any]], names: Mapping[str, str], key: str
                 new["address"] = short_worker(url)
         out.append(new)
     return out
+
+
+def named_text(text: str, names: Mapping[str, str]) -> str:
+    """``text`` with every worker address it mentions (with or without its scheme, and a DP
+    rank 0 suffix) replaced by the worker's config name."""
+    for addr in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.:/-]){re.escape(addr)}(#0)?(?![\w])", names[addr], text)
+    return text
 
 
 def named_headline(text: str, worker: str | None, names: Mapping[str, str] | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,3 +45,11 @@ def overview_view(snap: Snapshot, more_alerts: list[Alert], now: float) -> Overv
         targets=target_rows(snap, now), shards=shard_rows(snap, now),
         router_workers=router_workers(snap), routers_down=routers_down(snap),
         prometheus=(snap.targets or {}).get("prometheus"))
+
+
+def mark_routers_down(rows: Sequence[dict[str, Any]], down: Sequence[str],
+                      ) -> list[dict[str, Any]]:
+    """Liveness rows of a router that no longer answers say so (its last scrape listed the
+    worker live, which no longer tells anything)."""
+    return [{**r, "state": "router down"} if r.get("router") in down else dict(r)
+            for r in rows]
