@@ -70,6 +70,52 @@ def test_ctrl_c_stops_every_child(tmp_path: Path) -> None:
             proc.wait()
 
 
+def test_a_killed_demo_router_leaves_the_dashboard_up_and_exit_cleans_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from mmlens.store.open import open_store
+    from tests.pages.apptest_util import messages, open_page
+
+    ready, db = tmp_path / "ready.json", tmp_path / "m.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmlens", "dashboard", "--demo", "--no-warmup", "--port",
+         str(free_port()), "--port-base", str(free_port_base(50)), "--db", str(db),
+         "--ready-file", str(ready), "--interval", "1"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        info = wait_until(lambda: ready_info(ready, proc), 90, 0.3, what="dashboard ready")
+        scratch = Path(info["config"]).parent
+        demo = json.loads((scratch / "demo-ready.json").read_text())
+        assert [r["mm_processing"] for r in demo["routers"]] == ["router", "worker"]
+        os.kill(demo["routers"][0]["pid"], signal.SIGKILL)
+
+        def router_down() -> bool:
+            store = open_store(str(db))
+            try:
+                states = {s["router"]: s for s in store.meta("router_state") or []}
+            finally:
+                store.close()
+            return "demo" in states and not states["demo"].get("workers")
+
+        wait_until(router_down, 30, 0.5, what="the collector sees the router down")
+        assert proc.poll() is None  # the dashboard serves on
+        assert httpx.get(f"{info['dashboard']}/_stcore/health", timeout=5).status_code == 200
+        monkeypatch.setenv("MMLENS_DB", str(db))
+        at = open_page("overview")
+        assert any("Router demo is down" in e for e in messages(at)["error"])
+        assert scratch.is_dir()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert not scratch.exists()  # config, demo logs and ready lines removed at exit
+        assert db.exists()  # the store the user named stays
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_dashboard_on_a_postgresql_store(tmp_path: Path, postgres) -> None:
     """`mmlens dashboard --demo --db postgresql://…`: the collector writes the server store and
     the dashboard reads it (the pages themselves on PostgreSQL: test_pages_recorded)."""
