@@ -36,12 +36,14 @@ from mmlens.collectors.supervisor import guarded, start_supervised
 from mmlens.collectors.trace_sink import TraceSink
 
 from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, engine_block_sets
+from mmlens.analysis.liveness import liveness_names
 from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.ingest.lag import LagHistogram
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import read_spans
+from mmlens.ingest.sample_thinning import SampleThinner
 from mmlens.records import (
     CollectorHealth,
     KVEvent,
@@ -70,6 +72,8 @@ class CollectorRunner:
         self.leads = shard is None or shard.leads
         self.http = http or httpx.Client(follow_redirects=False)
         self.scraper = MetricsScraper(self.http, timeout_s=cfg.timeout_s)
+        # What of each scrape is stored: changes, a keyframe a minute, liveness always.
+        self.thinner = SampleThinner(always=liveness_names())
         self.router_state = RouterStateCollector(self.http, timeout_s=cfg.timeout_s)
         self._kv_queue: queue.SimpleQueue[list[KVEvent]] = queue.SimpleQueue()
         self.kv = KVEventCollector(context=zmq_context, sink=self._kv_queue.put)
@@ -238,7 +242,7 @@ class CollectorRunner:
             samples = self.promql.instant() if self.leads else []
         else:
             samples = self.scraper.scrape_all(self.metric_targets())
-        self.store.add_samples(samples)
+        self.store.add_samples(self.thinner.keep(samples))
         self._compare_views(samples, now)
 
         if self.leads:
