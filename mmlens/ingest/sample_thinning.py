@@ -6,7 +6,7 @@ metric whose value changed since the last scrape (with the last unchanged sample
 change, so a counter's step stays exactly where it was), one full scrape of each metric per
 ``keyframe_s`` (what reads the latest value or a window's first point finds one), and every
 sample of the ``always`` metrics (liveness reads which scrapes listed a worker). Dropped:
-histogram buckets other than ``READ_BUCKETS``.
+histogram buckets other than ``READ_BUCKETS``, and the families of ``DROPPED_PREFIXES``.
 
 Counter increases over any window come out as from every sample: a run of equal values
 contributes nothing, and its last sample before a change is kept.
@@ -22,6 +22,9 @@ from mmlens.records import MetricSample
 # other ``*_bucket`` series is dropped before it is stored.
 READ_BUCKETS = frozenset({"smg_cache_aware_match_ratio_bucket",
                           "dynamo_frontend_images_per_request_bucket"})
+# SMG's own HTTP serving (which mmlens' polls of /workers and /v1/models move every scrape)
+# and its async runtime's internals: nothing reads them, and they never stand still.
+DROPPED_PREFIXES = ("smg_http_", "smg_tokio_")
 KEYFRAME_S = 60.0
 
 Group = tuple[str, str]  # (target, metric name)
@@ -40,7 +43,8 @@ class SampleThinner:
         """The samples of one round of scrapes worth storing."""
         groups: dict[Group, list[MetricSample]] = {}
         for s in samples:
-            if s.name.endswith("_bucket") and s.name not in READ_BUCKETS:
+            if (s.name.endswith("_bucket") and s.name not in READ_BUCKETS) or \
+                    s.name.startswith(DROPPED_PREFIXES):
                 continue
             groups.setdefault((s.target, s.name), []).append(s)
         out: list[MetricSample] = []
