@@ -204,7 +204,7 @@ class GrpcKvCollector:
                     self.index.restart(worker, rank)
 
     def start(self) -> None:
-        for s in self.streams:
+        for s in self.streams[len(self._threads):]:  # those not started yet
             t = threading.Thread(target=s.run, args=(self._stop,), daemon=True,
                                  name=f"kv-grpc-{s.worker}")
             t.start()

@@ -14,6 +14,7 @@ thread-safe.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +49,9 @@ class KVEventCollector:
         self._by_socket: dict[zmq.Socket, tuple[str, Endpoint]] = {}  # type: ignore[type-arg]
         self.poller = zmq.Poller()
         self._stop = threading.Event()
+        # Endpoints added while run() polls: the polling thread creates their sockets.
+        self._later: queue.SimpleQueue[tuple[str, int, str, str | None, str]] = \
+            queue.SimpleQueue()
         self.lock = threading.Lock()  # guards the index for readers on other threads
 
     # --- set-up --------------------------------------------------------------------------
@@ -68,6 +72,18 @@ class KVEventCollector:
             self._by_socket[s] = (kind, ep)
             self.poller.register(s, zmq.POLLIN)
         return ep
+
+    def add_endpoint_later(self, worker: str, rank: int, endpoint: str,
+                           replay: str | None = None, topic: str = "") -> None:
+        """``add_endpoint`` from another thread than the one running ``run``."""
+        self._later.put((worker, rank, endpoint, replay, topic))
+
+    def _add_later(self) -> None:
+        while True:
+            try:
+                self.add_endpoint(*self._later.get_nowait())
+            except queue.Empty:
+                return
 
     def close(self) -> None:
         self._stop.set()
@@ -156,6 +172,7 @@ class KVEventCollector:
         stop = stop or self._stop
         self.initial_sync(wait=False)
         while not stop.is_set():
+            self._add_later()
             self.poll(timeout_ms)
         self.drain(drain_s)
 

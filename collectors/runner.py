@@ -37,7 +37,14 @@ from mmlens.collectors.trace_sink import TraceSink
 
 from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, engine_block_sets
 from mmlens.analysis.liveness import liveness_names
-from mmlens.config import Config, apply_ready, read_ready_file, smg_worker_target
+from mmlens.config import (
+    Config,
+    RouterTarget,
+    WorkerTarget,
+    apply_ready,
+    read_ready_file,
+    smg_worker_target,
+)
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.ingest.lag import LagHistogram
@@ -67,6 +74,7 @@ class CollectorRunner:
                  log_streams: dict[str, Any] | None = None, shard: Shard | None = None,
                  ) -> None:
         self.cfg = cfg
+        self.configured_workers = {w.name for w in cfg.workers}  # named by the config file
         self.store = store
         self.shard = shard
         self.leads = shard is None or shard.leads
@@ -120,16 +128,10 @@ class CollectorRunner:
             except (OSError, ValueError) as exc:
                 self.discovery_health.error("ready_file", str(exc), time.time())
         for router in self.cfg.routers:
-            if router.log_file and router.name not in self.followers:
-                self.followers[router.name] = LogFollower(router.log_file)
+            self.add_router(router)
         for name in resume_followers(self.store, self.followers):
             self.log_health.setdefault(name, CollectorHealth("router_logs", name)).count(
                 "resumed")
-            if router.discover_workers:
-                state = self.router_state.poll(router)
-                for w in RouterStateCollector.workers_of(state):
-                    if self.cfg.add_worker(smg_worker_target(w.url, {"runtime_type": w.runtime})):
-                        self.discovery_health.count("discovered_workers")
         if self.leads and (self.cfg.otlp_grpc_port is not None
                            or self.cfg.otlp_http_port is not None):
             self.start_otlp()
@@ -137,13 +139,7 @@ class CollectorRunner:
             self.store.set_meta("targets", self.targets())
         self._keep_own_share()
         for w in self.cfg.workers:
-            key = w.router_url or w.name
-            if w.kv_transport == "grpc" and w.kv_events:
-                self.kv_grpc.add_worker(key, w.kv_events, w.engine)
-            for rank, pub, replay in w.kv_endpoints():
-                self.kv.add_endpoint(key, rank, pub, replay, w.topic)
-            if w.kv_transport:
-                self.kv_transports[key] = w.kv_transport
+            self.add_kv_source(w)
         for router in self.cfg.routers:
             if router.event_plane:
                 self.planes.append(self._plane(router.name, router.event_plane,
@@ -151,6 +147,33 @@ class CollectorRunner:
         if self.promql is not None:
             self.promql.instance_targets = {
                 urlsplit(url).netloc: name for name, url in self.metric_targets()}
+
+    def add_router(self, router: RouterTarget) -> None:
+        """Follow its log; on SMG with ``discover_workers``, add the workers it lists."""
+        if router.log_file and router.name not in self.followers:
+            self.followers[router.name] = LogFollower(router.log_file)
+        if router.discover_workers:
+            state = self.router_state.poll(router)
+            for w in RouterStateCollector.workers_of(state):
+                if self.cfg.add_worker(smg_worker_target(w.url, {"runtime_type": w.runtime})):
+                    self.discovery_health.count("discovered_workers")
+
+    def add_kv_source(self, w: WorkerTarget, running: bool = False) -> None:
+        """Read the worker's KV events (its ZMQ endpoints or its gRPC stream); ``running``:
+        the KV threads run already (a target added by a config reload)."""
+        key = w.router_url or w.name
+        if w.kv_transport == "grpc" and w.kv_events:
+            self.kv_grpc.add_worker(key, w.kv_events, w.engine)
+        for rank, pub, replay in w.kv_endpoints():
+            if running and self._kv_thread is not None:
+                self.kv.add_endpoint_later(key, rank, pub, replay, w.topic)
+            else:
+                self.kv.add_endpoint(key, rank, pub, replay, w.topic)
+        if w.kv_transport:
+            self.kv_transports[key] = w.kv_transport
+        if running:
+            self.kv_grpc.start()
+            self._start_kv_thread()
 
     def _keep_own_share(self) -> None:
         """A shard keeps the workers it owns; shards other than 0 drop the routers (their
@@ -229,6 +252,9 @@ class CollectorRunner:
         deadline = time.monotonic() + plane_wait_s
         for plane in self.planes:
             plane.ready.wait(max(0.0, deadline - time.monotonic()))
+        self._start_kv_thread()
+
+    def _start_kv_thread(self) -> None:
         if self.kv.endpoints and self._kv_thread is None:
             self._kv_thread = start_supervised(
                 "kv-events", lambda: self.kv.run(self._kv_stop), self._kv_stop,

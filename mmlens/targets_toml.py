@@ -4,6 +4,7 @@ before it is saved."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -62,3 +63,31 @@ def validate_toml(text: str, base_dir: Path = Path(".")) -> Config:
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise ConfigError(f"TOML syntax: {exc}") from None
     return parse_config(doc, base_dir)
+
+
+_WHERE = re.compile(r"^(?:(router|worker)\[(\d+)\]|(\w+))\.?(\w+)?:")
+
+
+def error_line(text: str, message: str) -> int | None:
+    """The 1-based line of ``text`` a validation message points at (``router[1].url: …``,
+    ``store.max_mb: …``, ``interval_s: …``), when it can be found."""
+    m = _WHERE.match(message)
+    if not m:
+        return None
+    array, index, table, key = m.groups()
+    if table and not key:  # a top-level key
+        table, key = None, table
+    header = f"[[{array}]]" if array else f"[{table}]" if table else None
+    count, inside = -1, header is None
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            if stripped.replace(" ", "") == header:
+                count += 1
+                inside = array is None or count == int(index)
+            else:
+                inside = False
+            continue
+        if inside and key and re.match(rf"{re.escape(key)}\s*=", stripped):
+            return n
+    return None

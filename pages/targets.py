@@ -8,7 +8,7 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.config import ENV_CONFIG, ConfigError
-from mmlens.targets_toml import validate_toml
+from mmlens.targets_toml import error_line, validate_toml
 
 st.title("Targets")
 
@@ -27,7 +27,10 @@ with shared.page_guard("Targets"):
     try:
         cfg = validate_toml(text, Path(cfg_path).parent if cfg_path else Path("."))
     except ConfigError as exc:
-        st.error(f"Not valid: {exc}")
+        line = error_line(text, str(exc))
+        where = "" if line is None else (
+            f" — line {line}: `{text.splitlines()[line - 1].strip()[:120]}`")
+        st.error(f"Not valid: {exc}{where}")
         cfg = None
     if cfg is not None:
         st.success(f"Valid: {len(cfg.routers)} router(s), {len(cfg.workers)} worker(s), "
@@ -43,11 +46,16 @@ with shared.page_guard("Targets"):
                                         "metrics": w.metrics_url or "—",
                                         "kv events": w.kv_events or "—"}
                                        for w in cfg.workers]), hide_index=True, width="stretch")
-        can_save = bool(cfg_path) and text != original
-        if st.button("Save", disabled=not can_save, key="targets_save",
-                     help="writes the file; restart `mmlens collect` to apply it"):
-            Path(cfg_path).write_text(text)  # type: ignore[arg-type]
-            st.success("Saved. The collectors read targets at start: restart them to apply.")
+    can_save = bool(cfg_path) and cfg is not None and text != original
+    why = ("fix the error above first" if cfg is None else
+           "no config file to write ($MMLENS_CONFIG unset)" if not cfg_path else
+           "nothing changed" if text == original else
+           "writes the file; the running collectors apply it within a few seconds")
+    if st.button("Save", disabled=not can_save, key="targets_save", help=why):
+        Path(cfg_path).write_text(text)  # type: ignore[arg-type]
+        st.success("Saved. The collectors apply it within a few seconds (routers, workers); "
+                   "the Lab offers new routers as soon as they have. Interval, store limits, "
+                   "Prometheus and OTLP apply at the collectors' next start.")
 
     st.subheader("What the collectors use now")
     r = shared.reader()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -12,11 +13,19 @@ from pathlib import Path
 
 import httpx
 
+from mmlens.collectors.config_reload import ConfigWatcher, reload_if_changed
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.runner import CollectorRunner
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
-from mmlens.config import Config, ConfigError, apply_ready, load_config, read_ready_file
+from mmlens.config import (
+    ENV_CONFIG,
+    Config,
+    ConfigError,
+    apply_ready,
+    load_config,
+    read_ready_file,
+)
 from mmlens.shard import ShardError, parse_shard
 from mmlens.store.open import StoreError, open_store
 
@@ -122,10 +131,15 @@ def main(argv: Sequence[str]) -> int:
         signal.signal(sig, lambda *_: stop.set())
     workload_done = threading.Event()
 
+    config_file = args.config or os.environ.get(ENV_CONFIG)
+    watcher = ConfigWatcher(config_file) if config_file and not args.ready_file else None
+
     def on_tick(r: CollectorRunner) -> None:
         if args.workload and r.leads and not workload_done.is_set():
             workload_done.set()
             run_workload(r, client, args.workload, args.model, args.layout_model)
+        for note in reload_if_changed(r, watcher) if watcher else []:
+            print(f"mmlens collect: {note}", file=sys.stderr, flush=True)
 
     try:
         runner.run(args.duration, stop, on_tick)

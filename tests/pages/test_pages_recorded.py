@@ -280,6 +280,19 @@ def test_targets_page_validates_toml(db: Recorded, tmp_path: Path,
     at.text_area(key="targets_toml").set_value("[[router]\n").run()
     assert any("TOML syntax" in e for e in messages(at)["error"])
     assert_clean(at)
+    # A bad address: named with its line, and Save stays on the page (not pressable).
+    bad = cfg.read_text() + '\n[[router]]\nname = "two"\nkind = "smg"\nurl = "not a url"\n'
+    at.text_area(key="targets_toml").set_value(bad).run()
+    (error,) = messages(at)["error"]
+    assert "router[1].url" in error and 'line 9: `url = "not a url"`' in error
+    assert at.button(key="targets_save").disabled
+    # Fixed, it can be saved; the file changes (the running collector rereads it).
+    good = bad.replace("not a url", "http://127.0.0.1:30002")
+    at.text_area(key="targets_toml").set_value(good).run()
+    assert not messages(at)["error"] and not at.button(key="targets_save").disabled
+    at.button(key="targets_save").click().run()
+    assert cfg.read_text() == good
+    assert any("apply it within a few seconds" in s for s in messages(at)["success"])
 
 
 @pytest.mark.parametrize("page", PAGES)
