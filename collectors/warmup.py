@@ -32,7 +32,10 @@ from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 from mmlens.records import RequestTrace
 
-TEXT = "Describe this image in detail: the objects, their colours, any text, and the setting."
+# Long enough that a request's last block holds text (a repeat then beats the same image
+# tokens elsewhere), and not the Lab's default text: the Lab's first A and B find only
+# image tokens cached on both workers, so the load (not the warm-up) places them.
+TEXT = "Look at this picture carefully and tell me everything you can see in it, please."
 SEED_TOKENS = 32  # requests sent together stay in flight long enough to see each other
 
 

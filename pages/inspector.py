@@ -10,6 +10,7 @@ from mmlens.ui import shared
 from mmlens.analysis.explain import keys_of
 from mmlens.analysis.request_view import RequestView, from_layout, from_trace, rebuild_parts
 from mmlens.analysis.verdicts import field_rows
+from mmlens.analysis.views.common import named_text
 from mmlens.analysis.views.inspector import (
     cached_text,
     explanation_text,
@@ -133,7 +134,7 @@ def captured(path: str) -> None:
     if expl is not None:
         st.subheader("Why this many cached tokens")
         box = st.success if expl["category"] == "hit" else st.warning
-        box(explanation_text(expl))
+        box(named_text(explanation_text(expl), names))
         if expl["evidence"]:
             with st.expander("Evidence"):
                 st.json(expl["evidence"])

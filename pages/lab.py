@@ -16,6 +16,7 @@ from mmlens.analysis.lab_plan import (
     plan_steps,
     result_rows,
     run_images,
+    summary_line,
 )
 from mmlens.analysis.scenarios import NAMES as SCENARIOS
 from mmlens.analysis.views.lab import (
@@ -96,6 +97,7 @@ def show_results(results: list[StepResult]) -> None:
         st.caption(f"Run seed {run['seed']}: {run['images'] or 'no generated images'}"
                    + ("" if run["pinned"] else " — pin the seed to send these images again"))
     rows = result_rows(results)
+    st.markdown(summary_line(results))
     st.plotly_chart(steps_figure(rows), key="lab_steps", width="stretch")
     shared.request_table(rows, "lab_results_table", column_config={
         "why": st.column_config.TextColumn("why", width="large"),

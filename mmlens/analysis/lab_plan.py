@@ -182,3 +182,16 @@ def result_rows(results: Sequence[StepResult]) -> list[dict[str, object]]:
             "mode": r.mode, "error": r.error, "request": r.request,
         })
     return rows
+
+
+def summary_line(results: Sequence[StepResult]) -> str:
+    """One line for the whole run: per step its worker, what it found cached and the
+    verdict ("A → w1: 0% cached (false_hit) · A again → w1: 99% cached (hit)")."""
+    parts = []
+    routers = {r.router for r in results}
+    for r in results:
+        where = f"{r.step}" + (f" via {r.router}" if len(routers) > 1 else "")
+        got = "failed" if r.error else (
+            f"{round(100 * r.hit)}% cached" if r.hit is not None else "cached ?")
+        parts.append(f"{where} → {r.worker}: {got} ({r.verdict})")
+    return " · ".join(parts)

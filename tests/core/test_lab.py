@@ -12,6 +12,7 @@ from mmlens.analysis.lab_plan import (
     plan_steps,
     result_rows,
     run_images,
+    summary_line,
     ttft_changes,
 )
 from mmlens.analysis.views.lab import check_inputs, compare_modes, router_modes, step_result
@@ -90,6 +91,9 @@ def test_step_results_carry_verdict_reason_hit_share_and_ttft_change() -> None:
     assert list(fig["data"][0]["y"]) == [0, 0, 192, 320]
     assert fig["data"][1]["text"][0] == "0% · false_hit"
     assert fig["data"][0]["x"][0] == "A<br>w1"
+    assert summary_line(results).startswith(
+        "A → w1: 0% cached (false_hit) · B → x:2: 0% cached (cold) · A again → w1: 99% cached "
+        "(hit)")
 
 
 def test_latency_stands_in_for_ttft_when_not_streamed() -> None:
@@ -111,6 +115,8 @@ def test_router_and_worker_mode_compared_with_the_difference_explained() -> None
              r["engine prompt_tokens (observed)"]) for r in cmp.rows] == [
         ("demo", "router", 329, 329), ("demo-worker", "worker", 30, 329)]
     text = " ".join(cmp.notes)
+    assert cmp.notes[0] == ("Engine prompt_tokens observed: demo (router mode, w1) 329 · "
+                            "demo-worker (worker mode, w1) 329")
     assert "counted 329 prompt tokens in every mode" in text
     assert "routed on 30 ids with one placeholder per image" in text
     assert "router mode found 320 cached tokens, worker mode 0" in text

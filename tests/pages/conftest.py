@@ -3,13 +3,16 @@ workload, Streamlit) on free loopback ports, shared by the live page and browser
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -92,3 +95,25 @@ def db(recorded: Recorded, monkeypatch: pytest.MonkeyPatch) -> Recorded:
     monkeypatch.setenv("MMLENS_DB", str(recorded.path))
     monkeypatch.delenv("MMLENS_CONFIG", raising=False)
     return recorded
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A page of Debian's headless Chromium, driven by Playwright (skips without either)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no chromium (scripts/test installs it with apt when run as root)")
+    profile = tempfile.mkdtemp(dir=tmp_path_factory.mktemp("chromium"))
+    with sync_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, args=FLAGS, headless=True,
+            viewport={"width": 1400, "height": 2000})
+        try:
+            yield ctx.new_page()
+        finally:
+            ctx.close()

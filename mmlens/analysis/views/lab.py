@@ -137,8 +137,9 @@ def compare_modes(results: Sequence[StepResult]) -> list[ModeComparison]:
 
 def mode_notes(rs: Sequence[StepResult]) -> list[str]:
     """Why the counts of one request differ (or agree) between the routers' modes."""
-    notes = []
     ok = [r for r in rs if not r.error and r.prompt_tokens is not None]
+    notes = ["Engine prompt_tokens observed: " + " · ".join(
+        f"{r.router} ({r.mode} mode, {r.worker}) {r.prompt_tokens}" for r in ok)] if ok else []
     for r in rs:
         if r.error:
             notes.append(f"{r.router} ({r.mode} mode) failed: {r.error}")

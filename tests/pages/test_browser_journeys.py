@@ -1,0 +1,138 @@
+"""The three things users come for, walked in a real browser (Debian's Chromium driven by
+Playwright) on `mmlens dashboard --demo`: a miss found and explained from the Overview in at
+most three clicks; A/B/A/B with B cold, then both warm on two workers; the same request
+observed in router and worker mode with both engines' counts. Each asserts what is on the
+screen (and checks it against the store) and leaves a screenshot in artifacts/journeys/."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from mmlens.analysis.verdicts import judge
+from mmlens.store.reader import StoreReader
+from tests.live_support import REPO
+from tests.pages.conftest import LiveDashboard
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
+SHOTS = REPO / "artifacts" / "journeys"
+WAIT_MS = 60_000
+STEP = re.compile(r"(?P<step>[AB](?: again)?) → (?P<worker>w\d): (?P<pct>\d+)% cached "
+                  r"\((?P<verdict>\w+)\)")
+COUNTS = re.compile(r"demo \(router mode, (?P<rw>w\d)\) (?P<rn>\d+) · demo-worker \(worker "
+                    r"mode, (?P<ww>w\d)\) (?P<wn>\d+)")
+
+
+def _main(page: Any) -> Any:
+    return page.locator("[data-testid='stMain']")
+
+
+def _shot(page: Any, name: str) -> None:
+    page.wait_for_timeout(1500)  # let Plotly finish drawing
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size({"width": 1400, "height": 2600})
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 2000})
+
+
+def _no_traceback(page: Any) -> None:
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def _lab(page: Any, url: str) -> Any:
+    page.goto(f"{url}/lab", wait_until="domcontentloaded")
+    body = _main(page)
+    body.get_by_role("button", name="Send").wait_for(state="visible", timeout=WAIT_MS)
+    return body
+
+
+def test_a_miss_is_found_and_explained_from_the_overview(live_dashboard: LiveDashboard,
+                                                         browser_page: Any) -> None:
+    page, clicks = browser_page, 0
+    page.goto(f"{live_dashboard.url}/", wait_until="domcontentloaded")
+    body = _main(page)
+    alert = body.get_by_text("false_hits", exact=False).first
+    alert.wait_for(state="visible", timeout=WAIT_MS)
+    link = body.get_by_role("link", name=re.compile(r"^Explain mmlens-")).first
+    link.wait_for(state="visible", timeout=WAIT_MS)
+    rid = link.inner_text().strip().split("Explain ", 1)[1]
+    link.click()
+    clicks += 1
+    page.wait_for_url(re.compile(rf"/inspector\?request={rid}$"), timeout=WAIT_MS)
+    body.get_by_text("Why this many cached tokens").wait_for(state="visible", timeout=WAIT_MS)
+    verdict = body.get_by_text(re.compile(r"^false_hit — content-blind false hit")).first
+    verdict.wait_for(state="visible", timeout=WAIT_MS)
+    assert "the engine found 0" in verdict.inner_text()
+    assert clicks <= 3
+    _no_traceback(page)
+    reader = StoreReader(live_dashboard.db)
+    try:
+        trace = reader.trace(rid)
+    finally:
+        reader.close()
+    assert trace is not None and judge(trace).category == "false_hit"
+    _shot(page, "1-miss-explained")
+
+
+def test_abab_b_cold_then_both_warm_on_two_workers(live_dashboard: LiveDashboard,
+                                                   browser_page: Any) -> None:
+    page = browser_page
+    body = _lab(page, live_dashboard.url)
+    run = body.locator("[data-testid='stSelectbox']").filter(has_text="Run")
+    assert run.locator("input").input_value().startswith("A and B at once")  # the default
+    body.get_by_role("button", name="Send").click()
+    body.get_by_text("Cached vs computed tokens per step").wait_for(state="visible",
+                                                                    timeout=WAIT_MS)
+    line = body.get_by_text(re.compile(r"^A → w\d")).first
+    line.wait_for(state="visible", timeout=WAIT_MS)
+    steps = {m["step"]: m for m in STEP.finditer(line.inner_text())}
+    assert set(steps) == {"A", "B", "A again", "B again"}, line.inner_text()
+    a, b, a2, b2 = (steps[k] for k in ("A", "B", "A again", "B again"))
+    assert a["worker"] != b["worker"], line.inner_text()  # the seeds: on two workers
+    assert int(b["pct"]) < 10 and b["verdict"] != "hit"  # B (new pixels) is cold
+    assert (a2["worker"], b2["worker"]) == (a["worker"], b["worker"])  # back to their seeds
+    assert int(a2["pct"]) > 50 and int(b2["pct"]) > 50  # and both warm
+    assert a2["verdict"] == b2["verdict"] == "hit"
+    # The chart says the same: each step's bar is labelled with its worker.
+    ticks = " ".join(page.locator(".js-plotly-plot .xtick text").all_text_contents())
+    assert "w1" in ticks and "w2" in ticks
+    _no_traceback(page)
+    _shot(page, "2-abab-two-workers")
+
+
+def test_one_request_observed_in_router_and_worker_mode(live_dashboard: LiveDashboard,
+                                                        browser_page: Any) -> None:
+    page = browser_page
+    body = _lab(page, live_dashboard.url)
+    body.locator("[data-testid='stSelectbox']").filter(has_text="Run").click()
+    page.get_by_role("option", name="one request").click()
+    body.get_by_text("Compare across routers").click()
+    page.wait_for_timeout(500)
+    body.get_by_role("button", name="Send").click()
+    body.get_by_text("Router mode vs worker mode: request").wait_for(state="visible",
+                                                                    timeout=WAIT_MS)
+    counts = body.get_by_text("Engine prompt_tokens observed:").first
+    m = COUNTS.search(counts.inner_text())
+    assert m, counts.inner_text()
+    router_n, worker_n = int(m["rn"]), int(m["wn"])
+    assert router_n > 100 and worker_n > 100
+    # Equal counts are explained as such; a difference would be named as count drift.
+    explained = f"counted {router_n} prompt tokens in every mode" if router_n == worker_n \
+        else "count drift"
+    body.get_by_text(explained, exact=False).first.wait_for(state="visible", timeout=WAIT_MS)
+    body.get_by_text("in worker mode it routed on", exact=False).first.wait_for(
+        state="visible", timeout=WAIT_MS)
+    _no_traceback(page)
+    # What the screen shows is what the engines answered (the store's two newest traces).
+    reader = StoreReader(live_dashboard.db)
+    try:
+        newest = {t.router: t for t in reversed(reader.recent_traces(10)) if t.origin == "mmlens"}
+        routers = {r["name"]: r["url"] for r in reader.meta("targets")["routers"]}
+    finally:
+        reader.close()
+    assert newest[routers["demo"]].prompt_tokens == router_n
+    assert newest[routers["demo-worker"]].prompt_tokens == worker_n
+    _shot(page, "3-router-vs-worker-mode")
