@@ -237,8 +237,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> list[str]:
     """Add the demo's routers and workers from its ready line (``{"event":"ready", …}``).
     Read from a file (``ready_dir`` given), a router log it names must lie in that file's
-    directory or in the config's ``log_dirs``; a caller that got the line from a demo it
-    started itself passes no ``ready_dir`` and vouches for its paths. Nothing is added
+    directory, in the config's ``log_dirs`` or in the demo's own log folder (``logs``); a
+    caller that got the line from a demo it started itself passes no ``ready_dir`` and vouches
+    for its paths. Nothing is added
     unless the whole line is valid; a log outside the allowed directories is left out and
     said in the returned notes (the router is still added)."""
     if not isinstance(ready, dict) or ready.get("event") != "ready":
@@ -253,8 +254,14 @@ def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> list[
     kind = v.choice(ready, "router_kind", "ready file ", "smg", ("smg", "dynamo", "auto"))
     plane = _event_plane(ready, "ready file")
     notes: list[str] = []
-    new_routers = [_ready_router(r, f"routers[{i}]", kind, plane, ready_dir, cfg.log_dirs,
-                                 notes) for i, r in enumerate(routers)]
+    # A demo writes its ready file wherever asked and its logs to its own folder, which the
+    # line names ("logs"): router logs inside that folder are the demo's own.
+    allowed = list(cfg.log_dirs)
+    demo_logs = ready.get("logs")
+    if isinstance(demo_logs, str) and Path(demo_logs).is_absolute() and Path(demo_logs).is_dir():
+        allowed.append(Path(demo_logs).resolve())
+    new_routers = [_ready_router(r, f"routers[{i}]", kind, plane, ready_dir, allowed, notes)
+                   for i, r in enumerate(routers)]
     grpc = cfg.demo_kv_transport == "grpc"
     new_workers = [_ready_worker(w, f"workers[{i}]", grpc)
                    for i, w in enumerate(v.tables(ready, "workers", 4096))]
