@@ -307,6 +307,10 @@ def judge_parity(ctx: Context, traces: Sequence[RequestTrace]):
                 reasons.append(f"router mode gave {a.prompt_tokens} prompt tokens, worker mode "
                                f"{b.prompt_tokens}")
     summary = "; ".join(reasons) or "expected, router and engine token counts agree"
+    if not any(t.processing_mode == "worker" for t in traces):
+        # Only router mode ran: say so, so a pass is not read as covering worker mode.
+        summary += ("; worker mode not exercised (no worker-mode router: pass "
+                    "--worker-mode-router, or a second router in worker mode to the Lab)")
     return verdict, summary, {"rows": rows}
 
 

@@ -41,5 +41,5 @@ def divergence_figure(points: Sequence[ViewPoint],
     fig.update_layout(title="Router view vs engine holdings (blocks, UTC)", height=340,
                       yaxis={"title": "blocks", "rangemode": "tozero"}, margin=MARGIN,
                       xaxis=TIME_AXIS,
-                      legend={"orientation": "h"})
+                      legend={"orientation": "h", "y": -0.3})
     return fig
