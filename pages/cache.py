@@ -133,8 +133,7 @@ with shared.page_guard("Cache"):
         points = (event or {}).get("selection", {}).get("points", []) if event else []
         picked = [p.get("customdata") for p in points if p.get("customdata")]
         if picked:
-            st.page_link("pages/inspector.py", label=f"Open {picked[0]} in the inspector",
-                         icon=":material/view_timeline:", query_params={"request": picked[0]})
-        else:
-            st.caption("Click a point to open that request in the inspector. Points below the "
-                       "diagonal: the router expected more cache than the engine found.")
+            st.switch_page("pages/inspector.py", query_params={"request": picked[0]})
+        st.caption("Click a point to open that request in the inspector. Points below the "
+                   "diagonal: the router expected more cache than the engine found (red: a "
+                   "false hit, count drift, fallback or eviction).")

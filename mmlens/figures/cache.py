@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.analysis.verdicts import judge
 from mmlens.figures.timeaxis import TIME_AXIS, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.ingest.metrics_normalize import HitRate
@@ -17,6 +18,7 @@ from mmlens.records import BlockHash, KVEventRow, RequestTrace, ResidentSummary
 Point = tuple[float, float]
 REMOVED_COLOR = "#eceff3"
 TEXT_BLOCK_COLOR = "#9aa5b1"
+MISS_COLOR = "#cf1124"
 
 
 def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = None,
@@ -37,24 +39,29 @@ def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = 
 
 def predicted_vs_realized_figure(traces: Sequence[RequestTrace]) -> go.Figure:
     """One point per request: router-predicted vs engine-cached tokens; points carry the
-    request id (customdata) so a click can open the inspector."""
-    xs, ys, ids, texts = [], [], [], []
+    request id (customdata) so a click can open the inspector; misses the router did not
+    expect (its verdict) are red."""
+    xs, ys, ids, texts, colours = [], [], [], [], []
     for t in traces:
         p = predicted_tokens(t)
         if p is None or t.error:
             continue
+        j = judge(t)
         xs.append(p)
         ys.append(t.cached_tokens or 0)
         ids.append(t.request_id)
         texts.append(f"{t.request_id}<br>worker {t.worker}<br>predicted {p}, "
-                     f"cached {ys[-1]} of {t.prompt_tokens}")
+                     f"cached {ys[-1]} of {t.prompt_tokens}<br>{j.category}")
+        colours.append(MISS_COLOR if j.category in ("false_hit", "count_drift", "fallback",
+                                                     "evicted") else CACHED_COLOR)
     fig = go.Figure()
     top = max(xs + ys + [16])
     fig.add_trace(go.Scatter(name="realized = predicted", x=[0, top], y=[0, top], mode="lines",
                              line={"dash": "dot", "color": "#9aa5b1"}, hoverinfo="skip"))
-    fig.add_trace(go.Scatter(name="requests", x=xs, y=ys, mode="markers", customdata=ids,
-                             hovertext=texts, hoverinfo="text",
-                             marker={"size": 9, "color": CACHED_COLOR, "opacity": 0.75}))
+    fig.add_trace(go.Scatter(name="requests (red: a miss the router did not expect)", x=xs,
+                             y=ys, mode="markers", customdata=ids, hovertext=texts,
+                             hoverinfo="text",
+                             marker={"size": 9, "color": colours, "opacity": 0.75}))
     fig.update_layout(title="Predicted vs realized cached tokens per request",
                       xaxis={"title": "router-predicted tokens"},
                       yaxis={"title": "engine cached tokens"}, height=360, margin=MARGIN)

@@ -108,9 +108,15 @@ def test_predicted_vs_realized_carries_request_ids() -> None:
                            prompt_tokens=81, predictions=[RoutingDecision(
                                "a", "smg", "header", overlap_blocks=5, block_size=16)]),
               RequestTrace("b", "r", "smg", "m", 2.0, False, prompt_tokens=81)]
+    traces.append(RequestTrace("c", "r", "smg", "m", 3.0, False, cached_tokens=0,
+                               prompt_tokens=81, predictions=[RoutingDecision(
+                                   "c", "smg", "header", overlap_blocks=5, block_size=16)]))
     fig = predicted_vs_realized_figure(traces)
-    assert fig.data[1].customdata == ("a",)
-    assert (fig.data[1].x, fig.data[1].y) == ((80,), (80,))
+    assert fig.data[1].customdata == ("a", "c")
+    assert (fig.data[1].x, fig.data[1].y) == ((80, 80), (80, 0))
+    # The false hit (predicted 80, found 0) stands out.
+    hit, false_hit = fig.data[1].marker.color
+    assert false_hit == "#cf1124" != hit
 
 
 def test_kv_timeline_removed_blocks_point_down() -> None:
