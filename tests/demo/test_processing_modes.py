@@ -154,3 +154,27 @@ def test_worker_fetches_http_images_only_from_allowed_hosts(qwen_worker_mode: di
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_router_mode_and_a_worker_mode_router_over_the_same_workers() -> None:
+    """`mmlens demo --worker-mode-router`: the same request through both SMG routers; each
+    counts its own mode, both engines count the same prompt, and the worker-mode router,
+    routing on one placeholder per image, never matches the engines' blocks."""
+    with running_cluster(family="qwen3-vl", workers=2, worker_mode_router=True) as c:
+        info = c.ready_info()
+        demo, worker = info["routers"]
+        assert (demo["name"], demo["mm_processing"]) == ("demo", "router")
+        assert (worker["name"], worker["mm_processing"]) == ("demo-worker", "worker")
+        assert all(w["mm_processor"] == "inprocess" for w in info["workers"])
+        url = noisy_png_data_url(640, 480)
+        via_router = chat(demo["url"], QWEN, image_messages(url))
+        via_worker = chat(worker["url"], QWEN, image_messages(url))
+        assert via_router.status == via_worker.status == 200
+        n = get_family("qwen3-vl").image_token_count(640, 480)
+        assert via_router.prompt_tokens == via_worker.prompt_tokens == 18 - 1 + n
+        assert metric_value(demo["metrics"], "smg_mm_processing_total", model=QWEN,
+                            mode="router", reason="config") == 1
+        assert metric_value(worker["metrics"], "smg_mm_processing_total", model=QWEN,
+                            mode="worker", reason="config") == 1
+        assert via_worker.prediction["branch"] == "event_miss"
+        assert via_worker.prediction["request_blocks"] == 1  # 18 ids with one placeholder
