@@ -32,7 +32,7 @@ from mmlens.ingest.observed import (
     is_request_path,
     put,
 )
-from mmlens.ingest.router_logs import decision_or_count, parse_line
+from mmlens.ingest.router_logs import decision_or_count, parse_line, parsed_objects
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
 
 _IMAGE_SIZE = re.compile(r"width:\s*(\d+),\s*height:\s*(\d+)")
@@ -200,17 +200,8 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
     observed-request fragments it carries."""
     decisions: list[RoutingDecision] = []
     frags: list[RequestTrace] = []
-    for line in lines:
-        if NOISE.search(line):
-            continue
-        try:
-            obj = _parse(line)
-        except ValueError:
-            if errors is not None:
-                errors["malformed_log_line"] = errors.get("malformed_log_line", 0) + 1
-            continue
-        if obj is None:
-            continue
+    kept = (line for line in lines if not NOISE.search(line))
+    for obj in parsed_objects(kept, errors, _parse):
         smg_other = "span" in obj and not str(obj.get("message", "")).startswith(SMG_DECISIONS)
         d = None if smg_other else decision_or_count(obj, errors)
         if d is not None:

@@ -12,7 +12,7 @@ import ast
 import json
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from mmlens.ingest.numbers import as_float, as_int
@@ -259,18 +259,27 @@ def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
     return d
 
 
-def parse_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
-                ) -> list[RoutingDecision]:
-    out: list[RoutingDecision] = []
+def parsed_objects(lines: Iterable[str], errors: dict[str, int] | None = None,
+                   parse: Callable[[str], dict[str, Any] | None] | None = None,
+                   ) -> Iterator[dict[str, Any]]:
+    """Each line that parses to an object (``parse``, default ``parse_line``); malformed lines
+    are counted as ``malformed_log_line`` and skipped."""
+    parse = parse or parse_line
     for line in lines:
         try:
-            obj = parse_line(line)
+            obj = parse(line)
         except ValueError:
             if errors is not None:
                 errors["malformed_log_line"] = errors.get("malformed_log_line", 0) + 1
             continue
-        if obj is None:
-            continue
+        if obj is not None:
+            yield obj
+
+
+def parse_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
+                ) -> list[RoutingDecision]:
+    out: list[RoutingDecision] = []
+    for obj in parsed_objects(lines, errors):
         d = decision_or_count(obj, errors)
         if d is not None:
             out.append(d)
