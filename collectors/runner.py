@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import queue
 import socket
 import threading
 import time
@@ -18,9 +17,6 @@ from urllib.parse import urlsplit
 
 import httpx
 from mmlens.collectors.availability_job import AvailabilityJob
-from mmlens.collectors.kv_grpc import GrpcKvCollector
-from mmlens.collectors.kv_plane import EventPlaneCollector
-from mmlens.collectors.kv_subscriber import KVEventCollector
 from mmlens.collectors.log_follow import (
     LogFollower,
     StreamFollower,
@@ -32,10 +28,10 @@ from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.otlp_receiver import OtlpReceiver
 from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.collectors.router_state import RouterStateCollector
-from mmlens.collectors.supervisor import guarded, start_supervised
+from mmlens.collectors.runner_kv import KVSide
+from mmlens.collectors.supervisor import guarded
 from mmlens.collectors.trace_sink import TraceSink
 
-from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, engine_block_sets
 from mmlens.analysis.liveness import liveness_names
 from mmlens.config import (
     Config,
@@ -46,18 +42,10 @@ from mmlens.config import (
     smg_worker_target,
 )
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
-from mmlens.ingest.kv_index import ResidentIndex
-from mmlens.ingest.lag import LagHistogram
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.sample_thinning import SampleThinner
-from mmlens.records import (
-    CollectorHealth,
-    KVEvent,
-    MetricSample,
-    RequestTrace,
-    SpanRecord,
-)
+from mmlens.records import CollectorHealth, RequestTrace, SpanRecord
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import Shard
 from mmlens.store.base import SQLStore
@@ -65,7 +53,6 @@ from mmlens.store.base import SQLStore
 log = logging.getLogger("mmlens.collect")
 
 _RUNNERS = itertools.count()  # two runners in one process (tests, a dashboard) are two rows
-LAG_WINDOW_S = 300.0
 
 
 class CollectorRunner:
@@ -83,32 +70,24 @@ class CollectorRunner:
         # What of each scrape is stored: changes, a keyframe a minute, liveness always.
         self.thinner = SampleThinner(always=liveness_names())
         self.router_state = RouterStateCollector(self.http, timeout_s=cfg.timeout_s)
-        self._kv_queue: queue.SimpleQueue[list[KVEvent]] = queue.SimpleQueue()
-        self.kv = KVEventCollector(context=zmq_context, sink=self._kv_queue.put)
-        self.kv_grpc = GrpcKvCollector(self.kv.ingest.index, self.kv.lock, self._kv_queue.put)
-        self.planes: list[EventPlaneCollector] = []
-        self.zmq_context = zmq_context
-        # What each router's event plane told it (Dynamo), beside the engines' own streams.
-        self.router_view = ResidentIndex()
-        self.view_lock = threading.Lock()
-        self._view_diffs: Diffs = {}
-        self.kv_transports: dict[str, str] = {}  # worker → zmq | grpc | nats | zmq-broker
-        self._kv_thread: threading.Thread | None = None
-        self._kv_stop = threading.Event()
+        # Crashed collector threads (restarted) and failed tick steps, counted.
+        self.supervisor_health = CollectorHealth("supervisor", "collect")
+        self.kv_side = KVSide(store, zmq_context, self.supervisor_health)
+        # Its parts, by the names the runner's callers use.
+        self.kv, self.kv_grpc = self.kv_side.kv, self.kv_side.grpc
+        self.planes, self.router_view = self.kv_side.planes, self.kv_side.router_view
+        self.kv_transports = self.kv_side.transports
         self.promql = PromQLSource(prom) if prom is not None else None
         self.followers: dict[str, LogFollower | StreamFollower] = dict(log_streams or {})
         self.log_health: dict[str, CollectorHealth] = {}
         self._log_positions: dict[str, Any] = {}
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
         self.discovery_health = CollectorHealth("discovery", "config")
-        # Crashed collector threads (restarted) and failed tick steps, counted.
-        self.supervisor_health = CollectorHealth("supervisor", "collect")
         # Health rows are kept per collector process: two collectors on one store both show.
         self.instance = f"{socket.gethostname()}:{os.getpid()}:{next(_RUNNERS)}"
         self.shard_health = None if shard is None else CollectorHealth(SHARD_COLLECTOR,
                                                                        shard.label)
         self.ticks = 0
-        self.store_lag, self._lag_since = LagHistogram(), time.time()
         # Requests mmlens did not send: router logs, OTLP spans (and the tap, its own process).
         self.traces = TraceSink(self.store.add_traces)
         self.observed = ObservedSink(self.traces.record_all, self.store.add_decisions)
@@ -142,8 +121,7 @@ class CollectorRunner:
             self.add_kv_source(w)
         for router in self.cfg.routers:
             if router.event_plane:
-                self.planes.append(self._plane(router.name, router.event_plane,
-                                               router.namespace))
+                self.kv_side.add_plane(router.name, router.event_plane, router.namespace)
         if self.promql is not None:
             self.promql.instance_targets = {
                 urlsplit(url).netloc: name for name, url in self.metric_targets()}
@@ -161,19 +139,7 @@ class CollectorRunner:
     def add_kv_source(self, w: WorkerTarget, running: bool = False) -> None:
         """Read the worker's KV events (its ZMQ endpoints or its gRPC stream); ``running``:
         the KV threads run already (a target added by a config reload)."""
-        key = w.router_url or w.name
-        if w.kv_transport == "grpc" and w.kv_events:
-            self.kv_grpc.add_worker(key, w.kv_events, w.engine)
-        for rank, pub, replay in w.kv_endpoints():
-            if running and self._kv_thread is not None:
-                self.kv.add_endpoint_later(key, rank, pub, replay, w.topic)
-            else:
-                self.kv.add_endpoint(key, rank, pub, replay, w.topic)
-        if w.kv_transport:
-            self.kv_transports[key] = w.kv_transport
-        if running:
-            self.kv_grpc.start()
-            self._start_kv_thread()
+        self.kv_side.add_source(w, running)
 
     def _keep_own_share(self) -> None:
         """A shard keeps the workers it owns; shards other than 0 drop the routers (their
@@ -223,42 +189,8 @@ class CollectorRunner:
                 "http_port": self.otlp.http_port},
         }
 
-    def _plane(self, name: str, url: str, namespace: str) -> EventPlaneCollector:
-        plane: EventPlaneCollector
-
-        def on_events(events: list[KVEvent]) -> None:
-            with self.view_lock:
-                self.router_view.apply(events)
-            # A worker whose engine stream mmlens does not read (a Dynamo deployment
-            # configured by its frontend only): the plane is the best view of it there is.
-            own = [e for e in events if self.kv_transports.get(e.worker) in (
-                None, plane.transport)]
-            if own:
-                for e in own:
-                    self.kv_transports.setdefault(e.worker, plane.transport)
-                with self.kv.lock:
-                    self.kv.ingest.index.apply(own)
-                self._kv_queue.put(own)
-
-        plane = EventPlaneCollector(name, url, on_events, namespace, self.zmq_context)
-        return plane
-
     def start_kv(self, plane_wait_s: float = 3.0) -> None:
-        self.kv_grpc.start()
-        for plane in self.planes:
-            plane.start()
-        # An event plane keeps nothing for late subscribers (NATS Core, ZMQ PUB): wait for
-        # the subscriptions before anything (a workload) makes the engines publish.
-        deadline = time.monotonic() + plane_wait_s
-        for plane in self.planes:
-            plane.ready.wait(max(0.0, deadline - time.monotonic()))
-        self._start_kv_thread()
-
-    def _start_kv_thread(self) -> None:
-        if self.kv.endpoints and self._kv_thread is None:
-            self._kv_thread = start_supervised(
-                "kv-events", lambda: self.kv.run(self._kv_stop), self._kv_stop,
-                self.supervisor_health)
+        self.kv_side.start(plane_wait_s)
 
     # --- one round ---------------------------------------------------------------------------
 
@@ -269,7 +201,7 @@ class CollectorRunner:
         else:
             samples = self.scraper.scrape_all(self.metric_targets())
         self.store.add_samples(self.thinner.keep(samples))
-        self._compare_views(samples, now)
+        self.kv_side.compare_views(samples, now)
 
         if self.leads:
             states = [self.router_state.poll(r) for r in self.cfg.routers]
@@ -277,7 +209,7 @@ class CollectorRunner:
 
         self._read_logs()
         self.observed.flush()
-        self._drain_kv(now)
+        self.kv_side.drain(now, self.shard_health)
         self._evaluate_availability(now)
         self.ticks += 1
         if self.shard_health is not None:
@@ -286,52 +218,6 @@ class CollectorRunner:
         self.store.set_health(self.all_health(), now, self.instance)
         if self.leads and self.ticks % 12 == 1:
             self.store.prune(self.cfg.retention_s, self.cfg.max_mb * 1e6, now)
-
-    def _drain_kv(self, now: float) -> None:
-        events: list[KVEvent] = []
-        while True:
-            try:
-                events.extend(self._kv_queue.get_nowait())
-            except queue.Empty:
-                break
-        if events:
-            self.kv.store(events, self.store.add_kv_events)
-            if self.shard_health is not None:
-                self._note_store_lag(self.shard_health, events)
-        if self.kv.endpoints or self.kv_grpc.streams or self.planes:
-            summary = self.kv.summary()
-            for entry in summary.values():
-                entry["transport"] = self.kv_transports.get(entry["worker"])
-            self.store.set_kv_state(summary, now)
-
-    def _compare_views(self, samples: list[MetricSample], now: float) -> None:
-        """Router view vs engine holdings: block sets where a router's event plane is heard
-        (Dynamo), block counts where the router exports them (SMG ``smg_kv_index_blocks``)."""
-        engine_fed = {w for w, t in self.kv_transports.items() if t in ("zmq", "grpc")}
-        with self.view_lock:
-            router = {w: s for w, s in engine_block_sets(self.router_view.workers).items()
-                      if w in engine_fed}
-        with self.kv.lock:
-            engine_sets = engine_block_sets(self.kv.ingest.index.workers)
-        engine = {w: engine_sets.get(w, set()) for w in router}
-        points, self._view_diffs = compare_sets(engine, router, now, self._view_diffs)
-        gauge = {s.label("worker"): int(s.value) for s in samples
-                 if s.name == "smg_kv_index_blocks" and s.label("worker")}
-        points += compare_counts({w: len(engine_sets.get(w, ())) for w in gauge
-                                  if w in engine_fed}, gauge, now)
-        if points:
-            self.store.add_kv_views(points)
-
-    def _note_store_lag(self, h: CollectorHealth, events: list[KVEvent]) -> None:
-        """Publisher timestamp → committed in the store, per shard, over the last window."""
-        committed = time.time()
-        if committed - self._lag_since > LAG_WINDOW_S:
-            self.store_lag, self._lag_since = LagHistogram(), committed
-        self.store_lag.add(committed - ev.ts for ev in events)
-        h.count("kv_events", len(events))
-        for key, q in (("store_lag_p50_s", 0.5), ("store_lag_p99_s", 0.99)):
-            h.counters[key] = self.store_lag.quantile(q) or 0.0
-        h.counters["store_lag_max_s"] = self.store_lag.max
 
     def _read_logs(self) -> None:
         for name, follower in self.followers.items():
@@ -363,7 +249,7 @@ class CollectorRunner:
     def flush(self) -> None:
         self._read_logs()
         self.observed.flush(force=True)
-        self._drain_kv(time.time())
+        self.kv_side.drain(time.time(), self.shard_health)
         self._evaluate_availability(time.time(), settle_s=0.0)
         self.store.set_health(self.all_health(), instance=self.instance)
 
@@ -424,18 +310,12 @@ class CollectorRunner:
             self.close()
 
     def stop_kv(self, timeout_s: float = 5.0) -> None:
-        self._kv_stop.set()
-        if self._kv_thread is not None:
-            self._kv_thread.join(timeout=timeout_s)
+        self.kv_side.stop(timeout_s)
 
     def close(self) -> None:
         if self.otlp is not None:
             self.otlp.stop()
             self.otlp = None
-        self.stop_kv()
-        self.kv_grpc.close()
-        for plane in self.planes:
-            plane.close()
-        self.kv.close()
+        self.kv_side.close()
         self.scraper.close()
 
