@@ -30,7 +30,8 @@ class ObservedSink:
         self.health = CollectorHealth("observed", "requests")
         self._lock = threading.Lock()
         self._by_key: dict[str, RequestTrace] = {}
-        self._pending: dict[int, tuple[float, RequestTrace]] = {}  # id(record) → (last, rec)
+        # id(record) → (last added, record, its keys)
+        self._pending: dict[int, tuple[float, RequestTrace, set[str]]] = {}
         self._decisions: list[RoutingDecision] = []
 
     def add(self, fragments: Iterable[RequestTrace],
@@ -49,7 +50,8 @@ class ObservedSink:
 
     def _add_one(self, f: RequestTrace, now: float) -> None:
         hits: list[RequestTrace] = []
-        for k in keys_of(f):
+        keys = keys_of(f)
+        for k in keys:
             t = self._by_key.get(k)
             if t is not None and all(t is not h for h in hits):
                 hits.append(t)
@@ -57,8 +59,10 @@ class ObservedSink:
         for h in hits:
             self._pending.pop(id(h), None)
             target = merge(h, target) if target is f else merge(target, h)
-        self._pending[id(target)] = (now, target)
-        for k in keys_of(target):
+        if hits:
+            keys = keys_of(target)
+        self._pending[id(target)] = (now, target, keys)
+        for k in keys:
             self._by_key[k] = target
 
     def pending(self) -> int:
@@ -72,18 +76,18 @@ class ObservedSink:
         now = time.monotonic() if now is None else now
         with self._lock:
             items = sorted(self._pending.values(), key=lambda x: x[0])
-            ready = [t for i, (last, t) in enumerate(items)
+            ready = [(t, keys) for i, (last, t, keys) in enumerate(items)
                      if force or i < force_oldest or now - last >= self.hold_s]
-            for t in ready:
+            for t, keys in ready:
                 self._pending.pop(id(t), None)
-                for k in keys_of(t):
+                for k in keys:
                     if self._by_key.get(k) is t:
                         del self._by_key[k]
             decisions, self._decisions = self._decisions, []
         if decisions and self.write_decisions is not None:
             self.write_decisions(decisions)
         if ready:
-            self.write_traces(ready)
+            self.write_traces([t for t, _ in ready])
             with self._lock:
                 self.health.count("requests_written", len(ready))
                 self.health.ok(time.time())

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from mmlens.ingest.otlp import OtlpError, decode_export, spans_of
+from mmlens.ingest.otlp import OtlpError, decode_export, span_count, spans_of
 from mmlens.records import CollectorHealth, SpanRecord
 
 log = logging.getLogger("mmlens.otlp")
@@ -36,12 +36,14 @@ SpanSink = Callable[[list[SpanRecord]], None]
 
 class OtlpReceiver:
     """``grpc_port``/``http_port`` 0 picks a free port, None leaves that listener off.
-    ``dump_dir`` keeps every raw body received (for captures)."""
+    ``dump_dir`` keeps every raw body received (for captures). With ``wanted`` (span names),
+    only those spans and spans carrying events are decoded and handed on; all are counted."""
 
     def __init__(self, on_spans: SpanSink, host: str = HOST, grpc_port: int | None = 4317,
                  http_port: int | None = 4318, max_body: int = MAX_BODY,
-                 dump_dir: Path | None = None) -> None:
+                 dump_dir: Path | None = None, wanted: Container[str] | None = None) -> None:
         self.on_spans = on_spans
+        self.wanted = wanted
         self.host = host
         self.max_body = max_body
         self.dump_dir = dump_dir
@@ -65,7 +67,9 @@ class OtlpReceiver:
         if self.dump_dir is not None:
             self._dump(body, transport)
         try:
-            spans = spans_of(decode_export(body))
+            req = decode_export(body)
+            received = span_count(req)
+            spans = spans_of(req, self.wanted)
         except OtlpError as exc:
             with self._lock:
                 self.health.error("malformed_export", str(exc), now)
@@ -78,7 +82,8 @@ class OtlpReceiver:
                 self.health.error("sink", f"{type(exc).__name__}: {exc}", now)
             return None
         with self._lock:
-            self.health.count("spans", len(spans))
+            self.health.count("spans", received)
+            self.health.count("spans_read", len(spans))
             self.health.ok(now)
         return None
 

@@ -43,7 +43,7 @@ from mmlens.config import (
 )
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.ingest.observed_logs import read_lines
-from mmlens.ingest.observed_spans import read_spans
+from mmlens.ingest.observed_spans import READ_SPANS, read_spans
 from mmlens.ingest.sample_thinning import SampleThinner
 from mmlens.records import CollectorHealth, RequestTrace, SpanRecord
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
@@ -160,7 +160,7 @@ class CollectorRunner:
         """The OTLP receiver (ports from the config; a port that cannot be bound is a
         collector error, the rest of the collectors run on)."""
         rx = OtlpReceiver(self.on_spans, self.cfg.otlp_host, self.cfg.otlp_grpc_port,
-                          self.cfg.otlp_http_port)
+                          self.cfg.otlp_http_port, wanted=READ_SPANS)
         try:
             self.otlp = rx.start()
         except (OSError, RuntimeError) as exc:

@@ -59,18 +59,51 @@ def _parse_ts(v: str) -> float | None:
     return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
 
 
-def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
-                 ts: float | None = None) -> RequestTrace | None:
+def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG, ts: float | None = None,
+                 into: dict[str, RequestTrace] | None = None) -> RequestTrace | None:
+    """One SMG line's fragment, or None when the line says nothing about a served request.
+    With ``into`` (request id → fragment), a later line of a request already there is
+    written into its fragment (later lines win, as ``coalesce`` would fold them)."""
     span = obj.get("span")
     if not isinstance(span, dict) or not span.get("request_id"):
         return None
     if not is_request_path(span.get("path")):
         return None
     msg = str(obj.get("message", ""))
+    rid = str(span["request_id"])
     when = ts if ts is not None else parse_ts(obj.get("timestamp"))
-    t = fragment(str(span["request_id"]), source, when or 0.0, "smg")
-    label = f"{source}:smg"
-    t.trace_id = str(span["trace_id"]) if span.get("trace_id") else None
+    t = None if into is None else into.get(rid)
+    if t is None:
+        t = fragment(rid, source, when or 0.0, "smg")
+        t.trace_id = str(span["trace_id"]) if span.get("trace_id") else None
+    elif not _smg_says_something(msg):
+        return None
+    else:
+        if when and (not t.ts or when < t.ts):
+            t.ts = when
+        if not t.trace_id and span.get("trace_id"):
+            t.trace_id = str(span["trace_id"])
+    if not _smg_fields(t, obj, span, msg, f"{source}:smg"):
+        return None
+    if into is not None:
+        into[rid] = t
+    return t
+
+
+_SMG_SAYS = ("Event-driven routing", "Cache-aware selection", "finished processing request",
+             "Fetched images for multimodal processing", "Multimodal preprocessing complete",
+             "Token expansion complete", "Cache routing dispatch", "started processing request")
+
+
+def _smg_says_something(msg: str) -> bool:
+    return (msg in _SMG_SAYS or msg.startswith(("smg_mm_timing process_multimodal_plan",
+                                                "Request "))
+            or ("Processing" in msg and _MODEL_IN.search(msg) is not None))
+
+
+def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg: str,
+                label: str) -> bool:
+    """What one SMG line says, set on ``t``; False when it says nothing."""
     if msg in ("Event-driven routing", "Cache-aware selection"):
         put(t, "worker", obj.get("worker"), label)
         put(t, "model", obj.get("model_id"), label)
@@ -80,8 +113,8 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
         put(t, "latency_s", None if lat is None else lat / 1e6, label)
     elif msg == "Fetched images for multimodal processing":
         sizes = _IMAGE_SIZE.findall(str(obj.get("item_sizes", "")))
-        t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
-        if t.images:
+        if sizes:
+            t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
             t.provenance["images"] = label
     elif msg == "Multimodal preprocessing complete":
         tokens = as_int(obj.get("total_tokens"))
@@ -97,11 +130,9 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
         alias(t, m.group(1))
     elif (m := _MODEL_IN.search(msg)) is not None and "Processing" in msg:
         put(t, "model", m.group(1), label)
-    elif msg == "Cache routing dispatch":
-        pass  # the decision itself is `router_logs`'; the request exists
-    elif msg != "started processing request":
-        return None
-    return t
+    elif msg not in ("Cache routing dispatch", "started processing request"):
+        return False  # a dispatch line's decision is `router_logs`'; the request exists
+    return True
 
 
 def dynamo_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
@@ -154,15 +185,6 @@ def _dynamo_outcome(t: RequestTrace, obj: dict[str, Any], label: str) -> None:
     put(t, "rendered_tokens", as_int(obj.get("input_tokens")), label)
 
 
-def fragment_of(obj: dict[str, Any], source: str = SOURCE_LOG,
-                ts: float | None = None) -> RequestTrace | None:
-    """One parsed log line (or span event) → a fragment, or None when it says nothing about
-    a served request."""
-    if isinstance(obj.get("span"), dict):
-        return smg_fragment(obj, source, ts)
-    return dynamo_fragment(obj, source, ts)
-
-
 # SMG debug lines said for every request that carry nothing for routing or the request's
 # record: skipped before JSON decoding (most of a debug log's volume).
 NOISE = re.compile(
@@ -200,6 +222,7 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
     observed-request fragments it carries."""
     decisions: list[RoutingDecision] = []
     frags: list[RequestTrace] = []
+    smg: dict[str, RequestTrace] = {}
     kept = (line for line in lines if not NOISE.search(line))
     for obj in parsed_objects(kept, errors, _parse):
         smg_other = "span" in obj and not str(obj.get("message", "")).startswith(SMG_DECISIONS)
@@ -208,7 +231,10 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
             if d.ts is None:
                 d.ts = parse_ts(obj.get("timestamp") or obj.get("time"))
             decisions.append(d)
-        f = fragment_of(obj)
-        if f is not None:
-            frags.append(f)
-    return decisions, coalesce(frags)
+        if isinstance(obj.get("span"), dict):
+            f = smg_fragment(obj, into=smg)  # one fragment per request, not per line
+        else:
+            f = dynamo_fragment(obj)
+            if f is not None:
+                frags.append(f)
+    return decisions, list(smg.values()) + coalesce(frags)

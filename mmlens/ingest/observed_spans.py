@@ -106,6 +106,8 @@ def _llm_request(sp: SpanRecord) -> RequestTrace | None:
 
 _BY_NAME = {"http_request": _smg_http, "grpc_execute": _smg_execute,
             "http-request": _dynamo_http, "llm_request": _llm_request}
+# The spans read here (for ``otlp.spans_of``): these by name, and any span with events.
+READ_SPANS = frozenset(_BY_NAME)
 
 
 def fragment_of(sp: SpanRecord) -> RequestTrace | None:

@@ -125,19 +125,45 @@ class StoreWrites(SQLBase):
         # One writer at a time from the read of matching rows to the write: the tap and
         # the collector may record the same request from two processes.
         with self._tx(exclusive=True):
-            for t in traces:
-                self._upsert_trace(t)
+            self._upsert_traces(traces)
         return len(traces)
 
-    def _upsert_trace(self, t: RequestTrace) -> None:
+    def _upsert_traces(self, traces: list[RequestTrace]) -> None:
+        """A request no stored row (nor an earlier one of this batch) shares a key with is
+        inserted without a lookup of its own: one query finds the batch's stored keys."""
+        keys = [observed.keys_of(t) for t in traces]
+        taken = self._stored_keys(sorted(set().union(*keys)))
+        index: list[tuple[str, int]] = []
+        for t, mine in zip(traces, keys, strict=True):
+            if mine & taken:
+                taken |= self._upsert_trace(t)
+                continue
+            row = int(self._one(f"INSERT INTO traces (ts, request_id, router, body) "
+                                f"VALUES (?,?,?,?) RETURNING {self.key}",
+                                (t.ts, t.request_id, t.router, codec.trace_body(t))))
+            index += [(k, row) for k in mine]
+            taken |= mine
+        if index:
+            self._many("INSERT INTO trace_keys (key, row) VALUES (?, ?) "
+                       "ON CONFLICT (key) DO UPDATE SET row = excluded.row", index)
+
+    def _stored_keys(self, keys: list[str], chunk: int = 500) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(keys), chunk):
+            part = keys[i:i + chunk]
+            found.update(k for (k,) in self._rows(
+                f"SELECT key FROM trace_keys WHERE key IN ({marks(len(part))})", part))
+        return found
+
+    def _upsert_trace(self, t: RequestTrace) -> set[str]:
+        """Insert or merge one trace; returns the keys it is stored under."""
         matches = [(row, old) for row, old in self._rows_sharing_keys(t)
                    if observed.same_request(old, t)]
         if not matches:
             row = self._one(f"INSERT INTO traces (ts, request_id, router, body) "
                             f"VALUES (?,?,?,?) RETURNING {self.key}",
                             (t.ts, t.request_id, t.router, codec.trace_body(t)))
-            self._index_keys(t, int(row))
-            return
+            return self._index_keys(t, int(row))
         merged = matches[0][1]
         for _, old in matches[1:]:
             merged = observed.merge(merged, old)
@@ -149,7 +175,7 @@ class StoreWrites(SQLBase):
             self._exec(f"DELETE FROM traces WHERE {self.key} IN ({marks(len(extra))})", extra)
             self._exec(f"UPDATE trace_keys SET row=? WHERE row IN ({marks(len(extra))})",
                        [keep, *extra])
-        self._index_keys(t, keep)
+        return self._index_keys(t, keep)
 
     def _rows_sharing_keys(self, t: RequestTrace) -> list[tuple[int, RequestTrace]]:
         keys = sorted(observed.keys_of(t))
@@ -166,10 +192,12 @@ class StoreWrites(SQLBase):
                 out.append((int(row), old))
         return out
 
-    def _index_keys(self, t: RequestTrace, row: int) -> None:
+    def _index_keys(self, t: RequestTrace, row: int) -> set[str]:
+        keys = observed.keys_of(t)
         self._many("INSERT INTO trace_keys (key, row) VALUES (?, ?) "
                    "ON CONFLICT (key) DO UPDATE SET row = excluded.row",
-                   [(k, row) for k in observed.keys_of(t)])
+                   [(k, row) for k in keys])
+        return keys
 
     def _prune_keys(self) -> None:
         self._exec(f"DELETE FROM trace_keys WHERE row NOT IN (SELECT {self.key} FROM traces)")

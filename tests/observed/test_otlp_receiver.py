@@ -93,3 +93,19 @@ def test_malformed_and_unknown_content_parse_totally() -> None:
     (rec,) = parse_export(req.SerializeToString())
     assert rec.trace_id == "" and rec.parent_span_id is None
     assert len(rec.attributes["x.unknown"]) == 2048  # long strings are cut
+
+
+def test_wanted_names_decode_only_the_spans_read() -> None:
+    """With ``wanted``, spans of other names (and no events) are counted, not handed on."""
+    got: list[SpanRecord] = []
+    everything = parse_export(EXPORT)
+    names = {sp.name for sp in everything}
+    keep = sorted(names)[:1]
+    with OtlpReceiver(got.extend, grpc_port=None, http_port=0, wanted=keep) as rx:
+        url = f"http://127.0.0.1:{rx.http_port}/v1/traces"
+        assert httpx.post(url, content=EXPORT, headers=PB).status_code == 200
+    expected = [sp for sp in everything if sp.name in keep or sp.events]
+    assert [(sp.name, sp.span_id) for sp in got] == [(sp.name, sp.span_id) for sp in expected]
+    assert len(expected) < len(everything)
+    assert rx.health.counters["spans"] == len(everything)
+    assert rx.health.counters["spans_read"] == len(expected)
