@@ -25,6 +25,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the fault harness lives with the tests
@@ -36,12 +37,13 @@ from mmlens.errors import LayoutError  # noqa: E402
 from mmlens.ingest import dynamo_logs, router_logs  # noqa: E402
 from mmlens.ingest.kv_index import KVIngest  # noqa: E402
 from mmlens.ingest.observed_logs import read_lines  # noqa: E402
-from mmlens.layout.families import FAMILIES  # noqa: E402
+from mmlens.layout.families import FAMILIES, Family  # noqa: E402
 from mmlens.store.sqlite import Store  # noqa: E402
 from mmlens.targets_toml import validate_toml  # noqa: E402
 from tests.faults import harness  # noqa: E402
 from tests.fuzz.strategies import SEED_LINES, toml_value  # noqa: E402
 
+_In = TypeVar("_In")  # what a fuzz target takes: the generator makes it
 NASTY = [0, -1, 1 << 63, 1 << 64, -(1 << 64), 10**30, 10**400, 1e308, float("inf"),
          float("-inf"), float("nan"), True, None, "", "1.2.3", "1e999", "9" * 5000, [], {}]
 KEYS = ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "extra_keys",
@@ -135,8 +137,8 @@ def ready_line(r: random.Random) -> object:
     return {k: v for k, v in line.items() if r.random() < 0.8}
 
 
-def fuzz(name: str, n: int, make: Callable[[random.Random], object],
-         run: Callable[[object], object], declared: tuple[type[BaseException], ...],
+def fuzz(name: str, n: int, make: Callable[[random.Random], _In],
+         run: Callable[[_In], object], declared: tuple[type[BaseException], ...],
          r: random.Random) -> None:
     crashes: Counter[str] = Counter()
     started = time.perf_counter()
@@ -157,16 +159,16 @@ def fuzz(name: str, n: int, make: Callable[[random.Random], object],
 def run_fuzz(scale: float, r: random.Random, tmp: Path) -> None:
     store = Store(":memory:")
 
-    def kv(p: object) -> None:
-        store.add_kv_events(KVIngest().ingest("w", r.getrandbits(63), p))  # type: ignore[arg-type]
+    def kv(p: bytes) -> None:
+        store.add_kv_events(KVIngest().ingest("w", r.getrandbits(63), p))
 
-    def logs(line: object) -> None:
-        store.add_decisions(router_logs.parse_lines([line], {}))  # type: ignore[list-item]
-        d, f = read_lines([line], {})  # type: ignore[list-item]
+    def logs(line: str) -> None:
+        store.add_decisions(router_logs.parse_lines([line], {}))
+        d, f = read_lines([line], {})
         store.add_decisions(d)
         store.add_traces(f)
-        dynamo_logs.model_mm_routing([line])  # type: ignore[list-item]
-        dynamo_logs.image_token_counts([line])  # type: ignore[list-item]
+        dynamo_logs.model_mm_routing([line])
+        dynamo_logs.image_token_counts([line])
 
     ready_path = tmp / "ready.json"
 
@@ -174,17 +176,17 @@ def run_fuzz(scale: float, r: random.Random, tmp: Path) -> None:
         ready_path.write_text(json.dumps(line, default=str))
         apply_ready(Config(), read_ready_file(ready_path), tmp)
 
-    def processor(item: object) -> None:
-        family, cfg = item  # type: ignore[misc]
+    def processor(item: tuple[Family, dict[str, Any]]) -> None:
+        family, cfg = item
         family.image_token_count(r.randint(1, 70_000), r.randint(1, 70_000), cfg)
 
     n = lambda base: max(1, int(base * scale))  # noqa: E731
     fuzz("kv batches", n(134_758), kv_payload, kv, (), r)
     fuzz("router log lines", n(12_909), log_line, logs, (), r)
     fuzz("cache-trace headers", n(87_225), cache_header,
-         lambda t: store.add_decisions([router_logs.cache_trace_from_header(t)]),  # type: ignore[arg-type]
+         lambda t: store.add_decisions([router_logs.cache_trace_from_header(t)]),
          (), r)
-    fuzz("mmlens.toml", n(166_456), toml_doc, validate_toml, (ConfigError,), r)  # type: ignore[arg-type]
+    fuzz("mmlens.toml", n(166_456), toml_doc, validate_toml, (ConfigError,), r)
     fuzz("ready files", n(506_819), ready_line, ready, (ConfigError,), r)
     fuzz("processor configs", n(200_000),
          lambda r: (r.choice(FAMILIES), {r.choice(KEYS[-12:]): value(r) for _ in range(3)}),

@@ -24,6 +24,8 @@ import struct
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 
 import msgspec
 import zmq
@@ -59,8 +61,8 @@ def _tails(rng: random.Random, blocks: int) -> list[bytes]:
     return out
 
 
-def _serve(ports: list[int], blocks: int, rate: float, seed: int, conn: object,
-           start: object, duration: float) -> None:
+def _serve(ports: list[int], blocks: int, rate: float, seed: int, conn: Connection,
+           start: Event, duration: float) -> None:
     ctx = zmq.Context()
     socks = []
     for port in ports:
@@ -71,8 +73,8 @@ def _serve(ports: list[int], blocks: int, rate: float, seed: int, conn: object,
         socks.append(s)
     rng = random.Random(seed)
     tails = [_tails(rng, blocks) for _ in ports]
-    conn.send("ready")  # type: ignore[attr-defined]
-    start.wait()  # type: ignore[attr-defined]
+    conn.send("ready")
+    start.wait()
     seqs = [0] * len(ports)
     sent = dropped = 0
     batches_per_s = rate / blocks
@@ -93,7 +95,7 @@ def _serve(ports: list[int], blocks: int, rate: float, seed: int, conn: object,
             except zmq.Again:
                 dropped += 1
             seqs[i] = seq + 1
-    conn.send((sent, sent * blocks, dropped))  # type: ignore[attr-defined]
+    conn.send((sent, sent * blocks, dropped))
     for s in socks:
         s.close(linger=0)
     ctx.term()

@@ -16,6 +16,8 @@ import multiprocessing as mp
 import statistics
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from threading import Thread
 
@@ -25,7 +27,7 @@ from mmlens.collectors.metrics_scrape import MetricsScraper
 CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "captures"
 
 
-def serve(bodies: list[bytes], ports: mp.Queue, stop: mp.Event) -> None:  # type: ignore[type-arg]
+def serve(bodies: list[bytes], ports: Queue[int], stop: Event) -> None:
     servers = []
     for body in bodies:
         class Handler(BaseHTTPRequestHandler):
@@ -64,7 +66,7 @@ def main() -> None:
               for i in range(n_router)]
     bodies += [worker.replace(b'model_name="', f'pod="w{i}",model_name="'.encode())
                for i in range(args.targets - n_router)]
-    ports: mp.Queue = mp.Queue()  # type: ignore[type-arg]
+    ports: Queue[int] = mp.Queue()
     stop = mp.Event()
     child = mp.Process(target=serve, args=(bodies, ports, stop), daemon=True)
     child.start()

@@ -51,8 +51,8 @@ with shared.page_guard("Targets"):
            "no config file to write ($MMLENS_CONFIG unset)" if not cfg_path else
            "nothing changed" if text == original else
            "writes the file; the running collectors apply it within a few seconds")
-    if st.button("Save", disabled=not can_save, key="targets_save", help=why):
-        Path(cfg_path).write_text(text)  # type: ignore[arg-type]
+    if st.button("Save", disabled=not can_save, key="targets_save", help=why) and cfg_path:
+        Path(cfg_path).write_text(text)
         st.success("Saved. The collectors apply it within a few seconds (routers, workers); "
                    "the Lab offers new routers as soon as they have. Interval, store limits, "
                    "Prometheus and OTLP apply at the collectors' next start.")

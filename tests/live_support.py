@@ -68,13 +68,14 @@ def wait_until(predicate: Callable[[], _T], timeout: float = 10.0, interval: flo
     counts as "not yet"; any other ends the wait at once (so a predicate can give up early,
     e.g. when the process it waits for has exited)."""
     deadline = time.monotonic() + timeout
+    value: _T | None
     while True:
         try:
             value = predicate()
         except ignore:
             value = None
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             name = what or getattr(predicate, "__name__", "condition")
             raise AssertionError(f"not within {timeout:g} s: {name} (last: {value!r})")

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import cast
 
 from mmlens.store.open import NoStoreYet, StoreError, is_postgres_url, open_store
 
@@ -65,7 +66,8 @@ def wait_ready(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> dic
             raise RuntimeError(f"demo exited with code {proc.returncode} before it was ready")
         if path.exists() and path.stat().st_size:
             try:
-                return json.loads(path.read_text())  # type: ignore[no-any-return]
+                # The demo writes its ready file as one JSON object.
+                return cast(dict[str, object], json.loads(path.read_text()))
             except ValueError:
                 pass  # caught mid-write
         time.sleep(0.2)

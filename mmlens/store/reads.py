@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from mmlens.ingest.router_logs import request_keys
 from mmlens.records import (
@@ -154,7 +154,8 @@ class StoreReads(SQLBase):
         rows = self._rows_if_table(
             "SELECT ts, worker, source, router_blocks, engine_blocks, router_only, "
             "engine_only FROM kv_views WHERE ts >= ? ORDER BY ts", (since,))
-        return [tuple(r) for r in rows or []]  # type: ignore[misc]
+        # The SELECT's columns are ViewRow's, in its order.
+        return cast(list[ViewRow], [tuple(r) for r in rows or []])
 
     # --- traces and decisions -----------------------------------------------------------------
 

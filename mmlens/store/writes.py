@@ -23,7 +23,8 @@ from mmlens.records import (
     RoutingDecision,
 )
 from mmlens.store import codec
-from mmlens.store.dialect import SQLBase, marks
+from mmlens.store.availability import AvailabilityTables
+from mmlens.store.dialect import marks
 from mmlens.store.schema import KV_COLUMNS
 
 _enc = msgspec.msgpack.Encoder()
@@ -43,7 +44,9 @@ def kv_row(ev: KVEvent) -> tuple[Any, ...]:
     return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx)
 
 
-class StoreWrites(SQLBase):
+class StoreWrites(AvailabilityTables):
+    """The writes; a KV event's content keys go to the availability tables with it."""
+
     def _append(self, table: str, columns: str, rows: list[tuple[Any, ...]],
                 ignore_duplicates: bool = False) -> int:
         """Insert rows whose first column is ``ts``; returns the rows added."""
@@ -71,7 +74,7 @@ class StoreWrites(SQLBase):
         content keys; returns the rows actually added, so events already stored are not
         counted twice."""
         events = list(events)
-        self.add_kv_content(events)  # type: ignore[attr-defined]  # AvailabilityTables
+        self.add_kv_content(events)
         return self._append("kv_events", KV_COLUMNS, [kv_row(ev) for ev in events],
                             ignore_duplicates=True)
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from mmlens.collectors import warmup
 from mmlens.collectors.runner import CollectorRunner
 from mmlens.collectors.sender import Sender
-from mmlens.collectors.trace_sink import TraceSink
+from mmlens.collectors.trace_sink import SentRequest, TraceSink
 
 from mmlens.analysis.request_view import rebuild_parts
 from mmlens.cli import check as check_cli
@@ -22,8 +24,10 @@ from mmlens.cli.collect import run_workload
 from mmlens.config import Config, RouterTarget
 from mmlens.ingest.observed import fragment, put
 from mmlens.layout import sent
+from mmlens.layout.imageinfo import ImageInfo
 from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
+from mmlens.records import RequestTrace
 from mmlens.store.reader import StoreReader
 from tests.collectors.loopback import Loopback, Route
 
@@ -49,11 +53,12 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     record, record_all = TraceSink.record, TraceSink.record_all
 
-    def spy(self, trace, sent_request=None):  # type: ignore[no-untyped-def]
+    def spy(self: TraceSink, trace: RequestTrace, sent_request: SentRequest | None = None,
+            ) -> RequestTrace:
         seen.append(trace.request_id)
         return record(self, trace, sent_request)
 
-    def spy_all(self, traces):  # type: ignore[no-untyped-def]
+    def spy_all(self: TraceSink, traces: Sequence[RequestTrace]) -> None:
         seen.extend(t.request_id for t in traces)
         return record_all(self, traces)
 
@@ -109,7 +114,7 @@ def test_each_image_is_probed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     calls: list[int] = []
     probe = sent.probe_image
 
-    def counting(data: bytes, *args: object):  # type: ignore[no-untyped-def]
+    def counting(data: bytes, *args: Any) -> ImageInfo:
         calls.append(len(data))
         return probe(data, *args)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -94,8 +95,8 @@ def test_kv_subject_wildcards() -> None:
     assert kv_subject("dyn") == "namespace.dyn.component.*.endpoint.*.kv-events"
 
 
-def _grpc_batch(**kw: object) -> common_pb2.KvEventBatch:
-    return common_pb2.KvEventBatch(**kw)  # type: ignore[arg-type]
+def _grpc_batch(**kw: Any) -> common_pb2.KvEventBatch:
+    return common_pb2.KvEventBatch(**kw)
 
 
 def test_grpc_stored_batch_with_image_keys_and_signed_hashes() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mmlens.analysis.lab_plan import tint
 from mmlens.analysis.views.common import clock, pct, short_worker
 from mmlens.analysis.views.inspector import (
@@ -18,8 +20,8 @@ from mmlens.records import CollectorHealth, ImageInfo, MetricSample, RequestTrac
 from mmlens.state import Snapshot
 
 
-def _trace(**kw: object) -> RequestTrace:
-    return RequestTrace("r1", "http://r", "smg", "m", 3661.0, False, **kw)  # type: ignore[arg-type]
+def _trace(**kw: Any) -> RequestTrace:
+    return RequestTrace("r1", "http://r", "smg", "m", 3661.0, False, **kw)
 
 
 def test_overview_view_says_when_there_is_no_data_and_lists_routers() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from mmlens.demo.expansion import Expander, PlaceholderMismatch
@@ -154,7 +155,7 @@ def test_media_identifiers_and_refusals() -> None:
         decode_image(png_data_url(300, 300, (1, 2, 3)), "m", max_pixels=1000)
 
 
-def test_model_dirs_render_each_familys_anchor(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_model_dirs_render_each_familys_anchor(tmp_path: Path) -> None:
     import jinja2
     from mmlens.demo.model_dirs import ensure_model_dir
     from tokenizers import Tokenizer

@@ -16,7 +16,7 @@ import pytest
 from mmlens.collectors.runner import CollectorRunner
 from mmlens.collectors.traces import TraceClient
 from mmlens.demo.cluster import write_ready
-from mmlens.demo.dynamo_cluster import infra_missing
+from mmlens.demo.dynamo_cluster import DynamoCluster, infra_missing
 
 from mmlens.analysis.kv_divergence import alerts, prediction_points
 from mmlens.config import Config
@@ -41,7 +41,7 @@ def _send(router: str, text: str) -> dict:
     return r.json()
 
 
-def _published(cluster) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+def _published(cluster: DynamoCluster) -> dict[str, dict]:
     """Per worker id: what its engine published, from its last request record."""
     last: dict[str, dict] = {}
     for rec in worker_requests(cluster):

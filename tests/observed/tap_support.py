@@ -97,7 +97,7 @@ def tap_in_front(upstream: str | None = None, **kwargs: Any,
     router = None if upstream else Served(fake_router(), free_port())
     records: list[RequestTrace] = []
     record: Callable[[RequestTrace], None] = records.append
-    tap = Tap(upstream or router.url, record, **kwargs)  # type: ignore[union-attr]
+    tap = Tap(upstream if router is None else router.url, record, **kwargs)
     served = Served(tap.app(), free_port())
     try:
         yield tap, served.url, records

@@ -3,6 +3,8 @@ workers, the collectors and the warm-up workload. The Lab sends real requests.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mmlens.records import RequestTrace
@@ -133,12 +135,12 @@ def test_lab_runs_a_scenario(live: LiveDashboard) -> None:
                          or "went to different workers" in verdicts[0]), text
 
 
-def _traces_with_logged_candidates(db: object, timeout: float = 30.0) -> list[RequestTrace]:
+def _traces_with_logged_candidates(db: Path, timeout: float = 30.0) -> list[RequestTrace]:
     """Warm-up traces (written straight to the store by the Lab's sender) that the collector's
     log follower has since matched with SMG's "Cache routing dispatch" lines."""
 
     def found() -> list[RequestTrace]:
-        reader = StoreReader(db)  # type: ignore[arg-type]
+        reader = StoreReader(db)
         try:
             return [t for t in reader.recent_traces(100) if any(
                 p.source == "log:cache_trace" and p.candidates for p in t.predictions)]
