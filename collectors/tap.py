@@ -15,6 +15,7 @@ request and response said (``mmlens.ingest.tap_parse``) while passing both throu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from mmlens.collectors.tap_images import ImageFetcher
 
 from mmlens.ingest.observed import is_request_path
 from mmlens.ingest.tap_parse import (
@@ -36,6 +38,7 @@ from mmlens.ingest.tap_parse import (
     request_facts,
     to_fragment,
 )
+from mmlens.layout.sent import SentImage
 from mmlens.records import CollectorHealth, RequestTrace
 
 log = logging.getLogger("mmlens.tap")
@@ -142,7 +145,8 @@ class Tap:
     def __init__(self, upstream: str, record: Callable[[RequestTrace], None] | None,
                  sample: float = 1.0, store_text: bool = False,
                  max_record_body: int = MAX_RECORD_BODY, max_parse: int = MAX_PARSE,
-                 layout: LayoutFn | None = None, health: CollectorHealth | None = None) -> None:
+                 layout: LayoutFn | None = None, health: CollectorHealth | None = None,
+                 fetcher: ImageFetcher | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.record = record
         self.sample = sample
@@ -151,17 +155,28 @@ class Tap:
         self.max_parse = max_parse
         self.layout = layout
         self.health = health or CollectorHealth("tap", self.upstream)
+        self.fetcher = fetcher
+        if fetcher is not None:
+            fetcher.health = self.health  # its outcomes are the tap's
         self.session: aiohttp.ClientSession | None = None
+        self.fetch_session: aiohttp.ClientSession | None = None  # images: decompressed
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start_session(self) -> None:
         self.session = aiohttp.ClientSession(
             auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
+        if self.fetcher is not None:
+            self.fetch_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=32, ttl_dns_cache=300))
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
+        if self._tasks:  # records still fetching their images: give them their deadline
+            await asyncio.wait(set(self._tasks), timeout=10.0)
+        for session in (self.session, self.fetch_session):
+            if session is not None:
+                await session.close()
+        self.session = self.fetch_session = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 40)
@@ -249,15 +264,38 @@ class Tap:
             self._count(cut)
             facts.error = facts.error or f"stream cut: {cut}"
             facts.error_code = facts.error_code or cut
-        self._finish(req_facts, reader, facts, request, t0, ts)
+        if req_facts is not None and self.fetcher is not None and req_facts.http_images():
+            # Off the request's path: a keep-alive client's next request must not wait.
+            task = asyncio.create_task(self._fetch_then_finish(
+                req_facts, reader, facts, request, t0, ts))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._finish(req_facts, reader, facts, request, t0, ts)
         return out
 
+    async def _fetch_then_finish(self, req: RequestFacts, reader: _BodyReader | None,
+                                 facts: ResponseFacts, request: web.Request, t0: float,
+                                 ts: float) -> None:
+        """The request's http(s) images fetched, then recorded (an image that could not be
+        fetched keeps its size unknown)."""
+        assert self.fetcher is not None and self.fetch_session is not None
+        latency = time.perf_counter() - t0
+        todo = req.http_images()
+        got = await asyncio.gather(*(self.fetcher.describe(self.fetch_session, url)
+                                     for _, url in todo), return_exceptions=True)
+        for (i, _), sent in zip(todo, got, strict=True):
+            if isinstance(sent, SentImage):
+                req.add_fetched(i, sent)
+        self._finish(req, reader, facts, request, t0, ts, latency)
+
     def _finish(self, req_facts: RequestFacts | None, reader: _BodyReader | None,
-                facts: ResponseFacts, request: web.Request, t0: float, ts: float) -> None:
+                facts: ResponseFacts, request: web.Request, t0: float, ts: float,
+                latency_s: float | None = None) -> None:
         if req_facts is None or reader is None or self.record is None:
             return
         reader.finish()
-        facts.latency_s = time.perf_counter() - t0
+        facts.latency_s = time.perf_counter() - t0 if latency_s is None else latency_s
         t = to_fragment(req_facts, facts, client_request_id=request.headers.get("x-request-id"),
                         ts=ts, router=self.upstream)
         if self.layout is not None:

@@ -18,11 +18,9 @@ from aiohttp import web
 
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.tap import MAX_RECORD_BODY, LayoutFn, Recorder, Tap
+from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
 from mmlens.collectors.trace_sink import TraceSink
-from mmlens.errors import ImageError
 from mmlens.ingest.tap_parse import RequestFacts
-from mmlens.layout.imageinfo import decode_data_url
-from mmlens.layout.sent import describe_image
 from mmlens.records import CollectorHealth, LayoutPart, RequestTrace
 from mmlens.store.open import StoreError, open_store
 
@@ -38,9 +36,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--layout-model", help="family or model dir for expected token layouts")
     ap.add_argument("--max-record-body", type=int, default=MAX_RECORD_BODY,
                     help="request bodies larger than this are proxied but not recorded")
+    ap.add_argument("--fetch-images", action="store_true",
+                    help="fetch images sent by http(s) URL (after the response went back) to "
+                    "record their size and content identities; bytes are never stored")
+    ap.add_argument("--fetch-host", action="append", default=[], metavar="HOST[:PORT]",
+                    help="with --fetch-images: fetch only from these hosts (repeatable; "
+                    "default: any host the client names)")
+    ap.add_argument("--fetch-max-bytes", type=int, default=MAX_IMAGE_BYTES,
+                    help="with --fetch-images: larger images are not fetched")
+    ap.add_argument("--fetch-timeout", type=float, default=5.0,
+                    help="with --fetch-images: seconds one fetch may take")
     args = ap.parse_args(list(argv))
     if not 0.0 <= args.sample <= 1.0:
         ap.error("--sample must be between 0 and 1")
+    if args.fetch_max_bytes <= 0 or not 0 < args.fetch_timeout <= 300:
+        ap.error("--fetch-max-bytes must be positive and --fetch-timeout within (0, 300] s")
     return args
 
 
@@ -48,14 +58,9 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
     sink = TraceSink(layout_model=layout_model)
 
     def fn(req: RequestFacts, t: RequestTrace) -> None:
-        images = []
-        for url in req.image_urls:
-            if not url.startswith("data:"):
-                return  # an http image's size is unknown without fetching it
-            try:
-                images.append(describe_image(url, decode_data_url(url)))
-            except ImageError:
-                return
+        images = req.sent_images()
+        if images is None:
+            return  # an http image's size is unknown unless the tap fetched it
         lay = sink.layout(req.text, images)
         if lay is None:
             return
@@ -84,10 +89,13 @@ def main(argv: Sequence[str]) -> int:
         store.set_health([health, sink.health])
 
     recorder = Recorder(write, health)
+    fetcher = ImageFetcher(health, frozenset(h.lower() for h in args.fetch_host) or None,
+                           args.fetch_max_bytes, args.fetch_timeout) if args.fetch_images \
+        else None
     tap = Tap(args.upstream, recorder.submit, sample=args.sample, store_text=args.store_text,
               max_record_body=args.max_record_body,
               layout=layout_fn(args.layout_model, args.store_text) if args.layout_model
-              else None, health=health)
+              else None, health=health, fetcher=fetcher)
     print(json.dumps({"event": "tap_ready", "listen": f"{host or '127.0.0.1'}:{port}",
                       "upstream": args.upstream}), flush=True)
     try:

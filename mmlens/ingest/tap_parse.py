@@ -21,7 +21,7 @@ from mmlens.ingest.numbers import as_int
 from mmlens.ingest.observed import SOURCE_TAP, fragment, put
 from mmlens.ingest.router_logs import cache_trace_from_header
 from mmlens.layout.imageinfo import decode_data_url
-from mmlens.layout.sent import describe_image
+from mmlens.layout.sent import SentImage, describe_image
 from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
 
 LABEL = SOURCE_TAP
@@ -39,6 +39,31 @@ class RequestFacts:
     image_urls: list[str] = field(default_factory=list)
     store_text: bool = False
     error: str | None = None
+    # Images behind http(s) URLs the tap fetched itself (by index in ``images``).
+    fetched: dict[int, SentImage] = field(default_factory=dict)
+
+    def http_images(self) -> list[tuple[int, str]]:
+        return [(i, u) for i, u in enumerate(self.image_urls) if not u.startswith("data:")]
+
+    def add_fetched(self, index: int, sent: SentImage) -> None:
+        self.fetched[index] = sent
+        self.images[index] = sent.info
+
+    def sent_images(self) -> list[SentImage] | None:
+        """Every image as sent with what is known of it, None while one's bytes are unknown
+        (an http URL not fetched) — a layout needs them all."""
+        out = []
+        for i, url in enumerate(self.image_urls):
+            if i in self.fetched:
+                out.append(self.fetched[i])
+                continue
+            if not url.startswith("data:"):
+                return None
+            try:
+                out.append(describe_image(url, decode_data_url(url)))
+            except ImageError:
+                return None
+        return out
 
 
 def _image(url: str) -> ImageInfo:
