@@ -28,6 +28,7 @@ from typing import Any
 
 import openai
 from mmlens.collectors.otlp_receiver import OtlpReceiver
+from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMessageParam
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -49,8 +50,9 @@ WORKLOAD = [("red", RED, False), ("red-again", RED, False), ("blue", BLUE, False
             ("text", None, False), ("red-stream", RED, True)]
 
 
-def messages(image: str | None) -> list[dict[str, Any]]:
-    content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image}}] \
+def messages(image: str | None) -> list[ChatCompletionMessageParam]:
+    content: list[ChatCompletionContentPartParam] = [
+        {"type": "image_url", "image_url": {"url": image}}] \
         if image else []
     return [{"role": "user", "content": [*content, {"type": "text", "text": TEXT}]}]
 
@@ -61,13 +63,13 @@ def send(client: openai.OpenAI) -> list[dict[str, Any]]:
         if stream:
             chunks = list(client.chat.completions.create(
                 model=MODEL, messages=messages(image), max_tokens=8, stream=True,
-                stream_options={"include_usage": True}))  # type: ignore[call-overload]
+                stream_options={"include_usage": True}))
             usage = next((c.usage for c in chunks if c.usage), None)
             out.append({"name": name, "id": chunks[0].id, "headers": {},
                         "usage": usage.model_dump(exclude_none=True) if usage else None})
             continue
         raw = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=messages(image), max_tokens=8)  # type: ignore[arg-type]
+            model=MODEL, messages=messages(image), max_tokens=8)
         body = raw.parse()
         out.append({"name": name, "id": body.id,
                     "headers": {k: v for k, v in raw.headers.items() if k.startswith("x-")},

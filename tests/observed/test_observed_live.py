@@ -24,11 +24,11 @@ import pytest
 
 from mmlens.layout.synthetic_images import synthetic_png
 from tests.live_support import REPO, free_port, free_port_base, stop_process, wait_until
+from tests.observed.capture import messages
 from tests.observed.external import MODEL, External, dynamo_cluster, smg_cluster
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
-TEXT = "Describe this image in detail please."
 RED = "data:image/png;base64," + base64.b64encode(
     synthetic_png("solid", 64, 64, rgb=(200, 30, 30))).decode()
 BLUE = "data:image/png;base64," + base64.b64encode(
@@ -78,17 +78,14 @@ def send(base_url: str) -> dict[str, str]:
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0)
     ids = {}
     for name, image, stream in WORKLOAD:
-        content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image}}] \
-            if image else []
-        messages = [{"role": "user", "content": [*content, {"type": "text", "text": TEXT}]}]
         if stream:
             chunks = list(client.chat.completions.create(
-                model=MODEL, messages=messages, max_tokens=8, stream=True,
-                stream_options={"include_usage": True}))  # type: ignore
+                model=MODEL, messages=messages(image), max_tokens=8, stream=True,
+                stream_options={"include_usage": True}))
             ids[name] = chunks[0].id
         else:
             ids[name] = client.chat.completions.create(
-                model=MODEL, messages=messages, max_tokens=8).id  # type: ignore[arg-type]
+                model=MODEL, messages=messages(image), max_tokens=8).id
         time.sleep(0.4)  # one request at a time on a worker: its KV events tell them apart
     return ids
 
