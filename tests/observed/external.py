@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ class External:
     router_log: Path | None = None
     workers: list[dict[str, Any]] = field(default_factory=list)
     procs: list[Proc] = field(default_factory=list)
+    media_hosts: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
         for group, grace in ((self.procs[-1:], 12.0), (self.procs[:-1], 5.0)):
@@ -63,7 +64,7 @@ def start_workers(ext: External, base: int, n: int, otlp: str | None,
         cmd = [sys.executable, "-m", "mmlens.demo.worker", "--name", f"w{i + 1}",
                "--family", "qwen3-vl", "--model-dir", str(model_dir), "--grpc-port", str(g),
                "--http-port", str(h), "--kv-port", str(kv), "--replay-port", str(rp),
-               "--allowed-media-hosts", HOST, *(extra or [])]
+               "--allowed-media-hosts", ",".join(ext.media_hosts), *(extra or [])]
         if otlp:
             cmd += ["--otlp-traces-endpoint", otlp]
         ext.procs.append(spawn(ext.log_dir, f"worker-w{i + 1}", cmd, env))
@@ -78,11 +79,13 @@ def start_workers(ext: External, base: int, n: int, otlp: str | None,
 @contextlib.contextmanager
 def smg_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | None = None,
                 workers: int = 2, cache_trace_header: bool = False,
-                log_dir: Path | None = None) -> Iterator[External]:
+                log_dir: Path | None = None, media_hosts: Sequence[str] = (),
+                ) -> Iterator[External]:
     """Two simulated gRPC vLLM workers (ports base+10…), then SMG 1.13 on `base` (metrics
     base+1) with JSON debug logs and the cache trace; `otlp_grpc` (host:port) turns tracing
     on in SMG and in the workers."""
     ext = External(Path(log_dir or tempfile.mkdtemp(prefix="mmlens-ext-")))
+    ext.media_hosts = list(media_hosts)  # host:port the workers may fetch images from
     ext.log_dir.mkdir(parents=True, exist_ok=True)
     try:
         start_workers(ext, base + 10, workers, worker_otlp)
@@ -121,7 +124,8 @@ def write_json(path: Path, obj: Any) -> None:
 @contextlib.contextmanager
 def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | None = None,
                    workers: int = 2, log_dir: Path | None = None,
-                   cache_trace_header: bool = False) -> Iterator[External]:
+                   cache_trace_header: bool = False, media_hosts: Sequence[str] = (),
+                   ) -> Iterator[External]:
     """The real Dynamo 1.6.1 frontend (`--router-mode kv`, file discovery, loopback ZMQ
     broker) on `base` in front of simulated vLLM engines registered with the Dynamo runtime;
     `otlp_grpc` (host:port) turns on the frontend's OTLP export."""
@@ -129,6 +133,7 @@ def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str 
     from mmlens.demo.dynamo_cluster import loopback_env
 
     ext = External(Path(log_dir or tempfile.mkdtemp(prefix="mmlens-ext-")))
+    ext.media_hosts = list(media_hosts)  # host:port the workers may fetch images from
     ext.log_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="mmlens-ext-dyn-"))
     try:
@@ -142,7 +147,8 @@ def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str 
             wenv = dict(env, DYN_SYSTEM_PORT=str(p))
             cmd = [sys.executable, "-m", "mmlens.demo.dynamo_engine", "--name", f"w{i + 1}",
                    "--family", "qwen3-vl", "--model-dir", str(model_dir), "--block-size", "16",
-                   "--allowed-media-hosts", HOST, "--zmq-kv-port", str(p + 1),
+                   "--allowed-media-hosts", ",".join(ext.media_hosts),
+                   "--zmq-kv-port", str(p + 1),
                    "--zmq-replay-port", str(p + 2), "--kv-path", "pad"]
             if worker_otlp:
                 cmd += ["--otlp-traces-endpoint", worker_otlp]

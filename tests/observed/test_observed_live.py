@@ -21,8 +21,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from mmlens.collectors.media_server import MediaServer
 
+from mmlens.layout.sent import describe_image
 from mmlens.layout.synthetic_images import synthetic_png
+from mmlens.records import RequestTrace
 from tests.live_support import REPO, free_port, free_port_base, stop_process, wait_until
 from tests.observed.capture import messages
 from tests.observed.external import MODEL, External, dynamo_cluster, smg_cluster
@@ -33,15 +36,17 @@ RED = "data:image/png;base64," + base64.b64encode(
     synthetic_png("solid", 64, 64, rgb=(200, 30, 30))).decode()
 BLUE = "data:image/png;base64," + base64.b64encode(
     synthetic_png("solid", 224, 224, rgb=(30, 30, 200))).decode()
-# (name, image, stream); red and blue both expand to 64 image tokens (Qwen3-VL).
+GREEN = synthetic_png("solid", 64, 64, rgb=(30, 200, 30))  # sent by URL (GREEN_URL)
+GREEN_URL = "url:green"
+# (name, image, stream); red, blue and green all expand to 64 image tokens (Qwen3-VL).
 WORKLOAD = [("red", RED, False), ("red-again", RED, False), ("blue", BLUE, False),
-            ("text", None, False), ("red-stream", RED, True)]
+            ("text", None, False), ("red-stream", RED, True), ("green-url", GREEN_URL, False)]
 EXPECTED = {
     "smg": {"red": "cold", "red-again": "hit", "blue": "false_hit", "text": "cold",
-            "red-stream": "hit"},
+            "red-stream": "hit", "green-url": "false_hit"},
     # Dynamo routes on per-image pad values: blue is a new image to it, not a false hit.
     "dynamo": {"red": "cold", "red-again": "hit", "blue": "cold", "text": "cold",
-               "red-stream": "hit"},
+               "red-stream": "hit", "green-url": "cold"},
 }
 
 
@@ -73,11 +78,12 @@ def running(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
             stop_process(p, signal.SIGINT, 30)
 
 
-def send(base_url: str) -> dict[str, str]:
+def send(base_url: str, green_url: str) -> dict[str, str]:
     """The workload through `base_url`, one request at a time; the id each response had."""
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0)
     ids = {}
     for name, image, stream in WORKLOAD:
+        image = green_url if image == GREEN_URL else image
         if stream:
             chunks = list(client.chat.completions.create(
                 model=MODEL, messages=messages(image), max_tokens=8, stream=True,
@@ -110,9 +116,10 @@ def run_observed(tmp_path: Path, kind: str) -> None:
     base = free_port_base(40)
     cluster = smg_cluster if kind == "smg" else dynamo_cluster
     dbs = {mode: tmp_path / f"{mode}.db" for mode in ("logs", "otlp", "tap")}
-    with cluster(base, otlp_grpc=f"127.0.0.1:{otlp[0]}",
-                 worker_otlp=f"http://127.0.0.1:{otlp[1]}", log_dir=tmp_path / "logs",
-                 cache_trace_header=True) as ext:
+    with MediaServer() as media, cluster(
+            base, otlp_grpc=f"127.0.0.1:{otlp[0]}", worker_otlp=f"http://127.0.0.1:{otlp[1]}",
+            log_dir=tmp_path / "logs", cache_trace_header=True,
+            media_hosts=[media.base_url.removeprefix("http://")]) as ext:
         tap_port = free_port()
         procs = [
             mmlens("collect", "--db", str(dbs["logs"]), "--config",
@@ -120,14 +127,14 @@ def run_observed(tmp_path: Path, kind: str) -> None:
             mmlens("collect", "--db", str(dbs["otlp"]), "--config",
                    str(config(tmp_path / "otlp.toml", ext, kind, otlp))),
             mmlens("tap", "--listen", f"127.0.0.1:{tap_port}", "--upstream", ext.router_url,
-                   "--db", str(dbs["tap"])),
+                   "--db", str(dbs["tap"]), "--fetch-images", "--fetch-host", "127.0.0.1"),
         ]
         with running(procs):
             tap_url = f"http://127.0.0.1:{tap_port}"
             wait_until(lambda: httpx.get(tap_url + "/v1/models", timeout=1).status_code == 200,
                        30, what="tap", ignore=(httpx.HTTPError,))
             time.sleep(2.0)  # the collectors' KV subscriptions settle
-            ids = send(tap_url)
+            ids = send(tap_url, media.add("green.png", GREEN))
             for mode, db in dbs.items():
                 wait_until(lambda db=db: db.exists() and traces(db) >= len(WORKLOAD), 30,
                            what=f"{mode} store", ignore=(Exception,))
@@ -141,6 +148,24 @@ def run_observed(tmp_path: Path, kind: str) -> None:
             assert j["sources"], j
             if j["category"] in ("hit", "false_hit"):  # judged on what the engine realized
                 assert j["sources"]["realized"] == want, (mode, name, j)
+    # The tap fetched the URL image itself: its record knows it as the inline bytes would.
+    (green,) = stored_trace(dbs["tap"], ids["green-url"]).images
+    inline = describe_image("data:image/png;base64," + base64.b64encode(GREEN).decode(), GREEN)
+    assert (green.url_kind, green.width, green.height, green.byte_size) == (
+        "http", 64, 64, len(GREEN))
+    assert green.identities["smg_blake3"] == inline.info.identities["smg_blake3"]
+
+
+def stored_trace(db: Path, rid: str) -> RequestTrace:
+    from mmlens.store.open import open_store
+
+    store = open_store(str(db), readonly=True)
+    try:
+        t = store.trace(rid) or store.trace_by_key(rid)
+    finally:
+        store.close()
+    assert t is not None, rid
+    return t
 
 
 def test_smg_traffic_explained_from_logs_spans_and_tap(tmp_path: Path) -> None:
