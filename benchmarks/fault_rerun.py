@@ -7,10 +7,12 @@ Usage: python benchmarks/fault_rerun.py [--scale 1.0] [--seed 16] [--skip-kill9]
    of real shapes and the numbers that broke them; an exception other than the parser's
    declared error type is a crash.
 2. Faults against the collector (``tests/faults/harness.py``): publisher restart (2 s down),
-   gaps with an answering, lossy, silent or absent replay, garbage frames, two collectors on
-   one store, ``mmlens collect`` killed with SIGKILL mid-write (250,000 events).
+   gaps with an answering, lossy, silent (never answers), silent-then-answering (3 s) or
+   absent replay, garbage frames, two collectors on one store, ``mmlens collect`` killed
+   with SIGKILL mid-write (250,000 events).
 Prints one line per parser (inputs, crashes) and per fault (events published, stored, lost,
-duplicate rows, seconds).
+duplicate rows, seconds; for gaps, what the KV health says: batches recovered late, given up
+and why, lost).
 """
 
 from __future__ import annotations
@@ -195,16 +197,18 @@ def run_fuzz(scale: float, r: random.Random, tmp: Path) -> None:
 
 
 def run_faults(scale: float, tmp: Path, kill9: bool) -> None:
-    def report(name: str, t: harness.Tally) -> None:
-        print(f"fault {name:<26} published {t.published:>8,}  stored {t.stored:>8,}  "
+    def report(name: str, t: harness.Tally, kv: bool = False) -> None:
+        print(f"fault {name:<38} published {t.published:>8,}  stored {t.stored:>8,}  "
               f"lost {t.lost:>6,} (never delivered, no replay: {t.dropped if t.lost else 0:>4,})"
-              f"  duplicate rows {t.duplicates:>5,}  crashes {t.crashes}  {t.seconds:6.1f} s",
-              flush=True)
+              f"  duplicate rows {t.duplicates:>5,}  crashes {t.crashes}  {t.seconds:6.1f} s"
+              f"{kv_health(t) if kv else ''}", flush=True)
 
     events = max(100, int(5000 * scale))
     report("publisher restart (2 s)", harness.publisher_restart(tmp / "a.db", events, 2.0))
-    for mode in ("answer", "lossy", "silent", None):
-        report(f"gaps, replay {mode}", harness.gaps(tmp / f"g{mode}.db", events, mode))
+    for mode in ("answer", "lossy", "silent", "silent_then_answers", None):
+        name = "silent 3 s, then answers" if mode == "silent_then_answers" else mode
+        report(f"gaps, replay {name}", harness.gaps(tmp / f"g{mode}.db", events, mode,
+                                                   silent_s=3.0), kv=True)
     t, injected = harness.garbage(tmp / "garbage.db", events)
     report(f"garbage ({sum(injected.values())} bad)", t)
     report("two collectors, one store", harness.two_collectors(tmp / "two.db", events))
@@ -212,6 +216,19 @@ def run_faults(scale: float, tmp: Path, kill9: bool) -> None:
         n = max(1000, int(250_000 * scale))
         report("kill -9 mid-write, restart", harness.kill9_mid_write(
             tmp / "k.db", tmp, events=n, rate=20_000.0, kills=2))
+
+
+def kv_health(t: harness.Tally) -> str:
+    """The KV endpoint's own account: batches lost, recovered late, given up (and why)."""
+    c: dict[str, float] = {}
+    for row in t.health:
+        if row["collector"] == "kv_events":
+            for k, v in row["counters"].items():
+                c[k] = c.get(k, 0) + v
+    given_up = {k.split(":", 1)[1]: int(v) for k, v in c.items()
+                if k.startswith("given_up_batches:")}
+    return (f"  | health: lost_batches {int(c.get('lost_batches', 0))}, late_recovered "
+            f"{int(c.get('late_recovered_batches', 0))}, given up {given_up or 0}")
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
 """One subscribed KV-event endpoint (a worker's DP rank): its sockets, where its stream
-stands, the replay it waits for and the live batches held behind that replay."""
+stands, the replay it waits for and the live batches held behind that replay, and the
+batches it is still owed (a replay that timed out silently, asked again later)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 import zmq
 from mmlens.collectors.kv_replay import Replay
 
+from mmlens.ingest.kv_owed import OwedLedger
 from mmlens.ingest.kv_stream import StreamState
 from mmlens.records import CollectorHealth
 
@@ -37,3 +39,6 @@ class Endpoint:
     backoff_s: float = BACKOFF_S[0]
     lag_sum: float = 0.0
     lag_n: int = 0
+    owed: OwedLedger = field(default_factory=OwedLedger)
+    late: Replay | None = None  # a replay asking for owed batches; live batches never wait
+    late_next: float = 0.0  # time.monotonic() before which owed batches are not asked again

@@ -15,7 +15,8 @@ import zmq
 
 from mmlens.ingest.kv_events import END_SEQ, MAX_SEQ
 
-Purpose = Literal["initial", "join", "gap", "hole", "restart", "resync", "reconnect", "tail"]
+Purpose = Literal["initial", "join", "gap", "hole", "restart", "resync", "reconnect", "tail",
+                  "late"]
 
 
 @dataclass(slots=True)

@@ -24,6 +24,9 @@ class KVEndpointHealth:
     initial_sync_batches: float = 0
     restarts: float = 0
     stale_batches: float = 0
+    lost_batches: float = 0  # published - received - owed: given up for good
+    owed_batches: float = 0  # a silent replay's batches, still asked for
+    late_recovered_batches: float = 0
     mean_lag_s: float | None = None
     last_seq: float | None = None
     errors: dict[str, int] | None = None
@@ -33,7 +36,8 @@ class KVEndpointHealth:
         c = h.counters
         return cls(h.last_success, *(c.get(k, 0) for k in (
             "batches", "events", "gaps", "missed_batches", "replays", "replayed_batches",
-            "initial_sync_batches", "restarts", "stale_batches")),
+            "initial_sync_batches", "restarts", "stale_batches", "lost_batches",
+            "owed_batches", "late_recovered_batches")),
             mean_lag_s=c.get("mean_lag_s"), last_seq=c.get("last_seq"), errors=h.errors)
 
 

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mmlens.ingest.kv_events import KVEventError, decode_payload, normalize_batch
 from mmlens.layout.content_keys import event_chain, pad_images, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent
+
+_MISSING: Any = object()
 
 # --- resident index ---------------------------------------------------------------------------
 
@@ -30,11 +32,26 @@ class WorkerResidency:
     removed_unknown: int = 0
     clears: int = 0
     restarts: int = 0
+    # While the stream owes batches (``kv_late_index``): which seq last touched each block.
+    marks: Watermarks | None = None
 
     def reset(self) -> None:
         self.blocks.clear()
         self.block_images.clear()
         self.image_blocks.clear()
+        if self.marks is not None:
+            self.marks = Watermarks()
+
+
+@dataclass(slots=True)
+class Watermarks:
+    """Kept only while a stream owes batches, so a late batch cannot undo a later one:
+    the seq that last stored each resident block (an int per block), the seq and content
+    state of each block removed since the watermarks were switched on, the last clear."""
+
+    stored_at: dict[BlockHash, int] = field(default_factory=dict)
+    removed_at: dict[BlockHash, tuple[int, int | None]] = field(default_factory=dict)
+    cleared_at: int = -1
 
 
 class ResidentIndex:
@@ -60,6 +77,16 @@ class ResidentIndex:
             else:
                 res.clears += 1
                 res.reset()
+                if res.marks is not None:
+                    res.marks.cleared_at = ev.seq
+
+    def watch(self, worker: str, rank: int, on: bool) -> None:
+        """Switch the watermarks of a stream on (it may owe batches) or off (it owes none)."""
+        res = self.residency(worker, rank)
+        if not on:
+            res.marks = None
+        elif res.marks is None:
+            res.marks = Watermarks()
 
     def restart(self, worker: str, rank: int) -> None:
         res = self.residency(worker, rank)
@@ -67,26 +94,39 @@ class ResidentIndex:
         res.reset()
 
     @staticmethod
-    def _store(res: WorkerResidency, ev: BlockStored) -> None:
+    def _store(res: WorkerResidency, ev: BlockStored, keep: set[BlockHash] | None = None,
+               state: int | None = _MISSING) -> None:
+        """``keep``: the blocks to write (a late batch's, see ``kv_late_index``); ``state``:
+        the parent's content state when the caller knows it better than the index."""
         hashes = ev.block_hashes
         if not hashes:
             return
         blocks = res.blocks
-        state = 0 if ev.parent is None else blocks.get(ev.parent)
+        if state is _MISSING:
+            state = 0 if ev.parent is None else blocks.get(ev.parent)
         bs = ev.block_size
         if ev.images is None and bs > 0:  # images named by the pad values of their runs
             ev.images = pad_images(ev.token_ids, bs)  # type: ignore[assignment]
-        if state is None or bs <= 0 or len(ev.token_ids) < len(hashes) * bs:
+        states: list[int] | None = None
+        if state is not None and bs > 0 and len(ev.token_ids) >= len(hashes) * bs:
+            states, shapes, keys = event_chain(state, ev.token_ids, ev.block_size, ev.images)
+            ev.keys, ev.shapes = keys[:len(hashes)], shapes[:len(hashes)]
+        written = hashes
+        if keep is not None:
+            pairs = zip(hashes, states or [None] * len(hashes), strict=False)
+            blocks.update((h, st) for h, st in pairs if h in keep)
+            written = [h for h in hashes if h in keep]
+        elif states is None:
             blocks.update(dict.fromkeys(hashes))  # content unknown: not matchable
         else:
-            states, shapes, keys = event_chain(state, ev.token_ids, ev.block_size, ev.images)
             blocks.update(zip(hashes, states, strict=False))
-            ev.keys, ev.shapes = keys[:len(hashes)], shapes[:len(hashes)]
         res.stored += len(hashes)
+        if res.marks is not None:
+            res.marks.stored_at.update(dict.fromkeys(written, ev.seq))
         if ev.images:
             block_images, image_blocks = res.block_images, res.image_blocks
             for h, refs in zip(hashes, ev.images, strict=False):
-                if not refs or h in block_images:
+                if not refs or h in block_images or (keep is not None and h not in keep):
                     continue
                 ids = (refs[0][0],) if len(refs) == 1 else tuple(dict.fromkeys(
                     r[0] for r in refs))
@@ -96,25 +136,20 @@ class ResidentIndex:
 
     @staticmethod
     def _remove(res: WorkerResidency, ev: BlockRemoved) -> None:
-        blocks, block_images = res.blocks, res.block_images
+        blocks, marks = res.blocks, res.marks
         keys: list[int] = []
         for h in ev.block_hashes:
             state = blocks.pop(h, _MISSING)
+            if marks is not None:
+                marks.stored_at.pop(h, None)
+                marks.removed_at[h] = (ev.seq, None if state is _MISSING else state)
             if state is _MISSING:
                 res.removed_unknown += 1
                 continue
             res.removed += 1
             if state is not None:
                 keys.append(state_key(state))
-            if block_images:
-                ids = block_images.pop(h, None)
-                if ids:
-                    for ident in ids:
-                        left = res.image_blocks.get(ident, 0) - 1
-                        if left > 0:
-                            res.image_blocks[ident] = left
-                        else:
-                            res.image_blocks.pop(ident, None)
+            forget_images(res, h)
         ev.keys = keys
 
     def summary(self) -> dict[str, dict[str, Any]]:
@@ -135,7 +170,16 @@ class ResidentIndex:
         return out
 
 
-_MISSING: Any = object()
+def forget_images(res: WorkerResidency, h: BlockHash) -> None:
+    """A block left: its images lose one resident block each."""
+    ids = res.block_images.pop(h, None) if res.block_images else None
+    if ids:
+        for ident in ids:
+            left = res.image_blocks.get(ident, 0) - 1
+            if left > 0:
+                res.image_blocks[ident] = left
+            else:
+                res.image_blocks.pop(ident, None)
 
 
 class KVIngest:
@@ -155,8 +199,10 @@ class KVIngest:
 
     def ingest_batch(self, worker: str, seq: int, payload: bytes, default_rank: int = 0,
                      errors: dict[str, int] | None = None,
+                     apply: Callable[[list[KVEvent]], object] | None = None,
                      ) -> tuple[float | None, list[KVEvent]]:
-        """``ingest`` plus the batch time (None for a batch that could not be read)."""
+        """``ingest`` plus the batch time (None for a batch that could not be read);
+        ``apply`` puts the events on the index (default: in stream order)."""
         errors = self.errors if errors is None else errors
         try:
             ts, _, events = normalize_batch(
@@ -164,7 +210,7 @@ class KVIngest:
         except KVEventError as exc:
             errors[exc.kind] = errors.get(exc.kind, 0) + 1
             return None, []
-        self.index.apply(events)
+        (self.index.apply if apply is None else apply)(events)
         self.batches += 1
         self.events += len(events)
         return ts, events

@@ -62,6 +62,11 @@ class StreamState:
             self.high = max(self.high, seq)
         self.reconnected = False
 
+    def late_applied(self) -> None:
+        """A batch given up for the live stream came after all (``kv_owed``): received,
+        while the stream stays where it is."""
+        self.received += 1
+
     def applied(self, seq: int, ts: float | None) -> None:
         self.last_seq, self.last_ts = seq, ts
         self.high = max(self.high, seq)

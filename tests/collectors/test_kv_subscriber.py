@@ -111,8 +111,15 @@ def test_gap_without_replay_endpoint_and_dead_replay(ctx) -> None:
           and b.health.counters.get("last_seq") == 2)
     assert time.monotonic() - t0 < 3
     assert a.health.errors == {"unrecovered_gap": 1}
-    assert b.health.errors == {"replay_timeout": 1, "unrecovered_gap": 1}
+    # A replay socket that did not answer yet may still: its batch is owed, not lost.
+    assert b.health.errors == {"replay_timeout": 1}
+    assert (b.health.counters["owed_batches"], b.health.counters["lost_batches"]) == (1, 0)
     assert col.summary()["a#0"]["resident_blocks"] == 2
+    col.drain(1.0)  # a last try at stop, then what is still owed is lost and says why
+    assert b.health.errors == {"replay_timeout": 1, "unrecovered_gap": 1}
+    assert "still owed at stop" in b.health.last_error
+    c = b.health.counters
+    assert (c["owed_batches"], c["lost_batches"], c["given_up_batches:stop"]) == (0, 1, 1)
     col.close()
     pub.close()
     pub2.close()

@@ -28,6 +28,8 @@ class Publisher:
         self.enc = msgspec.msgpack.Encoder()
         self._stop = threading.Event()
         self.replay_requests: list[int] = []
+        self.silent = False  # drop replay requests unanswered (a busy or restarted replay)
+        self.ignored: list[int] = []
         self._thread = None
         if replay:
             self.router = ctx.socket(zmq.ROUTER)
@@ -46,6 +48,9 @@ class Publisher:
             if len(frames) != 3 or len(frames[2]) != 8:
                 continue
             start = int.from_bytes(frames[2], "big")
+            if self.silent:
+                self.ignored.append(start)
+                continue
             self.replay_requests.append(start)
             for seq, payload in list(self.buffer):
                 if seq >= start:

@@ -99,11 +99,15 @@ def worker_config(pub: FaultPublisher, interval_s: float = 0.2) -> Config:
 
 @contextmanager
 def running_collector(pub: FaultPublisher, db: Path, interval_s: float = 0.2,
-                      replay_timeout_s: float = 1.0) -> Iterator[CollectorRunner]:
-    """``mmlens collect``'s runner on its own thread, stopped (and drained) on exit."""
+                      replay_timeout_s: float = 1.0, backoff: tuple[float, float] | None = None,
+                      ) -> Iterator[CollectorRunner]:
+    """``mmlens collect``'s runner on its own thread, stopped (and drained) on exit;
+    ``backoff``: the silent replay socket's pauses (default: the collector's)."""
     store = Store(db)
     runner = CollectorRunner(worker_config(pub, interval_s), store)
     runner.kv.replay_timeout_s = replay_timeout_s
+    if backoff is not None:
+        runner.kv.backoff = backoff
     stop = threading.Event()
     thread = threading.Thread(target=runner.run, kwargs={"stop": stop}, daemon=True)
     thread.start()
@@ -157,17 +161,25 @@ def publisher_restart(db: Path, events: int = 5000, down_s: float = 1.0) -> Tall
 
 
 def gaps(db: Path, events: int = 5000, replay: str | None = "answer", every: int = 50,
-         offset: int | None = None) -> Tally:
+         offset: int | None = None, silent_s: float = 3.0,
+         backoff: tuple[float, float] | None = None) -> Tally:
     """Batches with ``seq % every == offset`` (default: mid-period) lost on the way; replay
-    answers, is silent, or is absent."""
+    answers, is lossy, is silent (never answers), is absent, or is "silent_then_answers":
+    silent from the first batch on for ``silent_s``, then answering."""
     offset = every // 2 if offset is None else offset
-    pub = FaultPublisher(*loopback_endpoints(2), replay_mode=replay).up()
+    late = replay == "silent_then_answers"
+    pub = FaultPublisher(*loopback_endpoints(2),
+                         replay_mode="answer" if late else replay).up()
     t0 = time.monotonic()
     try:
-        with running_collector(pub, db, replay_timeout_s=0.5):
+        with running_collector(pub, db, replay_timeout_s=0.5, backoff=backoff):
+            if late:
+                pub.silent_until = time.monotonic() + silent_s
             pub.stream(events, drop=lambda seq: seq % every == offset)
             if replay in ("answer", "lossy"):
                 wait_for(stored_all(db, events), 20, "all stored")
+            elif late:
+                wait_for(stored_all(db, events), 30 + silent_s, "all stored late")
         return tally(pub, db, t0)  # stopped right away: nothing read may be dropped
     finally:
         pub.close()

@@ -30,7 +30,9 @@ class FaultPublisher:
     """PUB + ROUTER replay like vLLM's ``ZmqEventPublisher``; ``down()``/``up()`` is a worker
     restart (seq back to 0, buffer empty). ``replay``: "answer", "lossy" (every other
     request's answer misses every 7th batch, as a ROUTER past its high-water mark does),
-    "silent" (bound, never answers) or None (no replay socket)."""
+    "silent" (bound, never answers) or None (no replay socket). ``silent_until``
+    (``time.monotonic()``): requests that arrive before it are dropped unanswered, as by a
+    busy worker or a restarted replay thread; the buffer keeps every batch meanwhile."""
 
     def __init__(self, pub: str, replay: str | None, replay_mode: str | None = "answer",
                  buffer_steps: int = 10_000, hash_base: int = 0) -> None:
@@ -45,6 +47,8 @@ class FaultPublisher:
         self.events = 0  # valid events published (live or only into the buffer)
         self.incarnations = 0
         self.replay_requests = 0
+        self.silent_until = 0.0
+        self.ignored_requests = 0
         self.dropped = 0  # valid events of batches lost on the way (only a replay has them)
         self._pub: Any = None
         self._stop = threading.Event()
@@ -109,6 +113,9 @@ class FaultPublisher:
                 frames = router.recv_multipart()
                 if self.replay_mode not in ("answer", "lossy") or len(frames) != 3 or len(
                         frames[2]) != 8:
+                    continue
+                if time.monotonic() < self.silent_until:
+                    self.ignored_requests += 1
                     continue
                 start = int.from_bytes(frames[2], "big")
                 self.replay_requests += 1

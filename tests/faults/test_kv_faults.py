@@ -46,7 +46,21 @@ def test_gaps_with_and_without_replay(tmp_path, replay) -> None:
         assert errors["unrecovered_gap"] >= 1
     if replay == "silent":
         assert errors["replay_timeout"] >= 1
+        # Owed until the collector stopped (asked a last time then), and said so.
+        assert c["given_up_batches:stop"] == batches // 25 and c["owed_batches"] == 0
+        assert c["max_held_s"] < 0.5 + 1.0  # live batches waited one replay deadline at most
     assert time.monotonic() - started < 20  # a silent replay never held the stream for long
+
+
+def test_a_replay_silent_past_its_deadline_then_answering_loses_nothing(tmp_path) -> None:
+    t = h.gaps(tmp_path / "s.db", events=2000, replay="silent_then_answers", every=25,
+               silent_s=1.0, backoff=(1.0, 300.0))
+    assert (t.lost, t.duplicates) == (0, 0)
+    c, errors = kv_health(t)["counters"], kv_health(t)["errors"]
+    assert errors["replay_timeout"] >= 1  # it was silent past the replay's deadline
+    assert c["late_recovered_batches"] == 500 // 25 and c["replayed_batches"] == 0
+    assert (c["lost_batches"], c["owed_batches"]) == (0, 0) and "unrecovered_gap" not in errors
+    assert c["published_batches"] == c["batches"] == 500
 
 
 def test_a_lost_last_batch_is_found_by_the_idle_probe(tmp_path) -> None:
