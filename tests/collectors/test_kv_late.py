@@ -96,7 +96,7 @@ def test_silent_then_answering_replay_loses_nothing_and_the_index_is_the_loss_fr
     # Silent for a while more (a late retry asks meanwhile), then answering.
     _pump(col, lambda: len(pub.ignored) >= 2, timeout=5)
     pub.silent = False
-    _pump(col, lambda: h.counters["owed_batches"] == 0, timeout=10)
+    _pump(col, lambda: h.counters["owed_batches"] == 0 and ep.pending is None, timeout=10)
     c = h.counters
     assert (c["late_recovered_batches"], c["lost_batches"]) == (5, 0)
     assert c["batches"] == c["published_batches"] == len(SCRIPT)
