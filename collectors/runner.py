@@ -181,7 +181,8 @@ class CollectorRunner:
         return {
             "routers": [{"name": r.name, "kind": r.kind, "url": r.url,
                          "metrics_url": r.metrics_url, "log_file": r.log_file,
-                         "api_key_env": r.api_key_env} for r in self.cfg.routers],
+                         "api_key_env": r.api_key_env, "media_origin": r.media_origin}
+                        for r in self.cfg.routers],
             "workers": [{k: v for k, v in asdict(w).items()} for w in self.cfg.workers],
             "prometheus": self.cfg.prometheus_url,
             "otlp": None if self.otlp is None else {

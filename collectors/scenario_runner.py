@@ -1,4 +1,8 @@
-"""Runs the core's scenarios against a live router through the trace client."""
+"""Runs the core's scenarios against a live router through the trace client.
+
+URL images come from the configured ``media_origin`` (uploaded there first) when there is
+one, else from a loopback media server started for the scenario, which the cluster's workers
+must then be allowed to fetch from."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from contextlib import ExitStack
 
 import httpx
 from mmlens.collectors.media_server import MediaServer
+from mmlens.collectors.media_upload import upload
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 
@@ -21,9 +26,11 @@ class ScenarioRunner:
     def __init__(self, client: httpx.Client, router_url: str, model: str, *,
                  router_kind: str = "auto", sink: TraceSink | None = None,
                  worker_mode_router_url: str | None = None, api_key: str | None = None,
-                 max_tokens: int = 4, progress: Progress | None = None) -> None:
+                 max_tokens: int = 4, progress: Progress | None = None,
+                 media_origin: str | None = None) -> None:
         """``sink`` records every request's trace (with its expected layout; in the store
-        when it writes), before the scenario is judged."""
+        when it writes), before the scenario is judged. ``media_origin``: where URL images
+        are uploaded (MediaOriginError when it refuses)."""
         self.tracer = TraceClient(client, sink=sink)
         self.router_url = router_url
         self.model = model
@@ -32,15 +39,21 @@ class ScenarioRunner:
         self.api_key = api_key
         self.max_tokens = max_tokens
         self.progress = progress
+        self.media_origin = media_origin
+        self.client = client
 
     def parts(self, spec: sc.RequestSpec, media: MediaServer | None) -> list[ImagePart]:
         out = []
         for img in spec.images:
             data = solid_png(img.width, img.height, img.color)
             if img.via == "url":
-                if media is None:
+                if self.media_origin:
+                    url = upload(self.client, self.media_origin, data, img.name)
+                elif media is None:
                     raise RuntimeError("a URL image needs the media server")
-                out.append(ImagePart(data=data, url=media.add(img.name, data)))
+                else:
+                    url = media.add(img.name, data)
+                out.append(ImagePart(data=data, url=url))
             else:
                 out.append(ImagePart(data=data))
         return out
@@ -55,7 +68,8 @@ class ScenarioRunner:
         scenario = self.runnable(scenario)
         traces: list[RequestTrace] = []
         with ExitStack() as stack:
-            media = stack.enter_context(MediaServer()) if scenario.needs_media_server else None
+            media = (stack.enter_context(MediaServer())
+                     if scenario.needs_media_server and not self.media_origin else None)
             total = len(scenario.requests)
             for i, spec in enumerate(scenario.requests):
                 if self.progress:
@@ -70,7 +84,26 @@ class ScenarioRunner:
                                          processing_mode="worker" if spec.mode == "worker"
                                          else None)
                 traces.append(trace)
+            origin = media.base_url if media else None
         if self.progress:
             self.progress(f"{scenario.name}: done", len(scenario.requests),
                           len(scenario.requests))
-        return sc.judge(scenario, ctx, traces)
+        result = sc.judge(scenario, ctx, traces)
+        if origin and any((t.error or (t.status or 0) >= 400)
+                          and any(i.via == "url" for i in spec.images)
+                          for spec, t in zip(scenario.requests, traces, strict=True)):
+            result.summary += local_origin_hint(origin, traces)
+        return result
+
+
+def local_origin_hint(origin: str, traces: list[RequestTrace]) -> str:
+    """What to do when URL images from mmlens' own loopback media server failed."""
+    host = origin.removeprefix("http://").rsplit(":", 1)[0]
+    refused = any("allowed hosts" in (t.error or "") for t in traces)
+    what = (f"the workers refused image URLs from mmlens' own media server {origin}" if refused
+            else f"image URLs from mmlens' own media server {origin} failed (workers that "
+            "fetch images themselves may not allow it)")
+    return (f" — {what}, a port picked for this run: give mmlens a media origin the workers "
+            "fetch from (mmlens check --media-origin, or media_origin of the router in "
+            "mmlens.toml; the demo publishes its own in its ready file), or allow "
+            f"{host}:* on the workers")

@@ -66,9 +66,12 @@ class Sender:
     def run_scenario(self, router_url: str, model: str, layout_model: str, name: str, *,
                      router_kind: str = "auto", block_size: int = 16,
                      worker_mode_router_url: str | None = None, api_key: str | None = None,
-                     progress: Progress | None = None, salt: int | None = None) -> sc.Result:
+                     progress: Progress | None = None, salt: int | None = None,
+                     media_origin: str | None = None) -> sc.Result:
         """One scenario of ``mmlens.analysis.scenarios``; its traces are recorded in the store
-        with their text (the scenarios' own prompts, so the inspector rebuilds them)."""
+        with their text (the scenarios' own prompts, so the inspector rebuilds them). URL
+        images go to ``media_origin`` when given (the router target's), else to a loopback
+        server of mmlens' own."""
         resolved = resolve_model(layout_model)
         ctx = sc.Context(block_size=block_size, model_family=resolved.family.name,
                          count_of=lambda w, h: resolved.family.image_token_count(
@@ -78,7 +81,8 @@ class Sender:
         runner = ScenarioRunner(self.client, router_url, model, router_kind=router_kind,
                                 sink=self.sink(layout_model, block_size, keep_text=True),
                                 worker_mode_router_url=worker_mode_router_url,
-                                api_key=api_key, progress=progress)
+                                api_key=api_key, progress=progress,
+                                media_origin=media_origin)
         return runner.run(plans[name], ctx)
 
     def close(self) -> None:

@@ -18,8 +18,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from mmlens.demo.cluster import Cluster, ClusterConfig, ClusterError, Proc, write_ready
+from mmlens.demo.cluster import Cluster, ClusterConfig
+from mmlens.demo.media_origin import media_host
 from mmlens.demo.model_dirs import MODELS
+from mmlens.demo.procs import ClusterError, Proc, write_ready
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -63,7 +65,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--connection", choices=["grpc", "http"], default="grpc",
                    help="how SMG talks to the workers (default grpc)")
     p.add_argument("--port-base", type=int, default=18400,
-                   help="router on BASE, metrics BASE+1, worker i on BASE+10+10i.. (default 18400)")
+                   help="router on BASE, metrics BASE+1, media origin BASE+7, worker i on "
+                        "BASE+10+10i.. (default 18400)")
     p.add_argument("--mm-processing", choices=["auto", "router", "worker"],
                    help="SMG --mm-processing (default: SMG's own, auto)")
     p.add_argument("--worker-processing", action="store_true",
@@ -81,6 +84,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--num-blocks", type=int, default=2048, help="KV blocks per worker")
     p.add_argument("--speed", type=float, default=1.0, help="worker latency divisor")
     p.add_argument("--max-image-bytes", type=int, help="workers refuse larger images")
+    add_media_host(p)
     p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
     p.add_argument("--log-dir", type=Path,
                    help="keep process logs here (default: a temporary dir removed at exit)")
@@ -88,6 +92,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--ready-timeout", type=float, default=20.0)
     p.add_argument("--smg-log-level", default="debug", choices=["debug", "info", "warn", "error"])
     return p.parse_args(list(argv))
+
+
+def _media_host_arg(value: str) -> str:
+    try:
+        return media_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_media_host(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--media-host", action="append", default=[], type=_media_host_arg,
+                   metavar="HOST:PORT",
+                   help="the workers may also fetch image URLs from HOST:PORT (repeatable; "
+                        "HOST:* opens every port of HOST); by default they fetch only from the "
+                        "demo's own media origin, BASE+7 (media_origin in the ready line)")
 
 
 def count_drift(args: argparse.Namespace) -> list[int]:
@@ -104,7 +123,8 @@ def config_from(args: argparse.Namespace) -> ClusterConfig:
         worker_mm_processor=args.worker_processing, count_drift=count_drift(args),
         legacy_kv_encoding=args.legacy_kv_encoding, block_size=args.block_size,
         num_blocks=args.num_blocks, speed=args.speed,
-        max_image_bytes=args.max_image_bytes, log_dir=args.log_dir,
+        max_image_bytes=args.max_image_bytes, media_hosts=args.media_host,
+        log_dir=args.log_dir,
         model_cache=args.model_cache, ready_timeout=args.ready_timeout,
         smg_log_level=args.smg_log_level, worker_mode_router=args.worker_mode_router)
 

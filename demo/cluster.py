@@ -2,40 +2,38 @@
 
 Every process gets its own process group and is stopped by PID. Everything binds 127.0.0.1.
 Port layout from `port_base` B: router B, router metrics B+1; with a second router in worker
-mode, its API B+2 and metrics B+3; worker i (0-based) uses B+10+10i (gRPC), +1 (HTTP, /metrics),
-+2 (ZMQ PUB), +3 (ZMQ replay).
+mode, its API B+2 and metrics B+3; the demo's media origin B+7 (in this process; the only host
+the workers fetch image URLs from unless `media_hosts` adds more); worker i (0-based) uses
+B+10+10i (gRPC), +1 (HTTP, /metrics), +2 (ZMQ PUB), +3 (ZMQ replay).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
-import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
+from mmlens.collectors.media_server import MediaServer
+from mmlens.demo.media_origin import MEDIA_PORT_OFFSET, allow_list, start_origin
 from mmlens.demo.model_dirs import MODELS, ensure_model_dir
+from mmlens.demo.procs import (
+    HOST,
+    ClusterError,
+    Proc,
+    require_free,
+    smg_command,
+    spawn,
+    with_repo_on_path,
+)
 
-HOST = "127.0.0.1"
-PR_SET_PDEATHSIG = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SMG_DRAIN_S = 12.0
-
-
-class ClusterError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -55,10 +53,9 @@ class ClusterConfig:
     speed: float = 1.0
     max_image_bytes: int | None = None
     allow_private_media: bool = True
-    # host:port entries the workers may fetch image URLs from. The demo serves no images of
-    # its own, and the tests and `mmlens check` serve theirs from loopback servers on ports
-    # picked at run time, so the demo opens loopback's ports explicitly; nothing else.
-    media_hosts: list[str] = field(default_factory=lambda: [f"{HOST}:*"])
+    # host:port entries the workers may fetch image URLs from besides the demo's own media
+    # origin (B+7), for images served elsewhere (`--media-host`).
+    media_hosts: list[str] = field(default_factory=list)
     log_dir: Path | None = None
     model_cache: Path | None = None
     smg_log_level: str = "debug"
@@ -72,101 +69,18 @@ class ClusterConfig:
         base = self.port_base + 10 + 10 * i
         return {"grpc": base, "http": base + 1, "kv": base + 2, "replay": base + 3}
 
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def require_free(ports: Iterable[int]) -> None:
-    busy = [p for p in ports if not port_free(p)]
-    if busy:
-        raise ClusterError(f"ports already in use: {busy} (choose another --port-base)")
+    @property
+    def media_port(self) -> int:
+        return self.port_base + MEDIA_PORT_OFFSET
 
 
 def ports_needed(cfg: ClusterConfig) -> list[int]:
-    ports = [cfg.port_base, cfg.port_base + 1]
+    ports = [cfg.port_base, cfg.port_base + 1, cfg.media_port]
     if cfg.worker_mode_router:
         ports += [cfg.port_base + 2, cfg.port_base + 3]
     for i in range(cfg.workers):
         ports += list(cfg.worker_ports(i).values())
     return ports
-
-
-def _set_parent_death_signal(sig: int) -> None:
-    """In the child: get `sig` if the process that started us dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, sig)
-
-
-def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
-    """`env`, with this checkout first on PYTHONPATH so child processes import `demo` from it."""
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
-    return env
-
-
-def smg_command() -> list[str]:
-    script = Path(sys.executable).with_name("smg")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "smg"]
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[bytes]
-
-    def tail(self, lines: int = 15, width: int | None = None) -> str:
-        """The log's last `lines` lines (each cut to `width` characters when given)."""
-        with contextlib.suppress(OSError):
-            last = self.log_path.read_text(errors="replace").splitlines()[-lines:]
-            return "\n".join(line[:width] for line in last)
-        return ""
-
-    def check_alive(self, width: int | None = None) -> None:
-        if self.popen.poll() is not None:
-            raise ClusterError(f"{self.name} exited ({self.popen.returncode}); see "
-                               f"{self.log_path}:\n{self.tail(width=width)}")
-
-    def terminate(self) -> None:
-        """SIGTERM the process group, if the process still runs."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-
-    def reap(self, timeout: float) -> None:
-        """Wait up to `timeout` s, SIGKILL the group if the process outlives it, then close
-        the log."""
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout=5)
-        # Children left in the group (none expected) go too.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        self.log.close()
-
-
-def spawn(log_dir: Path, name: str, cmd: list[str], env: dict[str, str] | None = None, *,
-          cwd: Path | None = None, death_signal: int = signal.SIGTERM) -> Proc:
-    """Start `cmd` in its own process group, its output to `log_dir/<name>.log`; it gets
-    `death_signal` when the process that started it dies."""
-    log_path = log_dir / f"{name}.log"
-    log = log_path.open("wb")
-    popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd,
-                             preexec_fn=functools.partial(_set_parent_death_signal, death_signal))
-    return Proc(name, popen, log_path, log)
 
 
 @dataclass(frozen=True)
@@ -208,6 +122,8 @@ class Cluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.model_dir: Path | None = None
         self.router_procs: list[Proc] = []
+        self.media_hosts = allow_list(cfg.media_port, cfg.media_hosts)  # ValueError if bad
+        self.media: MediaServer | None = None
 
     @property
     def smg(self) -> Proc | None:
@@ -281,6 +197,10 @@ class Cluster:
             "router_pid": self.smg.popen.pid if self.smg else None,
             # Every router of the demo (the first is `router` above).
             "routers": routers,
+            # Where mmlens puts its URL images (PUT /media/<sha256>), and what the workers
+            # fetch image URLs from (that origin first).
+            "media_origin": f"http://{HOST}:{self.cfg.media_port}",
+            "media_hosts": self.media_hosts,
         }
 
     def _router_procs_padded(self) -> list[Proc | None]:
@@ -309,7 +229,7 @@ class Cluster:
                "--block-size", str(self.cfg.block_size),
                "--num-blocks", str(self.cfg.num_blocks), "--speed", str(self.cfg.speed),
                "--count-drift", str(self._drift(i)),
-               "--allowed-media-hosts", ",".join(self.cfg.media_hosts),
+               "--allowed-media-hosts", ",".join(self.media_hosts),
                "--engine", self._engine(i)]
         if self.workers_advertise:
             cmd += ["--mm-processor", "inprocess"]
@@ -345,6 +265,7 @@ class Cluster:
         require_free(ports_needed(self.cfg))
         deadline = time.monotonic() + self.cfg.ready_timeout
         self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
+        self.media = start_origin(self.cfg.media_port)
         env = with_repo_on_path(dict(os.environ))
         for i in range(self.cfg.workers):
             self._spawn(f"worker-w{i + 1}", self._worker_cmd(i), env)
@@ -409,6 +330,9 @@ class Cluster:
                 proc.reap(grace)
         self.procs.clear()
         self.router_procs.clear()
+        if self.media is not None:
+            self.media.close()
+            self.media = None
         if self._own_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
@@ -418,9 +342,3 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def write_ready(path: Path, info: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(info, indent=1))
-    tmp.replace(path)

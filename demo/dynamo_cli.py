@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mmlens.demo.cli import count_drift, serve
+from mmlens.demo.cli import add_media_host, count_drift, serve
 from mmlens.demo.dynamo_cluster import (
     DynamoCluster,
     DynamoClusterConfig,
@@ -30,8 +30,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "exactly for Qwen3-VL and Kimi-K3, on the text prefix only for GLM)")
     p.add_argument("--workers", type=int, default=2, help="simulated workers (default 2)")
     p.add_argument("--port-base", type=int, default=18500,
-                   help="frontend on BASE, broker BASE+2/+3, worker i on BASE+10+10i.. "
-                        "(default 18500)")
+                   help="frontend on BASE, broker BASE+2/+3, media origin BASE+7, worker i "
+                        "on BASE+10+10i.. (default 18500)")
     p.add_argument("--no-router-kv-events", action="store_true",
                    help="approximate mode: the router predicts cache state from its own "
                         "decisions; workers publish no KV events to Dynamo")
@@ -53,6 +53,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "production shape, etcd discovery and the NATS event plane with the "
                         "demo's own etcd and nats-server (apt-get install etcd-server "
                         "nats-server), all on 127.0.0.1")
+    add_media_host(p)
     p.add_argument("--no-zmq-kv-events", action="store_true",
                    help="workers do not also publish vLLM-format ZMQ KV events for mmlens")
     p.add_argument("--ready-file", type=Path, help="also write the ready JSON here")
@@ -70,7 +71,7 @@ def config_from(args: argparse.Namespace) -> DynamoClusterConfig:
         block_size=args.block_size, num_blocks=args.num_blocks, speed=args.speed,
         zmq_kv_events=not args.no_zmq_kv_events, kv_path=args.kv_path,
         tokenizer_backend=args.tokenizer, event_plane=args.event_plane,
-        log_dir=args.log_dir,
+        media_hosts=args.media_host, log_dir=args.log_dir,
         model_cache=args.model_cache, ready_timeout=args.ready_timeout)
 
 

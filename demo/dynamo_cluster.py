@@ -13,8 +13,9 @@ simulated vLLM workers registered with the Dynamo runtime, all on 127.0.0.1.
   from their model card (no `--kv-cache-block-size`).
 
 Port layout from `port_base` B: frontend B, broker XSUB B+2 / XPUB B+3 (ZMQ plane) or etcd
-client B+4 / peer B+5 and NATS B+6 (NATS plane); worker i (0-based): system server (/metrics)
-B+10+10i, vLLM-format ZMQ KV events +1, replay +2.
+client B+4 / peer B+5 and NATS B+6 (NATS plane); the demo's media origin B+7 (in this process;
+the only host the workers fetch image URLs from unless `media_hosts` adds more); worker i
+(0-based): system server (/metrics) B+10+10i, vLLM-format ZMQ KV events +1, replay +2.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import contextlib
 import importlib
 import importlib.util
 import json
-import os
 import re
 import shutil
 import signal
@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from mmlens.demo.cluster import HOST, ClusterError, Proc, require_free, spawn, with_repo_on_path
+from mmlens.collectors.media_server import MediaServer
 from mmlens.demo.dynamo_broker import broker_url
+from mmlens.demo.dynamo_env import infra_missing, loopback_env, nats_env
+from mmlens.demo.media_origin import MEDIA_PORT_OFFSET, allow_list, start_origin
 from mmlens.demo.model_dirs import MODELS, ensure_model_dir
+from mmlens.demo.procs import HOST, ClusterError, Proc, require_free, spawn
 
-ROUTING_LOG_FILTER = ("info,mm_routing=debug,dynamo_kv_router::scheduling=debug,"
-                      "dynamo_llm::kv_router=debug")
 STOP_GRACE_S = 5.0
 TAIL_WIDTH = 400  # characters per log line quoted in an error
 # Dynamo 1.6.1 builds Kimi-K3's dims-bearing media block only with a tokenizer backend that
@@ -76,7 +77,7 @@ class DynamoClusterConfig:
     # subscribes to the workers' raw vLLM-format ZMQ events and normalizes them itself.
     kv_path: str = "pad"
     zmq_legacy_encoding: bool = False
-    media_hosts: list[str] = field(default_factory=lambda: [f"{HOST}:*"])  # see ClusterConfig
+    media_hosts: list[str] = field(default_factory=list)  # besides B+7; see ClusterConfig
     log_dir: Path | None = None
     scratch_dir: Path | None = None
     model_cache: Path | None = None
@@ -97,6 +98,10 @@ class DynamoClusterConfig:
                 "nats": self.port_base + 6}
 
     @property
+    def media_port(self) -> int:
+        return self.port_base + MEDIA_PORT_OFFSET
+
+    @property
     def broker_ports(self) -> tuple[int, int]:
         return self.port_base + 2, self.port_base + 3
 
@@ -109,53 +114,12 @@ class DynamoClusterConfig:
 
 
 def ports_needed(cfg: DynamoClusterConfig) -> list[int]:
-    ports = [cfg.frontend_port, *(cfg.broker_ports if cfg.event_plane == "zmq"
+    ports = [cfg.frontend_port, cfg.media_port, *(cfg.broker_ports if cfg.event_plane == "zmq"
                                   else cfg.infra_ports.values())]
     for i in range(cfg.workers):
         p = cfg.worker_ports(i)
         ports += [p["system"]] + ([p["kv"], p["replay"]] if cfg.zmq_kv_events else [])
     return ports
-
-
-def infra_missing() -> str | None:
-    """None when `etcd` and `nats-server` are installed, else what to install."""
-    missing = [b for b in ("etcd", "nats-server") if shutil.which(b) is None]
-    if not missing:
-        return None
-    return (f"{' and '.join(missing)} not found: the NATS event plane needs Debian's "
-            "etcd-server and nats-server packages (apt-get install etcd-server nats-server)")
-
-
-def nats_env(env: dict[str, str], etcd_port: int, nats_port: int) -> dict[str, str]:
-    """`env` switched from file discovery + ZMQ broker to etcd + NATS on loopback."""
-    env = dict(env)
-    for key in ("DYN_ZMQ_BROKER_URL", "DYN_FILE_KV"):
-        env.pop(key, None)
-    env.update({"DYN_DISCOVERY_BACKEND": "etcd", "DYN_EVENT_PLANE": "nats",
-                "ETCD_ENDPOINTS": f"http://{HOST}:{etcd_port}",
-                "NATS_SERVER": f"nats://{HOST}:{nats_port}"})
-    return env
-
-
-def loopback_env(scratch: Path, broker: str, base: dict[str, str] | None = None,
-                 ) -> dict[str, str]:
-    """The environment every Dynamo process of the demo runs with."""
-    env = dict(os.environ if base is None else base)
-    home = scratch / "home"
-    for d in (home / ".cache", home / "hf", scratch / "kv", scratch / "tmp"):
-        d.mkdir(parents=True, exist_ok=True)
-    env.update({
-        "DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": str(scratch / "kv"),
-        "DYN_REQUEST_PLANE": "tcp", "DYN_EVENT_PLANE": "zmq", "DYN_ZMQ_BROKER_URL": broker,
-        "DYN_TCP_RPC_HOST": HOST, "DYN_TCP_RESPONSE_STREAM_HOST": HOST,
-        "DYN_EVENT_PLANE_HOST": HOST, "DYN_SYSTEM_HOST": HOST,
-        "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-        "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "TMPDIR": str(scratch / "tmp"),
-        "DYN_MM_ALLOW_INTERNAL": "1", "DYN_LOGGING_JSONL": "true", "DYN_LOG": ROUTING_LOG_FILTER,
-    })
-    env.pop("DYN_SYSTEM_PORT", None)
-    return with_repo_on_path(env)
 
 
 _READY = re.compile(r'\{"event": "worker_ready".*\}')
@@ -183,6 +147,8 @@ class DynamoCluster:
         self.frontend: Proc | None = None
         self.workers: list[Proc] = []
         self.worker_info: list[dict[str, Any]] = []
+        self.media_hosts = allow_list(cfg.media_port, cfg.media_hosts)  # ValueError if bad
+        self.media: MediaServer | None = None
 
     # -- URLs ----------------------------------------------------------------------------
     @property
@@ -226,6 +192,8 @@ class DynamoCluster:
             "models": [self.model.ready_entry(self.model_dir)],
             "logs": str(self.log_dir),
             "router_pid": self.frontend.popen.pid if self.frontend else None,
+            "media_origin": f"http://{HOST}:{self.cfg.media_port}",  # see Cluster.ready_info
+            "media_hosts": self.media_hosts,
         }
 
     def _plane_info(self, xsub: int, xpub: int) -> dict[str, Any]:
@@ -255,7 +223,7 @@ class DynamoCluster:
                "--family", cfg.family, "--model-dir", str(self.model_dir),
                "--block-size", str(cfg.block_size), "--num-blocks", str(cfg.num_blocks),
                "--speed", str(cfg.speed), "--count-drift", str(cfg.drift(i)),
-               "--allowed-media-hosts", ",".join(self.cfg.media_hosts)]
+               "--allowed-media-hosts", ",".join(self.media_hosts)]
         if cfg.zmq_kv_events or cfg.kv_path == "vllm-zmq":
             cmd += ["--zmq-kv-port", str(p["kv"]), "--zmq-replay-port", str(p["replay"])]
         cmd += ["--kv-path", cfg.kv_path]
@@ -288,6 +256,7 @@ class DynamoCluster:
         require_free(ports_needed(self.cfg))
         deadline = time.monotonic() + self.cfg.ready_timeout
         self.model_dir = ensure_model_dir(self.cfg.family, self.cfg.model_cache)
+        self.media = start_origin(self.cfg.media_port)
         xsub, xpub = self.cfg.broker_ports
         env = loopback_env(self.scratch, broker_url(xsub, xpub))
         if self.cfg.event_plane == "nats":
@@ -378,6 +347,9 @@ class DynamoCluster:
         self.procs.clear()
         self.workers.clear()
         self.frontend = None
+        if self.media is not None:
+            self.media.close()
+            self.media = None
         if self._own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         if self._own_logs:

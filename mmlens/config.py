@@ -18,6 +18,9 @@ metrics_url = "http://127.0.0.1:29000/metrics"
 api_key_env = "SMG_API_KEY"         # the NAME of an environment variable, never the key
 discover_workers = true             # add workers listed by SMG GET /workers
 log_file = "smg.log"                # optional JSON log to follow
+media_origin = "http://127.0.0.1:18407"  # where mmlens puts its URL test images (PUT
+                                    # /media/<sha256>; the demo's origin); unset: a loopback
+                                    # server of mmlens' own, which the workers must allow
 event_plane = "nats://127.0.0.1:4222"   # Dynamo: its KV events as the router hears them
                                     # (NATS, or tcp://host:port = the ZMQ broker's xpub side)
 namespace = "dynamo"                # Dynamo namespace on the event plane (default: any)
@@ -75,6 +78,7 @@ class RouterTarget:
     indexer_url: str | None = None  # Dynamo standalone kv-indexer (GET /dump)
     event_plane: str | None = None  # Dynamo: nats://… or the ZMQ broker's xpub tcp://…
     namespace: str = "*"
+    media_origin: str | None = None  # an upload origin the workers fetch image URLs from
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -197,6 +201,8 @@ def _router(r: Any, where: str, i: int, cfg: Config) -> RouterTarget:
                                v.HTTP),
         event_plane=_event_plane(r, where),
         namespace=v.text(r, "namespace", where) or "*",
+        media_origin=v.endpoint(v.text(r, "media_origin", where), f"{where}.media_origin",
+                                v.HTTP),
         log_file=v.confined(v.text(r, "log_file", where), f"{where}.log_file", cfg.base_dir,
                             cfg.log_dirs))
 
@@ -253,6 +259,8 @@ def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> list[
         routers = []
     kind = v.choice(ready, "router_kind", "ready file ", "smg", ("smg", "dynamo", "auto"))
     plane = _event_plane(ready, "ready file")
+    origin = v.endpoint(v.text(ready, "media_origin", "ready file"), "ready file media_origin",
+                        v.HTTP)
     notes: list[str] = []
     # A demo writes its ready file wherever asked and its logs to its own folder, which the
     # line names ("logs"): router logs inside that folder are the demo's own.
@@ -262,6 +270,8 @@ def apply_ready(cfg: Config, ready: Any, ready_dir: Path | None = None) -> list[
         allowed.append(Path(demo_logs).resolve())
     new_routers = [_ready_router(r, f"routers[{i}]", kind, plane, ready_dir, allowed, notes)
                    for i, r in enumerate(routers)]
+    for r in new_routers:
+        r.media_origin = origin
     grpc = cfg.demo_kv_transport == "grpc"
     new_workers = [_ready_worker(w, f"workers[{i}]", grpc)
                    for i, w in enumerate(v.tables(ready, "workers", 4096))]

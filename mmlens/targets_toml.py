@@ -41,6 +41,8 @@ def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0) -> st
             lines.append(f"metrics_url = {_q(r['metrics'])}")
         if r.get("log"):
             lines.append(f"log_file = {_q(r['log'])}")
+        if ready.get("media_origin"):  # the demo's: its workers fetch image URLs from it
+            lines.append(f"media_origin = {_q(ready['media_origin'])}")
         lines += ["discover_workers = false", ""]
     for w in ready.get("workers") or []:
         lines += ["[[worker]]", f"name = {_q(w['name'])}", 'engine = "vllm"',

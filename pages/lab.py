@@ -197,7 +197,7 @@ with shared.page_guard("Lab"):
         result = sender(path).run_scenario(
             router["url"], model or "default", layout_model, sequence.split(":", 1)[1],
             router_kind=router["kind"], worker_mode_router_url=others[0] if others else None,
-            progress=progress)
+            progress=progress, media_origin=router.get("media_origin"))
         bar.empty()
         st.session_state["lab_scenario"] = result.as_json()
         shared.recent_traces.clear()

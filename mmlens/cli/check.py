@@ -14,9 +14,11 @@ from collections.abc import Sequence
 import httpx
 
 from mmlens.analysis import scenarios as sc
+from mmlens.collectors.media_upload import MediaOriginError
 from mmlens.collectors.scenario_runner import ScenarioRunner
 from mmlens.collectors.trace_sink import TraceSink, store_writer
-from mmlens.errors import LayoutError
+from mmlens.config_values import HTTP, endpoint
+from mmlens.errors import ConfigError, LayoutError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -38,6 +40,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--db", help="also record every request's trace in this store")
     p.add_argument("--strict", action="store_true", help="inconclusive also exits 1")
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--media-origin", help="upload URL test images here (PUT /media/<sha256>, "
+                   "as the demo's media_origin takes them) so workers that fetch only from "
+                   "allowed hosts get them; default: a loopback server of mmlens' own, on a "
+                   "port picked per run")
     return p.parse_args(list(argv))
 
 
@@ -89,6 +95,11 @@ def main(argv: Sequence[str]) -> int:
     except LayoutError as exc:
         print(f"mmlens check: {exc}", file=sys.stderr)
         return 2
+    try:
+        origin = endpoint(args.media_origin, "--media-origin", HTTP)
+    except ConfigError as exc:
+        print(f"mmlens check: {exc}", file=sys.stderr)
+        return 2
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     client = httpx.Client(timeout=args.timeout)
     try:
@@ -112,9 +123,13 @@ def main(argv: Sequence[str]) -> int:
                      layout_model=args.model_dir or args.model, block_size=block, keep_text=True)
     runner = ScenarioRunner(client, args.router, args.model, router_kind=args.kind, sink=sink,
                             worker_mode_router_url=args.worker_mode_router, api_key=api_key,
-                            progress=progress)
+                            progress=progress, media_origin=origin)
     plans = {s.name: s for s in sc.build(ctx, salt)}
-    results = [runner.run(plans[name], ctx) for name in names]
+    try:
+        results = [runner.run(plans[name], ctx) for name in names]
+    except MediaOriginError as exc:
+        print(f"mmlens check: {exc}", file=sys.stderr)
+        return 2
     meta = {"router": args.router, "kind": args.kind, "model": args.model,
             "family": model.family.name, "block size": str(block), "salt": str(salt),
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}

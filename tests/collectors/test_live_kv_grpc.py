@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 from mmlens.collectors.runner import CollectorRunner
-from mmlens.demo.cluster import Cluster, ClusterConfig, write_ready
+from mmlens.demo.cluster import Cluster, ClusterConfig
+from mmlens.demo.procs import write_ready
 
 from mmlens.config import Config
 from mmlens.store.reader import StoreReader

@@ -137,3 +137,24 @@ def test_demo_ready_line_with_two_routers() -> None:
     assert [(r.name, r.url, r.log_file) for r in cfg.routers] == [
         ("demo", "http://127.0.0.1:1", "a.log"),
         ("demo-worker", "http://127.0.0.1:3", None)]
+
+
+def test_media_origin_from_the_toml_the_ready_line_and_the_targets_text() -> None:
+    from mmlens.targets_toml import config_toml_from_ready, validate_toml
+
+    cfg = parse_config({"router": [{"url": "http://127.0.0.1:1",
+                                    "media_origin": "http://127.0.0.1:8"}, {"url": "http://h:2"}]})
+    assert [r.media_origin for r in cfg.routers] == ["http://127.0.0.1:8", None]
+    for bad in ("ftp://127.0.0.1:8", "http://127.0.0.1:99999", 8):
+        with pytest.raises(ConfigError, match=r"router\[0\]\.media_origin"):
+            parse_config({"router": [{"url": "http://127.0.0.1:1", "media_origin": bad}]})
+    ready = {"event": "ready", "routers": [{"name": "demo", "url": "http://127.0.0.1:1"},
+                                           {"name": "demo-worker", "url": "http://127.0.0.1:3"}],
+             "workers": [], "media_origin": "http://127.0.0.1:8"}
+    cfg = Config()
+    apply_ready(cfg, ready)
+    assert [r.media_origin for r in cfg.routers] == ["http://127.0.0.1:8"] * 2
+    text = config_toml_from_ready(ready)
+    assert [r.media_origin for r in validate_toml(text).routers] == ["http://127.0.0.1:8"] * 2
+    with pytest.raises(ConfigError, match="media_origin"):
+        apply_ready(Config(), {**ready, "media_origin": "tcp://127.0.0.1:8"})

@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from mmlens.collectors.media_upload import upload
+from mmlens.demo.cluster import Cluster
 
 from mmlens.layout.families import get_family
 from tests.demo.support import (
@@ -33,10 +36,15 @@ DRIFT = 3
 
 
 @pytest.fixture(scope="module")
-def qwen_worker_mode() -> Iterator[dict]:
+def qwen_cluster() -> Iterator[Cluster]:
     with running_cluster(family="qwen3-vl", workers=2, worker_mm_processor=True,
                          count_drift=[DRIFT, DRIFT], max_image_bytes=200_000) as c:
-        yield c.ready_info()
+        yield c
+
+
+@pytest.fixture(scope="module")
+def qwen_worker_mode(qwen_cluster: Cluster) -> dict:
+    return qwen_cluster.ready_info()
 
 
 def test_qwen_images_go_to_the_workers_processor(qwen_worker_mode: dict) -> None:
@@ -120,11 +128,22 @@ def test_glm_5_3_flash_is_opted_in() -> None:
     assert seen["prompt_ids"].count(151363) == n
 
 
-def test_worker_fetches_http_images_only_from_allowed_hosts(qwen_worker_mode: dict) -> None:
+def test_worker_fetches_http_images_only_from_the_demo_origin(qwen_cluster: Cluster) -> None:
+    """The default allow-list is the demo's own media origin: an image uploaded there is
+    fetched by the worker (SMG forwards the URL); a URL on any other loopback port, another
+    server's or the router's own, is refused with 400 and nothing is fetched from it."""
     import http.server
     import threading
 
     png = base64.b64decode(png_data_url(224, 224, (70, 80, 90)).split(",", 1)[1])
+    info = qwen_cluster.ready_info()
+    assert qwen_cluster.media is not None
+    with httpx.Client() as client:
+        url = upload(client, info["media_origin"], png, "a.png")
+    ok = chat(info["router"], QWEN, image_messages(url))
+    assert ok.status == 200 and ok.prompt_tokens == 18 - 1 + 64 + DRIFT
+    assert [p for p, _ in qwen_cluster.media.requests] == [urlsplit(url).path]  # by the worker
+
     fetched: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -142,15 +161,15 @@ def test_worker_fetches_http_images_only_from_allowed_hosts(qwen_worker_mode: di
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
+    router_port = urlsplit(info["router"]).port
     try:
-        info = qwen_worker_mode
-        ok = chat(info["router"], QWEN, image_messages(f"http://127.0.0.1:{port}/a.png"))
-        assert ok.status == 200 and ok.prompt_tokens == 18 - 1 + 64 + DRIFT
-        assert fetched == ["/a.png"]  # fetched once, by the worker (SMG forwarded the URL)
-        refused = chat(info["router"], QWEN, image_messages(f"http://localhost:{port}/b.png"))
-        assert refused.status == 400
-        assert "not in the allowed hosts" in refused.body["error"]["message"]
-        assert fetched == ["/a.png"]
+        for where in (f"127.0.0.1:{port}", f"localhost:{port}", f"127.0.0.1:{router_port}"):
+            refused = chat(info["router"], QWEN, image_messages(f"http://{where}/b.png"))
+            assert refused.status == 400, (where, refused.body)
+            message = refused.body["error"]["message"]
+            assert f"media host {where} is not in the allowed hosts" in message
+        assert fetched == []
+        assert len(qwen_cluster.media.requests) == 1
     finally:
         server.shutdown()
         server.server_close()

@@ -16,7 +16,8 @@ import httpx
 import msgspec
 import pytest
 from mmlens.collectors.runner import CollectorRunner
-from mmlens.demo.cluster import Cluster, ClusterConfig, write_ready
+from mmlens.demo.cluster import Cluster, ClusterConfig
+from mmlens.demo.procs import write_ready
 from mmlens.demo.sglang_service import MM_PAD_SHIFT_VALUE
 
 from mmlens.config import Config

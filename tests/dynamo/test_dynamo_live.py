@@ -9,11 +9,13 @@ frontend's JSON log (`image-token count`, `[ROUTING] Best … X/Y`, `Selected wo
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
 import httpx
 import pytest
+from mmlens.collectors.media_upload import upload
 from mmlens.collectors.metrics_scrape import MetricsScraper
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
@@ -50,10 +52,19 @@ SIZES = [(17, 29), (64, 64), (100, 100), (224, 224), (256, 256), (257, 255), (33
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def media() -> Any:
+    """A test media server of its own (plain 200 paths besides Range ones), which the demo's
+    workers fetch from only because the cluster lists it (`media_hosts`)."""
+    with media_server() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, media: MediaServer) -> Any:
     root = tmp_path_factory.mktemp("dynamo")
     # speed 0.2: a seed stays on its engine long enough (~0.2 s) for the next to overlap it.
-    with running_dynamo(log_dir=root / "logs", model_cache=root / "models", speed=0.2) as c:
+    with running_dynamo(log_dir=root / "logs", model_cache=root / "models", speed=0.2,
+                        media_hosts=[f"127.0.0.1:{media.port}"]) as c:
         yield c
 
 
@@ -79,12 +90,6 @@ def client(cluster: DynamoCluster, raw_bodies: dict[str, dict[str, Any]]) -> Any
         yield TraceClient(http, sink=TraceSink(layout_model="qwen3-vl", block_size=BLOCK))
 
 
-@pytest.fixture(scope="module")
-def media() -> Any:
-    with media_server() as srv:
-        yield srv
-
-
 def send(cluster: DynamoCluster, client: TraceClient, images: list[ImagePart], rid: str,
          max_tokens: int = 2, text: str = TEXT) -> RequestTrace:
     t = client.send(cluster.router_url, MODEL, text, images, router_kind="dynamo",
@@ -108,6 +113,9 @@ def test_every_listener_is_loopback(cluster: DynamoCluster) -> None:
     for i in range(cluster.cfg.workers):
         assert cluster.cfg.worker_ports(i)["system"] in ports
     assert socks and all(addr == "127.0.0.1" for addr, _, _ in socks), socks
+    # The demo's media origin runs in the process that started the cluster (this one).
+    assert ("127.0.0.1", cluster.cfg.media_port) in {
+        (addr, port) for addr, port, _ in listeners([os.getpid()])}
 
 
 def test_abab_affinity_with_kv_events(cluster: DynamoCluster, client: TraceClient) -> None:
@@ -179,6 +187,29 @@ def test_image_token_counts_equal_dynamo_log(cluster: DynamoCluster,
         assert t.prompt_tokens == expected.engine_prompt_tokens, rows[-1]
         assert best.request_blocks == math.ceil(t.prompt_tokens / BLOCK), rows[-1]
     assert len(rows) >= 20
+
+
+def test_workers_fetch_only_from_the_demo_origin_and_listed_hosts(
+        cluster: DynamoCluster, client: TraceClient, media: MediaServer) -> None:
+    """The demo's own origin serves uploads with 206 (exact MM routing); a URL on a loopback
+    port nobody listed (here the frontend's own port) is refused by the worker."""
+    png = solid_png(640, 480, (3, 250, 4))
+    info = cluster.ready_info()
+    assert info["media_hosts"] == [f"127.0.0.1:{cluster.cfg.media_port}",
+                                   f"127.0.0.1:{media.port}"]
+    with httpx.Client() as http:
+        url = upload(http, info["media_origin"], png, "green.png")
+    good = send(cluster, client, [ImagePart(url=url)], "url-origin")
+    decisions_for(cluster, good, ("log:mm_image_tokens", "log:routing_best"))
+    assert one(good, "log:mm_image_tokens").image_tokens == [300]
+    assert cluster.media is not None
+    fetches = [(path, rng) for path, rng in cluster.media.requests if path.endswith("/green.png")]
+    assert any(rng for _, rng in fetches) and any(not rng for _, rng in fetches), fetches
+    t = client.send(cluster.router_url, MODEL, TEXT,
+                    [ImagePart(url=f"{cluster.router_url}/v1/models")], router_kind="dynamo",
+                    max_tokens=2, request_id="url-unlisted")
+    assert t.status is not None and t.status >= 400, (t.status, t.error)
+    assert f"127.0.0.1:{cluster.cfg.frontend_port} is not in the allowed hosts" in (t.error or "")
 
 
 def test_http_url_needs_range_and_200_falls_back(cluster: DynamoCluster, client: TraceClient,
@@ -260,7 +291,7 @@ def test_collect_and_snapshot_from_the_ready_line(cluster: DynamoCluster, tmp_pa
     """mmlens' headless collector, pointed only at the demo's ready line, sees the frontend
     (metrics + JSON log), both workers (metrics + vLLM-format KV events) and joined traces."""
     from mmlens.collectors.runner import CollectorRunner
-    from mmlens.demo.cluster import write_ready
+    from mmlens.demo.procs import write_ready
 
     from mmlens.config import Config
     from mmlens.store.reader import StoreReader

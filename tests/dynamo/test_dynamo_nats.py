@@ -15,8 +15,9 @@ import httpx
 import pytest
 from mmlens.collectors.runner import CollectorRunner
 from mmlens.collectors.traces import TraceClient
-from mmlens.demo.cluster import write_ready
-from mmlens.demo.dynamo_cluster import DynamoCluster, infra_missing
+from mmlens.demo.dynamo_cluster import DynamoCluster
+from mmlens.demo.dynamo_env import infra_missing
+from mmlens.demo.procs import write_ready
 
 from mmlens.analysis.kv_divergence import alerts, prediction_points
 from mmlens.config import Config

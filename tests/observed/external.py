@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from mmlens.demo.cluster import Proc, smg_command, spawn, with_repo_on_path
 from mmlens.demo.model_dirs import ensure_model_dir
+from mmlens.demo.procs import Proc, smg_command, spawn, with_repo_on_path
 
 HOST = "127.0.0.1"
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -130,7 +130,7 @@ def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str 
     broker) on `base` in front of simulated vLLM engines registered with the Dynamo runtime;
     `otlp_grpc` (host:port) turns on the frontend's OTLP export."""
     from mmlens.demo.dynamo_broker import broker_url
-    from mmlens.demo.dynamo_cluster import loopback_env
+    from mmlens.demo.dynamo_env import loopback_env
 
     ext = External(Path(log_dir or tempfile.mkdtemp(prefix="mmlens-ext-")))
     ext.media_hosts = list(media_hosts)  # host:port the workers may fetch images from

@@ -44,7 +44,8 @@ def grpc_demo(tmp_path_factory):
 
 def test_all_scenarios_against_real_smg(grpc_demo, tmp_path):
     db, report = tmp_path / "check.db", tmp_path / "report.html"
-    code, out = check(grpc_demo["router"], "--all", "--db", str(db), "--report", str(report))
+    code, out = check(grpc_demo["router"], "--all", "--db", str(db), "--report", str(report),
+                      "--media-origin", grpc_demo["media_origin"])
     verdicts = {s["name"]: s for s in out["scenarios"]}
     assert set(verdicts) == {"repeat", "affinity", "isolation", "straddle", "staircase",
                              "identity", "parity"}
@@ -83,6 +84,26 @@ def test_all_scenarios_against_real_smg(grpc_demo, tmp_path):
     assert json.loads(proc.stdout)["category"] == "hit"
 
 
+def test_url_scenarios_use_the_demo_media_origin_when_workers_fetch(tmp_path):
+    """Workers that fetch images themselves (worker processing) allow only the demo's own
+    media origin: `check --media-origin` uploads there and identity passes; without it, the
+    workers refuse mmlens' own loopback server and the summary says what to configure."""
+    with demo(tmp_path, "--worker-processing") as info:
+        assert info["media_hosts"] == [info["media_origin"].removeprefix("http://")]
+        code, out = check(info["router"], "--scenario", "identity", "--media-origin",
+                          info["media_origin"])
+        (identity,) = out["scenarios"]
+        assert code == 0 and identity["verdict"] == "pass", identity
+        assert "image content" in identity["evidence"]["keyed_by"]
+        assert all(r["status"] == 200 for r in identity["requests"])
+        code, out = check(info["router"], "--scenario", "identity")
+    (refused,) = out["scenarios"]
+    assert refused["verdict"] == "inconclusive"
+    assert "is not in the allowed hosts" in refused["summary"]
+    assert "the workers refused image URLs from mmlens' own media server" in refused["summary"]
+    assert "--media-origin" in refused["summary"]
+
+
 def test_parity_fails_with_an_explanation_when_workers_drift(tmp_path):
     with demo(tmp_path, "--worker-processing", "--count-drift", "8") as info:
         code, out = check(info["router"], "--scenario", "parity")
@@ -106,7 +127,8 @@ def test_all_scenarios_against_real_dynamo(tmp_path):
     with demo(tmp_path, "--router", "dynamo") as info:
         proc = subprocess.run([sys.executable, "-m", "mmlens", "check", "--router",
                                info["router"], "--kind", "dynamo", "--model", MODEL, "--all",
-                               "--json"], capture_output=True, text=True, timeout=240)
+                               "--media-origin", info["media_origin"], "--json"],
+                              capture_output=True, text=True, timeout=240)
     verdicts = {s["name"]: s for s in json.loads(proc.stdout)["scenarios"]}
     assert proc.returncode == 0, verdicts
     assert all(v["verdict"] == "pass" for v in verdicts.values()), verdicts
