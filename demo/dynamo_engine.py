@@ -256,6 +256,9 @@ class SimulatedVllmEngine(LLMEngine):
             images, pads = await self._images(image_urls(request), mm_hashes)
             expanded, spans = self.expander.expand(token_ids, images)
         except (MediaError, PlaceholderMismatch, OSError) as exc:
+            # Dynamo answers a bare 400 "Invalid request": the reason goes to the log too.
+            self._emit({"event": "refused", "t": time.time(), "name": self.args.name,
+                        "request_id": rid, "reason": str(exc)})
             raise ValueError(f"simulated vLLM worker refused the request: {exc}") from exc
         prompt = (expanded if self.args.kv_path == "vllm-zmq" else
                   normalize_image_runs(expanded, spans, self.pad_token, pads))

@@ -191,8 +191,8 @@ def test_image_token_counts_equal_dynamo_log(cluster: DynamoCluster,
 
 def test_workers_fetch_only_from_the_demo_origin_and_listed_hosts(
         cluster: DynamoCluster, client: TraceClient, media: MediaServer) -> None:
-    """The demo's own origin serves uploads with 206 (exact MM routing); a URL on a loopback
-    port nobody listed (here the frontend's own port) is refused by the worker."""
+    """The demo's own origin serves uploads with 206 (exact MM routing) and the worker's
+    fetch; a URL on a loopback port nobody listed is refused by the worker, unfetched."""
     png = solid_png(640, 480, (3, 250, 4))
     info = cluster.ready_info()
     assert info["media_hosts"] == [f"127.0.0.1:{cluster.cfg.media_port}",
@@ -205,11 +205,20 @@ def test_workers_fetch_only_from_the_demo_origin_and_listed_hosts(
     assert cluster.media is not None
     fetches = [(path, rng) for path, rng in cluster.media.requests if path.endswith("/green.png")]
     assert any(rng for _, rng in fetches) and any(not rng for _, rng in fetches), fetches
-    t = client.send(cluster.router_url, MODEL, TEXT,
-                    [ImagePart(url=f"{cluster.router_url}/v1/models")], router_kind="dynamo",
-                    max_tokens=2, request_id="url-unlisted")
-    assert t.status is not None and t.status >= 400, (t.status, t.error)
-    assert f"127.0.0.1:{cluster.cfg.frontend_port} is not in the allowed hosts" in (t.error or "")
+    with media_server() as unlisted:
+        unlisted.files["green.png"] = png
+        t = client.send(cluster.router_url, MODEL, TEXT,
+                        [ImagePart(url=unlisted.url("green.png"))], router_kind="dynamo",
+                        max_tokens=2, request_id="url-unlisted")
+    # Dynamo 1.6.1 answers the worker's refusal with a bare 400 "Invalid request"; the
+    # reason is in the worker's log.
+    assert t.status == 400, (t.status, t.error)
+    reason = f"media host 127.0.0.1:{unlisted.port} is not in the allowed hosts"
+    wait_until(lambda: any(reason in w.log_path.read_text(errors="replace")
+                           for w in cluster.workers), 10, 0.2, what="the worker's refusal")
+    # The frontend probed the dimensions (Range requests, from any host); the worker fetched
+    # nothing (its GET carries no Range header).
+    assert unlisted.requests and all(rng for _, rng, _ in unlisted.requests), unlisted.requests
 
 
 def test_http_url_needs_range_and_200_falls_back(cluster: DynamoCluster, client: TraceClient,

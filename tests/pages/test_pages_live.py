@@ -135,6 +135,28 @@ def test_lab_runs_a_scenario(live: LiveDashboard) -> None:
                          or "went to different workers" in verdicts[0]), text
 
 
+def test_lab_url_scenario_through_the_worker_mode_router_uses_the_demo_origin(
+        live: LiveDashboard) -> None:
+    """The targets carry the demo's media origin; through the worker-mode router the workers
+    fetch the identity scenario's URL images, from that origin (the only host they allow)."""
+    reader = StoreReader(live.db)
+    try:
+        routers = {r["name"]: r for r in reader.meta("targets")["routers"]}
+    finally:
+        reader.close()
+    origin = routers["demo-worker"]["media_origin"]
+    assert origin and origin == routers["demo"]["media_origin"]
+    at = open_page("lab")
+    at.selectbox(key="lab_router").set_value("demo-worker").run()
+    at.selectbox(key="lab_sequence").set_value("scenario:identity").run()
+    at.button(key="lab_send").click().run()
+    assert_clean(at)
+    text = messages(at)
+    verdicts = [s for s in text["success"] + text["error"] + text["warning"]
+                if s.startswith("**")]
+    assert verdicts and verdicts[0].startswith("**pass**"), text
+
+
 def _traces_with_logged_candidates(db: Path, timeout: float = 30.0) -> list[RequestTrace]:
     """Warm-up traces (written straight to the store by the Lab's sender) that the collector's
     log follower has since matched with SMG's "Cache routing dispatch" lines."""
