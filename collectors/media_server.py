@@ -14,7 +14,7 @@ import ipaddress
 import json
 import re
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from mmlens.errors import ImageError
@@ -24,6 +24,7 @@ RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)$")
 MEDIA_PATH = re.compile(r"^/media/(?P<sha>[0-9a-f]{64})(?:/[^/?#]{1,200})?$")
 DEFAULT_MAX_UPLOAD = 16 * 1024 * 1024  # the demo worker's own image cap
 DEFAULT_MAX_STORED = 256 * 1024 * 1024  # uploads beyond it push out the oldest
+MAX_NOTED = 10_000
 
 
 def is_loopback(host: str) -> bool:
@@ -42,7 +43,7 @@ class MediaServer:
         self.files: dict[str, tuple[bytes, str]] = {}
         self.ranges = ranges
         # The latest GETs (path, Range header), for tests and debugging.
-        self.requests: deque[tuple[str, str | None]] = deque(maxlen=10_000)
+        self.requests: list[tuple[str, str | None]] = []
         self.uploads = uploads
         self.max_upload_bytes = max_upload_bytes
         self.max_stored_bytes = max_stored_bytes
@@ -61,6 +62,11 @@ class MediaServer:
         path = "/" + name.lstrip("/")
         self.files[path] = (data, mime)
         return self.base_url + path
+
+    def note(self, path: str, range_header: str | None) -> None:
+        self.requests.append((path, range_header))
+        if len(self.requests) > MAX_NOTED:  # a long-running demo keeps only the latest
+            del self.requests[:MAX_NOTED // 2]
 
     def lookup(self, path: str) -> tuple[bytes, str] | None:
         path = path.split("?", 1)[0]
@@ -117,7 +123,7 @@ def _handler(server: MediaServer) -> type[BaseHTTPRequestHandler]:
             self._serve(head_only=True)
 
         def _serve(self, head_only: bool) -> None:
-            server.requests.append((self.path, self.headers.get("Range")))
+            server.note(self.path, self.headers.get("Range"))
             entry = server.lookup(self.path)
             if entry is None:
                 self.send_error(404)
