@@ -12,6 +12,9 @@ from mmlens.layout.content_keys import event_chain, pad_images, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent
 
 _MISSING: Any = object()
+# Removed at seq; content state, and since/until seq, of its last known time resident.
+Removal = tuple[int, int | None, int, int]
+MAX_ORPHANS = 10_000  # stores with an unknown parent kept per stream while batches are owed
 
 # --- resident index ---------------------------------------------------------------------------
 
@@ -46,12 +49,37 @@ class WorkerResidency:
 @dataclass(slots=True)
 class Watermarks:
     """Kept only while a stream owes batches, so a late batch cannot undo a later one:
-    the seq that last stored each resident block (an int per block), the seq and content
-    state of each block removed since the watermarks were switched on, the last clear."""
+    the seq that last stored each resident block and the one it became resident at (no
+    entry: before the watermarks were switched on), the seq, content state and residency
+    start of each block removed since, the last clear."""
 
     stored_at: dict[BlockHash, int] = field(default_factory=dict)
-    removed_at: dict[BlockHash, tuple[int, int | None]] = field(default_factory=dict)
+    since: dict[BlockHash, int] = field(default_factory=dict)
+    removed_at: dict[BlockHash, Removal] = field(default_factory=dict)
     cleared_at: int = -1
+    # Stores whose parent was unknown, by parent: a late parent gives them their content.
+    orphans: dict[BlockHash, list[BlockStored]] = field(default_factory=dict)
+    orphan_count: int = 0
+
+    def stored(self, blocks: dict[BlockHash, int | None], hashes: list[BlockHash],
+               seq: int) -> None:
+        for h in hashes:
+            if h not in blocks:
+                self.since[h] = seq
+        self.stored_at.update(dict.fromkeys(hashes, seq))
+
+    def removed(self, h: BlockHash, seq: int, resident: bool, state: int | None) -> None:
+        self.stored_at.pop(h, None)
+        if resident:
+            self.removed_at[h] = (seq, state, self.since.pop(h, -1), seq)
+        else:  # removed again: the last time it was resident stays what it was
+            _, state, since, until = self.removed_at.get(h, (seq, None, seq, seq))
+            self.removed_at[h] = (seq, state, since, until)
+
+    def orphan(self, ev: BlockStored) -> None:
+        if self.orphan_count < MAX_ORPHANS:
+            self.orphans.setdefault(ev.parent, []).append(ev)  # type: ignore[arg-type]
+            self.orphan_count += 1
 
 
 class ResidentIndex:
@@ -95,15 +123,18 @@ class ResidentIndex:
 
     @staticmethod
     def _store(res: WorkerResidency, ev: BlockStored, keep: set[BlockHash] | None = None,
-               state: int | None = _MISSING) -> None:
+               state: int | None = _MISSING) -> list[int] | None:
         """``keep``: the blocks to write (a late batch's, see ``kv_late_index``); ``state``:
-        the parent's content state when the caller knows it better than the index."""
+        the parent's content state when the caller knows it better than the index. Returns
+        the blocks' content states (None: unknown)."""
         hashes = ev.block_hashes
         if not hashes:
-            return
+            return None
         blocks = res.blocks
         if state is _MISSING:
             state = 0 if ev.parent is None else blocks.get(ev.parent)
+        if state is None and res.marks is not None and ev.parent is not None:
+            res.marks.orphan(ev)  # its parent may still come late
         bs = ev.block_size
         if ev.images is None and bs > 0:  # images named by the pad values of their runs
             ev.images = pad_images(ev.token_ids, bs)  # type: ignore[assignment]
@@ -111,18 +142,17 @@ class ResidentIndex:
         if state is not None and bs > 0 and len(ev.token_ids) >= len(hashes) * bs:
             states, shapes, keys = event_chain(state, ev.token_ids, ev.block_size, ev.images)
             ev.keys, ev.shapes = keys[:len(hashes)], shapes[:len(hashes)]
-        written = hashes
+        written = hashes if keep is None else [h for h in hashes if h in keep]
+        if res.marks is not None:
+            res.marks.stored(blocks, written, ev.seq)
         if keep is not None:
             pairs = zip(hashes, states or [None] * len(hashes), strict=False)
             blocks.update((h, st) for h, st in pairs if h in keep)
-            written = [h for h in hashes if h in keep]
         elif states is None:
             blocks.update(dict.fromkeys(hashes))  # content unknown: not matchable
         else:
             blocks.update(zip(hashes, states, strict=False))
         res.stored += len(hashes)
-        if res.marks is not None:
-            res.marks.stored_at.update(dict.fromkeys(written, ev.seq))
         if ev.images:
             block_images, image_blocks = res.block_images, res.image_blocks
             for h, refs in zip(hashes, ev.images, strict=False):
@@ -133,6 +163,7 @@ class ResidentIndex:
                 block_images[h] = ids
                 for ident in ids:
                     image_blocks[ident] = image_blocks.get(ident, 0) + 1
+        return states
 
     @staticmethod
     def _remove(res: WorkerResidency, ev: BlockRemoved) -> None:
@@ -141,8 +172,8 @@ class ResidentIndex:
         for h in ev.block_hashes:
             state = blocks.pop(h, _MISSING)
             if marks is not None:
-                marks.stored_at.pop(h, None)
-                marks.removed_at[h] = (ev.seq, None if state is _MISSING else state)
+                marks.removed(h, ev.seq, state is not _MISSING, None if state is _MISSING
+                              else state)
             if state is _MISSING:
                 res.removed_unknown += 1
                 continue

@@ -6,14 +6,19 @@ removal, and a late clear leaves the blocks stored after it. The index's waterma
 (``WorkerResidency.marks``, switched on while the stream owes batches) say which seq last
 touched each block; a block with no watermark was last touched before they were switched
 on, so before any owed batch.
+
+A store whose parent was unknown gets its content once the parent comes late, when the
+parent was resident at the store's seq (``_rechain``): the index then is the one a loss-free
+run builds. (The events handed to the store before keep no content keys.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from mmlens.ingest.kv_index import ResidentIndex, Watermarks, WorkerResidency, forget_images
-from mmlens.layout.content_keys import state_key
+from mmlens.layout.content_keys import event_chain, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent
 
 
@@ -48,6 +53,19 @@ def _later(marks: Watermarks, h: BlockHash, seq: int) -> bool:
     return gone is not None and gone[0] > seq
 
 
+_ABSENT: Any = object()
+
+
+def _held_at(res: WorkerResidency, marks: Watermarks, h: BlockHash, seq: int) -> Any:
+    """The content state ``h`` had at ``seq`` if it was resident then, else ``_ABSENT``."""
+    if h in res.blocks and marks.since.get(h, -1) <= seq:  # earlier in its batch, too
+        return res.blocks[h]
+    gone = marks.removed_at.get(h)
+    if gone is not None and gone[2] <= seq <= gone[3]:  # its removal may come after, too
+        return gone[1]
+    return _ABSENT
+
+
 def _store(res: WorkerResidency, marks: Watermarks, ev: BlockStored) -> int:
     hashes = ev.block_hashes
     if ev.seq < marks.cleared_at:
@@ -56,36 +74,88 @@ def _store(res: WorkerResidency, marks: Watermarks, ev: BlockStored) -> int:
         keep = {h for h in hashes if not _later(marks, h, ev.seq)}
     state: int | None = 0
     if ev.parent is not None:
-        state = res.blocks.get(ev.parent)
-        if state is None and ev.parent not in res.blocks:
-            # the parent was resident then and removed since: its content is still known
-            state = marks.removed_at.get(ev.parent, (0, None))[1]
-    ResidentIndex._store(res, ev, keep, state)
+        state = _held_at(res, marks, ev.parent, ev.seq)
+        state = None if state is _ABSENT else state
+    states = ResidentIndex._store(res, ev, keep, state) or []
     for h in keep:
         marks.removed_at.pop(h, None)
+    for h, st in zip(hashes, states, strict=False):
+        if h not in keep:
+            _resident_earlier(res, marks, h, st, ev.seq)
+    if marks.orphans:
+        _rechain(res, marks, [h for h, st in zip(hashes, states, strict=False)
+                              if st is not None])
     return len(hashes) - len(keep)
+
+
+def _resident_earlier(res: WorkerResidency, marks: Watermarks, h: BlockHash,
+                      state: int | None, seq: int) -> None:
+    """A store a later event superseded still made ``h`` resident from ``seq`` on (up to
+    the next known removal): parents looked up at seqs in between find it."""
+    gone = marks.removed_at.get(h)
+    if h in res.blocks:
+        since = marks.since.get(h, -1)
+        if since > seq and (gone is None or not seq < gone[0] < since):
+            marks.since[h] = seq
+    elif gone is not None and gone[0] > seq:
+        removed, known, since, until = gone
+        marks.removed_at[h] = (removed, known if state is None else state, min(since, seq),
+                               until)
+
+
+def _rechain(res: WorkerResidency, marks: Watermarks, roots: list[BlockHash]) -> None:
+    """Give orphaned stores their content: a store at seq c whose parent (a block whose
+    content just became known) was resident at c."""
+    stack = list(roots)
+    while stack:
+        parent = stack.pop()
+        children = marks.orphans.pop(parent, None)
+        if not children:
+            continue
+        waiting = []
+        for child in children:
+            c = child.seq
+            state = _held_at(res, marks, parent, c)
+            if state is _ABSENT or state is None:
+                waiting.append(child)  # not resident then: another store may still be
+                continue
+            marks.orphan_count -= 1
+            for h, st in zip(child.block_hashes, _chain(child, state) or [], strict=False):
+                if marks.stored_at.get(h) == c and res.blocks.get(h, 0) is None:
+                    res.blocks[h] = st
+                    stack.append(h)
+                elif (g := marks.removed_at.get(h)) is not None and g[1] is None and g[0] > c:
+                    marks.removed_at[h] = (g[0], st, g[2], g[3])
+                    stack.append(h)
+        if waiting:
+            marks.orphans[parent] = waiting
+
+
+def _chain(ev: BlockStored, state: int) -> list[int] | None:
+    bs = ev.block_size
+    if bs <= 0 or len(ev.token_ids) < len(ev.block_hashes) * bs:
+        return None
+    return event_chain(state, ev.token_ids, bs, ev.images)[0]
 
 
 def _remove(res: WorkerResidency, marks: Watermarks, ev: BlockRemoved) -> int:
     keys: list[int] = []
     superseded = 0
     for h in ev.block_hashes:
-        state = res.blocks.get(h)
-        if state is None:
-            state = marks.removed_at.get(h, (0, None))[1]
-        if state is not None:
+        state = _held_at(res, marks, h, ev.seq)
+        if state is not _ABSENT and state is not None:
             keys.append(state_key(state))  # what the block held when it was removed
         if ev.seq < marks.cleared_at or _later(marks, h, ev.seq):
             superseded += 1
             continue
         if h in res.blocks:
             del res.blocks[h]
-            marks.stored_at.pop(h, None)
             forget_images(res, h)
             res.removed += 1
+            marks.removed(h, ev.seq, True, state)
         else:
             res.removed_unknown += 1
-        marks.removed_at[h] = (ev.seq, state)  # an older late store must not bring it back
+            marks.removed(h, ev.seq, False, None)  # an older late store must not revive it
     ev.keys = keys
     return superseded
 
@@ -98,6 +168,8 @@ def _clear(res: WorkerResidency, marks: Watermarks, seq: int) -> int:
         del res.blocks[h]
         forget_images(res, h)
     marks.stored_at = {h: marks.stored_at[h] for h in stays}
+    # What stays was stored again after the clear: resident from that store on.
+    marks.since = {h: max(marks.since.get(h, -1), marks.stored_at[h]) for h in stays}
     marks.removed_at = {h: v for h, v in marks.removed_at.items() if v[0] > seq}
     marks.cleared_at = seq
     return len(stays)

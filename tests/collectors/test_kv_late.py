@@ -52,6 +52,8 @@ SCRIPT = [
     ([removed([1])], True),                 # late removal of a block stored before it: goes
     ([late_image([7], parent=6)], False),
     ([stored([8], parent=7)], False),
+    ([stored([9], parent=8)], True),        # late parent of a block stored live after it
+    ([stored([10], parent=9)], False),      # its content is known once 9 comes
 ]
 
 
@@ -91,22 +93,22 @@ def test_silent_then_answering_replay_loses_nothing_and_the_index_is_the_loss_fr
     last = batches[-1][0]
     _pump(col, lambda: h.counters.get("last_seq") == last)
     assert time.monotonic() - t0 < TIMEOUT_S + 1.0  # live batches did not wait for it
-    assert h.counters["owed_batches"] == 5 and h.counters["lost_batches"] == 0
+    assert h.counters["owed_batches"] == 6 and h.counters["lost_batches"] == 0
     assert h.errors.get("replay_timeout") == 1 and "unrecovered_gap" not in h.errors
     # Silent for a while more (a late retry asks meanwhile), then answering.
     _pump(col, lambda: len(pub.ignored) >= 2, timeout=5)
     pub.silent = False
     _pump(col, lambda: h.counters["owed_batches"] == 0 and ep.pending is None, timeout=10)
     c = h.counters
-    assert (c["late_recovered_batches"], c["lost_batches"]) == (5, 0)
+    assert (c["late_recovered_batches"], c["lost_batches"]) == (6, 0)
     assert c["batches"] == c["published_batches"] == len(SCRIPT)
     assert "unrecovered_gap" not in h.errors
     # Every event handed over once; the index is the one a loss-free run builds.
     keys = [(e.seq, e.idx) for e in sunk]
     assert sorted(keys) == sorted(set(keys)) == [(s, 0) for s, _ in batches]
     res, want = col.ingest.index.residency("w1", 0), loss_free(batches)
-    assert res.blocks == want.blocks and set(res.blocks) == {4, 6, 7, 8}
-    assert None not in res.blocks.values()  # block 4's content known: its parent's
+    assert res.blocks == want.blocks and set(res.blocks) == {4, 6, 7, 8, 9, 10}
+    assert None not in res.blocks.values()  # 4's parent was removed, 10's came late
     assert (res.block_images, res.image_blocks) == (want.block_images, want.image_blocks)
     assert res.marks is None  # nothing owed: the watermarks are gone
     col.close()
