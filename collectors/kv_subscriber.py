@@ -107,7 +107,7 @@ class KVEventCollector(ReplayFlow):
         for ep in self.endpoints:
             ep.stream = StreamState()
             ep.held.clear()
-            ep.owed.give_up_all("stop")
+            self.give_up_owed(ep, "stop")
             ep.health.errors.clear()
             ep.health.counters.clear()
 

@@ -72,15 +72,19 @@ class OwedLedger:
             ) -> list[tuple[OwedRange, GiveUpReason]]:
         """Owe ``first..last``; ``times`` holds batch times the stream knows (its neighbours
         among them, if applied already; ``note`` adds them later). Returns what the budget
-        made it give up (oldest first)."""
+        made it give up: the oldest part of a range longer than the budget, the oldest
+        ranges beyond it."""
         if last < first:
             return []
+        given_up: list[tuple[OwedRange, GiveUpReason]] = []
+        if last - first >= self.max_batches:  # its newest part is the likeliest still held
+            given_up.append((OwedRange(first, last - self.max_batches, kind), "budget"))
+            first = last - self.max_batches + 1
         self.ranges.append(OwedRange(first, last, kind))
         self.ranges.sort(key=lambda r: r.first)
         for seq in (first - 1, last + 1):
             if seq in times:
                 self.anchors[seq] = times[seq]
-        given_up: list[tuple[OwedRange, GiveUpReason]] = []
         while len(self.ranges) > self.max_ranges or sum(
                 r.size for r in self.ranges) > self.max_batches:
             given_up.append((self.ranges.pop(0), "budget"))

@@ -192,4 +192,7 @@ def test_ledger_keeps_an_unverifiable_range_then_gives_up_after_its_budget() -> 
     ledger.owe(20, 22, "gap", {})  # 6 batches, over 5: the oldest range goes
     ledger.owe(30, 30, "gap", {})
     assert [(r.first, r.last) for r in ledger.ranges] == [(20, 22), (30, 30)]
+    gave = ledger.owe(40, 1_000_039, "join", {})  # one range over the budget: its newest part
+    assert [(r.first, r.last) for r, _ in gave] == [(40, 1_000_034), (20, 22), (30, 30)]
+    assert [(r.first, r.last) for r in ledger.ranges] == [(1_000_035, 1_000_039)]
     assert ledger.give_up_all("stop")[0][1] == "stop" and ledger.total == 0
