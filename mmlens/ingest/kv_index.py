@@ -110,10 +110,12 @@ class ResidentIndex:
 
     def watch(self, worker: str, rank: int, on: bool) -> None:
         """Switch the watermarks of a stream on (it may owe batches) or off (it owes none)."""
-        res = self.residency(worker, rank)
         if not on:
-            res.marks = None
-        elif res.marks is None:
+            if (worker, rank) in self.workers:
+                self.workers[worker, rank].marks = None
+            return
+        res = self.residency(worker, rank)
+        if res.marks is None:
             res.marks = Watermarks()
 
     def restart(self, worker: str, rank: int) -> None:
