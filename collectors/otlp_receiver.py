@@ -1,5 +1,5 @@
-"""A built-in OTLP trace receiver: gRPC (``TraceService/Export``) and HTTP/protobuf
-(``POST /v1/traces``), on 127.0.0.1 by default.
+"""A built-in OTLP trace receiver: gRPC (``TraceService/Export``) and HTTP (``POST /v1/traces``,
+protobuf or JSON, gzip or not, content-length or chunked), on 127.0.0.1 by default.
 
 Routers export to it directly (SMG ``--enable-trace --otlp-traces-endpoint``, Dynamo's
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) or an OpenTelemetry Collector adds it as an ``otlp``
@@ -10,6 +10,7 @@ bodies and wrong media types are answered with an error and counted, never raise
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import zlib
@@ -20,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgspec
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from mmlens.ingest.otlp import OtlpError, decode_export, span_count, spans_of
+from mmlens.ingest.otlp_json import decode_export_json
 from mmlens.records import CollectorHealth, SpanRecord
 
 log = logging.getLogger("mmlens.otlp")
@@ -30,6 +34,8 @@ log = logging.getLogger("mmlens.otlp")
 HOST = "127.0.0.1"
 MAX_BODY = 16 << 20  # the OpenTelemetry Collector's default max request size is 4 MiB…16 MiB
 PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_MEDIA_TYPES = {PROTOBUF: "pb", JSON: "json"}
 
 SpanSink = Callable[[list[SpanRecord]], None]
 
@@ -59,21 +65,31 @@ class OtlpReceiver:
 
     # --- one export, whatever the transport ----------------------------------------------
 
-    def accept(self, body: bytes, transport: str) -> str | None:
-        """Decode and hand on one export body; the error text when it was refused."""
-        now = time.time()
-        with self._lock:
-            self.health.count(f"{transport}_requests")
+    def accept(self, body: bytes, transport: str, fmt: str = "pb") -> str | None:
+        """Decode and hand on one export body (``fmt`` "pb" or "json"); the error text when
+        it was refused."""
+        self._received(transport)
         if self.dump_dir is not None:
-            self._dump(body, transport)
+            self._dump(body, transport, fmt)
         try:
-            req = decode_export(body)
-            received = span_count(req)
-            spans = spans_of(req, self.wanted)
+            req = decode_export_json(body) if fmt == "json" else decode_export(body)
         except OtlpError as exc:
             with self._lock:
-                self.health.error("malformed_export", str(exc), now)
+                self.health.error("malformed_export", str(exc), time.time())
             return str(exc)
+        return self.accept_message(req)
+
+    def accept_grpc(self, req: ExportTraceServiceRequest) -> str | None:
+        """An export gRPC already parsed: handed on as it is (serialized only to dump it)."""
+        self._received("grpc")
+        if self.dump_dir is not None:
+            self._dump(req.SerializeToString(), "grpc", "pb")
+        return self.accept_message(req)
+
+    def accept_message(self, req: ExportTraceServiceRequest) -> str | None:
+        now = time.time()
+        received = span_count(req)
+        spans = spans_of(req, self.wanted)
         try:
             self.on_spans(spans)
         except Exception as exc:  # a failing sink must not take the receiver down
@@ -87,17 +103,21 @@ class OtlpReceiver:
             self.health.ok(now)
         return None
 
+    def _received(self, transport: str) -> None:
+        with self._lock:
+            self.health.count(f"{transport}_requests")
+
     def refuse(self, kind: str, message: str) -> None:
         with self._lock:
             self.health.error(kind, message, time.time())
 
-    def _dump(self, body: bytes, transport: str) -> None:
+    def _dump(self, body: bytes, transport: str, fmt: str) -> None:
         assert self.dump_dir is not None
         with self._lock:
             self._dumped += 1
             n = self._dumped
         self.dump_dir.mkdir(parents=True, exist_ok=True)
-        (self.dump_dir / f"export-{n:04d}-{transport}.pb").write_bytes(body)
+        (self.dump_dir / f"export-{n:04d}-{transport}.{fmt}").write_bytes(body)
 
     # --- listeners -------------------------------------------------------------------------
 
@@ -168,10 +188,45 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self.owner = owner
 
     def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
-        error = self.owner.accept(request.SerializeToString(), "grpc")
+        error = self.owner.accept_grpc(request)
         if error is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
         return trace_service_pb2.ExportTraceServiceResponse()
+
+
+class _BadBody(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+_CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,8}")
+
+
+def _read_chunked(rfile: Any, limit: int) -> bytes:
+    """A ``transfer-encoding: chunked`` body (the OpenTelemetry JS exporter sends its JSON so,
+    without a content-length), refused once it passes ``limit``."""
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        line = rfile.readline(1024)
+        size = line.split(b";", 1)[0].strip()
+        if not line.endswith(b"\n") or not _CHUNK_SIZE.fullmatch(size):
+            raise _BadBody(400, "bad_chunking", "malformed chunked body (chunk size line)")
+        n = int(size, 16)
+        if n == 0:
+            break
+        total += n
+        if total > limit:
+            raise _BadBody(413, "too_large", f"chunked body over {limit} bytes")
+        data = rfile.read(n)
+        if len(data) < n or rfile.readline(3).rstrip(b"\r\n") != b"":
+            raise _BadBody(400, "bad_chunking", "chunked body cut short or malformed")
+        parts.append(data)
+    for _ in range(64):  # trailer fields, up to the empty line
+        if rfile.readline(8192) in (b"\r\n", b"\n", b""):
+            break
+    return b"".join(parts)
 
 
 def _gunzip(body: bytes, limit: int) -> bytes | None:
@@ -183,45 +238,82 @@ def _gunzip(body: bytes, limit: int) -> bytes | None:
     return None if d.unconsumed_tail else out
 
 
+def _status_body(fmt: str | None, message: str) -> tuple[bytes, str]:
+    """An error body as OTLP/HTTP asks: a ``google.rpc.Status`` (only its message) in the
+    request's encoding; plain text when that is unknown."""
+    if fmt == "json":
+        return msgspec.json.encode({"message": message}), JSON
+    if fmt == "pb":
+        text = message.encode()
+        return b"\x12" + _varint(len(text)) + text, PROTOBUF
+    return message.encode(), "text/plain; charset=utf-8"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 class _HttpHandler(BaseHTTPRequestHandler):
     owner: OtlpReceiver
     protocol_version = "HTTP/1.1"
+    timeout = 60  # a client silent this long mid-body (or idle between exports) is let go
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("otlp http: " + format, *args)
 
-    def _answer(self, status: int, body: bytes = b"", ctype: str = PROTOBUF) -> None:
+    def _answer(self, status: int, body: bytes, ctype: str) -> None:
         self.send_response(status)
         self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def _error(self, status: int, kind: str, message: str) -> None:
-        self.owner.refuse(kind, message)
-        self._answer(status, message.encode(), "text/plain; charset=utf-8")
+    def _format(self) -> str | None:
+        ctype = (self.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+        return _MEDIA_TYPES.get(ctype)
 
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
-            self._error(404, "not_found", f"no OTLP endpoint at {self.path} (use /v1/traces)")
-            return
+    def _error(self, status: int, kind: str, message: str, count: bool = True) -> None:
+        if count:
+            self.owner.refuse(kind, message)
+        self._answer(status, *_status_body(self._format(), message))
+
+    def _body(self) -> bytes:
+        if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+            self.close_connection = True  # whatever goes wrong, the stream's state is unknown
+            body = _read_chunked(self.rfile, self.owner.max_body)
+            self.close_connection = False
+            return body
         try:
             length = int(self.headers.get("content-length") or -1)
         except ValueError:
             length = -1
         if length < 0:
             self.close_connection = True
-            self._error(411, "no_length", "content-length required")
-            return
+            raise _BadBody(411, "no_length", "content-length or chunked transfer required")
         if length > self.owner.max_body:
             self.close_connection = True  # the body is not read: the connection cannot be reused
-            self._error(413, "too_large", f"body of {length} bytes over {self.owner.max_body}")
+            raise _BadBody(413, "too_large", f"body of {length} bytes over {self.owner.max_body}")
+        return self.rfile.read(length)
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
+            self._error(404, "not_found", f"no OTLP endpoint at {self.path} (use /v1/traces)")
             return
-        body = self.rfile.read(length)
-        ctype = (self.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-        if ctype != PROTOBUF:
+        try:
+            body = self._body()
+        except _BadBody as exc:
+            self._error(exc.status, exc.kind, str(exc))
+            return
+        fmt = self._format()
+        if fmt is None:
             self._error(415, "unsupported_media_type",
-                        f"content-type {ctype or 'none'!r}: only {PROTOBUF} is accepted")
+                        f"content-type {self.headers.get('content-type') or 'none'!r}: "
+                        f"only {PROTOBUF} and {JSON} are accepted")
             return
         if (self.headers.get("content-encoding") or "").lower() == "gzip":
             inflated = _gunzip(body, self.owner.max_body)
@@ -229,8 +321,11 @@ class _HttpHandler(BaseHTTPRequestHandler):
                 self._error(400, "bad_gzip", "gzip body undecodable or over the size limit")
                 return
             body = inflated
-        error = self.owner.accept(body, "http")
-        if error is not None:
-            self._answer(400, error.encode(), "text/plain; charset=utf-8")
-            return
-        self._answer(200, trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
+        error = self.owner.accept(body, "http", fmt)
+        if error is not None:  # counted by accept
+            self._error(400, "malformed_export", error, count=False)
+        elif fmt == "json":
+            self._answer(200, b"{}", JSON)
+        else:
+            self._answer(200, trace_service_pb2.ExportTraceServiceResponse().SerializeToString(),
+                         PROTOBUF)

@@ -4,8 +4,10 @@ captures, TOML documents. One budget for the whole suite (``SETTINGS``)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -141,3 +143,44 @@ def admin_docs(draw: st.DrawFn) -> object:
                                                          max_size=3)}),
         st.fixed_dictionaries({"data": st.lists(item, max_size=3)}),
         st.dictionaries(st.text(max_size=3), st.lists(item, max_size=3), max_size=2)))
+
+
+OTLP_JSON_SEED = json.loads((FIXTURES / "captures" / "otel_js_otlp_export.json").read_text())
+OTLP_VALUES = st.one_of(VALUES, st.sampled_from([
+    "4bf92f3577b34da6a3ce929d0e0e4736", "S/kvNXezTaajzpKdDg5HNg==", "zz", "abc", "",
+    "SPAN_KIND_SERVER", "STATUS_CODE_ERROR", "18446744073709551616", "-1", "1e3", "0x10",
+    {"stringValue": 1}, {"intValue": "9" * 40}, {"arrayValue": {"values": [{"kvlistValue": {}}]}},
+    {"bytesValue": "not base64!"}, [{"key": None}], {"value": {"doubleValue": "NaN"}}]))
+
+
+@st.composite
+def otlp_json_bodies(draw: st.DrawFn) -> bytes:
+    """The OpenTelemetry JS capture with values swapped, keys dropped or added, or its bytes
+    cut and spliced."""
+    doc = json.loads(json.dumps(OTLP_JSON_SEED))
+    for _ in range(draw(st.integers(1, 4))):
+        node: Any = doc
+        key: Any = None
+        while True:  # walk down to a random container slot
+            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+            if not keys:
+                break
+            key = draw(st.sampled_from(keys))
+            child = node[key]
+            if not isinstance(child, dict | list) or not child or draw(st.integers(0, 3)) == 0:
+                break
+            node = child
+        if key is None:
+            continue
+        action = draw(st.integers(0, 2))
+        if action == 0:
+            node[key] = copy.deepcopy(draw(OTLP_VALUES))  # later steps may edit it in place
+        elif action == 1 and isinstance(node, dict):
+            del node[key]
+        elif isinstance(node, dict):
+            node[draw(st.text(max_size=8))] = copy.deepcopy(draw(OTLP_VALUES))
+    body = json.dumps(doc, allow_nan=True).encode()
+    if draw(st.integers(0, 4)) == 0:
+        cut = draw(st.integers(0, len(body)))
+        body = body[:cut] + draw(st.binary(max_size=6)) + body[cut + draw(st.integers(0, 8)):]
+    return body

@@ -18,6 +18,9 @@ from mmlens.ingest.exposition import ExpositionParser
 from mmlens.ingest.kv_events import KVEventError, parse_seq
 from mmlens.ingest.kv_index import KVIngest
 from mmlens.ingest.observed_logs import read_lines
+from mmlens.ingest.observed_spans import read_spans
+from mmlens.ingest.otlp import OtlpError, spans_of
+from mmlens.ingest.otlp_json import decode_export_json
 from mmlens.layout.families import FAMILIES
 from mmlens.store.sqlite import Store
 from mmlens.targets_toml import validate_toml
@@ -28,6 +31,7 @@ from tests.fuzz.strategies import (
     admin_docs,
     kv_batches,
     log_lines,
+    otlp_json_bodies,
     toml_docs,
 )
 
@@ -174,3 +178,24 @@ def test_processor_configs(family, config, width, height) -> None:
     except LayoutError:
         pass
     assert time.perf_counter() - started < 0.5  # cost independent of the values
+
+
+@SETTINGS
+@given(body=otlp_json_bodies())
+@example(body=b"[" * 100_000)  # nested deeper than the interpreter recurses
+@example(body=b'{"resourceSpans":' + b'[' * 5000 + b']' * 5000 + b'}')
+@example(body=b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"attributes":[{"key":"k",'
+         b'"value":' + b'{"kvlistValue":{"values":[{"key":"k","value":' * 200
+         + b'{}' + b'}]}}' * 200 + b'}]}]}]}]}')
+@example(body=b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"\xff\xfe"}]}]}]}')
+@example(body=b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":1e999}]}]}]}')
+def test_otlp_json_bodies(store, body) -> None:
+    try:
+        req = decode_export_json(body)
+    except OtlpError as exc:
+        assert str(exc)
+        return
+    spans = spans_of(req)
+    frags, decisions = read_spans(spans)
+    store.add_traces(frags)
+    store.add_decisions(decisions)

@@ -1,6 +1,6 @@
 """Re-record the observed-traffic captures in tests/fixtures/captures/ from the real routers.
 
-    python -m tests.observed.capture smg|dynamo
+    python -m tests.observed.capture smg|dynamo|otel-js
 
 Starts the external cluster (real SMG 1.13 gRPC or Dynamo 1.6.1 frontend, simulated workers
 started here) with tracing on: the router exports OTLP/gRPC, the workers export their
@@ -10,6 +10,10 @@ again, blue 224×224 — the same 64 image tokens, another image —, text only,
 and writes: the export bodies (`<router>_otlp_export_<n>.pb`), the router's JSON log lines
 of those requests (`<router>_observed_log.jsonl`) and what the client got back
 (`<router>_observed_responses.json`). Local model paths are rewritten to `/models/...`.
+
+`otel-js` runs `fixtures/captures/otel_js/export.mjs` (the OpenTelemetry JS SDK, OTLP/HTTP
+JSON; `npm ci` there first) against the receiver and keeps its body as
+`otel_js_otlp_export.json`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # we spawn while gRP
 
 import base64
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -132,5 +137,22 @@ def main(which: str) -> None:
           f"{len(responses)} responses")
 
 
+def capture_otel_js() -> None:
+    script_dir = OUT / "otel_js"
+    if not (script_dir / "node_modules").is_dir():
+        sys.exit(f"run `npm ci` in {script_dir.relative_to(Path.cwd())} first")
+    dump = Path(tempfile.mkdtemp(prefix="mmlens-capture-"))
+    with OtlpReceiver(lambda spans: None, grpc_port=None, http_port=0, dump_dir=dump) as rx:
+        url = f"http://127.0.0.1:{rx.http_port}/v1/traces"
+        subprocess.run(["node", "export.mjs", url], cwd=script_dir, check=True, timeout=60)
+        errors = dict(rx.health.errors)
+    bodies = sorted(dump.glob("*.json"))
+    if len(bodies) != 1 or errors:
+        sys.exit(f"expected one JSON export and no errors, got {len(bodies)} and {errors}")
+    (OUT / "otel_js_otlp_export.json").write_bytes(bodies[0].read_bytes())
+    print(f"otel-js: {bodies[0].stat().st_size} bytes")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "smg")
+    which = sys.argv[1] if len(sys.argv) > 1 else "smg"
+    capture_otel_js() if which == "otel-js" else main(which)
