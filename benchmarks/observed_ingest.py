@@ -1,7 +1,7 @@
 """Observed-request ingest throughput: router log lines and OTLP spans parsed and stored, on
 one core (prints figures; not a unit test).
 
-Usage: taskset -c 0 python benchmarks/observed_ingest.py [--requests N]
+Usage: taskset -c 0 python benchmarks/observed_ingest.py [--requests N] [--encoding json]
 
 Times are this process's CPU seconds (``time.process_time``): the rate one core sustains,
 whatever else runs on the machine.
@@ -10,12 +10,14 @@ The real captures (tests/fixtures/captures/: SMG 1.13 JSON debug logs with the c
 its OTLP export with the workers' vLLM-shaped spans; Dynamo 1.6.1 JSONL and its export) are
 replayed N times under fresh request and trace ids. Counted: routing decisions (the lines
 and span events ``router_logs.decision_from`` turns into decisions) per second, from raw
-text/protobuf to rows in a fresh SQLite store (decisions, merged observed requests).
+text/protobuf to rows in a fresh SQLite store (decisions, merged observed requests). With
+``--encoding json`` the exports are sent as OTLP/JSON bodies (hex ids, integer enums) instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import gc
 import json
 import re
@@ -24,12 +26,14 @@ import time
 import uuid
 from pathlib import Path
 
+from google.protobuf import json_format
 from mmlens.collectors.observed_sink import ObservedSink
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import READ_SPANS, read_spans
 from mmlens.ingest.otlp import decode_export, span_count, spans_of
+from mmlens.ingest.otlp_json import decode_export_json
 from mmlens.store.sqlite import Store
 
 # What one collector tick (0.5 s) reads at the rates aimed for, written with one commit per
@@ -81,11 +85,27 @@ def exports(prefix: str, tags: list[str]) -> list[bytes]:
     return out
 
 
-def run(prefix: str, copies: int, store: Store) -> dict[str, float]:
+def to_otlp_json(body: bytes) -> bytes:
+    req = ExportTraceServiceRequest()
+    req.ParseFromString(body)
+    doc = json_format.MessageToDict(req, use_integers_for_enums=True)
+    for rs in doc.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for sp in ss.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in sp:
+                        sp[key] = base64.b64decode(sp[key]).hex()
+    return json.dumps(doc).encode()
+
+
+def run(prefix: str, copies: int, store: Store, encoding: str = "pb") -> dict[str, float]:
     """Log lines, then span exports, each parsed and stored; counts and seconds of each."""
     tagged = log_lines(prefix, copies)
     lines = [line for _, chunk in tagged for line in chunk]
     bodies = exports(prefix, [tag for tag, _ in tagged])
+    decode = decode_export
+    if encoding == "json":
+        bodies, decode = [to_otlp_json(b) for b in bodies], decode_export_json
     sink = ObservedSink(store.add_traces, store.add_decisions, hold_s=0.0)
     # The corpus held in memory here is no part of a collector's heap: keep the collector's
     # garbage collections from walking it over and over.
@@ -102,7 +122,7 @@ def run(prefix: str, copies: int, store: Store) -> dict[str, float]:
     t1 = time.process_time()
     span_dec = spans = 0
     for i, body in enumerate(bodies):
-        req = decode_export(body)
+        req = decode(body)
         frags, decisions = read_spans(spans_of(req, READ_SPANS))
         spans += span_count(req)
         span_dec += len(decisions)
@@ -120,17 +140,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=20_000,
                     help="requests per router (each capture holds 5)")
+    ap.add_argument("--encoding", choices=("pb", "json"), default="pb",
+                    help="OTLP export bodies as protobuf or OTLP/JSON")
     args = ap.parse_args()
     copies = max(1, args.requests // 5)
     with tempfile.TemporaryDirectory() as tmp:
         for prefix in ("smg_1.13", "dynamo_1.6.1"):
             store = Store(Path(tmp) / f"{prefix}.db")
-            r = run(prefix, copies, store)
+            r = run(prefix, copies, store, args.encoding)
             store.close()
             print(f"{prefix} logs: {r['lines']} lines, {r['log_decisions']} decisions in "
                   f"{r['log_s']:.2f} s → {r['log_decisions'] / r['log_s']:,.0f} decisions/s "
                   f"({r['lines'] / r['log_s']:,.0f} lines/s)")
-            print(f"{prefix} spans: {r['spans']} spans, {r['span_decisions']} decisions in "
+            print(f"{prefix} spans ({args.encoding}): {r['spans']} spans, "
+                  f"{r['span_decisions']} decisions in "
                   f"{r['span_s']:.2f} s → {r['spans'] / r['span_s']:,.0f} spans/s, "
                   f"{r['span_decisions'] / r['span_s']:,.0f} decisions/s; "
                   f"{r['requests']} observed requests stored")

@@ -22,11 +22,11 @@ from typing import Any
 
 import grpc
 import msgspec
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from mmlens.ingest.otlp import OtlpError, decode_export, span_count, spans_of
-from mmlens.ingest.otlp_json import decode_export_json
+from mmlens.ingest.otlp_json import JsonExport, decode_export_json
 from mmlens.records import CollectorHealth, SpanRecord
 
 log = logging.getLogger("mmlens.otlp")
@@ -77,16 +77,10 @@ class OtlpReceiver:
             with self._lock:
                 self.health.error("malformed_export", str(exc), time.time())
             return str(exc)
-        return self.accept_message(req)
+        self.accept_message(req)
+        return None
 
-    def accept_grpc(self, req: ExportTraceServiceRequest) -> str | None:
-        """An export gRPC already parsed: handed on as it is (serialized only to dump it)."""
-        self._received("grpc")
-        if self.dump_dir is not None:
-            self._dump(req.SerializeToString(), "grpc", "pb")
-        return self.accept_message(req)
-
-    def accept_message(self, req: ExportTraceServiceRequest) -> str | None:
+    def accept_message(self, req: ExportTraceServiceRequest | JsonExport) -> None:
         now = time.time()
         received = span_count(req)
         spans = spans_of(req, self.wanted)
@@ -96,12 +90,11 @@ class OtlpReceiver:
             log.exception("span sink failed")
             with self._lock:
                 self.health.error("sink", f"{type(exc).__name__}: {exc}", now)
-            return None
+            return
         with self._lock:
             self.health.count("spans", received)
             self.health.count("spans_read", len(spans))
             self.health.ok(now)
-        return None
 
     def _received(self, transport: str) -> None:
         with self._lock:
@@ -144,7 +137,7 @@ class OtlpReceiver:
     def _start_grpc(self, port: int) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[
             ("grpc.max_receive_message_length", self.max_body)])
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
+        server.add_generic_rpc_handlers((_grpc_handler(self),))
         bound = server.add_insecure_port(f"{self.host}:{port}")
         if bound == 0:
             raise OSError(f"OTLP gRPC: cannot bind {self.host}:{port}")
@@ -183,15 +176,21 @@ class OtlpReceiver:
         self.stop()
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, owner: OtlpReceiver) -> None:
-        self.owner = owner
+def _grpc_handler(owner: OtlpReceiver) -> grpc.GenericRpcHandler:
+    """``TraceService/Export`` on the raw request bytes: parsed once, by ``accept``, so a body
+    that does not parse is answered INVALID_ARGUMENT and counted (grpc's own deserializer
+    answers INTERNAL and counts nothing)."""
+    empty = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
 
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
-        error = self.owner.accept_grpc(request)
+    def export(body: bytes, context: grpc.ServicerContext) -> bytes:
+        error = owner.accept(body, "grpc")
         if error is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, error)
-        return trace_service_pb2.ExportTraceServiceResponse()
+        return empty
+
+    service = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
+    return grpc.method_handlers_generic_handler(
+        service, {"Export": grpc.unary_unary_rpc_method_handler(export)})
 
 
 class _BadBody(Exception):

@@ -8,13 +8,16 @@ attributes are kept with what could be read. Nothing here opens a socket.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from mmlens.records import SpanEvent, SpanRecord
+
+if TYPE_CHECKING:
+    from mmlens.ingest.otlp_json import JsonExport
 
 MAX_ATTRIBUTE_CHARS = 2048  # a longer string attribute is cut (prompt text must not pile up)
 
@@ -73,15 +76,16 @@ def decode_export(body: bytes) -> ExportTraceServiceRequest:
     return req
 
 
-def span_count(req: ExportTraceServiceRequest) -> int:
+def span_count(req: ExportTraceServiceRequest | JsonExport) -> int:
     return sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
 
 
-def spans_of(req: ExportTraceServiceRequest,
+def spans_of(req: ExportTraceServiceRequest | JsonExport,
              wanted: Container[str] | None = None) -> list[SpanRecord]:
-    """The spans of an export request, with their resource's ``service.name``: every span,
-    or those named in ``wanted`` and those carrying events (decoding the attributes of
-    spans nobody reads is most of the cost)."""
+    """The spans of an export request (protobuf, or OTLP/JSON read into structs of the same
+    shape), with their resource's ``service.name``: every span, or those named in ``wanted``
+    and those carrying events (decoding the attributes of spans nobody reads is most of the
+    cost)."""
     out: list[SpanRecord] = []
     for rs in req.resource_spans:
         resource = attributes(rs.resource.attributes)

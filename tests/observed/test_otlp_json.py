@@ -1,9 +1,13 @@
 """OTLP/HTTP with JSON bodies: the OpenTelemetry JS SDK's real export (chunked, hex ids, numbers
 as JSON numbers) arrives as the same spans as its protobuf form; bad JSON is answered 400 with a
-JSON Status, counted, and the receiver keeps serving."""
+JSON Status, counted, and the receiver keeps serving.
+
+The protobuf form is made here by protobuf's own JSON parser (ids turned from hex to base64
+first), independently of the msgspec decoder under test."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import socket
@@ -11,11 +15,12 @@ import socket
 import grpc
 import httpx
 import pytest
+from google.protobuf import json_format
 from mmlens.collectors.otlp_receiver import OtlpReceiver
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from mmlens.ingest.observed_spans import read_spans
-from mmlens.ingest.otlp import OtlpError, parse_export
+from mmlens.ingest.otlp import OtlpError, parse_export, spans_of
 from mmlens.ingest.otlp_json import decode_export_json
 from tests.fixtures_path import CAPTURES
 
@@ -23,6 +28,22 @@ BODY = (CAPTURES / "otel_js_otlp_export.json").read_bytes()
 RAW = json.loads(BODY)  # read independently of the decoder under test
 JSON_CT = {"content-type": "application/json"}
 PB = {"content-type": "application/x-protobuf"}
+
+
+def _reference(doc: dict) -> trace_service_pb2.ExportTraceServiceRequest:
+    doc = json.loads(json.dumps(doc))
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for obj in [sp, *sp.get("links", [])]:
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if key in obj:
+                            obj[key] = base64.b64encode(bytes.fromhex(obj[key])).decode()
+    return json_format.ParseDict(doc, trace_service_pb2.ExportTraceServiceRequest(),
+                                 ignore_unknown_fields=True)
+
+
+PB_BODY = _reference(RAW).SerializeToString()
 
 
 def _url(rx: OtlpReceiver) -> str:
@@ -42,7 +63,7 @@ def _raw_value(v: dict) -> object:
 
 def test_the_js_export_reads_field_by_field() -> None:
     """Each span as the JS SDK wrote it: hex ids, int64 times as strings, typed attributes."""
-    spans = parse_export(decode_export_json(BODY).SerializeToString())
+    spans = spans_of(decode_export_json(BODY))
     raw = _raw_spans()
     assert len(spans) == len(raw) == 3
     for rec, (resource, sp) in zip(spans, raw, strict=True):
@@ -68,18 +89,17 @@ def test_json_and_protobuf_exports_give_the_same_spans(receiver) -> None:
     assert r.json() == {}
     from_json = list(got)
     got.clear()
-    pb = decode_export_json(BODY).SerializeToString()
-    assert httpx.post(url, content=pb, headers=PB).status_code == 200
+    assert httpx.post(url, content=PB_BODY, headers=PB).status_code == 200
     assert got == from_json and len(got) == 3
     got.clear()
     with grpc.insecure_channel(f"127.0.0.1:{rx.grpc_port}") as ch:
-        trace_service_pb2_grpc.TraceServiceStub(ch).Export(decode_export_json(BODY), timeout=5)
+        trace_service_pb2_grpc.TraceServiceStub(ch).Export(_reference(RAW), timeout=5)
     assert got == from_json
     assert rx.health.counters["spans"] == 9 and rx.health.errors == {}
 
 
 def test_the_observed_request_path_reads_the_worker_fields() -> None:
-    frags, decisions = read_spans(parse_export(decode_export_json(BODY).SerializeToString()))
+    frags, decisions = read_spans(spans_of(decode_export_json(BODY)))
     assert decisions == []
     by_id = {f.request_id: f for f in frags}
     assert set(by_id) == {"chatcmpl-js-red-1", "chatcmpl-js-red-2", "chatcmpl-js-text"}
@@ -112,10 +132,10 @@ def test_gzip_and_chunked_json_are_accepted(receiver) -> None:
 
 BAD_JSON = [
     (b"{not json", "not JSON"),
-    (b"[1, 2]", "is an object, not list"),
+    (b"[1, 2]", "Expected `object`, got `array`"),
     (b'{"resourceSpans": 5}', "not an OTLP/JSON"),
-    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "S/kvNXezTaajzpKdDg5HNg=="}]}]}]}',
-     "not hex"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "4bf9-2f35"}]}]}]}',
+     "traceId '4bf9-2f35' is not a hex id"),
     (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"startTimeUnixNano": "soon"}]}]}]}',
      "not an OTLP/JSON"),
 ]
@@ -158,7 +178,7 @@ def test_chunked_bodies_are_bounded_and_checked(receiver) -> None:
 
 
 def test_grpc_exports_are_dumped_as_received(tmp_path) -> None:
-    req = decode_export_json(BODY)
+    req = _reference(RAW)
     with OtlpReceiver(lambda spans: None, grpc_port=0, http_port=0, dump_dir=tmp_path) as rx:
         with grpc.insecure_channel(f"127.0.0.1:{rx.grpc_port}") as ch:
             trace_service_pb2_grpc.TraceServiceStub(ch).Export(req, timeout=5)
@@ -169,21 +189,40 @@ def test_grpc_exports_are_dumped_as_received(tmp_path) -> None:
 
 
 def test_the_json_mapping_variants() -> None:
-    """Enum names, int64 as numbers or strings, proto field names, link ids, unknown fields."""
+    """Enum names, int64 as numbers or strings, "NaN", bytes and base64 ids, unknown fields;
+    the same spans as protobuf's own JSON parser reads (hex ids aside)."""
     doc = {"resourceSpans": [{"scopeSpans": [{"spans": [
-        {"trace_id": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331",
-         "kind": "SPAN_KIND_CLIENT", "startTimeUnixNano": 5, "end_time_unix_nano": "7",
-         "links": [{"traceId": "ff" * 16, "spanId": "ee" * 8}],
-         "status": {"code": "STATUS_CODE_ERROR"}, "somethingNew": {"x": 1},
+        {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331",
+         "kind": "SPAN_KIND_CLIENT", "startTimeUnixNano": 5, "endTimeUnixNano": "7",
+         "status": {"code": "STATUS_CODE_ERROR", "message": "boom"}, "somethingNew": {"x": 1},
+         "flags": 769, "traceState": "a=b", "links": [{"traceId": "ff" * 16}],
+         "events": [{"name": "e", "timeUnixNano": "6", "attributes": []}],
          "attributes": [{"key": "n", "value": {"intValue": "9007199254740993"}},
-                        {"key": "b", "value": {"bytesValue": "AQI="}}]}]}]}]}
-    req = decode_export_json(json.dumps(doc).encode())
-    sp = req.resource_spans[0].scope_spans[0].spans[0]
-    assert sp.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
-    assert sp.links[0].trace_id == b"\xff" * 16 and sp.links[0].span_id == b"\xee" * 8
-    assert (sp.kind, sp.start_time_unix_nano, sp.end_time_unix_nano, sp.status.code) == (
-        3, 5, 7, 2)
-    (rec,) = parse_export(req.SerializeToString())
-    assert rec.attributes == {"n": 9007199254740993, "b": "0102"}  # bytes stay base64 here
-    with pytest.raises(OtlpError, match="spanId"):
-        decode_export_json(b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"spanId":"xyz"}]}]}]}')
+                        {"key": "m", "value": {"intValue": -3}},
+                        {"key": "d", "value": {"doubleValue": "-Infinity"}},
+                        {"key": "f", "value": {"doubleValue": 2}},
+                        {"key": "t", "value": {"boolValue": True}},
+                        {"key": "b", "value": {"bytesValue": "AQI="}},
+                        {"key": "a", "value": {"arrayValue": {"values": [
+                            {"stringValue": "x"}, {"kvlistValue": {"values": [
+                                {"key": "k", "value": {"intValue": 1}}]}}]}}},
+                        {"key": "empty", "value": {}}]}]}]}]}
+    (rec,) = spans_of(decode_export_json(json.dumps(doc).encode()))
+    assert rec == parse_export(_reference(doc).SerializeToString())[0]
+    assert (rec.trace_id, rec.kind, rec.start_ns, rec.end_ns, rec.status_code) == (
+        "0af7651916cd43dd8448eb211c80319c", 3, 5, 7, 2)
+    assert rec.attributes == {"n": 9007199254740993, "m": -3, "d": float("-inf"), "f": 2.0,
+                              "t": True, "b": "0102", "a": ["x", {"k": 1}], "empty": None}
+    b64 = {"traceId": base64.b64encode(bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+                                       ).decode(), "spanId": "AAECAwQFBgc="}
+    (sp,) = spans_of(decode_export_json(json.dumps(
+        {"resourceSpans": [{"scopeSpans": [{"spans": [b64]}]}]}).encode()))
+    assert (sp.trace_id, sp.span_id) == ("0af7651916cd43dd8448eb211c80319c", "0001020304050607")
+    for bad in ('{"spanId": "xyz"}', '{"traceId": "4bf9 2f35"}', '{"kind": 1.5}',
+                '{"startTimeUnixNano": "-1"}', '{"startTimeUnixNano": 18446744073709551616}',
+                '{"attributes": [{"key": "k", "value": {"intValue": "9223372036854775808"}}]}',
+                '{"attributes": [{"key": "k", "value": {"doubleValue": "many"}}]}',
+                '{"attributes": [{"key": "k", "value": {"bytesValue": "%%"}}]}'):
+        with pytest.raises(OtlpError, match=r"\$\.resourceSpans\[0\]"):
+            decode_export_json(b'{"resourceSpans":[{"scopeSpans":[{"spans":[' + bad.encode()
+                               + b"]}]}]}")

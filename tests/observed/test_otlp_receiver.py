@@ -18,6 +18,7 @@ from tests.fixtures_path import CAPTURES
 
 EXPORT = (CAPTURES / "dynamo_1.6.1_otlp_export_3.pb").read_bytes()
 PB = {"content-type": "application/x-protobuf"}
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
 def test_http_and_grpc_exports_become_spans(receiver) -> None:
@@ -51,8 +52,14 @@ def test_bad_input_is_refused_and_counted(receiver) -> None:
     bomb = gzip.compress(b"\x00" * (4 << 20))
     assert httpx.post(url, content=bomb, headers={**PB, "content-encoding": "gzip"}
                       ).status_code == 400
+    with grpc.insecure_channel(f"127.0.0.1:{rx.grpc_port}") as ch:
+        export = ch.unary_unary(f"/{SERVICE}/Export")  # raw bytes, not a message
+        with pytest.raises(grpc.RpcError) as err:
+            export(b"\x0a\xff\xff\xff", timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not an OTLP" in err.value.details()
     assert got == []
-    assert rx.health.errors == {"malformed_export": 1, "unsupported_media_type": 1,
+    assert rx.health.errors == {"malformed_export": 2, "unsupported_media_type": 1,
                                 "too_large": 1, "not_found": 1, "bad_gzip": 1}
     assert httpx.post(url, content=EXPORT, headers=PB).status_code == 200  # still serving
     assert got
