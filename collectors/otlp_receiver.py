@@ -269,6 +269,8 @@ class _HttpHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
+        if self.close_connection:  # said, so that the client does not send on it again
+            self.send_header("connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -301,6 +303,7 @@ class _HttpHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
+            self.close_connection = True  # its body is not read
             self._error(404, "not_found", f"no OTLP endpoint at {self.path} (use /v1/traces)")
             return
         try:

@@ -226,3 +226,18 @@ def test_the_json_mapping_variants() -> None:
         with pytest.raises(OtlpError, match=r"\$\.resourceSpans\[0\]"):
             decode_export_json(b'{"resourceSpans":[{"scopeSpans":[{"spans":[' + bad.encode()
                                + b"]}]}]}")
+
+
+def test_one_connection_carries_on_after_refusals(receiver) -> None:
+    """Keep-alive, as exporters use it: a refused export does not leave its body in the way."""
+    rx, got = receiver
+    url = _url(rx)
+    with httpx.Client() as client:
+        assert client.post(url.replace("traces", "logs"), content=BODY, headers=JSON_CT
+                           ).status_code == 404
+        assert client.post(url, content=b"{", headers=JSON_CT).status_code == 400
+        assert client.post(url, content=BODY, headers={"content-type": "text/csv"}
+                           ).status_code == 415
+        assert client.post(url, content=_chunked(BODY), headers=JSON_CT).status_code == 200
+        assert client.post(url, content=BODY, headers=JSON_CT).status_code == 200
+    assert len(got) == 6
