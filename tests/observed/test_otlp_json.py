@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
+import shutil
 import socket
+import subprocess
 
 import grpc
 import httpx
@@ -241,3 +244,23 @@ def test_one_connection_carries_on_after_refusals(receiver) -> None:
         assert client.post(url, content=_chunked(BODY), headers=JSON_CT).status_code == 200
         assert client.post(url, content=BODY, headers=JSON_CT).status_code == 200
     assert len(got) == 6
+
+
+JS_DIR = CAPTURES / "otel_js"
+
+
+@pytest.mark.live
+@pytest.mark.skipif(shutil.which("node") is None or not (JS_DIR / "node_modules").is_dir(),
+                    reason="node or the OpenTelemetry JS SDK absent (npm ci in otel_js/)")
+def test_the_real_js_exporter_is_received(receiver) -> None:
+    """The OpenTelemetry JS SDK itself (chunked JSON, then gzip) to the receiver: every span
+    arrives and nothing is refused."""
+    rx, got = receiver
+    for env in ({}, {"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}):
+        subprocess.run(["node", "export.mjs", _url(rx)], cwd=JS_DIR, check=True, timeout=60,
+                       capture_output=True, env={**os.environ, **env})
+    assert rx.health.errors == {} and rx.health.counters["http_requests"] == 2
+    frags, _ = read_spans(got)
+    assert sorted(f.request_id for f in frags) == sorted(
+        ["chatcmpl-js-red-1", "chatcmpl-js-red-2", "chatcmpl-js-text"] * 2)
+    assert {f.cached_tokens for f in frags} == {0, 64}
