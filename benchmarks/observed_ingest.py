@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import gc
 import json
 import re
 import tempfile
@@ -30,6 +29,7 @@ from google.protobuf import json_format
 from mmlens.collectors.observed_sink import ObservedSink
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from mmlens.cli.gc_tuning import tune_gc
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import READ_SPANS, read_spans
 from mmlens.ingest.otlp import decode_export, span_count, spans_of
@@ -107,10 +107,9 @@ def run(prefix: str, copies: int, store: Store, encoding: str = "pb") -> dict[st
     if encoding == "json":
         bodies, decode = [to_otlp_json(b) for b in bodies], decode_export_json
     sink = ObservedSink(store.add_traces, store.add_decisions, hold_s=0.0)
-    # The corpus held in memory here is no part of a collector's heap: keep the collector's
-    # garbage collections from walking it over and over.
-    gc.collect()
-    gc.freeze()
+    # As `mmlens collect` does once started; here it also keeps the corpus held in memory
+    # (no part of a collector's heap) out of every collection.
+    tune_gc()
     t0 = time.process_time()
     log_dec = 0
     for i in range(0, len(lines), TICK_LINES):  # a collector tick's worth at a time

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.config_reload import ConfigWatcher, reload_if_changed
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.runner import CollectorRunner
@@ -126,6 +127,7 @@ def main(argv: Sequence[str]) -> int:
     client = httpx.Client()
     runner = CollectorRunner(cfg, store, http=client, log_streams=streams,
                              prom=_prometheus(cfg), shard=shard)
+    tune_gc()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.tap import MAX_RECORD_BODY, LayoutFn, Recorder, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
@@ -96,6 +97,7 @@ def main(argv: Sequence[str]) -> int:
               max_record_body=args.max_record_body,
               layout=layout_fn(args.layout_model, args.store_text) if args.layout_model
               else None, health=health, fetcher=fetcher)
+    tune_gc()
     print(json.dumps({"event": "tap_ready", "listen": f"{host or '127.0.0.1'}:{port}",
                       "upstream": args.upstream}), flush=True)
     try:
