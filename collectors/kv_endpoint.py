@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import zmq
 from mmlens.collectors.kv_replay import Replay
+from mmlens.collectors.zmq_types import ZmqSocket
 
 from mmlens.ingest.kv_owed import OwedLedger
 from mmlens.ingest.kv_stream import StreamState
@@ -24,9 +24,9 @@ class Endpoint:
     endpoint: str
     replay: str | None
     topic: bytes
-    socket: zmq.Socket  # type: ignore[type-arg]
+    socket: ZmqSocket
     health: CollectorHealth
-    monitor: zmq.Socket | None = None  # type: ignore[type-arg]
+    monitor: ZmqSocket | None = None
     stream: StreamState = field(default_factory=StreamState)
     pending: Replay | None = None
     held: list[tuple[int, bytes, float, bool]] = field(default_factory=list)  # …, live

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import zmq
 from mmlens.collectors.kv_endpoint import Endpoint
 from mmlens.collectors.kv_replay import Replay
+from mmlens.collectors.zmq_types import ZmqContext, ZmqSocket
 
 from mmlens.ingest.kv_events import MAX_SEQ, batch_ts
 from mmlens.ingest.kv_index import KVIngest
@@ -45,7 +46,7 @@ _REASONS = {
 class LateFill:
     """The late-fill half of ``KVEventCollector`` (and the socket registry both halves use)."""
 
-    ctx: zmq.Context  # type: ignore[type-arg]
+    ctx: ZmqContext
     ingest: KVIngest
     lock: threading.Lock
     sink: Callable[[list[KVEvent]], None] | None
@@ -54,15 +55,15 @@ class LateFill:
     backoff: tuple[float, float]  # first and longest pause of a replay socket that was silent
     endpoints: list[Endpoint]
     poller: zmq.Poller
-    _by_socket: dict[zmq.Socket, tuple[str, Endpoint]]  # type: ignore[type-arg]
+    _by_socket: dict[ZmqSocket, tuple[str, Endpoint]]
 
     # --- sockets ---------------------------------------------------------------------------
 
-    def _register(self, sock: zmq.Socket, kind: str, ep: Endpoint) -> None:  # type: ignore[type-arg]
+    def _register(self, sock: ZmqSocket, kind: str, ep: Endpoint) -> None:
         self._by_socket[sock] = (kind, ep)
         self.poller.register(sock, zmq.POLLIN)
 
-    def _unregister(self, sock: zmq.Socket) -> None:  # type: ignore[type-arg]
+    def _unregister(self, sock: ZmqSocket) -> None:
         self._by_socket.pop(sock, None)
         self.poller.unregister(sock)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import zmq
+from mmlens.collectors.zmq_types import ZmqContext
 
 from mmlens.ingest.kv_dynamo_plane import (
     PlaneMessage,
@@ -43,7 +44,7 @@ def plane_transport(url: str) -> str:
 
 class EventPlaneCollector:
     def __init__(self, name: str, url: str, on_events: OnEvents, namespace: str = "*",
-                 context: zmq.Context | None = None) -> None:  # type: ignore[type-arg]
+                 context: ZmqContext | None = None) -> None:
         self.name = name
         self.url = url
         self.transport = plane_transport(url)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import zmq
+from mmlens.collectors.zmq_types import ZmqContext, ZmqSocket
 
 from mmlens.ingest.kv_events import END_SEQ, MAX_SEQ
 
@@ -21,7 +22,7 @@ Purpose = Literal["initial", "join", "gap", "hole", "restart", "resync", "reconn
 
 @dataclass(slots=True)
 class Replay:
-    socket: zmq.Socket  # type: ignore[type-arg]
+    socket: ZmqSocket
     purpose: Purpose
     first: int
     last: int  # inclusive
@@ -34,7 +35,7 @@ class Replay:
     out_of_range: int = 0
 
     @classmethod
-    def start(cls, ctx: zmq.Context, endpoint: str, purpose: Purpose, first: int,  # type: ignore[type-arg]
+    def start(cls, ctx: ZmqContext, endpoint: str, purpose: Purpose, first: int,
               last: int, timeout_s: float) -> Replay:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)

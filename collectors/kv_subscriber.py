@@ -23,6 +23,7 @@ from collections.abc import Callable
 import zmq
 from mmlens.collectors.kv_endpoint import BACKOFF_S, Endpoint
 from mmlens.collectors.kv_replay_flow import ReplayFlow
+from mmlens.collectors.zmq_types import ZmqContext, ZmqSocket
 from zmq.utils.monitor import recv_monitor_message
 
 from mmlens.ingest.kv_dynamo_plane import looks_like_dynamo_plane
@@ -37,7 +38,7 @@ MAX_FINISH_AT_STOP = 100
 
 
 class KVEventCollector(ReplayFlow):
-    def __init__(self, ingest: KVIngest | None = None, context: zmq.Context | None = None,  # type: ignore[type-arg]
+    def __init__(self, ingest: KVIngest | None = None, context: ZmqContext | None = None,
                  sink: EventSink | None = None, replay_timeout_s: float = 1.0,
                  max_replay_batches: int = 100_000,
                  owed_budget: tuple[int, int] = (MAX_RANGES, MAX_BATCHES)) -> None:
@@ -49,7 +50,7 @@ class KVEventCollector(ReplayFlow):
         self.replay_timeout_s = replay_timeout_s
         self.max_replay_batches = max_replay_batches
         self.endpoints: list[Endpoint] = []
-        self._by_socket: dict[zmq.Socket, tuple[str, Endpoint]] = {}  # type: ignore[type-arg]
+        self._by_socket: dict[ZmqSocket, tuple[str, Endpoint]] = {}
         self.poller = zmq.Poller()
         self._stop = threading.Event()
         # Endpoints added while run() polls: the polling thread creates their sockets.

@@ -84,9 +84,10 @@ def split_batch(obj: Any) -> tuple[float, list[Any], int | None]:
         ts, events = obj[0], obj[1]
         rank = obj[2] if len(obj) > 2 else None
     elif isinstance(obj, dict):
-        events = obj.get("events")
-        if not isinstance(events, list):
+        found = obj.get("events")
+        if not isinstance(found, list):
             raise KVEventError("bad_batch", "map batch without an events list")
+        events = found
         ts = obj.get("ts")
         rank = obj.get("data_parallel_rank", obj.get("attn_dp_rank"))
     else:

@@ -99,9 +99,9 @@ class ResidentIndex:
         for ev in events:
             res = self.residency(ev.worker, ev.rank)
             if ev.kind == "stored":
-                self._store(res, ev)  # type: ignore[arg-type]
+                self._store(res, ev)
             elif ev.kind == "removed":
-                self._remove(res, ev)  # type: ignore[arg-type]
+                self._remove(res, ev)
             else:
                 res.clears += 1
                 res.reset()
@@ -148,7 +148,8 @@ class ResidentIndex:
         if res.marks is not None:
             res.marks.stored(blocks, written, ev.seq)
         if keep is not None:
-            pairs = zip(hashes, states or [None] * len(hashes), strict=False)
+            unknown: list[int | None] = [None] * len(hashes)
+            pairs = zip(hashes, states or unknown, strict=False)
             blocks.update((h, st) for h, st in pairs if h in keep)
         elif states is None:
             blocks.update(dict.fromkeys(hashes))  # content unknown: not matchable

@@ -34,9 +34,9 @@ def apply_late(index: ResidentIndex, events: Iterable[KVEvent]) -> int:
         if marks is None:
             index.apply([ev])
         elif ev.kind == "stored":
-            superseded += _store(res, marks, ev)  # type: ignore[arg-type]
+            superseded += _store(res, marks, ev)
         elif ev.kind == "removed":
-            superseded += _remove(res, marks, ev)  # type: ignore[arg-type]
+            superseded += _remove(res, marks, ev)
         elif ev.seq > marks.cleared_at:
             superseded += _clear(res, marks, ev.seq)
         else:
