@@ -14,8 +14,8 @@ def test_tune_gc_freezes_startup_and_raises_thresholds() -> None:
     try:
         tune_gc()
         assert gc.get_threshold() == THRESHOLDS
-        assert THRESHOLDS[0] > before[0]
+        assert THRESHOLDS[0] > 700 and THRESHOLDS[1:] > (10, 10)  # CPython's defaults
         assert gc.get_freeze_count() >= len(kept)
-    finally:
+    finally:  # (an in-process `collect`/`tap` test may have tuned this process already)
         gc.unfreeze()
         gc.set_threshold(*before)
