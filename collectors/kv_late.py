@@ -7,11 +7,14 @@ asked for again by a replay of their own (``Endpoint.late``), beside the live st
 the socket's back-off is over, at once after a reconnect or when the socket answered another
 replay, and a last time when the collector stops. What comes back is applied to the index
 with its watermarks (``mmlens.ingest.kv_late_index``) and handed to the sink; the store's
-event key stores it once.
+event key stores it once. A store handed over before, while its parent's batch was owed, had
+no content keys then: when the late parent makes them known, the event with its keys goes to
+``content_sink`` (the store's content table only; its event row is there already).
 
 Health: ``owed_batches``/``owed_ranges`` (gauges), ``late_replays``, ``late_recovered_batches``,
 ``given_up_batches:<reason>`` with an ``unrecovered_gap`` error per range given up, and
-``lost_batches`` = published - received - owed (a recovered batch is not lost).
+``lost_batches`` = published - received - owed (a recovered batch is not lost),
+``late_content_events`` (stores given their content keys late).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from mmlens.ingest.kv_events import MAX_SEQ, batch_ts
 from mmlens.ingest.kv_index import KVIngest
 from mmlens.ingest.kv_late_index import apply_late
 from mmlens.ingest.kv_owed import GiveUpReason, OwedRange
-from mmlens.records import KVEvent
+from mmlens.records import BlockStored, KVEvent
 
 LATE_PAUSE_S = 5.0  # after an answer that left owed batches out, before asking again
 MAX_REMOVED_MARKS = 100_000  # removed blocks remembered for late batches, per stream
@@ -50,6 +53,7 @@ class LateFill:
     ingest: KVIngest
     lock: threading.Lock
     sink: Callable[[list[KVEvent]], None] | None
+    content_sink: Callable[[list[KVEvent]], None] | None
     replay_timeout_s: float
     max_replay_batches: int
     backoff: tuple[float, float]  # first and longest pause of a replay socket that was silent
@@ -168,9 +172,10 @@ class LateFill:
     def _apply_late(self, ep: Endpoint, seq: int, payload: bytes) -> None:
         h = ep.health
         index = self.ingest.index
+        resolved: list[BlockStored] = []
 
         def late(events: list[KVEvent]) -> None:
-            h.count("late_superseded_blocks", apply_late(index, events))
+            h.count("late_superseded_blocks", apply_late(index, events, resolved))
 
         with self.lock:
             _, events = self.ingest.ingest_batch(ep.worker, seq, payload, ep.rank, h.errors,
@@ -181,3 +186,8 @@ class LateFill:
         h.counters["batches"] = ep.stream.received
         if events and self.sink is not None:
             self.sink(events)
+        if resolved:
+            h.count("late_content_events", len(resolved))
+            if self.content_sink is not None:
+                content: list[KVEvent] = list(resolved)
+                self.content_sink(content)

@@ -8,7 +8,8 @@ resident index sees every batch in order; other streams go on. What a replay did
 in time is owed and asked for again later (``kv_late``), and that replay socket is left alone
 for a growing while. Everything reaching the index is handed to ``sink`` as it is applied;
 the store keys each event, so a batch handed over twice (after a restart of mmlens, by a
-second collector, or late) is stored once.
+second collector, or late) is stored once. A store whose content keys became known only
+later goes to ``content_sink`` (``kv_late``).
 All socket work happens on the thread that calls ``poll``/``run``: zmq sockets are not
 thread-safe.
 """
@@ -41,12 +42,14 @@ class KVEventCollector(ReplayFlow):
     def __init__(self, ingest: KVIngest | None = None, context: ZmqContext | None = None,
                  sink: EventSink | None = None, replay_timeout_s: float = 1.0,
                  max_replay_batches: int = 100_000,
-                 owed_budget: tuple[int, int] = (MAX_RANGES, MAX_BATCHES)) -> None:
+                 owed_budget: tuple[int, int] = (MAX_RANGES, MAX_BATCHES),
+                 content_sink: EventSink | None = None) -> None:
         self.ingest = ingest or KVIngest()
         self.owed_budget = owed_budget  # (ranges, batches) an endpoint may be owed
         self.backoff = BACKOFF_S
         self.ctx = context or zmq.Context.instance()
         self.sink = sink
+        self.content_sink = content_sink  # events handed over before, now with content keys
         self.replay_timeout_s = replay_timeout_s
         self.max_replay_batches = max_replay_batches
         self.endpoints: list[Endpoint] = []

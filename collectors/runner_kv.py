@@ -33,7 +33,10 @@ class KVSide:
         self.zmq_context = zmq_context
         self.supervisor_health = supervisor_health  # counts restarts of the KV thread
         self._queue: queue.SimpleQueue[list[KVEvent]] = queue.SimpleQueue()
-        self.kv = KVEventCollector(context=zmq_context, sink=self._queue.put)
+        # Events stored before whose content keys a late batch made known: content rows only.
+        self._content: queue.SimpleQueue[list[KVEvent]] = queue.SimpleQueue()
+        self.kv = KVEventCollector(context=zmq_context, sink=self._queue.put,
+                                   content_sink=self._content.put)
         self.grpc = GrpcKvCollector(self.kv.ingest.index, self.kv.lock, self._queue.put)
         self.planes: list[EventPlaneCollector] = []
         # What each router's event plane told it (Dynamo), beside the engines' own streams.
@@ -101,16 +104,14 @@ class KVSide:
 
     def drain(self, now: float, shard_health: CollectorHealth | None) -> None:
         """Store the events queued since the last call and the resident summary."""
-        events: list[KVEvent] = []
-        while True:
-            try:
-                events.extend(self._queue.get_nowait())
-            except queue.Empty:
-                break
+        events = _take(self._queue)
         if events:
             self.kv.store(events, self.store.add_kv_events)
             if shard_health is not None:
                 self._note_store_lag(shard_health, events)
+        content = _take(self._content)
+        if content:
+            self.store.add_kv_content(content)
         if self.kv.endpoints or self.grpc.streams or self.planes:
             summary = self.kv.summary()
             for entry in summary.values():
@@ -157,3 +158,12 @@ class KVSide:
         for plane in self.planes:
             plane.close()
         self.kv.close()
+
+
+def _take(q: queue.SimpleQueue[list[KVEvent]]) -> list[KVEvent]:
+    out: list[KVEvent] = []
+    while True:
+        try:
+            out.extend(q.get_nowait())
+        except queue.Empty:
+            return out

@@ -9,12 +9,15 @@ on, so before any owed batch.
 
 A store whose parent was unknown gets its content once the parent comes late, when the
 parent was resident at the store's seq (``_rechain``): the index then is the one a loss-free
-run builds. (The events handed to the store before keep no content keys.)
+run builds. The event was handed to the store before, without content keys: a copy with the
+keys a loss-free run computes goes into ``resolved`` for the store's content path (not when
+one of its blocks was removed in between, see ``_resolve``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from mmlens.ingest.kv_index import ResidentIndex, Watermarks, WorkerResidency, forget_images
@@ -22,11 +25,16 @@ from mmlens.layout.content_keys import event_chain, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent
 
 
-def apply_late(index: ResidentIndex, events: Iterable[KVEvent]) -> int:
+def apply_late(index: ResidentIndex, events: Iterable[KVEvent],
+               resolved: list[BlockStored] | None = None) -> int:
     """Apply a late batch's events; returns the block changes left out as superseded.
 
+    ``resolved`` collects stores applied before whose content the batch made known: copies
+    with the content keys and shapes they get in a loss-free run (the originals were handed
+    on already, maybe to another thread, and stay as they are).
     Without watermarks (nothing applied since they were switched off) the batch is in order.
     """
+    resolved = [] if resolved is None else resolved
     superseded = 0
     for ev in events:
         res = index.residency(ev.worker, ev.rank)
@@ -34,7 +42,7 @@ def apply_late(index: ResidentIndex, events: Iterable[KVEvent]) -> int:
         if marks is None:
             index.apply([ev])
         elif ev.kind == "stored":
-            superseded += _store(res, marks, ev)
+            superseded += _store(res, marks, ev, resolved)
         elif ev.kind == "removed":
             superseded += _remove(res, marks, ev)
         elif ev.seq > marks.cleared_at:
@@ -66,7 +74,8 @@ def _held_at(res: WorkerResidency, marks: Watermarks, h: BlockHash, seq: int) ->
     return _ABSENT
 
 
-def _store(res: WorkerResidency, marks: Watermarks, ev: BlockStored) -> int:
+def _store(res: WorkerResidency, marks: Watermarks, ev: BlockStored,
+           resolved: list[BlockStored]) -> int:
     hashes = ev.block_hashes
     if ev.seq < marks.cleared_at:
         keep: set[BlockHash] = set()
@@ -84,7 +93,7 @@ def _store(res: WorkerResidency, marks: Watermarks, ev: BlockStored) -> int:
             _resident_earlier(res, marks, h, st, ev.seq)
     if marks.orphans:
         _rechain(res, marks, [h for h, st in zip(hashes, states, strict=False)
-                              if st is not None])
+                              if st is not None], resolved)
     return len(hashes) - len(keep)
 
 
@@ -103,9 +112,10 @@ def _resident_earlier(res: WorkerResidency, marks: Watermarks, h: BlockHash,
                                until)
 
 
-def _rechain(res: WorkerResidency, marks: Watermarks, roots: list[BlockHash]) -> None:
+def _rechain(res: WorkerResidency, marks: Watermarks, roots: list[BlockHash],
+             resolved: list[BlockStored]) -> None:
     """Give orphaned stores their content: a store at seq c whose parent (a block whose
-    content just became known) was resident at c."""
+    content just became known) was resident at c; each goes into ``resolved`` with keys."""
     stack = list(roots)
     while stack:
         parent = stack.pop()
@@ -114,28 +124,47 @@ def _rechain(res: WorkerResidency, marks: Watermarks, roots: list[BlockHash]) ->
             continue
         waiting = []
         for child in children:
-            c = child.seq
-            state = _held_at(res, marks, parent, c)
+            state = _held_at(res, marks, parent, child.seq)
             if state is _ABSENT or state is None:
                 waiting.append(child)  # not resident then: another store may still be
                 continue
             marks.orphan_count -= 1
-            for h, st in zip(child.block_hashes, _chain(child, state) or [], strict=False):
-                if marks.stored_at.get(h) == c and res.blocks.get(h, 0) is None:
-                    res.blocks[h] = st
-                    stack.append(h)
-                elif (g := marks.removed_at.get(h)) is not None and g[1] is None and g[0] > c:
-                    marks.removed_at[h] = (g[0], st, g[2], g[3])
-                    stack.append(h)
+            chain = _chain(child, state)
+            if chain is not None:
+                _resolve(res, marks, child, chain, stack, resolved)
         if waiting:
             marks.orphans[parent] = waiting
 
 
-def _chain(ev: BlockStored, state: int) -> list[int] | None:
+def _resolve(res: WorkerResidency, marks: Watermarks, child: BlockStored,
+             chain: tuple[list[int], list[int], list[int]], stack: list[BlockHash],
+             resolved: list[BlockStored]) -> None:
+    """The orphan's blocks get their states. Its keys are handed on unless one of its blocks
+    was removed since while its content was unknown: that removal went on without the key,
+    and the store's key alone would leave the block resident for the availability replay."""
+    c = child.seq
+    states, shapes, keys = chain
+    unkeyed_removal = False
+    for h, st in zip(child.block_hashes, states, strict=False):
+        if marks.stored_at.get(h) == c and res.blocks.get(h, 0) is None:
+            res.blocks[h] = st
+            stack.append(h)
+        elif (g := marks.removed_at.get(h)) is not None and g[1] is None and g[0] > c:
+            marks.removed_at[h] = (g[0], st, g[2], g[3])
+            stack.append(h)
+            unkeyed_removal = True
+    if not unkeyed_removal:
+        n = len(child.block_hashes)
+        resolved.append(replace(child, keys=keys[:n], shapes=shapes[:n]))
+
+
+def _chain(ev: BlockStored, state: int) -> tuple[list[int], list[int], list[int]] | None:
+    """States, shapes and content keys of the store's blocks, as ``ResidentIndex._store``
+    computes them when the parent's content is known."""
     bs = ev.block_size
     if bs <= 0 or len(ev.token_ids) < len(ev.block_hashes) * bs:
         return None
-    return event_chain(state, ev.token_ids, bs, ev.images)[0]
+    return event_chain(state, ev.token_ids, bs, ev.images)
 
 
 def _remove(res: WorkerResidency, marks: Watermarks, ev: BlockRemoved) -> int:

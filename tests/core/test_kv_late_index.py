@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 import pytest
 
@@ -48,7 +49,8 @@ def in_order(batches: list[list[KVEvent]]) -> ResidentIndex:
     return idx
 
 
-def with_late(batches: list[list[KVEvent]], late: list[int]) -> ResidentIndex:
+def with_late(batches: list[list[KVEvent]], late: list[int],
+              resolved: list[BlockStored] | None = None) -> ResidentIndex:
     """The collector's way: batches in order except ``late`` (watermarks on from the first
     gap), then the late ones in the order given."""
     idx = ResidentIndex()
@@ -58,8 +60,16 @@ def with_late(batches: list[list[KVEvent]], late: list[int]) -> ResidentIndex:
         else:
             idx.apply(events)
     for seq in late:
-        apply_late(idx, batches[seq])
+        apply_late(idx, batches[seq], resolved)
     return idx
+
+
+def keyed(batches: list[list[KVEvent]], resolved: Iterable[BlockStored] = ()) -> dict:
+    """Per stored event (seq, idx): its content keys and shapes, a resolved copy's winning."""
+    out = {(e.seq, e.idx): (e.keys, e.shapes) for events in batches for e in events
+           if isinstance(e, BlockStored) and e.keys}
+    out.update({(e.seq, e.idx): (e.keys, e.shapes) for e in resolved})
+    return out
 
 
 def test_a_late_store_does_not_resurrect_a_block_removed_or_cleared_later() -> None:
@@ -96,6 +106,47 @@ def test_a_late_parent_gives_its_orphans_their_content() -> None:
     assert with_late(b, [1]).residency("w", 0).blocks[5] is None
 
 
+def test_an_orphan_resolved_late_carries_the_keys_of_a_loss_free_run() -> None:
+    # 5 (then 8, its child) and 7+11 (an image block) are stored while their parents' batches
+    # are owed; the late 4 and 6 make their content known.
+    def script(removal: bool) -> list[list[KVEvent]]:
+        return [[store(0, 1)], [store(1, 4)], [store(2, 5)], [store(3, 2)], [store(4, 6)],
+                [store(5, 7, 2)], [store(6, 8)], [remove(7, 5 if removal else 12)]]
+    loss_free = script(False)
+    in_order(loss_free)
+    resolved: list[BlockStored] = []
+    b = script(False)
+    with_late(b, [1, 4], resolved)
+    assert sorted((e.seq, e.block_hashes) for e in resolved) == [
+        (2, [5]), (5, [7, 11]), (6, [8])]
+    assert all(e.keys is None for e in b[2] + b[5] + b[6])  # what was handed over stays
+    assert keyed(b, resolved) == keyed(loss_free)
+    image = next(e for e in resolved if e.seq == 5)
+    assert image.images == [None, (ImageRef(IMAGES[11], 0),)]
+    assert image.shapes is not None and image.keys is not None
+    assert image.shapes[1] != image.keys[1]  # an image block: its shape is not its content
+    # 5 removed at 7 before its parent came: that removal went without 5's key, so 5's
+    # store keeps none either (its key alone would leave 5 resident for the replay).
+    loss_free, b = script(True), script(True)
+    in_order(loss_free)
+    resolved.clear()
+    with_late(b, [1, 4], resolved)
+    assert b[7][0].keys == [] and loss_free[7][0].keys
+    assert sorted(e.seq for e in resolved) == [5, 6]
+    assert keyed(b, resolved) == {k: v for k, v in keyed(loss_free).items() if k != (2, 0)}
+
+
+def test_an_orphan_whose_parent_was_gone_stays_without_keys() -> None:
+    def script() -> list[list[KVEvent]]:
+        return [[store(0, 1)], [store(1, 4)], [remove(2, 4)], [store(3, 5)]]
+    loss_free, b = script(), script()
+    in_order(loss_free)
+    resolved: list[BlockStored] = []
+    with_late(b, [1], resolved)
+    assert resolved == [] and (3, 0) not in keyed(loss_free)
+    assert keyed(b) == keyed(loss_free)
+
+
 def random_batches(r: random.Random) -> list[list[KVEvent]]:
     batches: list[list[KVEvent]] = []
     for seq in range(r.randint(4, 30)):
@@ -108,6 +159,7 @@ def random_batches(r: random.Random) -> list[list[KVEvent]]:
                 events.append(remove(seq, *r.sample(range(1, 13), r.randint(1, 2))))
             else:
                 events.append(clear(seq))
+            events[-1].idx = len(events) - 1
         batches.append(events)
     return batches
 
@@ -120,22 +172,32 @@ def test_late_batches_build_the_loss_free_index(order: str) -> None:
     run may know a block's content where the loss-free one did not (harmless: a hash is
     its content), and rarely the other way round (measured: 0.3 % of known states)."""
     r = random.Random(16)
-    known = unknown_here = 0
+    known = unknown_here = resolved_n = 0
     for _ in range(400):
         spec = r.random()
         batches = random_batches(random.Random(spec))
         late = [s for s in range(len(batches)) if r.random() < 0.3]
         if order == "any order":
             r.shuffle(late)
-        want = state(in_order(random_batches(random.Random(spec))))
-        got = state(with_late(batches, late))
+        loss_free = random_batches(random.Random(spec))
+        want = state(in_order(loss_free))
+        resolved: list[BlockStored] = []
+        got = state(with_late(batches, late, resolved))
         assert set(got[0]) == set(want[0]) and got[1:] == want[1:], (spec, late)
+        # A store given its content late has the loss-free run's keys.
+        loss_free_content = keyed(loss_free)
+        for e in resolved:
+            key = (e.seq, e.idx)
+            assert key not in loss_free_content or loss_free_content[key] == (
+                e.keys, e.shapes), (spec, late, key)
+            resolved_n += 1
         for h, content in want[0].items():
             if content is not None and got[0][h] is not None:
                 assert got[0][h] == content, (spec, late, h)
             known += content is not None
             unknown_here += content is not None and got[0][h] is None
     assert unknown_here <= known // 100, (unknown_here, known)
+    assert resolved_n > 20, resolved_n  # the late parents did resolve stores
 
 
 # --- the ledger -------------------------------------------------------------------------------
