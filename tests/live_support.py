@@ -33,20 +33,41 @@ def port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+# Ports the kernel hands to outgoing connections (a PostgreSQL client, an HTTP pool) can be
+# taken between a probe and the bind that follows, so tests pick ports below that range, and
+# never the same one twice in a process (several are probed before any is bound).
+_EPHEMERAL_LOW = _ephemeral_range()[0]
+_PICK_LOW = 20000 if _EPHEMERAL_LOW > 21000 else 10000
+_handed: set[int] = set()
+_rng = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
 def free_port() -> int:
-    """A free loopback port, picked by the kernel."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    """A free loopback port outside the ephemeral range, not handed out before in this process."""
+    for _ in range(500):
+        port = _rng.randrange(_PICK_LOW, _EPHEMERAL_LOW)
+        if port not in _handed and port_free(port):
+            _handed.add(port)
+            return port
+    raise RuntimeError("no free port found")
 
 
 def free_port_base(span: int = 60, ports: Callable[[int], Iterable[int]] | None = None) -> int:
-    """A port base, below the ephemeral range (32768+), whose ports are all free: the `span`
-    ports from it, or `ports(base)`."""
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    """A port base, below the ephemeral range, whose ports are all free and not handed out
+    before in this process: the `span` ports from it, or `ports(base)`."""
     for _ in range(200):
-        base = rng.randrange(20000, 32000 - span, 10)
-        if all(port_free(p) for p in (ports(base) if ports else range(base, base + span))):
+        base = _rng.randrange(_PICK_LOW, _EPHEMERAL_LOW - span, 10)
+        wanted = list(ports(base) if ports else range(base, base + span))
+        if not _handed.intersection(wanted) and all(port_free(p) for p in wanted):
+            _handed.update(wanted)
             return base
     raise RuntimeError("no free port range found")
 

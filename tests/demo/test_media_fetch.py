@@ -13,6 +13,8 @@ import pytest
 from mmlens.demo.media import MediaError, decode_image, fetch_bytes
 from PIL import Image
 
+from tests.live_support import free_port
+
 
 def _png(width: int, height: int, mode: str = "RGB") -> bytes:
     buf = io.BytesIO()
@@ -87,10 +89,6 @@ def test_refusals_are_media_errors(server, path: str, message: str) -> None:
 
 
 def test_a_refused_port_is_a_media_error() -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the block ends
+    port = free_port()  # nothing listens on it
     with pytest.raises(MediaError, match="fetch failed"):
         fetch_bytes(f"http://127.0.0.1:{port}/a.png", frozenset({f"127.0.0.1:{port}"}), 1000)

@@ -11,19 +11,14 @@ from typing import Any
 import msgspec
 import zmq
 
+from tests.live_support import free_port
+
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 _enc = msgspec.msgpack.Encoder()
 
 
 def loopback_endpoints(n: int) -> list[str]:
-    import socket
-
-    out = []
-    for _ in range(n):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            out.append(f"tcp://127.0.0.1:{s.getsockname()[1]}")
-    return out
+    return [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
 
 
 class FaultPublisher:
