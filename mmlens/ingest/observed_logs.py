@@ -177,12 +177,18 @@ def _dynamo_outcome(t: RequestTrace, obj: dict[str, Any], label: str) -> None:
     put(t, "status", status, label)
     ms = as_float(obj.get("latency_ms", obj.get("elapsed_ms")))
     put(t, "latency_s", None if ms is None else ms / 1000.0, label)
-    ttft = as_float(obj.get("ttft_ms"))
+    put_dynamo_request(t, obj, label)
+
+
+def put_dynamo_request(t: RequestTrace, fields: dict[str, Any], label: str) -> None:
+    """TTFT, worker and token counts under the names Dynamo gives them both in its request
+    log lines and in its http-request span's attributes."""
+    ttft = as_float(fields.get("ttft_ms"))
     put(t, "ttft_s", None if ttft is None else ttft / 1000.0, label)
-    worker = obj.get("decode_worker_id") or obj.get("prefill_worker_id")
+    worker = fields.get("decode_worker_id") or fields.get("prefill_worker_id")
     put(t, "worker", None if worker is None else str(worker), label)
-    put(t, "completion_tokens", as_int(obj.get("output_tokens")), label)
-    put(t, "rendered_tokens", as_int(obj.get("input_tokens")), label)
+    put(t, "completion_tokens", as_int(fields.get("output_tokens")), label)
+    put(t, "rendered_tokens", as_int(fields.get("input_tokens")), label)
 
 
 # SMG debug lines said for every request that carry nothing for routing or the request's

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import SOURCE_OTLP, fragment, is_request_path, put
-from mmlens.ingest.observed_logs import dynamo_fragment
+from mmlens.ingest.observed_logs import dynamo_fragment, put_dynamo_request
 from mmlens.ingest.router_logs import decision_from
 from mmlens.records import RequestTrace, RoutingDecision, SpanRecord
 
@@ -69,12 +69,7 @@ def _dynamo_http(sp: SpanRecord) -> RequestTrace | None:
     label = "otlp:dynamo.http-request"
     put(t, "model", a.get("model"), label)
     put(t, "latency_s", (sp.end_ns - sp.start_ns) / 1e9, label)
-    ttft = as_float(a.get("ttft_ms"))
-    put(t, "ttft_s", None if ttft is None else ttft / 1000.0, label)
-    worker = a.get("decode_worker_id") or a.get("prefill_worker_id")
-    put(t, "worker", None if worker is None else str(worker), label)
-    put(t, "completion_tokens", as_int(a.get("output_tokens")), label)
-    put(t, "rendered_tokens", as_int(a.get("input_tokens")), label)
+    put_dynamo_request(t, a, label)
     if a.get("request.outcome") == "success" or sp.status_code == 1:
         put(t, "status", 200, label)
     for ev in sp.events:
