@@ -34,6 +34,47 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def byte_range(header: str | None, size: int) -> tuple[int, int, int]:
+    """(status, first, last byte) of an answer over ``size`` bytes to a GET with this Range
+    header: 206 for `bytes=a-b`, `bytes=a-` or the suffix `bytes=-n`; 416 for a range that
+    starts past the end; 200 and the whole body for no range or one not of these forms."""
+    last = size - 1
+    m = RANGE_RE.match(header or "")
+    if not m or not size or not (m.group(1) or m.group(2)):
+        return 200, 0, last
+    if m.group(1):
+        first = int(m.group(1))
+        last = min(int(m.group(2)), last) if m.group(2) else last
+    else:
+        first = max(0, size - int(m.group(2)))
+    return (416 if first > last else 206), first, last
+
+
+def send_bytes(handler: BaseHTTPRequestHandler, data: bytes, mime: str,
+               range_header: str | None, accept_ranges: str | None, head_only: bool) -> int:
+    """Answers a GET (or HEAD) with ``data``, or the part ``range_header`` asks for, and
+    ``Accept-Ranges: accept_ranges`` when given; returns the status sent."""
+    status, first, last = byte_range(range_header, len(data))
+    if status == 416:
+        handler.send_response(416)
+        handler.send_header("Content-Range", f"bytes */{len(data)}")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return status
+    body = data[first:last + 1]
+    handler.send_response(status)
+    handler.send_header("Content-Type", mime)
+    handler.send_header("Content-Length", str(len(body)))
+    if accept_ranges is not None:
+        handler.send_header("Accept-Ranges", accept_ranges)
+    if status == 206:
+        handler.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+    handler.end_headers()
+    if not head_only:
+        handler.wfile.write(body)
+    return status
+
+
 class MediaServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, ranges: bool = True, *,
                  uploads: bool = False, max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
@@ -129,25 +170,8 @@ def _handler(server: MediaServer) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404)
                 return
             data, mime = entry
-            start, end, status = 0, len(data) - 1, 200
-            m = RANGE_RE.match(self.headers.get("Range") or "")
-            if m and server.ranges and (m.group(1) or m.group(2)):
-                if m.group(1):
-                    start = int(m.group(1))
-                    end = min(int(m.group(2)), end) if m.group(2) else end
-                else:
-                    start = max(0, len(data) - int(m.group(2)))
-                status = 206
-            body = data[start:end + 1]
-            self.send_response(status)
-            self.send_header("Content-Type", mime)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Accept-Ranges", "bytes" if server.ranges else "none")
-            if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-            self.end_headers()
-            if not head_only:
-                self.wfile.write(body)
+            send_bytes(self, data, mime, self.headers.get("Range") if server.ranges else None,
+                       "bytes" if server.ranges else "none", head_only)
 
         def do_PUT(self) -> None:
             status, answer = self._upload()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from mmlens.collectors.media_server import MediaServer, is_loopback
+from mmlens.collectors.media_server import MediaServer, byte_range, is_loopback
 from mmlens.collectors.media_upload import MediaOriginError, upload
 from mmlens.collectors.traces import solid_png
 
@@ -42,6 +42,27 @@ def test_upload_then_fetch_by_every_name_with_ranges(origin: MediaServer) -> Non
                      timeout=5)
     assert part.status_code == 206 and part.content == PNG[:8]
     assert part.headers["content-range"] == f"bytes 0-7/{len(PNG)}"
+
+
+@pytest.mark.parametrize(("header", "answer"), [
+    (None, (200, 0, 99)),
+    ("bytes=10-19", (206, 10, 19)),
+    ("bytes=90-", (206, 90, 99)),
+    ("bytes=90-500", (206, 90, 99)),
+    ("bytes=-8", (206, 92, 99)),
+    ("bytes=-500", (206, 0, 99)),
+    ("bytes=100-", (416, 100, 99)),
+    ("bytes=-", (200, 0, 99)),
+    ("items=0-5", (200, 0, 99)),
+])
+def test_byte_range(header: str | None, answer: tuple[int, int, int]) -> None:
+    assert byte_range(header, 100) == answer
+
+
+def test_a_range_past_the_end_is_refused(origin: MediaServer) -> None:
+    url = origin.add("x.png", PNG)
+    r = httpx.get(url, headers={"Range": f"bytes={len(PNG)}-"}, timeout=5)
+    assert r.status_code == 416 and r.headers["content-range"] == f"bytes */{len(PNG)}"
 
 
 def test_upload_through_the_client_gives_a_named_url(origin: MediaServer) -> None:

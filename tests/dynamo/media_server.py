@@ -8,13 +8,12 @@ text-prefix routing.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+from mmlens.collectors.media_server import byte_range, send_bytes
 
 
 class MediaServer:
@@ -47,33 +46,11 @@ class MediaServer:
                     server.requests.append((self.path, rng, 404))
                     self.send_error(404)
                     return
-                status, start, end = 200, 0, len(body) - 1
-                m = _RANGE.match(rng or "")
-                if parts[1] == "range" and m and body:
-                    if m.group(1):
-                        start = int(m.group(1))
-                        end = min(int(m.group(2)), end) if m.group(2) else end
-                    else:  # suffix range: the last N bytes
-                        start = max(0, len(body) - int(m.group(2) or 0))
-                    if start > end:
-                        server.requests.append((self.path, rng, 416))
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{len(body)}")
-                        self.end_headers()
-                        return
-                    status = 206
-                chunk = body[start:end + 1]
+                ranged = parts[1] == "range"
+                status = byte_range(rng if ranged else None, len(body))[0]
                 server.requests.append((self.path, rng, status))
-                self.send_response(status)
-                self.send_header("Content-Type", "image/png")
-                self.send_header("Content-Length", str(len(chunk)))
-                if parts[1] == "range":
-                    self.send_header("Accept-Ranges", "bytes")
-                if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
-                self.end_headers()
-                if not head_only:
-                    self.wfile.write(chunk)
+                send_bytes(self, body, "image/png", rng if ranged else None,
+                           "bytes" if ranged else None, head_only)
 
             def do_GET(self) -> None:
                 self._send(False)
