@@ -67,6 +67,53 @@ def checked_ids(request: Any, vocab: int) -> list[int]:
     return ids
 
 
+def engine_load(state: WorkerState, sample: int, load_only: bool) -> common_pb2.EngineLoad:
+    """The load record both engines' KV-event batches carry (``sample`` counts them)."""
+    e = state.engine
+    capacity = e.cache.num_blocks * e.cache.block_size
+    return common_pb2.EngineLoad(
+        running_requests=e.running, waiting_requests=e.waiting,
+        token_usage=e.cache.usage(), gen_throughput=state.gen_throughput(),
+        max_running_requests=state.max_num_seqs, sample=sample,
+        load_only=load_only, cache_hit_rate=e.cache_hit_rate(),
+        num_used_tokens=int(e.cache.usage() * capacity), max_total_num_tokens=capacity)
+
+
+def scheduler_load(load_type: Any, state: WorkerState) -> Any:
+    """GetLoads' one rank as ``load_type``: vLLM's and SGLang's SchedulerLoad name their
+    fields alike."""
+    e = state.engine
+    capacity = e.cache.num_blocks * e.cache.block_size
+    return load_type(
+        dp_rank=0, num_running_reqs=e.running, num_waiting_reqs=e.waiting,
+        num_total_reqs=e.running + e.waiting,
+        num_used_tokens=int(e.cache.usage() * capacity), max_total_num_tokens=capacity,
+        token_usage=e.cache.usage(), gen_throughput=state.gen_throughput(),
+        cache_hit_rate=e.cache_hit_rate(), utilization=e.cache.usage(),
+        max_running_requests=state.max_num_seqs)
+
+
+def model_info(response_type: Any, state: WorkerState) -> Any:
+    """GetModelInfo's answer as ``response_type``: vLLM's and SGLang's name their fields
+    alike."""
+    m, cfg = state.model, state.model.config
+    return response_type(
+        model_path=m.served_name, tokenizer_path=str(state.model_dir), is_generation=True,
+        served_model_name=m.served_name, max_context_length=state.max_model_len,
+        vocab_size=cfg["vocab_size"], supports_vision=True, model_type=m.model_type,
+        eos_token_ids=[cfg["eos_token_id"]],
+        pad_token_id=cfg.get("pad_token_id", cfg["eos_token_id"]),
+        bos_token_id=cfg.get("bos_token_id", 0), max_req_input_len=state.max_model_len,
+        architectures=cfg["architectures"])
+
+
+async def flush_cache(state: WorkerState) -> common_pb2.FlushCacheResponse:
+    events: list[Event] = []
+    state.engine.cache.reset(events)
+    await state.publisher.publish(events)
+    return common_pb2.FlushCacheResponse(success=True, message="flushed")
+
+
 async def stream_kv_events(service: Any, request: Any, context: Any) -> AsyncIterator[Any]:
     """The SubscribeKvEvents stream both engine services serve: ``service`` supplies
     ``engine_load(load_only)`` and ``proto_batch(published)``."""
@@ -112,15 +159,10 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
 
     # -- loads ---------------------------------------------------------------------------
     def engine_load(self, load_only: bool) -> common_pb2.EngineLoad:
-        e = self.s.engine
         self._load_sample += 1
-        return common_pb2.EngineLoad(
-            running_requests=e.running, waiting_requests=e.waiting, waiting_uncached_tokens=0,
-            token_usage=e.cache.usage(), gen_throughput=self.s.gen_throughput(),
-            max_running_requests=self.s.max_num_seqs, sample=self._load_sample,
-            load_only=load_only, cache_hit_rate=e.cache_hit_rate(),
-            num_used_tokens=int(e.cache.usage() * e.cache.num_blocks * e.cache.block_size),
-            max_total_num_tokens=e.cache.num_blocks * e.cache.block_size)
+        load = engine_load(self.s, self._load_sample, load_only)
+        load.waiting_uncached_tokens = 0  # vLLM sets it; SGLang leaves it absent
+        return load
 
     def proto_batch(self, b: PublishedBatch) -> common_pb2.KvEventBatch:
         events = []
@@ -136,15 +178,7 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
             yield batch
 
     async def GetLoads(self, request: Any, context: Any) -> Any:
-        e = self.s.engine
-        used = int(e.cache.usage() * e.cache.num_blocks * e.cache.block_size)
-        load = vllm_engine_pb2.SchedulerLoad(
-            dp_rank=0, num_running_reqs=e.running, num_waiting_reqs=e.waiting,
-            num_total_reqs=e.running + e.waiting, num_used_tokens=used,
-            max_total_num_tokens=e.cache.num_blocks * e.cache.block_size,
-            token_usage=e.cache.usage(), gen_throughput=self.s.gen_throughput(),
-            cache_hit_rate=e.cache_hit_rate(), utilization=e.cache.usage(),
-            max_running_requests=self.s.max_num_seqs)
+        load = scheduler_load(vllm_engine_pb2.SchedulerLoad, self.s)
         return vllm_engine_pb2.GetLoadsResponse(
             timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             version=self.s.vllm_version, dp_rank_count=1, loads=[load])
@@ -154,17 +188,7 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
         return vllm_engine_pb2.HealthCheckResponse(healthy=True, message="Health check passed")
 
     async def GetModelInfo(self, request: Any, context: Any) -> Any:
-        m = self.s.model
-        cfg = m.config
-        return vllm_engine_pb2.GetModelInfoResponse(
-            model_path=m.served_name, is_generation=True,
-            max_context_length=self.s.max_model_len, vocab_size=cfg["vocab_size"],
-            supports_vision=True, served_model_name=m.served_name,
-            tokenizer_path=str(self.s.model_dir), model_type=m.model_type,
-            architectures=cfg["architectures"], eos_token_ids=[cfg["eos_token_id"]],
-            pad_token_id=cfg.get("pad_token_id", cfg["eos_token_id"]),
-            bos_token_id=cfg.get("bos_token_id", 0),
-            max_req_input_len=self.s.max_model_len)
+        return model_info(vllm_engine_pb2.GetModelInfoResponse, self.s)
 
     async def GetServerInfo(self, request: Any, context: Any) -> Any:
         s = self.s
@@ -186,10 +210,7 @@ class VllmEngineService(vllm_engine_pb2_grpc.VllmEngineServicer):
         return vllm_engine_pb2.AbortResponse()
 
     async def FlushCache(self, request: Any, context: Any) -> Any:
-        events: list[Event] = []
-        self.s.engine.cache.reset(events)
-        await self.s.publisher.publish(events)
-        return common_pb2.FlushCacheResponse(success=True, message="flushed")
+        return await flush_cache(self.s)
 
     # -- generate ------------------------------------------------------------------------
     async def _prompt(self, request: Any) -> tuple[list[int], list[MediaSpan]]:

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import struct_pb2
 from mmlens.demo.engine import EngineError
-from mmlens.demo.grpc_service import checked_ids, stream_kv_events
+from mmlens.demo.grpc_service import (
+    checked_ids,
+    engine_load,
+    flush_cache,
+    model_info,
+    scheduler_load,
+    stream_kv_events,
+)
 from mmlens.demo.kv_publisher import PublishedBatch
 from mmlens.demo.kv_wire import signed64
 from mmlens.demo.prefix_cache import Event, MediaSpan, RemovedBlocks, StoredBlocks
@@ -91,15 +98,8 @@ class SglangSchedulerService(sglang_scheduler_pb2_grpc.SglangSchedulerServicer):
         return self._event_id
 
     def engine_load(self, load_only: bool) -> common_pb2.EngineLoad:
-        e = self.s.engine
         self._sample += 1
-        capacity = e.cache.num_blocks * e.cache.block_size
-        return common_pb2.EngineLoad(
-            running_requests=e.running, waiting_requests=e.waiting,
-            token_usage=e.cache.usage(), gen_throughput=self.s.gen_throughput(),
-            max_running_requests=self.s.max_num_seqs, sample=self._sample,
-            load_only=load_only, cache_hit_rate=e.cache_hit_rate(),
-            num_used_tokens=int(e.cache.usage() * capacity), max_total_num_tokens=capacity)
+        return engine_load(self.s, self._sample, load_only)
 
     def proto_batch(self, b: PublishedBatch) -> common_pb2.KvEventBatch:
         events = [p for ev in b.events for p in proto_pages(ev, self._next_id)]
@@ -114,15 +114,7 @@ class SglangSchedulerService(sglang_scheduler_pb2_grpc.SglangSchedulerServicer):
         return sglang_scheduler_pb2.HealthCheckResponse(healthy=True, message="OK")
 
     async def GetModelInfo(self, request: Any, context: Any) -> Any:
-        m, cfg = self.s.model, self.s.model.config
-        return sglang_scheduler_pb2.GetModelInfoResponse(
-            model_path=m.served_name, tokenizer_path=str(self.s.model_dir), is_generation=True,
-            served_model_name=m.served_name, max_context_length=self.s.max_model_len,
-            vocab_size=cfg["vocab_size"], supports_vision=True, model_type=m.model_type,
-            eos_token_ids=[cfg["eos_token_id"]],
-            pad_token_id=cfg.get("pad_token_id", cfg["eos_token_id"]),
-            bos_token_id=cfg.get("bos_token_id", 0), max_req_input_len=self.s.max_model_len,
-            architectures=cfg["architectures"])
+        return model_info(sglang_scheduler_pb2.GetModelInfoResponse, self.s)
 
     async def GetServerInfo(self, request: Any, context: Any) -> Any:
         s = self.s
@@ -136,15 +128,7 @@ class SglangSchedulerService(sglang_scheduler_pb2_grpc.SglangSchedulerServicer):
             max_total_num_tokens=s.engine.cache.num_blocks * s.engine.cache.block_size)
 
     async def GetLoads(self, request: Any, context: Any) -> Any:
-        e = self.s.engine
-        capacity = e.cache.num_blocks * e.cache.block_size
-        load = sglang_scheduler_pb2.SchedulerLoad(
-            dp_rank=0, num_running_reqs=e.running, num_waiting_reqs=e.waiting,
-            num_total_reqs=e.running + e.waiting,
-            num_used_tokens=int(e.cache.usage() * capacity), max_total_num_tokens=capacity,
-            token_usage=e.cache.usage(), gen_throughput=self.s.gen_throughput(),
-            cache_hit_rate=e.cache_hit_rate(), utilization=e.cache.usage(),
-            max_running_requests=self.s.max_num_seqs)
+        load = scheduler_load(sglang_scheduler_pb2.SchedulerLoad, self.s)
         return sglang_scheduler_pb2.GetLoadsResponse(
             timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), version="0.5.10",
             dp_rank_count=1, loads=[load])
@@ -154,10 +138,7 @@ class SglangSchedulerService(sglang_scheduler_pb2_grpc.SglangSchedulerServicer):
         return sglang_scheduler_pb2.AbortResponse(success=True)
 
     async def FlushCache(self, request: Any, context: Any) -> Any:
-        events: list[Event] = []
-        self.s.engine.cache.reset(events)
-        await self.s.publisher.publish(events)
-        return common_pb2.FlushCacheResponse(success=True, message="flushed")
+        return await flush_cache(self.s)
 
     def _prompt(self, request: Any) -> tuple[list[int], list[MediaSpan]]:
         ids = checked_ids(request, self.s.model.config["vocab_size"])
