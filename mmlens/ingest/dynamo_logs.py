@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mmlens.ingest.numbers import as_int
-from mmlens.ingest.router_logs import parse_line
+from mmlens.ingest.router_logs import parsed_objects
 
 ANY_MODEL = "*"
 _NOT_SUPPORTED = " is not supported for MM-aware KV routing"
@@ -72,12 +72,8 @@ def model_mm_routing(lines: Iterable[str]) -> dict[str, ModelMmRouting]:
     def entry(model: str) -> ModelMmRouting:
         return out.setdefault(model, ModelMmRouting(model))
 
-    for line in lines:
-        try:
-            obj = parse_line(line)
-        except ValueError:
-            continue
-        if not obj or obj.get("request_id") or obj.get("x_request_id"):
+    for obj in parsed_objects(lines):
+        if obj.get("request_id") or obj.get("x_request_id"):
             continue
         msg = str(obj.get("message", ""))
         if msg.startswith("resolved image-placeholder token id"):
@@ -126,12 +122,8 @@ _IMAGE_COUNT = re.compile(r"image-token count")
 
 def image_token_counts(lines: Iterable[str]) -> list[ImageTokenCount]:
     out: list[ImageTokenCount] = []
-    for line in lines:
-        try:
-            obj = parse_line(line)
-        except ValueError:
-            continue
-        if not obj or not _IMAGE_COUNT.search(str(obj.get("message", ""))):
+    for obj in parsed_objects(lines):
+        if not _IMAGE_COUNT.search(str(obj.get("message", ""))):
             continue
         out.append(ImageTokenCount(
             request_id=obj.get("request_id"), x_request_id=obj.get("x_request_id"),
