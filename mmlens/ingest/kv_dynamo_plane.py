@@ -25,8 +25,7 @@ from typing import Any
 
 import msgspec
 
-from mmlens.ingest.kv_events import KVEventError, normalize_hash
-from mmlens.ingest.kv_grpc import keyed_events
+from mmlens.ingest.kv_events import KVEventError, keyed_events, normalize_hash
 from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 KV_TOPIC = "kv-events"

@@ -15,6 +15,7 @@ Wire facts this module relies on (see the workers reference):
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -252,6 +253,25 @@ def _removed(worker: str, rank: int, seq: int, ts: float, hashes: Any, medium: A
                         medium if isinstance(medium, str) else None)
 
 
+def keyed_events(items: Iterable[Any], convert: Callable[[Any], KVEvent],
+                 errors: dict[str, int] | None) -> list[KVEvent]:
+    """``convert`` each raw event, keyed by its position in the batch (the store's key with
+    worker, rank, seq and ts); bad ones are counted in ``errors`` by kind and skipped (raised
+    when ``errors`` is None)."""
+    out: list[KVEvent] = []
+    for i, raw in enumerate(items):
+        try:
+            rec = convert(raw)
+        except KVEventError as exc:
+            if errors is None:
+                raise
+            errors[exc.kind] = errors.get(exc.kind, 0) + 1
+            continue
+        rec.idx = i
+        out.append(rec)
+    return out
+
+
 def normalize_batch(
     obj: Any, worker: str, seq: int, default_rank: int = 0,
     errors: dict[str, int] | None = None,
@@ -259,16 +279,9 @@ def normalize_batch(
     """Normalize a decoded batch; bad events are counted in ``errors`` by kind and skipped."""
     ts, raw_events, rank = split_batch(obj)
     rank = default_rank if rank is None else rank
-    out: list[KVEvent] = []
-    for i, raw in enumerate(raw_events):
-        try:
-            ev = normalize_event(raw, worker, rank, seq, ts)
-            ev.idx = i  # the raw position: every collector skips the same bad events
-            out.append(ev)
-        except KVEventError as exc:
-            if errors is None:
-                raise
-            errors[exc.kind] = errors.get(exc.kind, 0) + 1
+    # Keyed by the raw position: every collector skips the same bad events.
+    out = keyed_events(raw_events, lambda raw: normalize_event(raw, worker, rank, seq, ts),
+                       errors)
     return ts, rank, out
 
 

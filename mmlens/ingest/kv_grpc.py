@@ -11,11 +11,10 @@ The messages are read by attribute only, so this module needs no gRPC import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mmlens.ingest.kv_events import MAX_BLOCK_SIZE, KVEventError, normalize_hash
+from mmlens.ingest.kv_events import MAX_BLOCK_SIZE, KVEventError, keyed_events, normalize_hash
 from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, ImageRef, KVEvent
 
 
@@ -70,25 +69,6 @@ def _event(ev: Any, worker: str, rank: int, seq: int, ts: float) -> KVEvent:
     if kind == "cleared":
         return AllBlocksCleared(worker, rank, seq, ts)
     raise KVEventError("unknown_event_tag", repr(kind))
-
-
-def keyed_events(items: Iterable[Any], convert: Callable[[Any], KVEvent],
-                 errors: dict[str, int] | None) -> list[KVEvent]:
-    """``convert`` each raw event, keyed by its position in the batch (the store's key with
-    worker, rank, seq and ts); bad ones are counted in ``errors`` by kind and skipped (raised
-    when ``errors`` is None)."""
-    out: list[KVEvent] = []
-    for i, raw in enumerate(items):
-        try:
-            rec = convert(raw)
-        except KVEventError as exc:
-            if errors is None:
-                raise
-            errors[exc.kind] = errors.get(exc.kind, 0) + 1
-            continue
-        rec.idx = i
-        out.append(rec)
-    return out
 
 
 def batch_events(batch: Any, worker: str, errors: dict[str, int] | None = None) -> GrpcBatch:
