@@ -7,10 +7,15 @@ dict back, so stored rows and printed JSON keep the summary's fields and order.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import msgspec
+
+
+def _set_fields(record: Any) -> dict[str, Any]:
+    """A dataclass's fields in order, without those that are None."""
+    return {f.name: v for f in fields(record) if (v := getattr(record, f.name)) is not None}
 
 
 @dataclass(slots=True)
@@ -42,12 +47,7 @@ class ViewCount:
     partial_block_tokens: int | None = None
 
     def to_json(self) -> dict[str, int]:
-        out = {"token_count": self.token_count}
-        if self.full_blocks is not None:
-            out["full_blocks"] = self.full_blocks
-        if self.partial_block_tokens is not None:
-            out["partial_block_tokens"] = self.partial_block_tokens
-        return out
+        return _set_fields(self)
 
 
 @dataclass(slots=True)
@@ -60,12 +60,7 @@ class LayoutPart:
     chars: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind}
-        if self.index is not None:
-            out["index"] = self.index
-        if self.chars is not None:
-            out["chars"] = self.chars
-        return out
+        return _set_fields(self)
 
 
 @dataclass(slots=True)
