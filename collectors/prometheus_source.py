@@ -8,6 +8,7 @@ are dropped so series line up with direct-scrape series.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -43,31 +44,29 @@ class PromQLSource:
         return target, name, tuple(sorted(labels.items()))
 
     def instant(self, query: str = DEFAULT_SELECTOR) -> list[MetricSample]:
+        return self._samples(lambda: self.prom.custom_query(query, timeout=self.timeout_s),
+                             lambda item: [item["value"]])
+
+    def range(self, query: str, start: datetime, end: datetime, step: str = "5s",
+              ) -> list[MetricSample]:
+        return self._samples(
+            lambda: self.prom.custom_query_range(query, start_time=start, end_time=end,
+                                                 step=step, timeout=self.timeout_s),
+            lambda item: item.get("values", []))
+
+    def _samples(self, ask: Callable[[], list[dict[str, Any]]],
+                 points: Callable[[dict[str, Any]], list[Any]]) -> list[MetricSample]:
+        """``ask``'s series as samples, one per (ts, value) of ``points``; a failed query is
+        counted and gives none."""
         try:
-            result = self.prom.custom_query(query, timeout=self.timeout_s)
+            result = ask()
         except Exception as exc:  # the client raises requests/its own errors: all are I/O
             self.health.error("promql_error", str(exc), time.time())
             return []
         out = []
         for item in result:
             target, name, labels = self._sample_fields(item.get("metric", {}))
-            ts, value = item["value"]
-            out.append(MetricSample(target, name, labels, float(value), float(ts)))
-        self.health.ok(time.time())
-        return out
-
-    def range(self, query: str, start: datetime, end: datetime, step: str = "5s",
-              ) -> list[MetricSample]:
-        try:
-            result = self.prom.custom_query_range(query, start_time=start, end_time=end,
-                                                  step=step, timeout=self.timeout_s)
-        except Exception as exc:
-            self.health.error("promql_error", str(exc), time.time())
-            return []
-        out = []
-        for item in result:
-            target, name, labels = self._sample_fields(item.get("metric", {}))
-            for ts, value in item.get("values", []):
+            for ts, value in points(item):
                 out.append(MetricSample(target, name, labels, float(value), float(ts)))
         self.health.ok(time.time())
         return out
