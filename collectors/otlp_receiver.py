@@ -1,5 +1,6 @@
 """A built-in OTLP trace receiver: gRPC (``TraceService/Export``) and HTTP (``POST /v1/traces``,
-protobuf or JSON, gzip or not, content-length or chunked), on 127.0.0.1 by default.
+protobuf or JSON, gzip, deflate or uncompressed, content-length or chunked), on 127.0.0.1 by
+default.
 
 Routers export to it directly (SMG ``--enable-trace --otlp-traces-endpoint``, Dynamo's
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) or an OpenTelemetry Collector adds it as an ``otlp``
@@ -69,6 +70,10 @@ class OtlpReceiver:
         """Decode and hand on one export body (``fmt`` "pb" or "json"); the error text when
         it was refused."""
         self._received(transport)
+        if len(body) > self.max_body:  # gRPC's (HTTP refuses it before: 413)
+            message = f"export of {len(body)} bytes over {self.max_body}"
+            self.refuse("too_large", message)
+            return message
         if self.dump_dir is not None:
             self._dump(body, transport, fmt)
         try:
@@ -135,8 +140,10 @@ class OtlpReceiver:
         return ", ".join(parts)
 
     def _start_grpc(self, port: int) -> None:
+        # grpc's own limit answers RESOURCE_EXHAUSTED, uncounted, which the Python exporter
+        # retries for its whole timeout: bodies up to 4× the limit reach ``accept`` instead.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[
-            ("grpc.max_receive_message_length", self.max_body)])
+            ("grpc.max_receive_message_length", 4 * self.max_body)])
         server.add_generic_rpc_handlers((_grpc_handler(self),))
         bound = server.add_insecure_port(f"{self.host}:{port}")
         if bound == 0:
@@ -178,8 +185,8 @@ class OtlpReceiver:
 
 def _grpc_handler(owner: OtlpReceiver) -> grpc.GenericRpcHandler:
     """``TraceService/Export`` on the raw request bytes: parsed once, by ``accept``, so a body
-    that does not parse is answered INVALID_ARGUMENT and counted (grpc's own deserializer
-    answers INTERNAL and counts nothing)."""
+    that does not parse, or is over the size limit, is answered INVALID_ARGUMENT and counted
+    (grpc's own deserializer answers INTERNAL and counts nothing)."""
     empty = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
 
     def export(body: bytes, context: grpc.ServicerContext) -> bytes:
@@ -228,13 +235,22 @@ def _read_chunked(rfile: Any, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _gunzip(body: bytes, limit: int) -> bytes | None:
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+# zlib window bits per content-encoding: gzip's header, or deflate's zlib wrapper (RFC 9110
+# §8.4.1.2; the OpenTelemetry Python exporter's `deflate` compression sends it).
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    d = zlib.decompressobj(_WBITS[encoding])
     try:
         out = d.decompress(body, limit)
-    except zlib.error:
-        return None
-    return None if d.unconsumed_tail else out
+    except zlib.error as exc:
+        raise _BadBody(400, f"bad_{encoding}", f"{encoding} body undecodable: {exc}") from None
+    if d.unconsumed_tail:
+        raise _BadBody(413, "too_large", f"{encoding} body inflates past {limit} bytes")
+    if not d.eof:
+        raise _BadBody(400, f"bad_{encoding}", f"{encoding} body cut short")
+    return out
 
 
 def _status_body(fmt: str | None, message: str) -> tuple[bytes, str]:
@@ -317,12 +333,17 @@ class _HttpHandler(BaseHTTPRequestHandler):
                         f"content-type {self.headers.get('content-type') or 'none'!r}: "
                         f"only {PROTOBUF} and {JSON} are accepted")
             return
-        if (self.headers.get("content-encoding") or "").lower() == "gzip":
-            inflated = _gunzip(body, self.owner.max_body)
-            if inflated is None:
-                self._error(400, "bad_gzip", "gzip body undecodable or over the size limit")
+        encoding = (self.headers.get("content-encoding") or "identity").strip().lower()
+        if encoding in _WBITS:
+            try:
+                body = _inflate(body, encoding, self.owner.max_body)
+            except _BadBody as exc:
+                self._error(exc.status, exc.kind, str(exc))
                 return
-            body = inflated
+        elif encoding != "identity":  # 415 also names an unsupported coding (RFC 9110 §15.5.16)
+            self._error(415, "unsupported_encoding",
+                        f"content-encoding {encoding!r}: only gzip and deflate are accepted")
+            return
         error = self.owner.accept(body, "http", fmt)
         if error is not None:  # counted by accept
             self._error(400, "malformed_export", error, count=False)
