@@ -18,6 +18,7 @@ import httpx
 from mmlens.collectors.trace_sink import SentRequest, TraceSink
 
 from mmlens.ingest.router_logs import cache_trace_from_header
+from mmlens.ingest.tap_parse import nvext_worker, usage_counts
 from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 from mmlens.records import RequestTrace, RoutingDecision
@@ -134,22 +135,16 @@ class TraceClient:
         self._chunk_fields(trace, body)
 
     def _chunk_fields(self, trace: RequestTrace, obj: dict[str, Any]) -> None:
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            trace.prompt_tokens = usage.get("prompt_tokens")
-            trace.completion_tokens = usage.get("completion_tokens")
-            details = usage.get("prompt_tokens_details") or {}
-            trace.cached_tokens = int(details.get("cached_tokens") or 0)
+        usage = usage_counts(obj)
+        if usage is not None:
+            trace.prompt_tokens, trace.completion_tokens, trace.cached_tokens = usage
         nvext = obj.get("nvext")
         if isinstance(nvext, dict):
             if trace.router_kind == "auto":
                 trace.router_kind = "dynamo"
-            wid = nvext.get("worker_id")
-            if isinstance(wid, dict):
-                worker = wid.get("decode_worker_id", wid.get("prefill_worker_id"))
-                if worker is not None:
-                    trace.worker = str(worker)
-                    trace.dp_rank = wid.get("decode_dp_rank", wid.get("prefill_dp_rank"))
+            placed = nvext_worker(obj)
+            if placed is not None and placed[0] is not None:
+                trace.worker, trace.dp_rank = placed
             timing = nvext.get("timing")
             if isinstance(timing, dict):
                 d = RoutingDecision(trace.request_id, "dynamo", "nvext.timing",

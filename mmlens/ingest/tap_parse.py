@@ -155,26 +155,44 @@ class ResponseFacts:
             return
         if isinstance(obj.get("id"), str):
             self.response_id = self.response_id or obj["id"]
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self.prompt_tokens = as_int(usage.get("prompt_tokens"))
-            self.completion_tokens = as_int(usage.get("completion_tokens"))
-            details = usage.get("prompt_tokens_details")
-            cached = details.get("cached_tokens") if isinstance(details, dict) else None
-            self.cached_tokens = as_int(cached) or 0  # absent: SMG omits it when 0
-        nvext = obj.get("nvext")
-        if isinstance(nvext, dict):
+        usage = usage_counts(obj)
+        if usage is not None:
+            self.prompt_tokens, self.completion_tokens, self.cached_tokens = usage
+        if isinstance(obj.get("nvext"), dict):
             self.router_kind = "dynamo"
-        wid = nvext.get("worker_id") if isinstance(nvext, dict) else None
-        if isinstance(wid, dict):
-            worker = wid.get("decode_worker_id", wid.get("prefill_worker_id"))
-            self.worker = str(worker) if worker is not None else self.worker
-            self.dp_rank = as_int(wid.get("decode_dp_rank", wid.get("prefill_dp_rank")))
+        placed = nvext_worker(obj)
+        if placed is not None:
+            self.worker = placed[0] or self.worker
+            self.dp_rank = placed[1]
         err = obj.get("error")
         if isinstance(err, dict):
             self.error = str(err.get("message") or "")[:300]
             self.error_code = self.error_code or str(err.get("code") or err.get("type") or "")
 
+
+
+def usage_counts(obj: dict[str, Any]) -> tuple[int | None, int | None, int] | None:
+    """(prompt, completion, cached tokens) of a response's or chunk's ``usage``, None without
+    one; cached is 0 when absent (SMG omits ``prompt_tokens_details`` when it is 0)."""
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return (as_int(usage.get("prompt_tokens")), as_int(usage.get("completion_tokens")),
+            as_int(cached) or 0)
+
+
+def nvext_worker(obj: dict[str, Any]) -> tuple[str | None, int | None] | None:
+    """(worker, dp rank) from Dynamo's ``nvext.worker_id`` (the decode worker's, else the
+    prefill worker's); None when the response has no ``worker_id``."""
+    nvext = obj.get("nvext")
+    wid = nvext.get("worker_id") if isinstance(nvext, dict) else None
+    if not isinstance(wid, dict):
+        return None
+    worker = wid.get("decode_worker_id", wid.get("prefill_worker_id"))
+    return (None if worker is None else str(worker),
+            as_int(wid.get("decode_dp_rank", wid.get("prefill_dp_rank"))))
 
 
 def first_content(obj: Any) -> bool:
