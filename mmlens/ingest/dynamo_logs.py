@@ -31,6 +31,11 @@ class ModelMmRouting:
     image_token_id: int | None = None
     reasons: list[str] = field(default_factory=list)
 
+    def disabled(self, reason: str) -> None:
+        self.exact = False
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
 
 @dataclass(frozen=True, slots=True)
 class ImageTokenCount:
@@ -85,23 +90,12 @@ def model_mm_routing(lines: Iterable[str]) -> dict[str, ModelMmRouting]:
             e.exact, e.reasons = True, []
         elif _NOT_SUPPORTED in msg:
             model = str(obj.get("model") or msg.split(_NOT_SUPPORTED, 1)[0].strip())
-            e = entry(model)
-            e.exact = False
-            reason = _reason_of(msg)
-            if reason not in e.reasons:
-                e.reasons.append(reason)
+            entry(model).disabled(_reason_of(msg))
         elif msg.startswith("model-specific routing image prompt could not be resolved"):
-            e = entry(str(obj.get("model") or ANY_MODEL))
-            e.exact = False
-            reason = f"{msg}: {obj['error']}" if obj.get("error") else msg
-            if reason not in e.reasons:
-                e.reasons.append(reason)
+            entry(str(obj.get("model") or ANY_MODEL)).disabled(
+                f"{msg}: {obj['error']}" if obj.get("error") else msg)
         elif "tokenizer backend is active; MM-aware KV routing disabled" in msg:
-            e = entry(ANY_MODEL)
-            e.exact = False
-            reason = msg.split(". ", 1)[0]
-            if reason not in e.reasons:
-                e.reasons.append(reason)
+            entry(ANY_MODEL).disabled(msg.split(". ", 1)[0])
     return out
 
 
