@@ -3,6 +3,7 @@ counted and skipped, and what it returns can be stored. Fixed budgets (``SETTING
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -37,6 +38,7 @@ from tests.fuzz.strategies import (
 
 pytestmark = pytest.mark.fuzz
 ENC = msgspec.msgpack.Encoder()
+_workers = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,8 @@ def test_kv_batches(store, batch, seq, mutate) -> None:
         payload = json.dumps(batch, default=str).encode()
     payload = payload[: len(payload) - len(mutate)] + mutate if mutate else payload
     ingest = KVIngest()
-    events = ingest.ingest("w", seq, payload)
+    # A worker of its own: two examples with the same seq and time would share event keys.
+    events = ingest.ingest(f"w{next(_workers)}", seq, payload)
     assert ingest.batches + sum(ingest.errors.values()) >= 1  # used or counted
     assert store.add_kv_events(events) == len(events)
     assert store.add_kv_events(events) == 0  # and stored once
