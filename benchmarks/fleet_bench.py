@@ -107,7 +107,7 @@ def time_pages_on(url: str, traces: int, runs: int) -> dict[str, tuple[float, fl
         store.close()
     os.environ["MMLENS_DB"] = url
     os.environ.pop("MMLENS_CONFIG", None)
-    return pages_bench.time_pages(runs)
+    return pages_bench.time_pages(runs, n_traces=traces)
 
 
 def parse_args() -> argparse.Namespace:

@@ -5,12 +5,20 @@ Fills a store through its own write API with 100k request traces and 10M KV-even
 AppTest several times and prints the median per page: cold (query caches cleared before each
 run, as after a ttl expiry) and warm (caches hot). Target: ≤ 300 ms median per page.
 
+``--workers N`` spreads everything over N workers instead of 4: the fleet case is a
+1,000-worker store, ``--workers 1000 --traces 10000 --blocks 1000000``. Each worker then has its
+prefix-cache counters and two other metrics scraped every 5 s, not 62.
+``--backend postgresql`` fills and reads a database on a fresh PostgreSQL server on 127.0.0.1
+(stopped at the end) instead of a SQLite file.
+
     python benchmarks/pages_bench.py [--db PATH] [--traces 100000] [--blocks 10000000] [--runs 7]
+                                     [--workers 4] [--backend sqlite|postgresql]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import random
@@ -18,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +53,13 @@ from mmlens.store.open import label, open_store  # noqa: E402
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 ROUTER = "http://127.0.0.1:30000"
-WORKERS = [f"grpc://127.0.0.1:{50051 + i}" for i in range(4)]
+
+
+def worker_urls(n: int) -> list[str]:
+    return [f"grpc://127.0.0.1:{50051 + i}" for i in range(n)]
+
+
+WORKERS = worker_urls(4)
 PAGES = ("overview", "inspector", "routing", "affinity", "cache", "lab", "targets")
 
 
@@ -64,39 +79,43 @@ def template_traces(n_images: int = 24) -> list[RequestTrace]:
     return out
 
 
-def fill(path: Path, n_traces: int, n_blocks: int, now: float) -> None:
+def fill(path: Path | str, n_traces: int, n_blocks: int, now: float,
+         workers: list[str] = WORKERS) -> None:
     store = open_store(path)
     try:
-        fill_store(store, n_traces, n_blocks, now)
+        fill_store(store, n_traces, n_blocks, now, workers)
     finally:
         store.close()
 
 
-def fill_store(store: SQLStore, n_traces: int, n_blocks: int, now: float) -> None:
+def fill_store(store: SQLStore, n_traces: int, n_blocks: int, now: float,
+               workers: list[str] = WORKERS) -> None:
     """Traces, KV events, an hour of samples, resident summaries and health into ``store``
     (SQLite or PostgreSQL)."""
     rng = random.Random(7)
     t0 = time.perf_counter()
-    _fill_traces(store, rng, n_traces, now)
-    _fill_availability(store, rng, n_traces, now)
+    _fill_traces(store, rng, n_traces, now, workers)
+    _fill_availability(store, rng, n_traces, now, workers)
     t1 = time.perf_counter()
-    written, n_events = _fill_kv_events(store, rng, n_blocks, now)
+    written, n_events = _fill_kv_events(store, rng, n_blocks, now, workers)
     t2 = time.perf_counter()
-    _fill_samples(store, now)
-    _fill_state(store, n_blocks, now)
-    print(f"filled {label(store.path)}: {n_traces} traces in {t1 - t0:.1f} s, {written} KV "
-          f"blocks ({n_events} events) in {t2 - t1:.1f} s, {store.used_bytes() / 1e6:.0f} MB",
+    _fill_samples(store, now, workers)
+    _fill_state(store, n_blocks, now, workers)
+    print(f"filled {label(store.path)}: {len(workers)} workers, {n_traces} traces in "
+          f"{t1 - t0:.1f} s, {written} KV blocks ({n_events} events) in {t2 - t1:.1f} s, "
+          f"{store.used_bytes() / 1e6:.0f} MB",
           flush=True)
 
 
-def _fill_traces(store: SQLStore, rng: random.Random, n_traces: int, now: float) -> None:
+def _fill_traces(store: SQLStore, rng: random.Random, n_traces: int, now: float,
+                 workers: list[str]) -> None:
     templates = template_traces()
     batch: list[RequestTrace] = []
     for i in range(n_traces):
         t = copy.copy(templates[i % len(templates)])
         t.request_id = f"bench-{i:06d}"
         t.ts = now - 3600 + 3600 * i / n_traces
-        t.worker = WORKERS[rng.randrange(len(WORKERS))]
+        t.worker = workers[rng.randrange(len(workers))]
         prompt = t.prompt_tokens or 0
         t.cached_tokens = rng.choice([0, prompt // 16 * 16])
         t.predictions = [RoutingDecision(t.request_id, "smg", "header:x-smg-cache-trace",
@@ -111,7 +130,8 @@ def _fill_traces(store: SQLStore, rng: random.Random, n_traces: int, now: float)
     store.add_traces(batch)
 
 
-def _fill_availability(store: SQLStore, rng: random.Random, n: int, now: float) -> None:
+def _fill_availability(store: SQLStore, rng: random.Random, n: int, now: float,
+                       workers: list[str]) -> None:
     """One evaluated request per trace (what the collector's availability job writes)."""
     causes = ("load_spill", "content_blind", "stale_index", "evicted")
     rows = []
@@ -119,7 +139,7 @@ def _fill_availability(store: SQLStore, rng: random.Random, n: int, now: float) 
         prompt = rng.randrange(80, 3000)
         best = prompt // 16 * 16 * rng.randrange(2)
         realized = best if rng.random() < 0.7 else 0
-        w = WORKERS[rng.randrange(len(WORKERS))]
+        w = workers[rng.randrange(len(workers))]
         rows.append(Availability(
             f"bench-{i:06d}", now - 3600 + 3600 * i / n, ROUTER, "smg", MODEL, w, 16, prompt, 1,
             "degraded", {w: best}, w, best, best, realized, best - realized,
@@ -134,16 +154,16 @@ def _fill_availability(store: SQLStore, rng: random.Random, n: int, now: float) 
 
 
 def _fill_kv_events(store: SQLStore, rng: random.Random, n_blocks: int, now: float,
-                    ) -> tuple[int, int]:
+                    workers: list[str]) -> tuple[int, int]:
     """KV events of 64 blocks each, every fifth a removal, every other store with an image
     key, until `n_blocks`; returns (blocks written, events)."""
     per_event = 64
     events: list[BlockStored | BlockRemoved] = []
-    seq = {w: 0 for w in WORKERS}
+    seq = {w: 0 for w in workers}
     written = 0
     i = 0
     while written < n_blocks:
-        w = WORKERS[i % len(WORKERS)]
+        w = workers[i % len(workers)]
         ts = now - 3600 + 3600 * written / n_blocks
         hashes = [rng.getrandbits(64) for _ in range(per_event)]
         if i % 5 == 4:
@@ -162,16 +182,17 @@ def _fill_kv_events(store: SQLStore, rng: random.Random, n_blocks: int, now: flo
     return written, i
 
 
-def _fill_samples(store: SQLStore, now: float) -> None:
+def _fill_samples(store: SQLStore, now: float, workers: list[str]) -> None:
     samples: list[MetricSample] = []
+    others = 60 if len(workers) <= 4 else 2
     for k in range(720):  # an hour of 5 s scrapes
         ts = now - 3600 + 5 * k
-        for j, w in enumerate(WORKERS):
+        for j, w in enumerate(workers):
             lb = labels_of({"model_name": MODEL, "engine": "0"})
             scale = float(k * (j + 1))
             samples += [MetricSample(w, "vllm:prefix_cache_hits_total", lb, 300 * scale, ts),
                         MetricSample(w, "vllm:prefix_cache_queries_total", lb, 500 * scale, ts)]
-            samples += [MetricSample(w, f"vllm:other_{m}", lb, float(k), ts) for m in range(60)]
+            samples += [MetricSample(w, f"vllm:other_{m}", lb, float(k), ts) for m in range(others)]
         samples += [MetricSample("smg", "smg_mm_processing_total", labels_of(
             {"model": MODEL, "mode": "router", "reason": "auto_mixed"}), 4.0 * k, ts)]
         samples += [MetricSample("smg", "smg_cache_aware_policy_branch_total",
@@ -179,7 +200,7 @@ def _fill_samples(store: SQLStore, now: float) -> None:
                     for n, b in enumerate(("event_hit", "event_miss", "expected_wait_fallback"))]
         samples += [MetricSample("smg", "smg_worker_requests_total",
                                  labels_of({"worker": w, "model": MODEL}), float(k), ts)
-                    for w in WORKERS]
+                    for w in workers]
         samples += [MetricSample("smg", "smg_http_requests_total",
                                  labels_of({"route": f"/r{m}", "status": "200"}), float(k), ts)
                     for m in range(150)]
@@ -189,34 +210,35 @@ def _fill_samples(store: SQLStore, now: float) -> None:
     store.add_samples(samples)
 
 
-def _fill_state(store: SQLStore, n_blocks: int, now: float) -> None:
+def _fill_state(store: SQLStore, n_blocks: int, now: float, workers: list[str]) -> None:
     store.set_kv_state({w: {"worker": w, "rank": 0, "resident_blocks": n_blocks // 8,
                             "images": {f"{m:064x}": 40 for m in range(120)}}
-                        for w in WORKERS}, now)
-    store.set_health([CollectorHealth("metrics", w, last_success=now) for w in WORKERS]
+                        for w in workers}, now)
+    store.set_health([CollectorHealth("metrics", w, last_success=now) for w in workers]
                      + [CollectorHealth("kv_events", f"{w}#0", last_success=now,
-                                        counters={"batches": 1000.0}) for w in WORKERS], now)
+                                        counters={"batches": 1000.0}) for w in workers], now)
     store.set_meta("targets", {"routers": [{"name": "smg", "kind": "smg", "url": ROUTER,
                                             "metrics_url": None, "api_key_env": None}],
                                "workers": [], "prometheus": None})
     store.set_meta("router_state", [{"router": "smg", "url": ROUTER, "kind": "smg",
                                      "models": [MODEL], "workers": [
         {"url": w, "model": MODEL, "healthy": True, "status": "ready", "load": 0,
-         "kv_block_size": 16, "mm_processor": None} for w in WORKERS]}])
+         "kv_block_size": 16, "mm_processor": None} for w in workers]}])
 
 
-def time_pages(runs: int) -> dict[str, tuple[float, float]]:
+def time_pages(runs: int, pages: tuple[str, ...] = PAGES, n_traces: int = 100_000,
+               ) -> dict[str, tuple[float, float]]:
     import streamlit as st
     from mmlens.ui import shared
     from streamlit.testing.v1 import AppTest
 
     out = {}
-    for page in PAGES:
+    for page in pages:
         cold, warm = [], []
         for i in range(runs + 1):
             at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
             if page == "inspector":
-                at.query_params["request"] = "bench-050000"
+                at.query_params["request"] = f"bench-{n_traces // 2:06d}"  # a stored one
             at.run()
             at.switch_page(f"pages/{page}.py")
             st.cache_data.clear()
@@ -239,21 +261,49 @@ def time_pages(runs: int) -> dict[str, tuple[float, float]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--db", help="reuse or create the store here (default: a temp file)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", help="reuse or create the SQLite store here (default: a temp file)")
+    ap.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     ap.add_argument("--traces", type=int, default=100_000)
     ap.add_argument("--blocks", type=int, default=10_000_000)
+    ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--pages", default=",".join(PAGES), help="comma-separated subset")
     args = ap.parse_args()
-    path = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "bench.db"
-    if not path.exists():
-        fill(path, args.traces, args.blocks, time.time())
-    os.environ["MMLENS_DB"] = str(path)
-    os.environ.pop("MMLENS_CONFIG", None)
-    results = time_pages(args.runs)
+    pages = tuple(args.pages.split(","))
+    workers = worker_urls(args.workers)
+    if args.backend == "postgresql":
+        with postgres_db() as url:
+            fill(url, args.traces, args.blocks, time.time(), workers)
+            results = time_on(url, args.runs, pages, args.traces)
+    else:
+        path = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "bench.db"
+        if not path.exists():
+            fill(path, args.traces, args.blocks, time.time(), workers)
+        results = time_on(str(path), args.runs, pages, args.traces)
     worst = max(c for c, _ in results.values())
     print(f"worst cold median {worst * 1000:.0f} ms (target 300 ms)")
     return 0 if worst <= 0.3 else 1
+
+
+@contextlib.contextmanager
+def postgres_db() -> Iterator[str]:
+    """A database on a fresh PostgreSQL server (as the tests start one), stopped on exit."""
+    import psycopg
+
+    from tests.servers import postgres_server
+
+    with postgres_server() as pg:
+        with psycopg.connect(pg.url(), autocommit=True) as admin:
+            admin.execute("CREATE DATABASE mmlens")
+        yield pg.url("mmlens")
+
+
+def time_on(db: str, runs: int, pages: tuple[str, ...], n_traces: int,
+            ) -> dict[str, tuple[float, float]]:
+    os.environ["MMLENS_DB"] = db
+    os.environ.pop("MMLENS_CONFIG", None)
+    return time_pages(runs, pages, n_traces)
 
 
 if __name__ == "__main__":
