@@ -9,8 +9,7 @@ from mmlens.ui import shared
 
 from mmlens.analysis import kv_divergence
 from mmlens.analysis.block_labels import block_labels
-from mmlens.analysis.fleet import fold_timeline
-from mmlens.analysis.timeseries import HIT_NAMES, bucket_of, worker_hit_rate_series
+from mmlens.analysis.fleet import fold_timeline, fold_view_points
 from mmlens.analysis.views.cache import named_series, named_timeline
 from mmlens.analysis.views.common import name_rows, named_headline, router_names
 from mmlens.figures.availability import achieved_vs_available_figure, avoidable_figure
@@ -32,9 +31,8 @@ window = shared.window_slider("cache_window", 300)
 def live() -> None:
     with shared.page_guard("Cache"):
         names = shared.worker_names(path)
-        samples = shared.samples(path, HIT_NAMES, float(window))
-        step = bucket_of(samples)
-        series = named_series(worker_hit_rate_series(samples, step=step), names)
+        rates, step = shared.hit_rates(path, float(window))
+        series = named_series(rates, names)
         if series:
             st.plotly_chart(hit_rate_figure(series, step), key="hit_rate", width="stretch")
         else:
@@ -76,7 +74,8 @@ def views() -> None:
     names = shared.worker_names(path)
     for alert in view.alerts:
         st.warning(named_headline(alert.message, alert.worker, names))
-    st.plotly_chart(divergence_figure(view.points, names), key="kv_views", width="stretch")
+    st.plotly_chart(divergence_figure(fold_view_points(view.points), names), key="kv_views",
+                    width="stretch")
     st.dataframe(name_rows(view.rows, names), hide_index=True, width="stretch")
     st.caption("router only: blocks the router believes resident that the engine no longer "
                "holds (it evicted them, or the router never heard the removal); engine only: "

@@ -13,8 +13,10 @@ import streamlit as st
 
 from mmlens.analysis.availability.view import AvailabilityView, view_model
 from mmlens.analysis.decisions import merged
+from mmlens.analysis.fleet import fleet_hit_rates
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
+from mmlens.analysis.timeseries import HIT_NAMES
 from mmlens.analysis.views.common import short_worker as short_worker
 from mmlens.analysis.views.common import verdict_css
 from mmlens.analysis.views.common import worker_label as worker_label
@@ -135,6 +137,13 @@ def trace_by_id(path: str, request_id: str) -> RequestTrace | None:
 def samples(path: str, names: tuple[str, ...], window_s: float) -> list[MetricSample]:
     """The ``window_s`` of samples named ``names`` before the latest one."""
     return _reader(path).recent_samples(window_s, names)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+def hit_rates(path: str, window_s: float) -> tuple[dict[str, list[tuple[float, float]]], float]:
+    """Prefix hit-rate lines over ``window_s`` and their bucket width (``fleet_hit_rates``):
+    cached as lines, not as the samples behind them (a fleet's are 100k+)."""
+    return fleet_hit_rates(_reader(path).recent_samples(window_s, HIT_NAMES))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)

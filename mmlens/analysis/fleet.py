@@ -3,8 +3,19 @@ summed into one series (a chart of 1,000 workers' bars is neither)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from mmlens.analysis.kv_divergence import ViewPoint
+from mmlens.analysis.timeseries import (
+    BucketCounts,
+    Point,
+    bucket_of,
+    ratio_of,
+    worker_hit_counts,
+)
+from mmlens.records import MetricSample
 
 KEEP = 12
 
@@ -34,3 +45,60 @@ def fold_timeline(rows: Sequence[TimelineRow], keep: int = KEEP) -> list[Timelin
             summed[(ts, kind)] += blocks
     out += [(ts, other, kind, blocks) for (ts, kind), blocks in summed.items()]
     return sorted(out)
+
+
+def fold_hit_counts(counts: Mapping[str, BucketCounts], keep: int = KEEP,
+                    ) -> dict[str, BucketCounts]:
+    """Per-worker prefix hits and queries per bucket with the ``keep`` workers that queried
+    the most tokens kept and every other worker's summed (their token-weighted hit rate)."""
+    if len(counts) <= keep:
+        return dict(counts)
+    queried = Counter({w: sum(d for _, d in c.values()) for w, c in counts.items()})
+    top = [w for w, _ in queried.most_common(keep)]
+    summed: dict[float, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for worker, c in counts.items():
+        if worker in top:
+            continue
+        for t, (n, d) in c.items():
+            summed[t][0] += n
+            summed[t][1] += d
+    out = {w: dict(counts[w]) for w in top}
+    out[other_label(len(counts) - keep)] = {t: (n, d) for t, (n, d) in summed.items()}
+    return out
+
+
+def fleet_hit_rates(samples: Iterable[MetricSample], keep: int = KEEP,
+                    ) -> tuple[dict[str, list[Point]], float]:
+    """The Cache page's hit-rate lines and their bucket width: one per worker, or on a fleet
+    the ``keep`` busiest and one for the rest."""
+    samples = list(samples)
+    step = bucket_of(samples)
+    folded = fold_hit_counts(worker_hit_counts(samples, step), keep)
+    return {w: ratio_of(c) for w, c in folded.items()}, step
+
+
+def fold_view_points(points: Sequence[ViewPoint], keep: int = KEEP) -> list[ViewPoint]:
+    """Router-vs-engine points with the ``keep`` most divergent workers kept: the others'
+    per-request points as one series (each keeps its request id), their compared counts
+    summed per time and source."""
+    weight: Counter[str] = Counter()
+    for p in points:
+        weight[p.worker] += p.router_only + p.engine_only
+    if len(weight) <= keep:
+        return list(points)
+    top = {w for w, _ in weight.most_common(keep)}
+    other = other_label(len(weight) - keep)
+    out = []
+    summed: dict[tuple[float, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for p in points:
+        if p.worker in top:
+            out.append(p)
+        elif p.source == "prediction":
+            out.append(replace(p, worker=other))
+        else:
+            acc = summed[(p.ts, p.source)]
+            for i, v in enumerate((p.router_blocks, p.engine_blocks, p.router_only,
+                                   p.engine_only)):
+                acc[i] += v or 0
+    out += [ViewPoint(ts, other, source, *acc) for (ts, source), acc in summed.items()]
+    return sorted(out, key=lambda p: p.ts)

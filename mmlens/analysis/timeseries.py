@@ -45,9 +45,21 @@ def bucket_sum(points: Iterable[Point], step: float) -> dict[float, float]:
 
 def ratio_series(num: list[Point], den: list[Point], step: float) -> list[Point]:
     """Per bucket: Σ Δnum / Σ Δden of two counters (buckets without queries are skipped)."""
+    return ratio_of(bucket_counts(num, den, step))
+
+
+# Per bucket start: (Σ Δhits, Σ Δqueries); sums of several workers add up, ratios do not.
+BucketCounts = dict[float, tuple[float, float]]
+
+
+def bucket_counts(num: list[Point], den: list[Point], step: float) -> BucketCounts:
     n = bucket_sum(deltas(num), step)
     d = bucket_sum(deltas(den), step)
-    return [(t, n.get(t, 0.0) / d[t]) for t in sorted(d) if d[t] > 0]
+    return {t: (n.get(t, 0.0), d[t]) for t in d}
+
+
+def ratio_of(counts: BucketCounts) -> list[Point]:
+    return [(t, n / d) for t, (n, d) in sorted(counts.items()) if d > 0]
 
 
 def group_points(samples: Iterable[MetricSample], key_labels: tuple[str, ...],
@@ -74,8 +86,20 @@ def worker_hit_rate_series(samples: Iterable[MetricSample], step: float = 10.0,
                            ) -> dict[str, list[Point]]:
     """Token-weighted prefix hit rate per worker per ``step`` seconds, from the engines'
     counters (vLLM and SGLang side by side; a rank other than 0 is named ``worker#rank``)."""
+    out = {}
+    for name, counts in worker_hit_counts(samples, step).items():
+        series = ratio_of(counts)
+        if series:
+            out[name] = series
+    return out
+
+
+def worker_hit_counts(samples: Iterable[MetricSample], step: float = 10.0,
+                      ) -> dict[str, BucketCounts]:
+    """Per worker (named as in ``worker_hit_rate_series``): Σ Δhits and Σ Δqueries per
+    ``step`` seconds."""
     samples = list(samples)
-    out: dict[str, list[Point]] = {}
+    out: dict[str, BucketCounts] = {}
     for hits_name, queries_name, labels in HIT_COUNTERS.values():
         h = group_points((s for s in samples if s.name == hits_name), labels)
         q = group_points((s for s in samples if s.name == queries_name), labels)
@@ -85,9 +109,9 @@ def worker_hit_rate_series(samples: Iterable[MetricSample], step: float = 10.0,
             name = addr or target
             if rank not in ("", "0"):
                 name = f"{name}#{rank}"
-            series = ratio_series(h.get(key, []), qpoints, step)
-            if series:
-                out[name] = series
+            counts = bucket_counts(h.get(key, []), qpoints, step)
+            if ratio_of(counts):
+                out[name] = counts
     return out
 
 

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from mmlens.analysis.fleet import fold_timeline, other_label
+from mmlens.analysis.fleet import (
+    fleet_hit_rates,
+    fold_hit_counts,
+    fold_timeline,
+    fold_view_points,
+    other_label,
+)
+from mmlens.analysis.kv_divergence import ViewPoint
+from mmlens.analysis.timeseries import bucket_of, worker_hit_rate_series
+from mmlens.records import MetricSample, labels_of
 
 
 def test_timeline_keeps_the_busiest_workers_and_sums_the_rest() -> None:
@@ -14,3 +23,46 @@ def test_timeline_keeps_the_busiest_workers_and_sums_the_rest() -> None:
     others = {(b, k): n for b, w, k, n in folded if w == other_label(97)}
     assert others[(0.0, "removed")] == sum(range(1, 98))
     assert fold_timeline(rows[:8], keep=3) == rows[:8]  # two workers: nothing to fold
+
+
+def _counters(workers: int, scrapes: int) -> list[MetricSample]:
+    """vLLM prefix counters: worker i queries 100·(i+1) tokens a scrape and hits half."""
+    labels = labels_of({"engine": "0"})
+    out = []
+    for i in range(workers):
+        for k in range(scrapes):
+            q = 100.0 * (i + 1) * k
+            out += [MetricSample(f"w{i:03d}", "vllm:prefix_cache_queries_total", labels, q,
+                                 10.0 * k),
+                    MetricSample(f"w{i:03d}", "vllm:prefix_cache_hits_total", labels, q / 2,
+                                 10.0 * k)]
+    return out
+
+
+def test_hit_rates_keep_the_busiest_workers_and_weight_the_rest_by_tokens() -> None:
+    samples = _counters(20, 6)
+    series, _ = fleet_hit_rates(samples, keep=3)
+    assert set(series) == {"w019", "w018", "w017", other_label(17)}
+    assert all(v == 0.5 for points in series.values() for _, v in points)
+    few = _counters(3, 6)
+    assert fleet_hit_rates(few, keep=3) == (worker_hit_rate_series(few, bucket_of(few)),
+                                            bucket_of(few))
+
+
+def test_hit_rate_of_the_rest_is_token_weighted_not_a_mean_of_ratios() -> None:
+    counts = {"a": {0.0: (0.0, 1000.0)}, "b": {0.0: (10.0, 10.0)}, "c": {0.0: (0.0, 5000.0)}}
+    folded = fold_hit_counts(counts, keep=1)
+    assert folded == {"c": {0.0: (0.0, 5000.0)}, other_label(2): {0.0: (10.0, 1010.0)}}
+
+
+def test_view_points_fold_keeps_each_request_and_sums_compared_counts() -> None:
+    points = [ViewPoint(1.0, f"w{i}", "index_gauge", 10, 8, 2 * i, 0) for i in range(5)]
+    points += [ViewPoint(2.0, f"w{i}", "prediction", 4, 1, 3, 0, f"r{i}") for i in range(5)]
+    folded = fold_view_points(points, keep=2)
+    other = other_label(3)
+    assert {p.worker for p in folded} == {"w4", "w3", other}
+    gauge = [p for p in folded if p.worker == other and p.source == "index_gauge"]
+    assert [(p.router_blocks, p.engine_blocks, p.router_only) for p in gauge] == [(30, 24, 6)]
+    assert sorted(p.request_id for p in folded if p.worker == other
+                  and p.source == "prediction") == ["r0", "r1", "r2"]
+    assert fold_view_points(points[:2], keep=2) == points[:2]
