@@ -344,6 +344,11 @@ def test_aggregates_are_token_and_block_weighted() -> None:
     assert points[("r1", 0.0)].achieved == 96 / 1100 and points[("r2", 60.0)].available == 32 / 50
     assert avoidable_per_minute(cells, 60.0) == [(0.0, "load_spill", 960.0)]
     assert set(headlines(cells, "router")) == {"r1", "r2"}
+    # Summed per group in one pass: the same as each group's cells alone.
+    for window in (None, 120.0):
+        assert headlines(cells, "router", window) == {
+            r: headline(cells.where(cells.router.codes == cells.router.names.index(r)), window)
+            for r in ("r1", "r2")}
     # Cells of many requests give the same totals as one cell per request.
     merged = Cells.from_columns({"t": [0.0], "router": ["r1"], "model": ["m"], "worker": ["w1"],
                                  **{k: [int(v.sum())] for k, v in Cells.of(rows[:2]).sums.items()}})
