@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mmlens.ingest.metrics_normalize import NormalizedMetrics, normalize_samples
+from mmlens.ingest.metric_series import Series
+from mmlens.ingest.metrics_normalize import NormalizedMetrics, normalize
 from mmlens.records import (
     Availability,
     CollectorHealth,
@@ -95,6 +96,10 @@ class StoreReader:
     def samples(self, since: float, names: Sequence[str] | None = None) -> list[MetricSample]:
         return self._locked(lambda s: s.samples_since(since, names))
 
+    def series(self, since: float) -> Series:
+        """Every sample since ``since`` as series (what the normalizers read)."""
+        return self._locked(lambda s: s.series_since(since))
+
     def recent_samples(self, window_s: float, names: Sequence[str] | None = None,
                        ) -> list[MetricSample]:
         """Samples of the ``window_s`` before the latest one (empty on a store without any)."""
@@ -102,7 +107,8 @@ class StoreReader:
         return [] if latest is None else self.samples(latest - window_s, names)
 
     def normalized(self, window_s: float = 300.0) -> NormalizedMetrics:
-        return normalize_samples(self.recent_samples(window_s))
+        latest = self.latest_sample_ts()
+        return normalize({} if latest is None else self.series(latest - window_s))
 
     # --- KV events ---------------------------------------------------------------------------
 

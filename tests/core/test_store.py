@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from mmlens.ingest.metric_series import to_series
 from mmlens.records import (
     AllBlocksCleared,
     BlockRemoved,
@@ -121,6 +122,18 @@ def test_reader_sees_writer_commits_while_open(store_db: str) -> None:
     for i in range(3):
         writer.add_samples([MetricSample("t", "x", (), float(i), float(i))])
         assert len(reader.samples_since(0)) == i + 1
+
+
+def test_series_read_directly_equal_the_samples_as_series(store_db: str) -> None:
+    store = open_store(store_db)
+    # Written out of time order, two label sets, a counter reset: nothing lost or reordered.
+    store.add_samples(MetricSample(f"w{i % 2}", name, (("engine", str(i % 3)),), v, ts)
+                      for i, (ts, v) in enumerate([(30.0, 5.0), (10.0, 2.0), (20.0, 9.0),
+                                                   (40.0, 1.0), (5.0, 0.0), (25.0, 3.0)] * 2)
+                      for name in ("a_total", "b"))
+    assert store.series_since(0) == to_series(store.samples_since(0))
+    assert store.series_since(21) == to_series(store.samples_since(21))
+    assert store.series_since(1e9) == {}
 
 
 def _batch(seq: int, ts: float, n: int) -> list:
