@@ -15,6 +15,7 @@ from mmlens.analysis.availability.tracker import AvailabilityTracker
 from mmlens.records import Availability
 from mmlens.store.base import SQLStore
 from mmlens.store.decisions import attach, trace_keys
+from mmlens.store.tail import IdTail
 
 
 class AvailabilityJob:
@@ -24,19 +25,18 @@ class AvailabilityJob:
         self.settle_s = settle_s
         self.lookback_s = lookback_s
         self.tracker = AvailabilityTracker(horizon_s)
-        self.kv_rowid = 0
+        self.kv_tail = IdTail()  # every shard's rows, also those committed out of id order
         self.since: float | None = None  # requests decided before this are done
         self.evaluated = 0
 
     def apply_kv(self) -> int:
         n = 0
         while True:
-            rows = self.store.kv_content_after(self.kv_rowid)
+            rows = self.store.kv_content_tail(self.kv_tail)
             if not rows:
                 return n
             for r in rows:
                 self.tracker.apply_keyed(r.ts, r.unit, r.kind, r.keys, r.images)
-            self.kv_rowid = rows[-1].rowid
             n += len(rows)
 
     def run(self, now: float | None = None, settle_s: float | None = None,

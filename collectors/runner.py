@@ -260,6 +260,7 @@ class CollectorRunner:
         try:
             if self.availability is None:
                 self.availability = AvailabilityJob(self.store)
+            late = self.availability.kv_tail.late
             done = self.availability.run(now, settle_s)
         except Exception as exc:  # one failed pass must not stop collection
             log.exception("availability pass failed")
@@ -267,6 +268,8 @@ class CollectorRunner:
             return
         self.availability_health.ok(now)
         self.availability_health.count("requests", len(done))
+        # KV rows another shard committed after higher ids were read (``IdTail``).
+        self.availability_health.count("late_kv_rows", self.availability.kv_tail.late - late)
 
     def all_health(self) -> list[CollectorHealth]:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())

@@ -22,6 +22,7 @@ import msgspec
 
 from mmlens.records import Availability, BlockRemoved, BlockStored, KVEvent
 from mmlens.store.dialect import SQLBase, marks
+from mmlens.store.tail import IdTail
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv_content (
@@ -93,12 +94,12 @@ class AvailabilityTables(SQLBase):
             return self._many("INSERT INTO kv_content (ts, worker, rank, seq, idx, kind, "
                               "content) VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING", rows)
 
-    def kv_content_after(self, rowid: int, limit: int = 50_000) -> list[KeyedRow]:
-        """Keyed KV events stored after ``rowid``, in the order they were stored."""
+    def kv_content_tail(self, tail: IdTail, limit: int = 50_000) -> list[KeyedRow]:
+        """Keyed KV events ``tail`` has not returned yet (up to ``limit`` new ones and any
+        committed late, ``IdTail``), in the order they were stored."""
         out = []
-        for rid, ts, worker, rank, kind, content in self._rows(
-                f"SELECT {self.key}, ts, worker, rank, kind, content FROM kv_content "
-                f"WHERE {self.key} > ? ORDER BY {self.key} LIMIT ?", (rowid, limit)):
+        for rid, ts, worker, rank, kind, content in self._tail(
+                "kv_content", f"{self.key}, ts, worker, rank, kind, content", tail, limit):
             body = _dec.decode(content) if content else {}
             out.append(KeyedRow(int(rid), float(ts), worker if not rank else f"{worker}#{rank}",
                                 kind, body.get("k") or [],

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mmlens.store.schema import SCHEMA_VERSION
+from mmlens.store.tail import IdTail
 
 __all__ = ["APPEND_ONLY", "PRUNED_TABLES", "SCHEMA_VERSION", "NoStoreYet", "SQLBase",
            "StoreError", "marks"]
@@ -101,6 +102,22 @@ class SQLBase:
             if self._missing_table(exc):
                 return None
             raise
+
+    def _tail(self, table: str, columns: str, tail: IdTail, limit: int,
+              ) -> list[tuple[Any, ...]]:
+        """``table``'s rows ``tail`` has not returned yet, by increasing id: those committed
+        late into its gaps, then up to ``limit`` new ones (``columns`` start with the id)."""
+        late: list[tuple[Any, ...]] = []
+        # One statement a range: a plan over many ORed ranges turns into a full scan on a
+        # partition PostgreSQL has no statistics for yet (the newest, where gaps are).
+        for first, last in tail.pending():
+            late += self._rows(f"SELECT {columns} FROM {table} WHERE {self.key} BETWEEN ? "
+                               f"AND ? ORDER BY {self.key}", (first, last))
+        tail.filled(int(r[0]) for r in late)
+        new = self._rows(f"SELECT {columns} FROM {table} WHERE {self.key} > ? "
+                         f"ORDER BY {self.key} LIMIT ?", (tail.after, limit))
+        tail.advance(int(r[0]) for r in new)
+        return late + new
 
 
 def marks(n: int) -> str:

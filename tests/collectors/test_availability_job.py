@@ -4,11 +4,16 @@ read back as records and as the aggregate columns."""
 from __future__ import annotations
 
 from mmlens.collectors.availability_job import AvailabilityJob
+from mmlens.collectors.runner import CollectorRunner
 
 from mmlens.analysis.availability.aggregate import Cells, headline
+from mmlens.config import Config
 from mmlens.ingest.kv_index import ResidentIndex
-from mmlens.records import BlockRemoved
+from mmlens.records import BlockRemoved, BlockStored
+from mmlens.store.availability import KeyedRow
 from mmlens.store.open import open_store
+from mmlens.store.tail import IdTail
+from tests.conftest import new_database
 from tests.core.test_availability import (
     FULL,
     RED,
@@ -49,3 +54,45 @@ def test_job_evaluates_settled_requests_once(store_db: str) -> None:
     h = headline(Cells.from_rows(store.cells(0.0)))
     assert h.requests == 3 and h.avoidable_tokens == 96 and h.causes == {"load_spill": 96}
     store.close()
+
+
+def _keyed(worker: str, seq: int, key: int) -> BlockStored:
+    return BlockStored(worker, 0, seq, 1000.0 + seq, [key], None, [1] * 16, 16, keys=[key])
+
+
+def test_a_row_committed_after_higher_ids_were_read_is_applied_once(postgres, monkeypatch,
+                                                                    ) -> None:
+    """PostgreSQL hands out ids at INSERT and transactions commit in another order: shard A
+    holds id n uncommitted while shard B commits n+1…; the lead reads those, then A commits.
+    A's row is applied once, and the lead's health counts it."""
+    db = new_database(postgres)
+    a, b, reader = open_store(db), open_store(db), open_store(db)
+    a.add_kv_content([_keyed("wa", 0, 10)])  # each writer's partition exists before the race
+    b.add_kv_content([_keyed("wb", 0, 20)])
+    applied: list[int] = []
+    read = reader.kv_content_tail
+
+    def counted(tail: IdTail) -> list[KeyedRow]:
+        rows = read(tail)
+        applied.extend(k for r in rows for k in r.keys)
+        return rows
+
+    monkeypatch.setattr(reader, "kv_content_tail", counted)
+    runner = CollectorRunner(Config(), reader)
+    runner._evaluate_availability(2000.0)
+    with a._tx():  # shard A's batch: the lower id, not committed yet
+        a.add_kv_content([_keyed("wa", 1, 11)])
+        b.add_kv_content([_keyed("wb", i, 20 + i) for i in range(1, 4)])
+        runner._evaluate_availability(2000.0)
+        assert sorted(applied) == [10, 20, 21, 22, 23]  # read past A's id
+    ids = dict(reader._rows(f"SELECT seq, {reader.key} FROM kv_content WHERE worker = 'wa'"))
+    assert ids[1] < max(i for (i,) in reader._rows(f"SELECT {reader.key} FROM kv_content"))
+    runner._evaluate_availability(2000.0)
+    runner._evaluate_availability(2000.0)
+    assert sorted(applied) == [10, 11, 20, 21, 22, 23]  # A's late row once, nothing twice
+    units = runner.availability.tracker.index.units
+    assert units["wa"] == {10, 11} and units["wb"] == {20, 21, 22, 23}
+    assert runner.availability_health.counters["late_kv_rows"] == 1
+    runner.http.close()
+    for s in (a, b, reader):
+        s.close()
