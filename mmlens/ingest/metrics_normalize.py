@@ -9,7 +9,7 @@ workers' health and load here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
 from mmlens.ingest.metric_series import (
@@ -25,8 +25,9 @@ from mmlens.ingest.metrics_records import HitRate, NormalizedMetrics
 from mmlens.ingest.metrics_smg import normalize_smg
 from mmlens.records import MetricSample
 
-__all__ = ["HitRate", "NormalizedMetrics", "Series", "detect_flavors", "increase", "latest",
-           "normalize", "normalize_samples", "to_series"]
+__all__ = ["READ_NAMES", "READ_PREFIXES", "HitRate", "NormalizedMetrics", "Series",
+           "detect_flavors", "increase", "latest", "normalize", "normalize_samples", "reads",
+           "to_series"]
 
 FLAVOR_ORDER = ("smg", "dynamo_frontend", "dynamo_worker", "sglang", "vllm")
 
@@ -56,8 +57,17 @@ def detect_flavors(names: Iterable[str]) -> list[str]:
     return [f for f in FLAVOR_ORDER if f in found] or ["unknown"]
 
 
-def normalize(series: Series) -> NormalizedMetrics:
+def normalize(series: Series, names_by_target: Mapping[str, Set[str]] | None = None,
+              ) -> NormalizedMetrics:
+    """``names_by_target``: every metric name each target exposed in the window, when
+    ``series`` holds only the names the normalizers read (``reads``)."""
     idx = SeriesIndex(series)
+    if names_by_target is not None:
+        idx.names_by_target = {t: set(n) for t, n in names_by_target.items()}
+    return _normalize(idx)
+
+
+def _normalize(idx: SeriesIndex) -> NormalizedMetrics:
     out = NormalizedMetrics()
     out.flavors = {t: detect_flavors(names) for t, names in sorted(idx.names_by_target.items())}
     _hit_rates(idx, out)
@@ -70,6 +80,7 @@ def normalize(series: Series) -> NormalizedMetrics:
 
 def normalize_samples(samples: Iterable[MetricSample]) -> NormalizedMetrics:
     return normalize(to_series(samples))
+
 
 
 # --- hit rates --------------------------------------------------------------------------------
@@ -158,3 +169,34 @@ def _health(idx: SeriesIndex, out: NormalizedMetrics) -> None:
             value = latest(points)
             row[fld] = bool(value == 1) if fld == "healthy" else value
     out.worker_health = [rows[k] for k in sorted(rows)]
+
+
+# --- what the normalizers read -----------------------------------------------------------------
+class _Asked(SeriesIndex):
+    """An empty index noting every name the normalizers ask it for."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.asked: set[str] = set()
+
+    def get(self, name: str) -> list[tuple[str, Any, Any]]:
+        self.asked.add(name)
+        return super().get(name)
+
+
+def _names_asked() -> frozenset[str]:
+    idx = _Asked()
+    _normalize(idx)
+    return frozenset(idx.asked)
+
+
+# The names the normalizers read: every one they ask for by name (noted by running them on an
+# empty window, so a new one is never missed) and Dynamo's per-stage router overhead series,
+# found by prefix. Everything else in a window (most of a vLLM worker's 60+ series) only
+# tells a target's flavor, which needs names, not samples.
+READ_NAMES = _names_asked()
+READ_PREFIXES = ("dynamo_router_overhead_",)
+
+
+def reads(name: str) -> bool:
+    return name in READ_NAMES or name.startswith(READ_PREFIXES)

@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mmlens.ingest.metric_series import Series
-from mmlens.ingest.metrics_normalize import NormalizedMetrics, normalize
+from mmlens.ingest.metrics_normalize import (
+    READ_NAMES,
+    READ_PREFIXES,
+    NormalizedMetrics,
+    normalize,
+)
 from mmlens.records import (
     Availability,
     CollectorHealth,
@@ -96,9 +101,19 @@ class StoreReader:
     def samples(self, since: float, names: Sequence[str] | None = None) -> list[MetricSample]:
         return self._locked(lambda s: s.samples_since(since, names))
 
-    def series(self, since: float) -> Series:
-        """Every sample since ``since`` as series (what the normalizers read)."""
-        return self._locked(lambda s: s.series_since(since))
+    def series(self, since: float, names: Sequence[str] | None = None,
+               prefixes: Sequence[str] = ()) -> Series:
+        """Samples since ``since`` as series, of ``names`` and ``prefixes`` (default: all)."""
+        return self._locked(lambda s: s.series_since(since, names, prefixes))
+
+    def sample_names(self, since: float) -> dict[str, set[str]]:
+        return self._locked(lambda s: s.sample_names(since))
+
+    def normalized_since(self, since: float) -> NormalizedMetrics:
+        """The window normalized from only the series the normalizers read (and every
+        target's names, for its flavor): a vLLM worker exposes 60+ series, they read a few."""
+        return normalize(self.series(since, sorted(READ_NAMES), READ_PREFIXES),
+                         self.sample_names(since))
 
     def recent_samples(self, window_s: float, names: Sequence[str] | None = None,
                        ) -> list[MetricSample]:
@@ -108,7 +123,7 @@ class StoreReader:
 
     def normalized(self, window_s: float = 300.0) -> NormalizedMetrics:
         latest = self.latest_sample_ts()
-        return normalize({} if latest is None else self.series(latest - window_s))
+        return normalize({}) if latest is None else self.normalized_since(latest - window_s)
 
     # --- KV events ---------------------------------------------------------------------------
 

@@ -51,11 +51,13 @@ class StoreReads(SQLBase):
         return [MetricSample(target, name, labels, value, ts)
                 for ts, target, name, labels, value in self._sample_rows(since, names)]
 
-    def series_since(self, since: float, names: Sequence[str] | None = None) -> Series:
+    def series_since(self, since: float, names: Sequence[str] | None = None,
+                     prefixes: Sequence[str] = ()) -> Series:
         """The same window as series (``mmlens.ingest.metric_series.to_series``), built
-        without a record per sample: a fleet's five minutes are 300k+ samples."""
+        without a record per sample (a fleet's five minutes are 300k+ samples); ``names``
+        and ``prefixes``: only those names and the names starting with one of them."""
         series: Series = {}
-        for ts, target, name, labels, value in self._sample_rows(since, names):
+        for ts, target, name, labels, value in self._sample_rows(since, names, prefixes):
             points = series.get((target, name, labels))
             if points is None:
                 points = series[(target, name, labels)] = []
@@ -64,13 +66,28 @@ class StoreReads(SQLBase):
             points.sort()
         return series
 
+    def sample_names(self, since: float) -> dict[str, set[str]]:
+        """The metric names each target exposed since ``since``."""
+        out: dict[str, set[str]] = {}
+        for target, name in self._rows("SELECT DISTINCT target, name FROM samples WHERE ts >= ?",
+                                       (since,)):
+            out.setdefault(target, set()).add(name)
+        return out
+
     def _sample_rows(self, since: float, names: Sequence[str] | None,
+                     prefixes: Sequence[str] = (),
                      ) -> Iterator[tuple[float, str, str, Labels, float]]:
         sql = "SELECT ts, target, name, labels, value FROM samples WHERE ts >= ?"
         args: list[Any] = [since]
+        which = []
         if names:
-            sql += f" AND name IN ({marks(len(names))})"
+            which.append(f"name IN ({marks(len(names))})")
             args += list(names)
+        for prefix in prefixes:  # LIKE's `_` matches any one character: a superset
+            which.append("name LIKE ?")
+            args.append(prefix + "%")
+        if which:
+            sql += f" AND ({' OR '.join(which)})"
         parsed: dict[str, Labels] = {}
         for ts, target, name, labels, value in self._rows(sql, args):
             pairs = parsed.get(labels)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from mmlens.ingest.metrics_normalize import normalize
 from mmlens.state import KVEndpointHealth, Snapshot
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
         targets=reader.meta("targets"),
         router_state=reader.meta("router_state"),
         health=health,
-        metrics=normalize(reader.series(since)),
+        metrics=reader.normalized_since(since),
         dynamo_mm_routing=reader.meta("dynamo_mm_routing") or {},
         kv_endpoints={h.target: KVEndpointHealth.of(h) for h in health
                       if h.collector == "kv_events"},

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mmlens.ingest.exposition import parse_exposition
-from mmlens.ingest.metrics_normalize import detect_flavors, increase, normalize_samples
+from mmlens.ingest.metrics_normalize import (
+    detect_flavors,
+    increase,
+    normalize,
+    normalize_samples,
+    reads,
+    to_series,
+)
 from mmlens.records import MetricSample
 from tests.fixtures_path import capture
 
@@ -195,3 +204,22 @@ def test_dynamo_worker_metrics_name_the_worker_in_hex() -> None:
     health = {r["target"]: r for r in n.worker_health}
     assert (health["dyn_mocker_metrics.txt"]["token_usage"],
             health["dyn_mocker_metrics.txt"]["running"]) == (0.0, 0.0)
+
+
+def test_only_the_series_the_normalizers_read_give_the_same_result() -> None:
+    """The store reads only ``reads`` names (and each target's names, for its flavor)."""
+    samples = []
+    for name in ("smg_http_metrics.txt", "smg_grpc_metrics_kv.txt", "smg_http_engine_metrics.txt",
+                 "dyn_frontend_metrics_text.txt", "dyn_mocker_metrics.txt"):
+        samples += parse_exposition(capture(name), name, 100.0)
+        samples += [replace(s, ts=105.0, value=s.value + 1) for s in
+                    parse_exposition(capture(name), name, 100.0)]
+    samples.append(MetricSample("w9", "vllm:num_preemptions_total", (), 1.0, 100.0))
+    series = to_series(samples)
+    names: dict[str, set[str]] = {}
+    for target, name, _ in series:
+        names.setdefault(target, set()).add(name)
+    read = {k: v for k, v in series.items() if reads(k[1])}
+    assert len(read) < len(series) / 2  # most series are not read
+    assert normalize(read, names) == normalize(series)
+    assert "w9" not in normalize(read).flavors  # the flavors need every name

@@ -134,6 +134,11 @@ def test_series_read_directly_equal_the_samples_as_series(store_db: str) -> None
     assert store.series_since(0) == to_series(store.samples_since(0))
     assert store.series_since(21) == to_series(store.samples_since(21))
     assert store.series_since(1e9) == {}
+    store.add_samples([MetricSample("w0", "dynamo_router_overhead_x_ms_sum", (), 1.0, 50.0)])
+    assert {n for _, n, _ in store.series_since(0, ["b"], ["dynamo_router_overhead_"])} == {
+        "b", "dynamo_router_overhead_x_ms_sum"}
+    assert store.sample_names(21) == {"w0": {"a_total", "b", "dynamo_router_overhead_x_ms_sum"},
+                                      "w1": {"a_total", "b"}}
 
 
 def _batch(seq: int, ts: float, n: int) -> list:
