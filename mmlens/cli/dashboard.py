@@ -23,6 +23,8 @@ from pathlib import Path
 from types import FrameType
 from typing import cast
 
+import httpx
+
 from mmlens.store.open import NoStoreYet, StoreError, is_postgres_url, open_store
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -72,6 +74,20 @@ def wait_ready(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> dic
                 pass  # caught mid-write
         time.sleep(0.2)
     raise RuntimeError(f"demo not ready within {timeout:.0f} s")
+
+
+def wait_serving(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until Streamlit answers its health check: "ready" means the URL serves."""
+    url = f"http://127.0.0.1:{port}/_stcore/health"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {proc.returncode} before serving")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"streamlit not serving on port {port} within {timeout:.0f} s")
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -205,6 +221,7 @@ def main(argv: Sequence[str]) -> int:
         ]
         print(f"dashboard: http://127.0.0.1:{args.port}", flush=True)
         ui = children.start("streamlit", cmd, env)
+        wait_serving(args.port, ui, args.ready_timeout)
         if args.ready_file:
             Path(args.ready_file).write_text(json.dumps({
                 "event": "ready", "dashboard": f"http://127.0.0.1:{args.port}",
