@@ -9,6 +9,7 @@ and ``RETURNING`` are spelled the same on both (SQLite ≥ 3.35).
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -103,14 +104,26 @@ class SQLBase:
                 return None
             raise
 
+    def _id_in(self) -> str:
+        """SQL: the row-order column is in a set of ids given as one ``?`` (``_id_set``)."""
+        return f"{self.key} IN (SELECT value FROM json_each(?))"
+
+    @staticmethod
+    def _id_set(ids: list[int]) -> Any:
+        return json.dumps(ids)
+
     def _tail(self, table: str, columns: str, tail: IdTail, limit: int,
               ) -> list[tuple[Any, ...]]:
         """``table``'s rows ``tail`` has not returned yet, by increasing id: those committed
         late into its gaps, then up to ``limit`` new ones (``columns`` start with the id)."""
+        ids, wide = tail.pending_ids()
         late: list[tuple[Any, ...]] = []
-        # One statement a range: a plan over many ORed ranges turns into a full scan on a
+        if ids:
+            late += self._rows(f"SELECT {columns} FROM {table} WHERE {self._id_in()} "
+                               f"ORDER BY {self.key}", (self._id_set(ids),))
+        # A statement a wide range: a plan over many ORed ranges turns into a full scan on a
         # partition PostgreSQL has no statistics for yet (the newest, where gaps are).
-        for first, last in tail.pending():
+        for first, last in wide:
             late += self._rows(f"SELECT {columns} FROM {table} WHERE {self.key} BETWEEN ? "
                                f"AND ? ORDER BY {self.key}", (first, last))
         tail.filled(int(r[0]) for r in late)

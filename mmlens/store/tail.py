@@ -18,7 +18,8 @@ class IdTail:
     good. So every id below the highest one read that was not returned — a row not
     committed yet, or a value never to be used (a rolled-back insert, ``ON CONFLICT DO
     NOTHING`` consumes one, a deleted row) — stays in ``gaps`` and is asked for again on
-    each read until ``late_s`` after it was first passed over; a row found there is
+    each read until ``late_s`` after it was first passed over (the short ranges' ids in one
+    lookup, as ``ON CONFLICT DO NOTHING`` leaves many one-id gaps); a row found there is
     returned once (its id leaves the gaps) and counted in ``late``. At most ``max_gaps``
     ranges are kept, the oldest dropped first (counted in ``dropped``: a row committing
     later than that is lost). SQLite serializes writers, so its gaps are only deleted rows
@@ -27,7 +28,7 @@ class IdTail:
 
     after: int = 0  # the highest id read
     late_s: float = 10.0  # a batch commits within a second or two of taking its ids
-    max_gaps: int = 1000  # a statement each read: about 0.25 ms on PostgreSQL
+    max_gaps: int = 10_000
     clock: Callable[[], float] = time.monotonic
     gaps: list[tuple[int, int, float]] = field(default_factory=list)  # first, last, since
     late: int = 0
@@ -38,6 +39,18 @@ class IdTail:
         cutoff = self.clock() - self.late_s
         self.gaps = [g for g in self.gaps if g[2] >= cutoff]  # oldest first: a prefix
         return [(first, last) for first, last, _ in self.gaps]
+
+    def pending_ids(self, max_span: int = 64) -> tuple[list[int], list[tuple[int, int]]]:
+        """``pending`` as the ids of its short ranges (one set lookup asks for them all)
+        and its ranges wider than ``max_span`` (a range lookup each)."""
+        ids: list[int] = []
+        wide = []
+        for first, last in self.pending():
+            if last - first < max_span:
+                ids.extend(range(first, last + 1))
+            else:
+                wide.append((first, last))
+        return ids, wide
 
     def advance(self, ids: Iterable[int]) -> None:
         """The ids of the new rows read (above ``after``, increasing)."""

@@ -33,6 +33,12 @@ def test_gaps_are_asked_for_until_found_or_too_old() -> None:
     assert tail.pending() == [] and tail.after == 11
 
 
+def test_short_gaps_are_asked_for_as_ids_and_wide_ones_as_ranges() -> None:
+    tail = IdTail()
+    tail.advance([1, 4, 100, 102])
+    assert tail.pending_ids(max_span=64) == ([2, 3, 101], [(5, 99)])
+
+
 def _stored(seq: int) -> BlockStored:
     return BlockStored("w", 0, seq, 100.0 + seq, [seq], None, [1] * 16, 16, keys=[seq])
 
@@ -50,4 +56,17 @@ def test_rows_are_returned_once_across_unused_ids(store_db: str, backend: str) -
     assert tail.pending() == ([(4, 6)] if backend == "postgresql" else [])
     clock.t = 11.0
     assert tail.pending() == [] and store.kv_content_tail(tail) == []
+    store.close()
+
+
+def test_rows_in_short_and_wide_gaps_are_found(store_db: str) -> None:
+    """Both lookups of the gaps, on each backend: ids passed over whose rows are there now."""
+    store = open_store(store_db)
+    store.add_kv_content([_stored(s) for s in range(100)])
+    first = store.kv_content_tail(IdTail(), limit=1)[0].rowid
+    tail = IdTail(after=first - 1)
+    tail.advance([first, first + 3, first + 99])  # passed over: 2 ids, then 95
+    rows = store.kv_content_tail(tail)
+    assert [r.keys[0] for r in rows] == [1, 2, *range(4, 99)]
+    assert tail.late == 97 and tail.pending() == [] and tail.after == first + 99
     store.close()
