@@ -143,7 +143,7 @@ def samples(path: str, names: tuple[str, ...], window_s: float) -> list[MetricSa
 def hit_rates(path: str, window_s: float) -> tuple[dict[str, list[tuple[float, float]]], float]:
     """Prefix hit-rate lines over ``window_s`` and their bucket width (``fleet_hit_rates``):
     cached as lines, not as the samples behind them (a fleet's are 100k+)."""
-    return fleet_hit_rates(_reader(path).recent_samples(window_s, HIT_NAMES))
+    return fleet_hit_rates(_reader(path).recent_series(window_s, HIT_NAMES))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)

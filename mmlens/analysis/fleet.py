@@ -4,18 +4,18 @@ summed into one series (a chart of 1,000 workers' bars is neither)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from mmlens.analysis.kv_divergence import ViewPoint
 from mmlens.analysis.timeseries import (
     BucketCounts,
     Point,
-    bucket_of,
     ratio_of,
+    series_bucket,
     worker_hit_counts,
 )
-from mmlens.records import MetricSample
+from mmlens.ingest.metric_series import Series
 
 KEEP = 12
 
@@ -67,13 +67,11 @@ def fold_hit_counts(counts: Mapping[str, BucketCounts], keep: int = KEEP,
     return out
 
 
-def fleet_hit_rates(samples: Iterable[MetricSample], keep: int = KEEP,
-                    ) -> tuple[dict[str, list[Point]], float]:
-    """The Cache page's hit-rate lines and their bucket width: one per worker, or on a fleet
-    the ``keep`` busiest and one for the rest."""
-    samples = list(samples)
-    step = bucket_of(samples)
-    folded = fold_hit_counts(worker_hit_counts(samples, step), keep)
+def fleet_hit_rates(series: Series, keep: int = KEEP) -> tuple[dict[str, list[Point]], float]:
+    """The Cache page's hit-rate lines and their bucket width from the window's prefix-cache
+    counters: one per worker, or on a fleet the ``keep`` busiest and one for the rest."""
+    step = series_bucket(series)
+    folded = fold_hit_counts(worker_hit_counts(series, step), keep)
     return {w: ratio_of(c) for w, c in folded.items()}, step
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from mmlens.ingest.metric_series import Series, label, to_series
 from mmlens.records import MetricSample
 
 Point = tuple[float, float]
@@ -19,7 +20,18 @@ def bucket_of(samples: Sequence[MetricSample], points: int = 40) -> float:
     """About ``points`` buckets over the data actually present (a young store has little)."""
     if not samples:
         return 10.0
-    span = max(s.ts for s in samples) - min(s.ts for s in samples)
+    return _bucket(max(s.ts for s in samples) - min(s.ts for s in samples), points)
+
+
+def series_bucket(series: Series, points: int = 40) -> float:
+    """``bucket_of`` the same samples as series."""
+    if not series:
+        return 10.0
+    return _bucket(max(p[-1][0] for p in series.values()) -
+                   min(p[0][0] for p in series.values()), points)
+
+
+def _bucket(span: float, points: int) -> float:
     return max(2.0, span / points)
 
 
@@ -73,6 +85,19 @@ def group_points(samples: Iterable[MetricSample], key_labels: tuple[str, ...],
     return {k: sorted(v.items()) for k, v in acc.items()}
 
 
+def group_series(series: Series, name: str, key_labels: tuple[str, ...],
+                 ) -> dict[tuple[str, ...], list[Point]]:
+    """``group_points`` of the series named ``name``."""
+    acc: dict[tuple[str, ...], dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for (target, series_name, labels), points in series.items():
+        if series_name != name:
+            continue
+        sums = acc[(target, *(label(labels, k) for k in key_labels))]
+        for ts, v in points:
+            sums[ts] += v
+    return {k: sorted(v.items()) for k, v in acc.items()}
+
+
 # Token-weighted prefix hits and queries per engine (SGLang counts cached and prompt tokens).
 HIT_COUNTERS = {
     "vllm": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
@@ -87,22 +112,20 @@ def worker_hit_rate_series(samples: Iterable[MetricSample], step: float = 10.0,
     """Token-weighted prefix hit rate per worker per ``step`` seconds, from the engines'
     counters (vLLM and SGLang side by side; a rank other than 0 is named ``worker#rank``)."""
     out = {}
-    for name, counts in worker_hit_counts(samples, step).items():
+    for name, counts in worker_hit_counts(to_series(samples), step).items():
         series = ratio_of(counts)
         if series:
             out[name] = series
     return out
 
 
-def worker_hit_counts(samples: Iterable[MetricSample], step: float = 10.0,
-                      ) -> dict[str, BucketCounts]:
+def worker_hit_counts(series: Series, step: float = 10.0) -> dict[str, BucketCounts]:
     """Per worker (named as in ``worker_hit_rate_series``): Σ Δhits and Σ Δqueries per
     ``step`` seconds."""
-    samples = list(samples)
     out: dict[str, BucketCounts] = {}
     for hits_name, queries_name, labels in HIT_COUNTERS.values():
-        h = group_points((s for s in samples if s.name == hits_name), labels)
-        q = group_points((s for s in samples if s.name == queries_name), labels)
+        h = group_series(series, hits_name, labels)
+        q = group_series(series, queries_name, labels)
         for key, qpoints in sorted(q.items()):
             target, *rest = key
             addr, rank = (rest[0], rest[1]) if len(rest) == 2 else ("", rest[0])

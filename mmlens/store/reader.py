@@ -106,6 +106,11 @@ class StoreReader:
         """Samples since ``since`` as series, of ``names`` and ``prefixes`` (default: all)."""
         return self._locked(lambda s: s.series_since(since, names, prefixes))
 
+    def recent_series(self, window_s: float, names: Sequence[str]) -> Series:
+        """``recent_samples`` as series."""
+        latest = self.latest_sample_ts()
+        return {} if latest is None else self.series(latest - window_s, names)
+
     def sample_names(self, since: float) -> dict[str, set[str]]:
         return self._locked(lambda s: s.sample_names(since))
 

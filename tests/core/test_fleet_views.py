@@ -10,7 +10,13 @@ from mmlens.analysis.fleet import (
     other_label,
 )
 from mmlens.analysis.kv_divergence import ViewPoint
-from mmlens.analysis.timeseries import bucket_of, worker_hit_rate_series
+from mmlens.analysis.timeseries import (
+    bucket_of,
+    group_points,
+    group_series,
+    worker_hit_rate_series,
+)
+from mmlens.ingest.metric_series import to_series
 from mmlens.records import MetricSample, labels_of
 
 
@@ -41,12 +47,12 @@ def _counters(workers: int, scrapes: int) -> list[MetricSample]:
 
 def test_hit_rates_keep_the_busiest_workers_and_weight_the_rest_by_tokens() -> None:
     samples = _counters(20, 6)
-    series, _ = fleet_hit_rates(samples, keep=3)
+    series, _ = fleet_hit_rates(to_series(samples), keep=3)
     assert set(series) == {"w019", "w018", "w017", other_label(17)}
     assert all(v == 0.5 for points in series.values() for _, v in points)
     few = _counters(3, 6)
-    assert fleet_hit_rates(few, keep=3) == (worker_hit_rate_series(few, bucket_of(few)),
-                                            bucket_of(few))
+    assert fleet_hit_rates(to_series(few), keep=3) == (
+        worker_hit_rate_series(few, bucket_of(few)), bucket_of(few))
 
 
 def test_hit_rate_of_the_rest_is_token_weighted_not_a_mean_of_ratios() -> None:
@@ -66,3 +72,12 @@ def test_view_points_fold_keeps_each_request_and_sums_compared_counts() -> None:
     assert sorted(p.request_id for p in folded if p.worker == other
                   and p.source == "prediction") == ["r0", "r1", "r2"]
     assert fold_view_points(points[:2], keep=2) == points[:2]
+
+
+def test_series_grouped_like_samples() -> None:
+    other_rank = MetricSample("w000", "vllm:prefix_cache_hits_total", labels_of({"engine": "1"}),
+                              7.0, 10.0)
+    samples = [*_counters(3, 4), other_rank]
+    name, keys = "vllm:prefix_cache_hits_total", ("engine",)
+    assert group_series(to_series(samples), name, keys) == group_points(
+        (s for s in samples if s.name == name), keys)
