@@ -33,18 +33,17 @@ def port_free(port: int) -> bool:
     return True
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _ephemeral_low() -> int:
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 # Ports the kernel hands to outgoing connections (a PostgreSQL client, an HTTP pool) can be
 # taken between a probe and the bind that follows, so tests pick ports below that range, and
 # never the same one twice in a process (several are probed before any is bound).
-_EPHEMERAL_LOW = _ephemeral_range()[0]
+_EPHEMERAL_LOW = _ephemeral_low()
 _PICK_LOW = 20000 if _EPHEMERAL_LOW > 21000 else 10000
 _handed: set[int] = set()
 _rng = random.Random(os.getpid() ^ time.monotonic_ns())
@@ -58,6 +57,11 @@ def free_port() -> int:
             _handed.add(port)
             return port
     raise RuntimeError("no free port found")
+
+
+def loopback_endpoints(n: int) -> list[str]:
+    """n free loopback TCP endpoints (ZMQ's spelling)."""
+    return [f"tcp://{LOOPBACK}:{free_port()}" for _ in range(n)]
 
 
 def free_port_base(span: int = 60, ports: Callable[[int], Iterable[int]] | None = None) -> int:

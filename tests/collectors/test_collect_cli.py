@@ -15,8 +15,9 @@ from mmlens.cli import snapshot as snapshot_cli
 from mmlens.cli.main import main as mmlens_main
 from mmlens.store.sqlite import SCHEMA_VERSION
 from tests.collectors.loopback import Loopback, Route
-from tests.collectors.zmq_publisher import Publisher, free_tcp
+from tests.collectors.zmq_publisher import Publisher
 from tests.fixtures_path import capture
+from tests.live_support import loopback_endpoints
 
 JSON = "application/json"
 IMG = "e" * 64
@@ -34,7 +35,7 @@ def _chat_reply() -> Route:
 @pytest.fixture
 def world(tmp_path):
     ctx = zmq.Context()
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     lbl = '{engine="0",model_name="Qwen/Qwen3-VL-2B-Instruct"}'
     vllm = (f"# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{lbl} 60\n"

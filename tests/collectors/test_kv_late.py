@@ -16,7 +16,8 @@ from mmlens.records import CollectorHealth, KVEvent
 from mmlens.store.base import SQLStore
 from mmlens.store.open import open_store
 from tests.collectors.test_kv_subscriber import _connect, _pump, stored
-from tests.collectors.zmq_publisher import Publisher, free_tcp
+from tests.collectors.zmq_publisher import Publisher
+from tests.live_support import loopback_endpoints
 
 TIMEOUT_S = 0.3
 
@@ -83,7 +84,7 @@ def loss_free(batches: list[tuple[int, bytes]]):
 
 
 def test_silent_then_answering_replay_loses_nothing_and_the_index_is_the_loss_free_one(ctx):
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     sunk: list[KVEvent] = []
     col, ep = collector(ctx, pub_ep, replay_ep, sunk)
@@ -127,7 +128,7 @@ def test_a_late_parent_gives_a_stored_orphan_its_content_rows_once(ctx, tmp_path
     """The runner's KV side against a store: seq 16 (block 10) is stored live while its
     parent's batch (seq 15) is owed; once 15 comes, 16's content keys reach ``kv_content``
     (as in a loss-free run) and its event is not stored a second time."""
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     store = open_store(tmp_path / "late.db")
     side = KVSide(store, ctx, CollectorHealth("supervisor", "kv"))
@@ -170,7 +171,7 @@ def test_a_late_parent_gives_a_stored_orphan_its_content_rows_once(ctx, tmp_path
 
 
 def test_never_answering_replay_is_reported_owed_then_given_up(ctx):
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     col, ep = collector(ctx, pub_ep, replay_ep, owed_budget=(3, 100))
     _connect(col, pub, ctx, pub_ep)
@@ -195,7 +196,7 @@ def test_never_answering_replay_is_reported_owed_then_given_up(ctx):
 
 @pytest.mark.parametrize("seen_live", [True, False])
 def test_publisher_restart_between_gap_and_late_answer(ctx, seen_live):
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     sunk: list[KVEvent] = []
     col, ep = collector(ctx, pub_ep, replay_ep, sunk)

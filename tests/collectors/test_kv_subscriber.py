@@ -10,7 +10,8 @@ import zmq
 from mmlens.collectors.kv_subscriber import KVEventCollector
 
 from mmlens.records import KVEvent
-from tests.collectors.zmq_publisher import Publisher, free_consecutive, free_tcp
+from tests.collectors.zmq_publisher import Publisher
+from tests.live_support import free_port_base, loopback_endpoints
 
 IMG = "d" * 64
 
@@ -49,7 +50,7 @@ def _connect(col, pub, ctx, endpoint: str) -> None:
 
 
 def test_stream_gap_replay_restart_and_bad_frames(ctx) -> None:
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep, topic=b"kv-events")
     sunk: list[KVEvent] = []
     col = KVEventCollector(context=ctx, sink=sunk.extend, replay_timeout_s=2.0)
@@ -94,7 +95,7 @@ def test_stream_gap_replay_restart_and_bad_frames(ctx) -> None:
 
 
 def test_gap_without_replay_endpoint_and_dead_replay(ctx) -> None:
-    pub_ep, pub2_ep, dead_replay = free_tcp(ctx, 3)
+    pub_ep, pub2_ep, dead_replay = loopback_endpoints(3)
     pub = Publisher(ctx, pub_ep, None)
     pub2 = Publisher(ctx, pub2_ep, None)
     col = KVEventCollector(context=ctx, replay_timeout_s=0.3)
@@ -128,7 +129,7 @@ def test_gap_without_replay_endpoint_and_dead_replay(ctx) -> None:
 def test_dp_ranks_are_separate_streams(ctx) -> None:
     from mmlens.config import WorkerTarget
 
-    port = free_consecutive(ctx, 2)
+    port = free_port_base(2)
     w = WorkerTarget("w", kv_events=f"tcp://127.0.0.1:{port}", dp_size=2)
     pubs = [Publisher(ctx, ep, None) for _, ep, _ in w.kv_endpoints()]
     col = KVEventCollector(context=ctx)
@@ -148,7 +149,7 @@ def test_dp_ranks_are_separate_streams(ctx) -> None:
 
 
 def test_initial_sync_learns_blocks_stored_before_the_collector_started(ctx) -> None:
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     pub.publish([1.0, [stored([1, 2], image=True)], 0])  # nobody listening yet
     pub.publish([1.1, [stored([3], parent=2)], 0])
@@ -171,7 +172,7 @@ def test_initial_sync_learns_blocks_stored_before_the_collector_started(ctx) -> 
 
 
 def test_late_join_fetches_what_the_publisher_still_buffers(ctx) -> None:
-    pub_ep, replay_ep = free_tcp(ctx, 2)
+    pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     col = KVEventCollector(context=ctx, replay_timeout_s=2.0)
     ep = col.add_endpoint("w1", 0, pub_ep, replay_ep)

@@ -18,8 +18,8 @@ from mmlens.cli import collect as collect_cli
 from mmlens.config import WorkerTarget
 from mmlens.shard import Shard, ShardError, parse_label, parse_shard, shard_of
 from mmlens.store.open import open_store
-from tests.collectors.zmq_publisher import Publisher, free_tcp
-from tests.live_support import REPO, stop_process
+from tests.collectors.zmq_publisher import Publisher
+from tests.live_support import REPO, loopback_endpoints, stop_process
 
 IDS = [f"grpc://10.0.{i // 250}.{i % 250}:50051" for i in range(1000)]
 
@@ -75,7 +75,7 @@ def test_two_collector_processes_store_each_worker_once(tmp_path, store_db: str)
     """On SQLite and on PostgreSQL (`--db postgresql://…`)."""
     ctx = zmq.Context()
     n = 6
-    eps = free_tcp(ctx, 2 * n)
+    eps = loopback_endpoints(2 * n)
     pubs = [Publisher(ctx, eps[2 * i], eps[2 * i + 1]) for i in range(n)]
     workers = "".join(
         f'[[worker]]\nname = "w{i}"\nrouter_url = "grpc://127.0.0.1:{51000 + i}"\n'

@@ -7,14 +7,7 @@ import threading
 import msgspec
 import zmq
 
-from tests.live_support import free_port, port_free
-
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
-
-
-def free_tcp(ctx: zmq.Context, n: int) -> list[str]:
-    """n free loopback TCP endpoints (plain sockets: they release the port at once)."""
-    return [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
 
 
 class Publisher:
@@ -79,12 +72,3 @@ class Publisher:
             self._thread.join(timeout=2)
             self.router.close(linger=0)
         self.pub.close(linger=0)
-
-
-def free_consecutive(ctx: zmq.Context, n: int) -> int:
-    """A base port with n free consecutive loopback ports (DP-rank offsets)."""
-    for _ in range(50):
-        base = free_port()
-        if all(port_free(base + i) for i in range(1, n)):
-            return base
-    raise RuntimeError("no consecutive free ports")

@@ -11,14 +11,10 @@ from typing import Any
 import msgspec
 import zmq
 
-from tests.live_support import free_port
+from tests.live_support import loopback_endpoints as loopback_endpoints
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 _enc = msgspec.msgpack.Encoder()
-
-
-def loopback_endpoints(n: int) -> list[str]:
-    return [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
 
 
 class FaultPublisher:
