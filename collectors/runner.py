@@ -260,7 +260,8 @@ class CollectorRunner:
         try:
             if self.availability is None:
                 self.availability = AvailabilityJob(self.store)
-            late = self.availability.kv_tail.late
+            tail = self.availability.kv_tail
+            late, dropped = tail.late, tail.dropped
             done = self.availability.run(now, settle_s)
         except Exception as exc:  # one failed pass must not stop collection
             log.exception("availability pass failed")
@@ -268,8 +269,10 @@ class CollectorRunner:
             return
         self.availability_health.ok(now)
         self.availability_health.count("requests", len(done))
-        # KV rows another shard committed after higher ids were read (``IdTail``).
-        self.availability_health.count("late_kv_rows", self.availability.kv_tail.late - late)
+        # KV rows another shard committed after higher ids were read, and id gaps given up
+        # on before anything came (``IdTail``).
+        self.availability_health.count("late_kv_rows", tail.late - late)
+        self.availability_health.count("kv_gaps_dropped", tail.dropped - dropped)
 
     def all_health(self) -> list[CollectorHealth]:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())

@@ -133,7 +133,7 @@ def worker_hit_counts(series: Series, step: float = 10.0) -> dict[str, BucketCou
             if rank not in ("", "0"):
                 name = f"{name}#{rank}"
             counts = bucket_counts(h.get(key, []), qpoints, step)
-            if ratio_of(counts):
+            if any(d > 0 for _, d in counts.values()):  # a worker without queries draws nothing
                 out[name] = counts
     return out
 

@@ -82,7 +82,6 @@ def normalize_samples(samples: Iterable[MetricSample]) -> NormalizedMetrics:
     return normalize(to_series(samples))
 
 
-
 # --- hit rates --------------------------------------------------------------------------------
 
 

@@ -170,7 +170,6 @@ class ResponseFacts:
             self.error_code = self.error_code or str(err.get("code") or err.get("type") or "")
 
 
-
 def usage_counts(obj: dict[str, Any]) -> tuple[int | None, int | None, int] | None:
     """(prompt, completion, cached tokens) of a response's or chunk's ``usage``, None without
     one; cached is 0 when absent (SMG omits ``prompt_tokens_details`` when it is 0)."""
