@@ -90,6 +90,10 @@ class RoutingDecision:
     candidates: list[RoutingCandidate] = field(default_factory=list)
     scores: list[RoutingScore] = field(default_factory=list)
     gates: list[SpillGate] = field(default_factory=list)
+    # The router's 0-based dispatch attempt (SMG's cache trace ``attempt``; a retry after a
+    # failed worker is attempt 1); None = unknown. The attempt that served is the last one
+    # with a response.
+    attempt: int | None = None
 
 
 @dataclass(slots=True)
