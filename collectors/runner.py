@@ -42,6 +42,7 @@ from mmlens.config import (
     smg_worker_target,
 )
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
+from mmlens.ingest.observed import name_router
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import READ_SPANS, read_spans
 from mmlens.ingest.sample_thinning import SampleThinner
@@ -170,6 +171,11 @@ class CollectorRunner:
 
     def on_spans(self, spans: list[SpanRecord]) -> None:
         frags, decisions = read_spans(spans)
+        for kind in {f.router_kind for f in frags}:
+            named = [r.name for r in self.cfg.routers if r.kind == kind]
+            if len(named) == 1:  # spans do not name the router; the config's one of its kind
+                name_router((f for f in frags if f.router_kind == kind), named[0],
+                            "config:otlp")
         self.observed.add(frags, decisions)
 
     def metric_targets(self) -> list[tuple[str, str]]:
@@ -227,6 +233,7 @@ class CollectorRunner:
             if not lines:
                 continue
             found, frags = read_lines(lines, h.errors)
+            name_router(frags, name, "config:log_file")
             # Dynamo says once per model whether it routes images exactly, and why not.
             if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
                 self.store.set_meta("dynamo_mm_routing", {

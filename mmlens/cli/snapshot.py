@@ -10,6 +10,7 @@ from typing import Any
 
 from mmlens.analysis.availability.view import AvailabilityView, view_model
 from mmlens.analysis.verdicts import judge_all, summary
+from mmlens.records import RequestTrace
 from mmlens.state import Snapshot
 from mmlens.store.open import StoreError
 from mmlens.store.reader import StoreReader
@@ -20,7 +21,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="mmlens snapshot", description=__doc__)
     ap.add_argument("--db", required=True)
     ap.add_argument("--json", action="store_true", help="print JSON (default: a summary)")
-    ap.add_argument("--window", type=float, default=300.0, help="seconds of samples for rates")
+    ap.add_argument("--window", type=float, default=300.0,
+                    help="seconds of samples for rates and of requests for `observed`")
     ap.add_argument("--traces", type=int, default=20, help="last N traces")
     ap.add_argument("--availability-window", type=float, default=3600.0,
                     help="seconds of evaluated requests for available vs achieved")
@@ -59,13 +61,16 @@ def availability_text(view: AvailabilityView) -> str:
             f"content-blind or stale false hits {h.false_hit_tokens} tokens")
 
 
-def with_verdicts(snap: Snapshot) -> dict[str, Any]:
-    """The snapshot's JSON with each trace's miss verdict (any origin: mmlens' own and observed
-    traffic) and a summary by origin, source and verdict under ``observed``."""
+def with_verdicts(snap: Snapshot, window: Sequence[RequestTrace] | None = None,
+                  ) -> dict[str, Any]:
+    """The snapshot's JSON with each listed trace's miss verdict (any origin: mmlens' own and
+    observed traffic) and, under ``observed``, a summary by origin, source and verdict of
+    every request of the window (``window``; the listed traces without one)."""
     doc = snap.to_json()
     for t, j in zip(doc["traces"], judge_all(snap.traces), strict=True):
         t["verdict"] = {"category": j.category, "headline": j.headline, "unknown": j.unknown}
-    doc["observed"] = summary(snap.traces)
+    doc["observed"] = summary(snap.traces if window is None else window)
+    doc["observed"]["window_s"] = snap.window_s if window is not None else None
     return doc
 
 
@@ -78,11 +83,14 @@ def main(argv: Sequence[str]) -> int:
         return 2
     try:
         snap = build_snapshot(reader, window_s=args.window, n_traces=args.traces)
+        # The window ends at the newest request: a store read after the traffic still counts it.
+        end = max((t.ts for t in snap.traces), default=snap.generated_at)
+        window = reader.window_traces(end - args.window, end)
         avail = view_model(*reader.availability_window(args.availability_window),
                            args.availability_window)
     finally:
         reader.close()
-    doc = with_verdicts(snap)
+    doc = with_verdicts(snap, window)
     doc["availability"] = avail.to_json()
     print(json.dumps(doc, default=str) if args.json else
           summary_text(snap, doc["observed"]) + "\n" + availability_text(avail))

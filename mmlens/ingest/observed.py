@@ -52,9 +52,11 @@ def rank(label: str | None, name: str = "") -> float:
 
 def fragment(request_id: str, source: str, ts: float, router_kind: str = "auto",
              router: str = "") -> RequestTrace:
-    """An empty observed record for one request, as one source saw it."""
+    """An empty observed record for one request, as one source saw it: every field it has
+    not been told is None (or empty), never a default that reads as a value."""
     return RequestTrace(request_id=request_id, router=router, router_kind=router_kind,
-                        model="", ts=ts, stream=False, origin=OBSERVED, sources=[source])
+                        model="", ts=ts, stream=None, cached_tokens=None, origin=OBSERVED,
+                        sources=[source])
 
 
 def put(t: RequestTrace, name: str, value: Any, label: str) -> None:
@@ -63,6 +65,15 @@ def put(t: RequestTrace, name: str, value: Any, label: str) -> None:
         return
     setattr(t, name, value)
     t.provenance[name] = label
+
+
+def name_router(frags: Iterable[RequestTrace], router: str, label: str) -> None:
+    """The configured router's name on fragments that came from it (its log file; spans of
+    the one router of their kind) and did not name one themselves."""
+    for t in frags:
+        if not t.router and router:
+            t.router = router
+            t.provenance["router"] = label
 
 
 def alias(t: RequestTrace, rid: Any) -> None:
@@ -158,8 +169,10 @@ def merge(base: RequestTrace, new: RequestTrace) -> RequestTrace:
     base.trace_id = base.trace_id or new.trace_id
     if not mine or not base.ts:  # mmlens' own send time stands (a log line's is to the second)
         base.ts = min(base.ts, new.ts) if base.ts and new.ts else (base.ts or new.ts)
-    if not base.router:
+    if not base.router and new.router:
         base.router = new.router
+        if "router" in new.provenance:
+            base.provenance["router"] = new.provenance["router"]
     if base.router_kind in ("auto", "") and new.router_kind not in ("auto", ""):
         base.router_kind = new.router_kind
     base.sources = sorted(set(base.sources) | set(new.sources))
@@ -182,8 +195,8 @@ def absorb(base: RequestTrace, f: RequestTrace) -> None:
         if name == "images":
             if label.endswith(":append") and base.provenance.get("images") == label:
                 base.images = base.images + f.images
-            else:
-                base.images = f.images
+            else:  # a later line of the same log: what the earlier one said stays
+                base.images = _with_identities(f.images, base.images)
         elif name != "expected_layout":
             setattr(base, name, getattr(f, name))
         base.provenance[name] = label

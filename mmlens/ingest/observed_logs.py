@@ -119,7 +119,10 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
     elif msg == "Multimodal preprocessing complete":
         tokens = as_int(obj.get("total_tokens"))
         if tokens is not None and as_int(obj.get("item_count")) == 1:
-            t.images = [ImageInfo("data", tokens=tokens)]
+            if len(t.images) == 1:  # the "Fetched images" line before it gave the size
+                t.images[0].tokens = tokens
+            else:
+                t.images = [ImageInfo("data", tokens=tokens)]
             t.provenance["images"] = label
     elif msg.startswith("smg_mm_timing process_multimodal_plan") or msg == \
             "Token expansion complete":

@@ -103,13 +103,13 @@ class RequestTrace:
     router_kind: str
     model: str
     ts: float
-    stream: bool
+    stream: bool | None  # None: unknown (an observed request no source said it of)
     images: list[ImageInfo] = field(default_factory=list)
     status: int | None = None
     worker: str | None = None
     dp_rank: int | None = None
     prompt_tokens: int | None = None
-    cached_tokens: int = 0
+    cached_tokens: int | None = 0  # None: unknown (observed, no source told it)
     completion_tokens: int | None = None
     latency_s: float | None = None
     ttft_s: float | None = None

@@ -65,6 +65,11 @@ class StoreReader:
                        ) -> list[RequestTrace]:
         return self._locked(lambda s: s.traces_between(since, until, limit))
 
+    def window_traces(self, since: float, until: float, limit: int = 100_000,
+                      ) -> list[RequestTrace]:
+        """Every trace from ``since`` to ``until`` (oldest first), with its decisions."""
+        return self.with_decisions(self.traces_between(since, until, limit))
+
     def trace(self, request_id: str) -> RequestTrace | None:
         """A trace by its request id, or by any other id it is known by (response id,
         engine id, trace id: see ``mmlens.ingest.observed.keys_of``)."""

@@ -131,6 +131,12 @@ def test_collect_and_snapshot(world, capsys) -> None:
     assert health[("metrics", "html")]["errors"].get("html_answer", 0) >= 1
     assert health[("metrics", "smg")]["errors"] == {}
     assert health[("router_logs", "smg")]["counters"]["decisions"] == 1
+    # `observed` counts every request of the window, not only the listed ones.
+    assert mmlens_main(["snapshot", "--db", str(db), "--json", "--traces", "1"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert len(one["traces"]) == 1
+    assert (one["observed"]["requests"], one["observed"]["window_s"]) == (3, 300.0)
+    assert sum(one["observed"]["verdicts"].values()) == 3
     # Text mode for people.
     assert snapshot_cli.main(["--db", str(db)]) == 0
     assert "auto_mixed" in capsys.readouterr().out

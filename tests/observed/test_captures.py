@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mmlens.collectors.observed_sink import ObservedSink
 
+from mmlens.ingest.observed import name_router
 from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import parse_export
@@ -142,3 +143,36 @@ def test_logs_alone_say_what_is_unknown(tmp_path: Path, router: str) -> None:
         assert "realized hit is unknown" in j.headline
     finally:
         reader.close()
+
+
+def test_logs_leave_unknown_fields_null_and_keep_smg_image_sizes(tmp_path: Path) -> None:
+    """What no source said is null with no provenance (not a 0 or a false), every value set
+    names its source; SMG's "Fetched images" sizes survive the token count line after it."""
+    reader = StoreReader(load(tmp_path, "smg_1.13", with_otlp=False))
+    try:
+        sizes = {"red": (64, 64), "red-again": (64, 64), "blue": (224, 224),
+                 "red-stream": (64, 64), "text": None}
+        for name, r in responses("smg_1.13").items():
+            t = reader.trace(r["id"])
+            assert t is not None
+            body = t.to_json()
+            assert body["cached_tokens"] is None and "cached_tokens" not in t.provenance
+            assert body["stream"] is None and "stream" not in t.provenance  # SMG logs no mode
+            for f in ("worker", "model", "status", "latency_s"):
+                assert body[f] is not None and t.provenance[f] == "router_log:smg", (name, f)
+            if sizes[name] is None:
+                assert t.images == []
+            else:
+                (im,) = t.images
+                assert (im.width, im.height, im.tokens) == (*sizes[name], 64), name
+    finally:
+        reader.close()
+
+
+def test_records_carry_the_configured_router_name() -> None:
+    _, frags = read_lines((CAPTURES / "smg_1.13_observed_log.jsonl").read_text().splitlines())
+    frags[0].router = "other"
+    name_router(frags, "gw-a", "config:log_file")
+    assert frags[0].router == "other" and "router" not in frags[0].provenance
+    assert {(f.router, f.provenance["router"]) for f in frags[1:]} == {
+        ("gw-a", "config:log_file")}

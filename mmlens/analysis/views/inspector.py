@@ -40,7 +40,8 @@ def image_rows(t: RequestTrace) -> list[dict[str, Any]]:
 
 def timing_caption(t: RequestTrace) -> str:
     ttft = "—" if t.ttft_s is None else f"{t.ttft_s:.3f} s"
-    return (f"latency {t.latency_s or 0:.3f} s · TTFT {ttft} · stream {t.stream} · "
+    stream = "unknown" if t.stream is None else t.stream
+    return (f"latency {t.latency_s or 0:.3f} s · TTFT {ttft} · stream {stream} · "
             f"model {t.model}")
 
 
