@@ -16,6 +16,7 @@ import httpx
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.config_reload import ConfigWatcher, reload_if_changed
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
+from mmlens.collectors.metrics_export import MetricsServer, StoreExport
 from mmlens.collectors.runner import CollectorRunner
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
@@ -27,6 +28,7 @@ from mmlens.config import (
     load_config,
     read_ready_file,
 )
+from mmlens.export.families import Part
 from mmlens.shard import ShardError, parse_shard
 from mmlens.store.open import StoreError, open_store
 
@@ -59,6 +61,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--shard", help="I/N: collect only the workers of shard I of N (N "
                     "collectors split the workers by a stable hash; shard 0 also collects the "
                     "routers)")
+    ap.add_argument("--metrics-port", type=int,
+                    help="serve Prometheus metrics of the store on this port (0: any free one)")
+    ap.add_argument("--metrics-host", default="127.0.0.1",
+                    help="address of the --metrics-port listener (default 127.0.0.1)")
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap.parse_args(list(argv))
 
@@ -127,6 +133,13 @@ def main(argv: Sequence[str]) -> int:
     client = httpx.Client()
     runner = CollectorRunner(cfg, store, http=client, log_streams=streams,
                              prom=_prometheus(cfg), shard=shard)
+    try:
+        metrics = _metrics_server(args, runner)
+    except OSError as exc:
+        print(f"mmlens collect: --metrics-port {args.metrics_port}: {exc}", file=sys.stderr)
+        store.close()
+        client.close()
+        return 2
     tune_gc()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -146,9 +159,22 @@ def main(argv: Sequence[str]) -> int:
     try:
         runner.run(args.duration, stop, on_tick)
     finally:
+        if metrics is not None:
+            metrics.close()
         store.close()
         client.close()
     return 0
+
+
+def _metrics_server(args: argparse.Namespace, runner: CollectorRunner) -> MetricsServer | None:
+    """The Prometheus endpoint: this process's part of the store (its shard's workers, its
+    own health rows)."""
+    if args.metrics_port is None:
+        return None
+    export = StoreExport(args.db, Part(runner.shard), instance=runner.instance)
+    server = MetricsServer(export, args.metrics_host, args.metrics_port)
+    print(f"mmlens collect: metrics on {server.url}", file=sys.stderr, flush=True)
+    return server
 
 
 def _prometheus(cfg: Config) -> object | None:
