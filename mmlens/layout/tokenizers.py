@@ -124,7 +124,7 @@ class TextTokenizer:
     id_to_token_fn: Any
     synthetic: bool
     source: str
-    hf: Any = None  # the transformers tokenizer, for a model directory's chat template
+    hf: Any = None  # renders a model directory's chat template (``apply_chat_template``)
 
     def encode(self, text: str) -> list[int]:
         return list(self.encode_fn(text))
@@ -163,19 +163,80 @@ def family_tokenizer(name: str) -> TextTokenizer:
     return wrap_fast(tok, synthetic=True, source=f"shape-faithful {fam.display} (synthetic)")
 
 
+# Classes whose encoding is their tokenizer.json's: read directly, without transformers.
+TOKENIZER_JSON_CLASSES = frozenset({"PreTrainedTokenizerFast", "Qwen2Tokenizer",
+                                    "Qwen2TokenizerFast"})
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _added_tokens_agree(tok: Tokenizer, config: dict[str, Any]) -> bool:
+    """Every token tokenizer_config.json adds is in tokenizer.json at the same id."""
+    added = config.get("added_tokens_decoder") or {}
+    if not isinstance(added, dict):
+        return False
+    for idx, entry in added.items():
+        content = entry.get("content") if isinstance(entry, dict) else None
+        if not isinstance(content, str) or str(tok.token_to_id(content)) != str(idx):
+            return False
+    return True
+
+
 @functools.lru_cache(maxsize=8)
 def model_dir_tokenizer(path: str) -> TextTokenizer:
-    """A model directory's own tokenizer through transformers' AutoTokenizer."""
-    from transformers import AutoTokenizer
+    """A model directory's own tokenizer: its tokenizer.json read by ``tokenizers`` and its
+    chat template rendered by jinja2 when that is what transformers would do, else through
+    transformers' AutoTokenizer."""
+    from mmlens.layout.chat_template import ChatTemplate, template_source
 
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    cfg_path = Path(path) / "tokenizer_config.json"
-    synthetic = cfg_path.is_file() and "mmlens_synthetic" in cfg_path.read_text()
+    folder = Path(path)
+    config = _json_object(folder / "tokenizer_config.json")
+    synthetic = "mmlens_synthetic" in config
+    source = f"model directory {folder.name}"
+    tok_file = folder / "tokenizer.json"
+    if config.get("tokenizer_class") in TOKENIZER_JSON_CLASSES and tok_file.is_file():
+        tok = Tokenizer.from_file(str(tok_file))
+        if _added_tokens_agree(tok, config):
+            template = template_source(folder, config)
+            fast = wrap_fast(tok, synthetic=synthetic, source=source)
+            renderer = ChatTemplate(template, config) if template else None
+            return TextTokenizer(fast.encode_fn, fast.token_to_id_fn, fast.id_to_token_fn,
+                                 synthetic, source, renderer)
+    return _transformers_tokenizer(path, synthetic, source)
+
+
+def _transformers_tokenizer(path: str, synthetic: bool, source: str) -> TextTokenizer:
+    """Through AutoTokenizer, its import and config warnings kept off the user's terminal,
+    its vocabulary read once (``get_vocab`` builds the whole dict on every call)."""
+    prior = os.environ.get("TRANSFORMERS_VERBOSITY")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    try:
+        from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        finally:
+            hf_logging.set_verbosity(level)
+    finally:
+        if prior is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        else:
+            os.environ["TRANSFORMERS_VERBOSITY"] = prior
+    vocab: dict[str, int] = tok.get_vocab()
     return TextTokenizer(
         encode_fn=lambda text: tok.encode(text, add_special_tokens=False),
-        token_to_id_fn=lambda t: tok.convert_tokens_to_ids(t) if t in tok.get_vocab() else None,
+        token_to_id_fn=vocab.get,
         id_to_token_fn=tok.convert_ids_to_tokens,
         synthetic=synthetic,
-        source=f"model directory {Path(path).name}",
+        source=source,
         hf=tok,
     )
