@@ -43,7 +43,7 @@ from mmlens.config import (
 )
 from mmlens.ingest.dynamo_logs import ModelMmRouting, merge_mm_routing, model_mm_routing
 from mmlens.ingest.observed import name_router
-from mmlens.ingest.observed_logs import read_lines
+from mmlens.ingest.observed_logs import Attempts, read_lines
 from mmlens.ingest.observed_spans import READ_SPANS, read_spans
 from mmlens.ingest.sample_thinning import SampleThinner
 from mmlens.records import CollectorHealth, RequestTrace, SpanRecord
@@ -80,6 +80,7 @@ class CollectorRunner:
         self.kv_transports = self.kv_side.transports
         self.promql = PromQLSource(prom) if prom is not None else None
         self.followers: dict[str, LogFollower | StreamFollower] = dict(log_streams or {})
+        self._attempts: dict[str, Attempts] = {}  # SMG's retries, per router log
         self.log_health: dict[str, CollectorHealth] = {}
         self._log_positions: dict[str, Any] = {}
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
@@ -232,7 +233,8 @@ class CollectorRunner:
             lines = follower.read_new()
             if not lines:
                 continue
-            found, frags = read_lines(lines, h.errors)
+            found, frags = read_lines(lines, h.errors,
+                                      self._attempts.setdefault(name, Attempts()))
             name_router(frags, name, "config:log_file")
             # Dynamo says once per model whether it routes images exactly, and why not.
             if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):

@@ -71,7 +71,8 @@ class WorkerState:
                 block_size=args.block_size, num_blocks=args.num_blocks,
                 seed=args.hash_seed.encode()),
             self.publisher, self.metrics, self.encode(ANSWER),
-            LatencyModel(speed=args.speed), max_model_len=args.max_model_len)
+            LatencyModel(speed=args.speed), max_model_len=args.max_model_len,
+            request_log=self._log_request_stats if args.log_requests else None)
         self.started = time.time()
         self.tracer = (SpanExporter(args.otlp_traces_endpoint, instance=args.otlp_instance
                                     or f"grpc://127.0.0.1:{args.grpc_port}")
@@ -94,6 +95,9 @@ class WorkerState:
     async def decode(self, url: str) -> DecodedImage:
         return await decode_async(url, self.model.served_name, self.allowed_hosts,
                                   self.max_image_bytes, self.max_image_pixels)
+
+    def _log_request_stats(self, stats: dict[str, Any]) -> None:
+        print(json.dumps({**stats, "worker": self.name}), flush=True)
 
     def log_request(self, transport: str, rid: str, prompt: Sequence[int],
                     media: Sequence[MediaSpan], grpc_request: Any,
@@ -141,6 +145,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int, default=131072)
     p.add_argument("--hash-seed", default="mmlens-demo")
     p.add_argument("--speed", type=float, default=1.0, help="latency divisor")
+    p.add_argument("--log-requests", action="store_true",
+                   help="print one JSON line per finished request (prompt and cached tokens)")
     p.add_argument("--mm-processor", default="", choices=["", "inprocess"],
                    help="advertise worker-side media processing (accept media_refs)")
     p.add_argument("--count-drift", type=int, default=0,

@@ -156,7 +156,9 @@ def merge(base: RequestTrace, new: RequestTrace) -> RequestTrace:
         if label is None:
             continue
         old = base.provenance.get(name)
-        if (mine and old is None) or (old is not None and rank(old, name) >= rank(label, name)):
+        # The same source again (a later line of the same log: a retry's worker) is newer.
+        if (mine and old is None) or (old is not None and old != label
+                                      and rank(old, name) >= rank(label, name)):
             continue
         setattr(base, name, getattr(new, name))
         base.provenance[name] = label

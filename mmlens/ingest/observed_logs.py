@@ -202,7 +202,8 @@ NOISE = re.compile(
     r'cache_aware selected|Created AbortOnDropStream|started processing request)')
 # The messages of SMG lines `router_logs.decision_from` makes decisions of.
 SMG_DECISIONS = ("Cache-aware selection", "Event-driven routing", "Cache routing dispatch",
-                 "smg_mm_timing process_multimodal_plan", "Token expansion complete")
+                 "smg_mm_timing process_multimodal_plan", "Token expansion complete",
+                 "pipeline attempt failed")
 _decode = msgspec.json.Decoder()
 
 
@@ -225,21 +226,53 @@ def _parse(line: str) -> dict[str, Any] | None:
     return parse_line(line)
 
 
+class Attempts:
+    """SMG's dispatch attempt per request across reads of its log: its selection lines
+    (``Event-driven routing``, ``Cache-aware selection``) do not say which attempt they
+    choose for; the ``pipeline attempt failed`` lines before them do. Bounded: the oldest
+    requests are forgotten first (a request's lines are seconds apart)."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.failed: dict[str, int] = {}
+        self.limit = limit
+
+    def note(self, d: RoutingDecision, msg: str) -> None:
+        if d.router != "smg":
+            return
+        if d.source == "log:attempt_failed" and d.attempt is not None:
+            self.failed[d.request_id] = d.attempt + 1
+            if len(self.failed) > self.limit:
+                for rid in list(self.failed)[: self.limit // 2]:
+                    del self.failed[rid]
+        elif msg in ("Event-driven routing", "Cache-aware selection") and d.attempt is None:
+            d.attempt = self.failed.get(d.request_id, 0)
+
+    def done(self, request_id: str) -> None:
+        self.failed.pop(request_id, None)
+
+
 def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
+               attempts: Attempts | None = None,
                ) -> tuple[list[RoutingDecision], list[RequestTrace]]:
     """Each line parsed once: the routing decisions (``router_logs.decision_from``) and the
-    observed-request fragments it carries."""
+    observed-request fragments it carries. ``attempts`` carries SMG's retries over from the
+    reads before (a new one per call without it)."""
     decisions: list[RoutingDecision] = []
     frags: list[RequestTrace] = []
     smg: dict[str, RequestTrace] = {}
+    attempts = Attempts() if attempts is None else attempts
     kept = (line for line in lines if not NOISE.search(line))
     for obj in parsed_objects(kept, errors, _parse):
-        smg_other = "span" in obj and not str(obj.get("message", "")).startswith(SMG_DECISIONS)
+        msg = str(obj.get("message", ""))
+        smg_other = "span" in obj and not msg.startswith(SMG_DECISIONS)
         d = None if smg_other else decision_or_count(obj, errors)
         if d is not None:
             if d.ts is None:
                 d.ts = parse_ts(obj.get("timestamp") or obj.get("time"))
+            attempts.note(d, msg)
             decisions.append(d)
+        elif msg == "finished processing request" and isinstance(obj.get("span"), dict):
+            attempts.done(str(obj["span"].get("request_id")))
         if isinstance(obj.get("span"), dict):
             f = smg_fragment(obj, into=smg)  # one fragment per request, not per line
         else:

@@ -132,6 +132,10 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
         if isinstance(evidence, dict):
             return cache_trace_decision(evidence, rid, "log:cache_trace")
         return d
+    if msg == "pipeline attempt failed":  # SMG retries on another worker after this
+        attempt = _int(obj.get("attempt"))
+        return RoutingDecision(rid, "smg", "log:attempt_failed", attempt=attempt, warnings=[
+            f"attempt {attempt} failed: {obj.get('status') or 'error'}"])
     if msg.startswith("smg_mm_timing process_multimodal_plan"):
         return RoutingDecision(rid, "smg", "log:mm_timing",
                                original_tokens=_int(obj.get("original_tokens")),
@@ -233,6 +237,7 @@ def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
     spill gates."""
     rid = request_id or str(trace.get("root_id", ""))
     d = RoutingDecision(rid, "smg", source)
+    d.attempt = _int(trace.get("attempt"))
     ts_ns = _int(trace.get("dispatch_timestamp_ns"))
     d.ts = ts_ns / 1e9 if ts_ns is not None and 0 < ts_ns < 1 << 63 else None
     selections = _dicts(trace.get("selections"))

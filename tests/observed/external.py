@@ -80,15 +80,17 @@ def start_workers(ext: External, base: int, n: int, otlp: str | None,
 def smg_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | None = None,
                 workers: int = 2, cache_trace_header: bool = False,
                 log_dir: Path | None = None, media_hosts: Sequence[str] = (),
+                smg_args: Sequence[str] = (), worker_args: Sequence[str] = (),
                 ) -> Iterator[External]:
     """Two simulated gRPC vLLM workers (ports base+10…), then SMG 1.13 on `base` (metrics
     base+1) with JSON debug logs and the cache trace; `otlp_grpc` (host:port) turns tracing
-    on in SMG and in the workers."""
+    on in SMG and in the workers. `smg_args` and `worker_args` are added to their command
+    lines."""
     ext = External(Path(log_dir or tempfile.mkdtemp(prefix="mmlens-ext-")))
     ext.media_hosts = list(media_hosts)  # host:port the workers may fetch images from
     ext.log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        start_workers(ext, base + 10, workers, worker_otlp)
+        start_workers(ext, base + 10, workers, worker_otlp, list(worker_args))
         env = dict(os.environ, SMG_CACHE_TRACE="1", HF_HUB_OFFLINE="1")
         if cache_trace_header:  # the compact prediction as a response header (for the tap)
             env["SMG_CACHE_TRACE_HEADER"] = "1"
@@ -96,7 +98,7 @@ def smg_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | N
                "--prometheus-host", HOST, "--prometheus-port", str(base + 1),
                "--worker-urls", *[w["grpc"] for w in ext.workers], "--policy", "cache_aware",
                "--model-path", str(ensure_model_dir("qwen3-vl")), "--log-level", "debug",
-               "--log-json", "--log-mm-timing", "--mm-allow-private-media-hosts"]
+               "--log-json", "--log-mm-timing", "--mm-allow-private-media-hosts", *smg_args]
         if otlp_grpc:
             cmd += ["--enable-trace", "--otlp-traces-endpoint", otlp_grpc]
         ext.procs.append(spawn(ext.log_dir, "smg", cmd, env))

@@ -11,7 +11,7 @@ import pytest
 from mmlens.collectors.observed_sink import ObservedSink
 
 from mmlens.ingest.observed import name_router
-from mmlens.ingest.observed_logs import read_lines
+from mmlens.ingest.observed_logs import Attempts, read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import parse_export
 from mmlens.records import SpanRecord
@@ -176,3 +176,30 @@ def test_records_carry_the_configured_router_name() -> None:
     assert frags[0].router == "other" and "router" not in frags[0].provenance
     assert {(f.router, f.provenance["router"]) for f in frags[1:]} == {
         ("gw-a", "config:log_file")}
+
+
+def test_smg_failover_attempts_from_its_log() -> None:
+    """SMG 1.13 retried acc-019 on w1 after w2 died: every decision names its attempt, the
+    failed one is a decision of its own, and the record's worker is the one that served."""
+    lines = (CAPTURES / "smg_1.13_failover_log.jsonl").read_text().splitlines()
+    decisions, frags = read_lines(lines)
+    by = {(d.request_id, d.source, d.attempt): d for d in decisions}
+    dead, alive = "grpc://127.0.0.1:24590", "grpc://127.0.0.1:24580"
+    assert by[("acc-019", "log:cache_trace", 0)].worker == dead
+    assert by[("acc-019", "log:cache_trace", 1)].worker == alive
+    assert by[("acc-019", "log:Event-driven routing", 0)].worker == dead
+    assert by[("acc-019", "log:Event-driven routing", 1)].worker == alive
+    assert by[("acc-019", "log:attempt_failed", 0)].warnings == [
+        "attempt 0 failed: 500 Internal Server Error"]
+    assert {d.attempt for d in decisions if d.request_id == "acc-016"
+            and d.source in ("log:cache_trace", "log:Event-driven routing")} == {0}
+    worker = {t.request_id: t.worker for t in frags}
+    assert worker == {"acc-019": alive, "acc-016": dead}
+    # Read in two halves (a collector's reads split anywhere): the same attempts.
+    cut = next(i for i, ln in enumerate(lines) if "pipeline attempt failed" in ln) + 1
+    attempts = Attempts()
+    first, _ = read_lines(lines[:cut], attempts=attempts)
+    second, _ = read_lines(lines[cut:], attempts=attempts)
+    assert sorted((d.source, d.attempt) for d in first + second if d.request_id == "acc-019") \
+        == sorted((d.source, d.attempt) for d in decisions if d.request_id == "acc-019")
+    assert "acc-019" not in attempts.failed  # forgotten once it finished
