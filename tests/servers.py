@@ -70,9 +70,10 @@ def stop_pid(pid: int, sig: int = signal.SIGINT, timeout: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def postgres_server(user: str = "mmlens") -> Iterator[Postgres]:
+def postgres_server(user: str = "mmlens", durable: bool = False) -> Iterator[Postgres]:
     """A fresh PostgreSQL cluster (trust auth for ``user`` on loopback, socket in the data
-    directory's parent), stopped and removed on exit."""
+    directory's parent), stopped and removed on exit. Tests run it without fsync; ``durable``
+    keeps PostgreSQL's default durability (what a benchmark should measure)."""
     bindir = postgres_bin()
     if bindir is None:
         raise FileNotFoundError("PostgreSQL server not installed (Debian: postgresql-15)")
@@ -86,8 +87,9 @@ def postgres_server(user: str = "mmlens") -> Iterator[Postgres]:
             str(bindir / "initdb"), "-D", str(data), "-U", user, "--auth=trust",
             "-E", "UTF8", "--no-sync"]), check=True, capture_output=True)
         port = free_port()
-        opts = (f"-p {port} -c listen_addresses={LOOPBACK} -k {root} -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off")
+        opts = f"-p {port} -c listen_addresses={LOOPBACK} -k {root}"
+        if not durable:
+            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         subprocess.run(_as_server_user([
             str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(root / "log"),
             "-w", "-t", "60", "start"]), check=True, capture_output=True)

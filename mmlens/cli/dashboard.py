@@ -186,24 +186,41 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
+        # Streamlit starts first and answers while the demo cluster starts behind it (~10 s):
+        # the pages say there is no data yet until the collectors write the store. The paths
+        # the demo's config and ready line will have are known up front.
+        if args.demo:
+            env["MMLENS_DEMO_READY"] = str(scratch / "demo-ready.jsonl")
+        generated = args.demo and config is None
+        if generated:
+            config = scratch / "mmlens.toml"
+        if config is not None:
+            env["MMLENS_CONFIG"] = str(config)
+        cmd = [
+            py, "-c", LAUNCH_STREAMLIT, "run", str(APP),
+            "--server.address", "127.0.0.1",
+            "--server.port", str(args.port),
+            "--server.headless", "true",
+            "--browser.gatherUsageStats", "false",
+            # No watching the source tree for edits: a served dashboard is not being
+            # developed, and the watcher's start-up scan and polling cost seconds of CPU.
+            "--server.fileWatcherType", "none",
+        ]
+        print(f"dashboard: http://127.0.0.1:{args.port}", flush=True)
+        ui = children.start("streamlit", cmd, env)
         if args.demo:
             from mmlens.targets_toml import config_toml_from_ready
 
-            ready_path = scratch / "demo-ready.json"
             demo = children.start("demo", demo_command(args, py, scratch))
-            info = wait_ready(ready_path, demo, args.ready_timeout)
-            line = scratch / "demo-ready.jsonl"
-            line.write_text(json.dumps(info) + "\n")
-            env["MMLENS_DEMO_READY"] = str(line)
-            if config is None:
-                config = scratch / "mmlens.toml"
+            info = wait_ready(scratch / "demo-ready.json", demo, args.ready_timeout)
+            Path(env["MMLENS_DEMO_READY"]).write_text(json.dumps(info) + "\n")
+            if generated and config is not None:
                 config.write_text(config_toml_from_ready(info, args.interval))
             for r in info.get("routers") or [{"name": "demo", "url": info.get("router")}]:
                 print(f"demo ready: router {r['name']} {r['url']}"
                       + (f" ({r['mm_processing']} mode)" if r.get("mm_processing") else ""),
                       flush=True)
         if config is not None:
-            env["MMLENS_CONFIG"] = str(config)
             if not args.no_collect:
                 children.start("collect", [py, "-m", "mmlens", "collect", "--config",
                                            str(config), "--db", str(db),
@@ -212,15 +229,6 @@ def main(argv: Sequence[str]) -> int:
             if args.demo and not args.no_warmup:
                 children.start("warmup", [py, "-m", "mmlens.collectors.warmup", "--ready-file",
                                           env["MMLENS_DEMO_READY"], "--db", str(db)], env)
-        cmd = [
-            py, "-c", LAUNCH_STREAMLIT, "run", str(APP),
-            "--server.address", "127.0.0.1",
-            "--server.port", str(args.port),
-            "--server.headless", "true",
-            "--browser.gatherUsageStats", "false",
-        ]
-        print(f"dashboard: http://127.0.0.1:{args.port}", flush=True)
-        ui = children.start("streamlit", cmd, env)
         wait_serving(args.port, ui, args.ready_timeout)
         if args.ready_file:
             Path(args.ready_file).write_text(json.dumps({

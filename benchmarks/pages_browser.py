@@ -1,0 +1,277 @@
+"""Click → drawn per page in a real browser (Playwright driving the system Chromium, 1600 px).
+
+Starts the dashboard on a store, clicks through every page in a fixed order for several
+rounds (so each page is revisited), waits ``--idle`` seconds (longer than any query cache's
+lifetime) before the last round, and opens each page fresh in a new tab (a link from a chat
+message: a new Streamlit session; the browser keeps Streamlit's own scripts cached). Prints
+p50/p95 per page, and with ``--apptest`` the AppTest cold/warm script time beside it
+(benchmarks/pages_bench.py).
+
+Stores (``--store``, repeatable):
+- ``demo``: ``mmlens dashboard --demo`` (real SMG router, simulated workers, collectors writing);
+- ``bench``: the 100k-request / 1M-KV-block SQLite store of pages_bench (built once, reused);
+- ``fleet``: 1,000 workers, 10k requests, 1M blocks on a fresh PostgreSQL server with its
+  default durability (fsync on), with a writer adding every worker's scrapes, KV events and
+  requests each second while the pages are read (as the collectors would).
+
+``--busy`` keeps one core busy with a second process for the whole run.
+
+    python benchmarks/pages_browser.py [--store demo --store bench --store fleet]
+        [--rounds 4] [--idle 65] [--busy] [--apptest] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import pages_bench  # noqa: E402
+from tests.live_support import free_port, free_port_base, stop_process  # noqa: E402
+from tests.pages.browser_timing import PAGES, click_to_drawn, load_to_drawn  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1600, "height": 1000}
+GOALS = {"demo": 1.0, "bench": 1.0, "fleet": 1.5}
+FRESH_GOAL = 2.0
+
+
+def p95(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+@contextlib.contextmanager
+def busy_core() -> Iterator[None]:
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        stop_process(proc, signal.SIGTERM, 5)
+
+
+@contextlib.contextmanager
+def dashboard(db: str | None, work: Path, demo: bool) -> Iterator[tuple[str, str]]:
+    """(url, store) of a running `mmlens dashboard` (the demo, or the pages on ``db`` with no
+    collectors), stopped on exit."""
+    ready = work / "dash-ready.json"
+    port = free_port()
+    cmd = [sys.executable, "-m", "mmlens", "dashboard", "--port", str(port),
+           "--ready-file", str(ready), "--ready-timeout", "120"]
+    if demo:
+        db = str(work / "demo.db")
+        cmd += ["--demo", "--port-base", str(free_port_base(50)), "--db", db]
+    else:
+        cmd += ["--db", str(db), "--no-collect"]
+    env = dict(os.environ)
+    env.pop("MMLENS_CONFIG", None)
+    log = (work / "dashboard.log").open("wb")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while not (ready.exists() and ready.stat().st_size):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("dashboard did not start:\n"
+                                   + (work / "dashboard.log").read_text()[-2000:])
+            time.sleep(0.3)
+        if demo:  # the warm-up workload fills every page
+            while "warm-up: " not in (work / "dashboard.log").read_text(errors="replace"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("demo warm-up did not finish")
+                time.sleep(0.5)
+        yield json.loads(ready.read_text())["dashboard"], str(db)
+    finally:
+        stop_process(proc, signal.SIGTERM, 45)
+        log.close()
+
+
+def measure(url: str, rounds: int, idle_s: float) -> tuple[dict[str, list[float]],
+                                                             dict[str, list[float]]]:
+    """Per page: click → drawn times over ``rounds`` rounds (the last after ``idle_s`` idle),
+    and fresh-load times (a new browser context per load, twice per page)."""
+    from playwright.sync_api import sync_playwright
+
+    clicks: dict[str, list[float]] = {p[0]: [] for p in PAGES}
+    fresh: dict[str, list[float]] = {p[0]: [] for p in PAGES}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            ctx = browser.new_context(viewport=VIEWPORT)
+            page = ctx.new_page()
+            first = PAGES[-1]
+            load_to_drawn(page, f"{url}/{first[0]}", first[2], first[3], 120)  # session start
+            for r in range(rounds):
+                if r == rounds - 1 and idle_s:
+                    time.sleep(idle_s)
+                for name, href, title, texts in PAGES:
+                    clicks[name].append(click_to_drawn(page, href, title, texts))
+            page.close()
+            for _ in range(2):  # a new tab of the same browser: a new session, cached assets
+                for name, _href, title, texts in PAGES:
+                    tab = ctx.new_page()
+                    path = "" if name == "overview" else name
+                    fresh[name].append(load_to_drawn(tab, f"{url}/{path}", title, texts))
+                    tab.close()
+            ctx.close()
+        finally:
+            browser.close()
+    return clicks, fresh
+
+
+def apptest_figures(db: str, n_traces: int) -> dict[str, tuple[float, float]]:
+    """pages_bench's AppTest cold/warm medians, in a child process (its own Streamlit)."""
+    out = subprocess.run([sys.executable, "-c", (
+        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "from benchmarks import pages_bench as b;"
+        "print('RESULT', json.dumps(b.time_on(sys.argv[2], 3, b.PAGES, int(sys.argv[3]))))"),
+        str(REPO), db, str(n_traces)], capture_output=True, text=True, cwd=REPO)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return {k: tuple(v) for k, v in json.loads(line[7:]).items()}
+    print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
+    return {}
+
+
+def report(store: str, clicks: dict[str, list[float]], fresh: dict[str, list[float]],
+           apptest: dict[str, tuple[float, float]], load: str) -> bool:
+    goal = GOALS[store]
+    print(f"\n{store} store (load average {load}; goal click p95 ≤ {goal} s, fresh ≤ "
+          f"{FRESH_GOAL} s)")
+    print("| page | click p50 | click p95 | clicks | fresh p50 | fresh max | AppTest cold / warm |")
+    print("|---|---|---|---|---|---|---|")
+    ok = True
+    for name, *_ in PAGES:
+        c, f = clicks[name], fresh[name]
+        at = apptest.get(name)
+        at_txt = f"{at[0] * 1000:.0f} / {at[1] * 1000:.0f} ms" if at else "—"
+        ok &= p95(c) <= goal and max(f) <= FRESH_GOAL
+        print(f"| {name} | {statistics.median(c):.2f} s | {p95(c):.2f} s | {len(c)} | "
+              f"{statistics.median(f):.2f} s | {max(f):.2f} s | {at_txt} |", flush=True)
+    print("goal met" if ok else "goal NOT met")
+    return ok
+
+
+# --- the fleet store's writer: what 1,000 workers' collectors add each second ---------------
+
+def write_forever(db: str, n_workers: int) -> None:
+    from mmlens.records import BlockStored, MetricSample, RequestTrace, labels_of
+    from mmlens.store.open import open_store
+
+    store = open_store(db)
+    workers = pages_bench.worker_urls(n_workers)
+    rng = random.Random(11)
+    lb = labels_of({"model_name": pages_bench.MODEL, "engine": "0"})
+    seq, tick = 1_000_000, 0
+    while True:
+        now = time.time()
+        if tick % 5 == 0:  # every worker scraped every 5 s
+            k = 720 + tick // 5
+            store.add_samples([MetricSample(w, name, lb, per * k * (j + 1), now)
+                               for j, w in enumerate(workers)
+                               for name, per in (("vllm:prefix_cache_hits_total", 300.0),
+                                                 ("vllm:prefix_cache_queries_total", 500.0))])
+        events = []
+        for w in rng.sample(workers, 50):
+            seq += 1
+            events.append(BlockStored(w, 0, seq, now, [rng.getrandbits(63) for _ in range(16)],
+                                      None, [], 16))
+        store.add_kv_events(events)
+        store.add_traces([RequestTrace(f"live-{tick}-{i}", pages_bench.ROUTER, "smg",
+                                       pages_bench.MODEL, now, False, status=200,
+                                       worker=rng.choice(workers), prompt_tokens=400,
+                                       cached_tokens=rng.choice([0, 384]))
+                          for i in range(5)])
+        tick += 1
+        time.sleep(max(0.0, 1.0 - (time.time() - now)))
+
+
+@contextlib.contextmanager
+def writer(db: str, n_workers: int) -> Iterator[None]:
+    proc = subprocess.Popen([sys.executable, __file__, "--write-forever", db,
+                             "--workers", str(n_workers)], cwd=REPO)
+    try:
+        yield
+    finally:
+        stop_process(proc, signal.SIGTERM, 10)
+
+
+@contextlib.contextmanager
+def store_for(kind: str, keep: Path) -> Iterator[tuple[str | None, int]]:
+    """(store, traces in it) for a kind; the demo's store is made by the dashboard."""
+    if kind == "demo":
+        yield None, 0
+        return
+    if kind == "bench":
+        path = keep / "bench-100k-1m.db"
+        if not path.exists():
+            pages_bench.fill(path, 100_000, 1_000_000, time.time())
+        yield str(path), 100_000
+        return
+    import psycopg
+
+    from tests.servers import postgres_server
+
+    with postgres_server(durable=True) as pg:
+        with psycopg.connect(pg.url(), autocommit=True) as admin:
+            admin.execute("CREATE DATABASE mmlens")
+        url = pg.url("mmlens")
+        pages_bench.fill(url, 10_000, 1_000_000, time.time(), pages_bench.worker_urls(1000))
+        with writer(url, 1000):
+            yield url, 10_000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", action="append", choices=("demo", "bench", "fleet"))
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--idle", type=float, default=65.0,
+                    help="seconds idle before the last round (0: none)")
+    ap.add_argument("--busy", action="store_true", help="keep one core busy meanwhile")
+    ap.add_argument("--apptest", action="store_true", help="also time AppTest renders")
+    ap.add_argument("--keep", default=str(REPO / "artifacts" / "bench-stores"),
+                    help="folder for the reusable 100k-request SQLite store")
+    ap.add_argument("--write-forever", help=argparse.SUPPRESS)
+    ap.add_argument("--workers", type=int, default=1000, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.write_forever:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        write_forever(args.write_forever, args.workers)
+        return 0
+    keep = Path(args.keep)
+    keep.mkdir(parents=True, exist_ok=True)
+    ok = True
+    with busy_core() if args.busy else contextlib.nullcontext():
+        for kind in args.store or ["demo"]:
+            with store_for(kind, keep) as (db, n_traces), \
+                    tempfile.TemporaryDirectory() as work, \
+                    dashboard(db, Path(work), kind == "demo") as (url, store):
+                clicks, fresh = measure(url, args.rounds, args.idle)
+                load = load_average()
+                apptest = apptest_figures(store, n_traces or 1) if args.apptest else {}
+                ok &= report(kind, clicks, fresh, apptest, load)
+    print(f"busy core: {'yes' if args.busy else 'no'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
