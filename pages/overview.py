@@ -6,8 +6,9 @@ import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
+from mmlens.analysis.alert_states import TrackedAlert, counts
 from mmlens.analysis.availability.view import CAUSE_TEXT, AvailabilityView
-from mmlens.analysis.views.common import name_rows, named_text, pct
+from mmlens.analysis.views.common import clock, name_rows, named_text, pct
 from mmlens.analysis.views.overview import mark_routers_down, overview_view
 from mmlens.figures.cache import worker_hit_rate_bars
 
@@ -39,18 +40,7 @@ def live() -> None:
         available(shared.availability(path, 3600.0))
 
         names = shared.worker_names(path)
-        st.subheader("Alerts")
-        found = view.alerts
-        if not found:
-            st.success("No alerts: KV events flow, predictions match what the engines found, "
-                       "block sizes agree, workers are healthy.")
-        for a in found:
-            box = {"error": st.error, "warning": st.warning}.get(a.severity, st.info)
-            box(f"**{a.cause}** — {named_text(a.message, names)}")
-            if a.request_id:
-                st.page_link("pages/inspector.py", label=f"Explain {a.request_id}",
-                             icon=":material/view_timeline:",
-                             query_params={"request": a.request_id})
+        alert_panel(shared.tracked_alerts(path, view.alerts), names)
 
         st.subheader("Targets")
         if snap.latest_sample_ts is None:
@@ -58,7 +48,8 @@ def live() -> None:
         st.caption(f"Prometheus: {view.prometheus}" if view.prometheus else
                    "Prometheus: not configured (metrics are scraped directly from /metrics).")
         if view.targets:
-            st.dataframe(pd.DataFrame(view.targets), hide_index=True, width="stretch")
+            rows = [{**r, "target": named_text(str(r["target"]), names)} for r in view.targets]
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
         if view.shards:
             st.markdown("**Collector shards** (`mmlens collect --shard I/N`)")
             st.dataframe(pd.DataFrame(view.shards), hide_index=True, width="stretch")
@@ -76,6 +67,37 @@ def live() -> None:
         if snap.metrics.hit_rates:
             st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates, names),
                             key="overview_hit_rates", width="stretch")
+
+
+def alert_panel(tracked: list[TrackedAlert], names: dict[str, str]) -> None:
+    """Firing alerts first (worst first), each with the requests behind it; then pending and
+    recently resolved ones, quietly."""
+    n = counts(tracked)
+    st.subheader("Alerts")
+    st.caption(f"{n['firing']} firing · {n['pending']} pending · {n['resolved']} resolved in "
+               "the last 5 min. An alert fires once its condition has held for its hold time "
+               "(view comparisons 30 s; a judged request at once).")
+    if not n["firing"]:
+        st.success("Nothing firing: KV events flow, predictions match what the engines found, "
+                   "block sizes agree, workers are healthy.")
+    for t in tracked:
+        g = t.group
+        text = "  \n".join(named_text(a.message, names) for a in g.alerts)
+        if t.state == "firing":
+            box = {"error": st.error, "warning": st.warning}.get(g.severity, st.info)
+            box(f"**{g.cause}** · firing since {clock(t.since)} UTC — {text}")
+            ids = g.request_ids
+            if ids:
+                st.page_link("pages/inspector.py", label=f"Explain {ids[0]}",
+                             icon=":material/view_timeline:", query_params={"request": ids[0]})
+            if len(ids) > 1:
+                st.markdown("Also behind it: " + ", ".join(
+                    f"[{rid}]({shared.inspector_link(rid)})" for rid in ids[1:]))
+        elif t.state == "pending":
+            st.caption(f"pending {time.time() - t.since:.0f} of {t.hold_s:.0f} s · "
+                       f"**{g.cause}** — {text}")
+        else:
+            st.caption(f"resolved at {clock(t.since)} UTC · **{g.cause}** — {text}")
 
 
 def available(view: AvailabilityView) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,10 +12,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from mmlens.analysis.alert_states import AlertTracker, TrackedAlert
 from mmlens.analysis.availability.view import AvailabilityView, view_model
 from mmlens.analysis.decisions import merged
 from mmlens.analysis.fleet import fleet_hit_rates
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
+from mmlens.analysis.overview import Alert
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.analysis.timeseries import HIT_NAMES
 from mmlens.analysis.views.common import short_worker as short_worker
@@ -185,6 +188,18 @@ def availability(path: str, window_s: float) -> AvailabilityView:
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def kv_state(path: str) -> list[ResidentSummary]:
     return _reader(path).kv_state()
+
+
+@st.cache_resource(show_spinner=False)
+def _alert_tracker(path: str) -> tuple[AlertTracker, threading.Lock]:
+    return AlertTracker(), threading.Lock()
+
+
+def tracked_alerts(path: str, alerts: list[Alert]) -> list[TrackedAlert]:
+    """The alerts found now, as states kept per store across page runs and sessions."""
+    tracker, lock = _alert_tracker(path)
+    with lock:
+        return tracker.update(alerts, time.time())
 
 
 def ago(ts: float | None) -> str:

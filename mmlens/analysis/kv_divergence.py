@@ -17,11 +17,12 @@ only once it has persisted for two consecutive comparisons (``previous``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.analysis.verdicts import judge_all
 from mmlens.records import RequestTrace
 
 ALERT_SHARE = 0.2
@@ -46,6 +47,7 @@ class DivergenceAlert:
     worker: str
     source: str
     message: str
+    since: float | None = None  # when the divergence began, as far as the points show
 
 
 Diffs = dict[str, tuple[frozenset[Any], frozenset[Any]]]
@@ -98,6 +100,13 @@ def prediction_points(traces: Iterable[RequestTrace], default_block_size: int = 
     return sorted(out, key=lambda p: p.ts)
 
 
+def false_hit_ids(traces: Sequence[RequestTrace]) -> frozenset[str]:
+    """Requests judged content-blind false hits: their predicted-but-missing blocks are that
+    verdict's (alerted as ``false_hits``), not a router view gone stale."""
+    return frozenset(t.request_id for t, j in zip(traces, judge_all(traces), strict=True)
+                     if j.category == "false_hit")
+
+
 def latest(points: Iterable[ViewPoint]) -> dict[tuple[str, str], ViewPoint]:
     """The newest point per (worker, source)."""
     out: dict[tuple[str, str], ViewPoint] = {}
@@ -108,38 +117,60 @@ def latest(points: Iterable[ViewPoint]) -> dict[tuple[str, str], ViewPoint]:
     return out
 
 
+def _past(diff: int, base: int | None, share: float, min_blocks: int) -> bool:
+    return diff >= min_blocks and diff > share * max(base or 0, 1)
+
+
+def _streak_start(series: Sequence[ViewPoint], holds: Callable[[ViewPoint], bool]) -> float:
+    """When the newest run of points for which ``holds`` is true began."""
+    start = series[-1].ts
+    for p in reversed(series):
+        if not holds(p):
+            break
+        start = p.ts
+    return start
+
+
 def alerts(points: Sequence[ViewPoint], share: float = ALERT_SHARE,
-           min_blocks: int = ALERT_MIN_BLOCKS) -> list[DivergenceAlert]:
+           min_blocks: int = ALERT_MIN_BLOCKS, explained: Collection[str] = (),
+           ) -> list[DivergenceAlert]:
     """Workers whose router view diverges from the engine's holdings past ``share`` of the
     router's blocks (at least ``min_blocks``), judged on each source's latest point (the sum
-    of a prediction's recent points: one request is one sample)."""
+    of a prediction's recent points: one request is one sample); each says since when.
+
+    Not alerted, since a healthy content-blind router shows them all the time: predictions of
+    requests in ``explained`` (already judged, e.g. content-blind false hits, and alerted as
+    such), and a count-only index (SMG) holding fewer blocks than the engine: it keys blocks
+    by token ids, so two images of one size share its entries while the engine stores both."""
     found: list[DivergenceAlert] = []
-    pred: dict[str, list[ViewPoint]] = {}
-    for p in points:
-        if p.source == "prediction":
-            pred.setdefault(p.worker, []).append(p)
-    for (worker, source), p in sorted(latest(points).items()):
+    series: dict[tuple[str, str], list[ViewPoint]] = {}
+    for p in sorted(points, key=lambda q: q.ts):
+        if p.source != "prediction" or p.request_id not in explained:
+            series.setdefault((p.worker, p.source), []).append(p)
+    for (worker, source), items in sorted(series.items()):
+        p = items[-1]
         if source == "prediction":
-            recent = pred[worker][-10:]
+            recent = items[-10:]
             r_only = sum(q.router_only for q in recent)
             base = sum(q.router_blocks or 0 for q in recent)
             what = f"{len(recent)} recent request(s) predicted {base} block(s)"
+            since = next((q.ts for q in recent if q.router_only), p.ts)
         else:
             r_only, base = p.router_only, p.router_blocks or 0
             what = f"the router holds {base} block(s) for it"
-        if r_only >= min_blocks and r_only > share * max(base, 1):
+            since = _streak_start(items, lambda q: _past(q.router_only, q.router_blocks,
+                                                         share, min_blocks))
+        if _past(r_only, base, share, min_blocks):
             found.append(DivergenceAlert(worker, source, (
                 f"{worker}: {r_only} block(s) the router believes resident are not in the "
                 f"engine ({source.replace('_', ' ')}; {what}) — routing there expects cache "
-                "the engine evicted")))
-        elif source != "prediction" and p.engine_only >= min_blocks and p.engine_only > share * max(
-                p.engine_blocks or 0, 1):
-            cause = ("lost or unapplied KV events" if source == "event_plane" else
-                     "its index keys blocks by token ids only, so different images of one "
-                     "size share entries (content-blind), or KV events were lost")
+                "the engine evicted"), since))
+        elif source == "event_plane" and _past(p.engine_only, p.engine_blocks, share,
+                                               min_blocks):
             found.append(DivergenceAlert(worker, source, (
                 f"{worker}: the engine holds {p.engine_only} block(s) the router does not know "
-                f"({source.replace('_', ' ')}) — {cause}")))
+                "(event plane) — lost or unapplied KV events"), _streak_start(
+                    items, lambda q: _past(q.engine_only, q.engine_blocks, share, min_blocks))))
     return found
 
 
@@ -169,4 +200,4 @@ def view_model(stored: Sequence[Sequence[Any]], traces: Sequence[RequestTrace],
     rows = [{"worker": p.worker, "source": p.source, "router blocks": p.router_blocks,
              "engine blocks": p.engine_blocks, "router only": p.router_only,
              "engine only": p.engine_only} for (_, _), p in sorted(latest(points).items())]
-    return ViewModel(points, alerts(points), rows)
+    return ViewModel(points, alerts(points, explained=false_hit_ids(traces)), rows)

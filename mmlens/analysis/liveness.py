@@ -100,7 +100,7 @@ def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[ResidentSumm
         if w.state == "gone":
             alerts.append(Alert("warning", "worker_gone", (
                 f"{w.router}: worker {w.worker} is gone since {_clock(w.gone_since)} UTC "
-                "(its series vanished from the router's metrics)")))
+                "(its series vanished from the router's metrics)"), since=w.gone_since))
     for worker, k in sorted(kv.items()):
         if worker not in named:
             rows.append({"router": "", "worker": worker, "state": "—", "since (UTC)": "",
@@ -109,6 +109,7 @@ def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[ResidentSumm
     points = [kv_divergence.ViewPoint(float(r[0]), str(r[1]), str(r[2]), r[3], r[4],
                                       int(r[5]), int(r[6])) for r in views]
     points += kv_divergence.prediction_points(traces)
-    alerts += [Alert("warning", "kv_view_divergence", a.message)
-               for a in kv_divergence.alerts(points)]
+    alerts += [Alert("warning", "kv_view_divergence", a.message, since=a.since)
+               for a in kv_divergence.alerts(
+                   points, explained=kv_divergence.false_hit_ids(traces))]
     return WorkersView(rows, alerts)

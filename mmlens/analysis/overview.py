@@ -17,6 +17,13 @@ from mmlens.state import Snapshot
 EVENTS_STALE_S = 120.0
 TARGET_STALE_S = 30.0
 FALSE_HIT_SHARE = 0.05
+EXAMPLES = 6  # requests an alert links
+# Collectors that succeed when something arrives (a KV batch, a request, a span) rather than
+# on a schedule: silence past the stale age is an idle cluster, not a broken collector (a
+# worker that served but announced nothing is alerted as ``kv_events_silent``).
+EVENT_DRIVEN = frozenset({"kv_events", "kv_event_plane", "observed", "otlp", "tap"})
+# Rows only worth a line when something went wrong (they never report a success).
+QUIET_UNLESS_FAILING = frozenset({"discovery", "supervisor"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +32,8 @@ class Alert:
     cause: str
     message: str
     request_id: str | None = None  # an example request, for a link into the inspector
+    examples: tuple[str, ...] = ()  # more of the requests behind it
+    since: float | None = None  # when the condition began, when the data shows it
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +55,15 @@ def target_rows(snap: Snapshot, now: float) -> list[dict[str, Any]]:
     """One row per collector target: kind, last success age, errors, KV freshness."""
     rows = []
     for h in snap.health:
-        if (h.collector == "discovery" and not h.errors) or h.collector == SHARD_COLLECTOR:
+        if (h.collector in QUIET_UNLESS_FAILING and not h.errors) \
+                or h.collector == SHARD_COLLECTOR:
             continue
         age = _age(h.last_success, now)
         if h.last_success is None:
             state = "no data yet" if not h.errors else "down"
         elif age is not None and age > (EVENTS_STALE_S if h.collector == "kv_events"
                                         else TARGET_STALE_S):
-            state = "stale"
+            state = "idle" if h.collector in EVENT_DRIVEN else "stale"
         else:
             state = "ok"
         if h.last_error_ts and (h.last_success or 0) < h.last_error_ts:
@@ -181,7 +191,7 @@ def _kv_event_alerts(snap: Snapshot, traces: Sequence[RequestTrace],
                 f"KV events silent for {target}: it served a request "
                 f"{now - last_served:.0f} s ago but no event batch arrived "
                 f"{'ever' if last is None else f'since {now - last:.0f} s ago'} — the "
-                "router is blind to what this worker caches")))
+                "router is blind to what this worker caches"), since=last_served))
         elif ep.gaps:
             out.append(Alert("warning", "kv_events_gaps", (
                 f"{target}: {ep.gaps} sequence gap(s), {ep.replayed_batches} "
@@ -218,13 +228,13 @@ def _false_hit_alerts(traces: Sequence[RequestTrace]) -> list[Alert]:
             "mmlens): the router predicted cached blocks the engine did not have "
             f"(content-blind false hits), e.g. {ex.request_id}: {exj.headline}"
             + (f"; {unknown} more with the realized hit unknown" if unknown else "")),
-            ex.request_id))
+            ex.request_id, tuple(t.request_id for t, _ in false_hits[1:EXAMPLES])))
     if spills and len(spills) >= FALSE_HIT_SHARE * max(len(known), 1):
         ex, exj = spills[0]
         out.append(Alert("info", "spills", (
             f"{len(spills)} of {len(known)} recent requests were spilled or load-balanced "
             f"away from the worker holding their prefix, e.g. {ex.request_id}: "
-            f"{exj.headline}"), ex.request_id))
+            f"{exj.headline}"), ex.request_id, tuple(t.request_id for t, _ in spills[1:EXAMPLES])))
     return out
 
 
@@ -263,7 +273,8 @@ def _fallback_alerts(snap: Snapshot, traces: Sequence[RequestTrace]) -> list[Ale
     if warned:
         out.append(Alert("warning", "text_prefix_fallback", (
             f"{len(warned)} recent request(s) carry router warnings (text-prefix fallback or "
-            f"skipped MM routing), e.g. {warned[0].request_id}"), warned[0].request_id))
+            f"skipped MM routing), e.g. {warned[0].request_id}"), warned[0].request_id,
+            tuple(t.request_id for t in warned[1:EXAMPLES])))
     return out
 
 

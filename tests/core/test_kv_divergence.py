@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mmlens.analysis.kv_divergence import (
+    ViewPoint,
     alerts,
     compare_counts,
     compare_sets,
@@ -34,14 +35,27 @@ def test_set_differences_count_only_once_they_persist() -> None:
     assert (second[0].router_only, second[0].engine_only) == (1, 1)  # 5 and 3 persisted
 
 
-def test_counts_and_alerts_name_the_cause() -> None:
+def test_count_only_views_alert_on_blocks_the_router_believes_resident() -> None:
     points = compare_counts({"w1": 47, "w2": 10}, {"w1": 12, "w2": 10}, 5.0)
     assert [(p.worker, p.router_only, p.engine_only) for p in points] == [
         ("w1", 0, 35), ("w2", 0, 0)]
-    found = alerts(points)
+    # A content-blind index (SMG) keys two same-size images' blocks as one: it holding fewer
+    # blocks than the engine is what a healthy cluster looks like, not an alarm.
+    assert not alerts(points)
+    older = compare_counts({"w1": 10}, {"w1": 40}, 2.0)
+    found = alerts(older + compare_counts({"w1": 10}, {"w1": 40}, 5.0))
     assert len(found) == 1 and found[0].worker == "w1"
-    assert "content-blind" in found[0].message
-    assert not alerts(compare_counts({"w1": 47}, {"w1": 46}, 5.0))  # 1 block: below the floor
+    assert "30 block(s) the router believes resident" in found[0].message
+    assert found[0].since == 2.0  # the divergence held since the first of the two points
+    assert not alerts(compare_counts({"w1": 46}, {"w1": 47}, 5.0))  # 1 block: below the floor
+
+
+def test_event_plane_blocks_the_router_never_learned_are_lost_events() -> None:
+    points = [ViewPoint(1.0, "w1", "event_plane", 10, 10, 0, 0),
+              ViewPoint(2.0, "w1", "event_plane", 10, 30, 0, 20)]
+    found = alerts(points)
+    assert [(a.worker, a.since) for a in found] == [("w1", 2.0)]
+    assert "lost or unapplied KV events" in found[0].message
 
 
 def test_predictions_that_the_engine_did_not_find() -> None:
@@ -58,6 +72,10 @@ def test_predictions_that_the_engine_did_not_find() -> None:
         ("a", 6, 0), ("b", 0, 0)]
     found = alerts(points)
     assert found and "believes resident" in found[0].message  # 6 of 11 predicted missing
+    assert found[0].since == 1.0
+    # A request already judged (a content-blind false hit, alerted as such) is not counted
+    # again as a stale router view.
+    assert not alerts(points, explained={"a"})
 
 
 def test_engine_block_sets_merge_ranks() -> None:

@@ -31,10 +31,12 @@ def _main(page: Any) -> Any:
 
 
 def _shot(page: Any, name: str) -> None:
-    page.wait_for_timeout(1500)  # let Plotly finish drawing
+    """Full-page screenshots at a desktop and a narrow (800 px) width."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size({"width": 1400, "height": 2600})
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    for width in (1600, 800):
+        page.set_viewport_size({"width": width, "height": 2000})
+        page.wait_for_timeout(1500)  # let Streamlit re-lay and Plotly redraw
+        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
     page.set_viewport_size({"width": 1400, "height": 2000})
 
 
@@ -47,6 +49,30 @@ def _lab(page: Any, url: str) -> Any:
     body = _main(page)
     body.get_by_role("button", name="Send").wait_for(state="visible", timeout=WAIT_MS)
     return body
+
+
+def test_a_fresh_demo_raises_only_its_deliberate_false_hit(live_dashboard: LiveDashboard,
+                                                          browser_page: Any) -> None:
+    """A healthy cluster looks healthy: the one firing alert is the warm-up's content-blind
+    false hit (a real SMG behaviour), with its Explain link first; no view-divergence or
+    staleness alarm, not even pending."""
+    page = browser_page
+    page.goto(f"{live_dashboard.url}/", wait_until="domcontentloaded")
+    body = _main(page)
+    body.get_by_text("firing since", exact=False).first.wait_for(state="visible",
+                                                                 timeout=WAIT_MS)
+    page.wait_for_timeout(6000)  # one more refresh of the live fragment
+    firing = [t for t in body.locator("[data-testid='stAlert']").all_inner_texts()
+              if "firing since" in t]
+    assert len(firing) == 1 and firing[0].startswith("false_hits"), firing
+    links = body.get_by_role("link", name=re.compile(r"^Explain ")).all_inner_texts()
+    assert links and links[0].split("Explain ", 1)[1].startswith("mmlens-")
+    text = body.inner_text()
+    assert "0 pending" in text
+    for noise in ("kv_view_divergence", "stale", "kv_events_silent", "worker_gone"):
+        assert noise not in text, noise
+    _no_traceback(page)
+    _shot(page, "0-quiet-overview")
 
 
 def test_a_miss_is_found_and_explained_from_the_overview(live_dashboard: LiveDashboard,

@@ -31,7 +31,8 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     health = CollectorHealth("metrics", "demo")
     health.ok(now - 10)
     store.set_health([health], now)
-    store.add_kv_views([ViewPoint(now - 20, "111", "event_plane", 30, 30, 0, 0),
+    store.add_kv_views([ViewPoint(now - 60, "111", "event_plane", 30, 30, 0, 0),
+                        ViewPoint(now - 50, "111", "event_plane", 40, 28, 12, 0),
                         ViewPoint(now - 10, "111", "event_plane", 40, 28, 12, 0)])
     store.close()
     monkeypatch.setenv("MMLENS_DB", str(path))
@@ -44,7 +45,7 @@ def test_cache_page_shows_router_only_blocks_and_alerts(db: Path) -> None:
     assert_clean(at)
     fig = figure_titled(at, "Router view vs engine holdings")
     router_only = next(t for t in fig["data"] if "router only" in t["name"])
-    assert list(router_only["y"]) == [0, 12]
+    assert list(router_only["y"]) == [0, 12, 12]
     assert any("12 block(s) the router believes resident" in m
                for m in messages(at)["warning"])
 
@@ -54,7 +55,8 @@ def test_overview_shows_a_gone_worker_with_since_when(db: Path) -> None:
     assert_clean(at)
     text = messages(at)
     assert any("worker_gone" in m and "222" in m for m in text["warning"])
-    assert any("kv_view_divergence" in m for m in text["warning"])
+    # Diverging for 50 s, past its 30 s hold: firing (with since when), not pending.
+    assert any("kv_view_divergence" in m and "firing since" in m for m in text["warning"])
     table = next(df.value for df in at.dataframe if "KV transport" in df.value.columns)
     states = dict(zip(table["worker"], table["state"], strict=True))
     assert states == {"111": "live", "222": "gone"}
