@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from mmlens.analysis.availability.aggregate import FIDELITIES
 from mmlens.analysis.availability.attribution import CAUSES
-from mmlens.analysis.verdicts import Judgement, judge
+from mmlens.analysis.verdicts import VERDICTS, Judgement, judge
 from mmlens.ingest.observed import known
 from mmlens.records import CollectorHealth, RequestTrace
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
@@ -134,8 +134,13 @@ def request_families(traces: Iterable[RequestTrace], part: Part) -> list[Metric]
             continue
         j = judge(t)
         key = (t.router, t.model, t.worker or "")
-        by_verdict[(*key, j.category)] = by_verdict.get((*key, j.category), 0) + 1
-        by_drift[key] = by_drift.get(key, 0) + drift_tokens(t, j)
+        if key not in by_drift:
+            # Every verdict's series from the key's first request on, at 0: ``increase()``
+            # then counts a worker's first false hit (a series is not new when it happens).
+            by_verdict.update({(*key, v): 0 for v in VERDICTS})
+            by_drift[key] = 0
+        by_verdict[(*key, j.category)] += 1
+        by_drift[key] += drift_tokens(t, j)
     for labels, n in sorted(by_verdict.items()):
         requests.add_metric(labels, n)
     for labels, n in sorted(by_drift.items()):
