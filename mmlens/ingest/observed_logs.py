@@ -95,6 +95,21 @@ _SMG_SAYS = ("Event-driven routing", "Cache-aware selection", "finished processi
              "Token expansion complete", "Cache routing dispatch", "started processing request")
 
 
+# SMG 1.13 when a worker dies under a stream it already answered 200 for: no retry, the
+# client gets an error event. The line has no span; its request id is the engine's.
+_SMG_STREAM_ENDED = "Stream ended by the engine before completion"
+
+
+def smg_stream_failure(obj: dict[str, Any]) -> RequestTrace:
+    t = fragment(str(obj.get("request_id", "")), SOURCE_LOG,
+                 parse_ts(obj.get("timestamp")) or 0.0, "smg")
+    label = f"{SOURCE_LOG}:smg"
+    put(t, "error", str(obj.get("message", ""))[:300], label)
+    put(t, "error_code", obj.get("error_type"), label)
+    put(t, "worker", obj.get("worker"), label)
+    return t
+
+
 def _smg_says_something(msg: str) -> bool:
     return (msg in _SMG_SAYS or msg.startswith(("smg_mm_timing process_multimodal_plan",
                                                 "Request "))
@@ -275,6 +290,8 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
             attempts.done(str(obj["span"].get("request_id")))
         if isinstance(obj.get("span"), dict):
             f = smg_fragment(obj, into=smg)  # one fragment per request, not per line
+        elif msg.startswith(_SMG_STREAM_ENDED):
+            frags.append(smg_stream_failure(obj))
         else:
             f = dynamo_fragment(obj)
             if f is not None:

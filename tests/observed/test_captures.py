@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mmlens.collectors.observed_sink import ObservedSink
 
-from mmlens.ingest.observed import name_router
+from mmlens.ingest.observed import merge_all, name_router
 from mmlens.ingest.observed_logs import Attempts, read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import parse_export
@@ -193,7 +193,10 @@ def test_smg_failover_attempts_from_its_log() -> None:
         "attempt 0 failed: 500 Internal Server Error"]
     assert {d.attempt for d in decisions if d.request_id == "acc-016"
             and d.source in ("log:cache_trace", "log:Event-driven routing")} == {0}
-    worker = {t.request_id: t.worker for t in frags}
+    (failed,) = merge_all(f for f in frags if f.request_id.startswith("acc-155"))
+    assert failed.error is not None and failed.error.startswith("Stream ended by the engine")
+    assert (failed.error_code, failed.provenance["error"]) == ("backend_error", "router_log:smg")
+    worker = {t.request_id: t.worker for t in frags if not t.request_id.startswith("acc-155")}
     assert worker == {"acc-019": alive, "acc-016": dead}
     # Read in two halves (a collector's reads split anywhere): the same attempts.
     cut = next(i for i, ln in enumerate(lines) if "pipeline attempt failed" in ln) + 1

@@ -1,0 +1,196 @@
+"""Issue 21's acceptance measurement: what really happened to every request (the engines'
+own per-request log lines and SMG's own routing lines), and what each of mmlens' views
+says about it, tallied as right / unknown / wrong.
+
+Truth for one request, judged on the attempt that served it (the last of SMG's dispatches):
+an error when the client got one; a false hit when SMG predicted more than one block beyond
+what the engine found; a hit when the engine found any block; spilled when a spill gate
+fired (the branch ``spill`` or a gate with ``spill: true``) and nothing was found; else cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmlens.analysis.routing_table import decision_rows
+from mmlens.cli import explain as explain_cli
+from mmlens.store.reader import StoreReader
+from tests.live_support import REPO
+
+BLOCK = 16
+
+
+@dataclass
+class Truth:
+    request_id: str
+    category: str
+    worker: str | None = None  # the router's name of the serving worker
+    cached_tokens: int | None = None
+    predicted_blocks: int | None = None
+    attempts: int = 0
+    spilled: bool = False
+    failed_over: bool = False
+
+
+@dataclass
+class Sent:
+    """What the client saw of one request it sent."""
+
+    request_id: str  # the x-request-id it sent (SMG adopts it as its request id)
+    response_id: str | None = None
+    error: str | None = None
+    stream: bool = False
+
+
+@dataclass
+class Tally:
+    right: int = 0
+    unknown: int = 0
+    wrong: int = 0
+    wrong_examples: list[str] = field(default_factory=list)
+
+    def add(self, rid: str, got: str | None, truth: str) -> None:
+        if got == truth:
+            self.right += 1
+        elif got in (None, "unknown"):
+            self.unknown += 1
+        else:
+            self.wrong += 1
+            if len(self.wrong_examples) < 6:
+                self.wrong_examples.append(f"{rid}: {got} (truth {truth})")
+
+    @property
+    def total(self) -> int:
+        return self.right + self.unknown + self.wrong
+
+
+def engine_lines(logs: Iterable[Path]) -> dict[str, dict[str, Any]]:
+    """Engine request id → the engine's own ``request_finished`` line."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines():
+            if '"request_finished"' in line:
+                with contextlib.suppress(ValueError):
+                    rec = json.loads(line)
+                    out[str(rec["request_id"])] = rec
+    return out
+
+
+def smg_dispatches(log: Path) -> dict[str, list[dict[str, Any]]]:
+    """SMG request id → its cache traces (``Cache routing dispatch`` evidence), by attempt."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if '"Cache routing dispatch"' not in line:
+            continue
+        obj = json.loads(line)
+        fields = obj.get("fields", obj)
+        ev = json.loads(fields["evidence"])
+        out.setdefault(str(ev["root_id"]), []).append(ev)
+    for evs in out.values():
+        evs.sort(key=lambda e: int(e.get("attempt") or 0))
+    return out
+
+
+def _predicted(pred: Mapping[str, Any]) -> int | None:
+    if pred.get("overlap_blocks") is not None:
+        return int(pred["overlap_blocks"])
+    units = pred.get("credited_units", pred.get("matched_units"))
+    return None if units is None else int(units) // BLOCK
+
+
+def smg_truth(sent: Iterable[Sent], dispatches: Mapping[str, list[dict[str, Any]]],
+              engines: Mapping[str, dict[str, Any]]) -> dict[str, Truth]:
+    out: dict[str, Truth] = {}
+    for s in sent:
+        evs = dispatches.get(s.request_id, [])
+        if s.error is not None or not evs:
+            out[s.request_id] = Truth(s.request_id, "error", attempts=len(evs))
+            continue
+        last = evs[-1]
+        sel = last["selections"][0]
+        pred = sel.get("prediction") or {}
+        served = next((engines[e] for e in last.get("engine_ids") or [] if e in engines), None)
+        if served is None:
+            out[s.request_id] = Truth(s.request_id, "error", attempts=len(evs))
+            continue
+        cached = int(served["cached_tokens"])
+        predicted = _predicted(pred)
+        spilled = pred.get("branch") == "spill" or any(
+            g.get("spill") is True for g in sel.get("gates") or [])
+        if predicted is not None and predicted > cached // BLOCK + 1:
+            cat = "false_hit"
+        elif cached >= BLOCK:
+            cat = "hit"
+        elif spilled:
+            cat = "spilled"
+        else:
+            cat = "cold"
+        out[s.request_id] = Truth(s.request_id, cat, sel.get("worker"), cached, predicted,
+                                  len(evs), spilled, len(evs) > 1)
+    return out
+
+
+def snapshot_verdicts(db: Path) -> dict[str, str]:
+    """`mmlens snapshot --json`'s verdict of every listed request, by request id."""
+    out = subprocess.run([sys.executable, "-m", "mmlens", "snapshot", "--db", str(db),
+                          "--json", "--traces", "100000", "--window", "3600"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    return {t["request_id"]: t["verdict"]["category"] for t in doc["traces"]}
+
+
+def routing_verdicts(db: Path) -> dict[str, str]:
+    """The Routing page's table rows (``decision_rows``, what the page renders)."""
+    reader = StoreReader(db)
+    try:
+        traces = reader.recent_traces(100_000)
+    finally:
+        reader.close()
+    return {r["request"]: r["verdict"] for r in decision_rows(traces, limit=len(traces))}
+
+
+def explain_verdict(db: Path, rid: str) -> str | None:
+    """`mmlens explain --json`'s category (in process: the CLI's own main)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        code = explain_cli.main(["--db", str(db), "--request", rid, "--json"])
+    return json.loads(buf.getvalue())["category"] if code == 0 else None
+
+
+def measure(db: Path, truth: Mapping[str, Truth]) -> tuple[dict[str, Tally], list[str]]:
+    """Per view, each request's verdict against the truth; and the requests whose views
+    disagree with each other."""
+    views = {"snapshot": snapshot_verdicts(db), "routing": routing_verdicts(db)}
+    views["explain"] = {rid: explain_verdict(db, rid) for rid in truth}
+    tallies = {name: Tally() for name in views}
+    disagree = []
+    for rid, t in truth.items():
+        seen = {name: got.get(rid) for name, got in views.items()}
+        for name, got in seen.items():
+            tallies[name].add(rid, got, t.category)
+        if len(set(seen.values())) > 1:
+            disagree.append(f"{rid}: " + ", ".join(f"{k} {v}" for k, v in seen.items()))
+    return tallies, disagree
+
+
+def table(tallies: Mapping[str, Mapping[str, Tally]], truth: Mapping[str, Truth]) -> str:
+    kinds = Counter(t.category for t in truth.values())
+    lines = [f"truth over {len(truth)} requests: " + ", ".join(
+        f"{k} {n}" for k, n in kinds.most_common()) + f"; failed over "
+        f"{sum(t.failed_over for t in truth.values())}, spill gate fired "
+        f"{sum(t.spilled for t in truth.values())}",
+        f"{'store':<12} {'view':<10} {'right':>6} {'unknown':>8} {'wrong':>6}"]
+    for store, views in tallies.items():
+        for view, t in views.items():
+            lines.append(f"{store:<12} {view:<10} {t.right:>6} {t.unknown:>8} {t.wrong:>6}")
+    return "\n".join(lines)

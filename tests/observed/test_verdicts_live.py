@@ -1,0 +1,201 @@
+"""Issue 21's live acceptance test: production-shaped traffic mmlens did not send, judged.
+
+Real SMG 1.13 (gRPC, cache-aware, its spill gate's absolute margin lowered to 4 so 16 in
+flight can trip it) in front of two simulated vLLM engines this test starts as separate
+processes; the official `openai` client sends 224 requests, 16 at a time (text only, 12
+different images of one token count, streams), and worker w2 is killed with SIGKILL
+mid-run. `mmlens collect` follows SMG's log and the engines' KV events (one store) and
+`mmlens tap` sits in front of SMG (another store). Every request's verdict in each store's
+views (snapshot, Routing, explain) is compared with the truth: the engines' own per-request
+log lines and SMG's own cache traces. The test prints the right/unknown/wrong table.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from mmlens.layout.synthetic_images import synthetic_png
+from mmlens.store.reader import StoreReader
+from tests.live_support import free_port, free_port_base, wait_until
+from tests.observed.acceptance import (
+    Sent,
+    Tally,
+    Truth,
+    engine_lines,
+    measure,
+    smg_dispatches,
+    smg_truth,
+    table,
+)
+from tests.observed.capture import messages
+from tests.observed.external import MODEL, smg_cluster
+from tests.observed.test_observed_live import config, mmlens, running, traces
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
+REQUESTS, IN_FLIGHT, KILL_AFTER = 224, 16, 150
+
+
+def _data_url(rgb: tuple[int, int, int], side: int) -> str:
+    return "data:image/png;base64," + base64.b64encode(
+        synthetic_png("solid", side, side, rgb=rgb)).decode()
+
+
+# Twelve images of 64 image tokens each (Qwen3-VL: 64×64 and 224×224 both give 64): SMG sees
+# the same token ids for all of them, the engines key their blocks by the image.
+IMAGES = [_data_url((20 * i, 90, 240 - 20 * i), 64) for i in range(8)] + [
+    _data_url((240, 30 * i, 60), 224) for i in range(4)]
+TEXTS = ["Describe this image in detail please.", "What colour is it? Answer in one word.",
+         "Write a haiku about it."]
+
+
+def workload(seed: int = 21) -> list[tuple[str, str | None, str, bool]]:
+    """(request id, image or None, text, stream): a few hot images, a long tail, text only."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(REQUESTS):
+        image = None if rnd.random() < 0.15 else IMAGES[min(int(rnd.expovariate(0.35)), 11)]
+        out.append((f"acc-{i:03d}", image, rnd.choice(TEXTS), i % 6 == 5))
+    return out
+
+
+def send_all(url: str, on_done: threading.Event, kill_after: int,
+             ) -> list[Sent]:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+    done = [0]
+    lock = threading.Lock()
+
+    def one(rid: str, image: str | None, text: str, stream: bool) -> Sent:
+        s = Sent(rid, stream=stream)
+        msgs = messages(image)
+        msgs[0]["content"][-1]["text"] = text  # type: ignore[index]
+        try:
+            if stream:
+                chunks = list(client.chat.completions.create(
+                    model=MODEL, messages=msgs, max_tokens=16, stream=True,
+                    stream_options={"include_usage": True}, extra_headers={"x-request-id": rid}))
+                s.response_id = chunks[0].id
+            else:
+                s.response_id = client.chat.completions.create(
+                    model=MODEL, messages=msgs, max_tokens=16,
+                    extra_headers={"x-request-id": rid}).id
+        except openai.OpenAIError as exc:
+            s.error = repr(exc)[:200]
+        with lock:
+            done[0] += 1
+            if done[0] == kill_after:
+                on_done.set()
+        return s
+
+    with ThreadPoolExecutor(IN_FLIGHT) as pool:
+        return list(pool.map(lambda w: one(*w), workload()))
+
+
+@dataclass
+class Run:
+    dbs: dict[str, Path]
+    truth: dict[str, Truth]
+    sent: list[Sent]
+
+
+@pytest.fixture(scope="module")
+def smg_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    tmp_path = tmp_path_factory.mktemp("smg-acceptance")
+    base = free_port_base(40)
+    dbs = {"logs+kv": tmp_path / "logs.db", "tap": tmp_path / "tap.db"}
+    with smg_cluster(base, log_dir=tmp_path / "logs", cache_trace_header=True,
+                     worker_args=["--log-requests", "--speed", "0.25"],
+                     smg_args=["--balance-abs-threshold", "4"]) as ext:
+        tap_port = free_port()
+        procs = [
+            mmlens("collect", "--db", str(dbs["logs+kv"]), "--config",
+                   str(config(tmp_path / "logs.toml", ext, "smg", None))),
+            mmlens("tap", "--listen", f"127.0.0.1:{tap_port}", "--upstream", ext.router_url,
+                   "--db", str(dbs["tap"])),
+        ]
+        with running(procs):
+            tap_url = f"http://127.0.0.1:{tap_port}"
+            wait_until(lambda: httpx.get(tap_url + "/v1/models", timeout=1).status_code == 200,
+                       30, what="tap", ignore=(httpx.HTTPError,))
+            time.sleep(2.0)  # the collector's KV subscriptions settle
+            kill_now = threading.Event()
+            w2 = next(p for p in ext.procs if p.name == "worker-w2")
+
+            def killer() -> None:
+                if kill_now.wait(120):
+                    os.kill(w2.popen.pid, signal.SIGKILL)
+
+            k = threading.Thread(target=killer, daemon=True)
+            k.start()
+            sent = send_all(tap_url, kill_now, KILL_AFTER)
+            k.join(5)
+            for name, db in dbs.items():
+                wait_until(lambda db=db: db.exists() and traces(db) >= REQUESTS, 60,
+                           what=f"{name} store", ignore=(Exception,))
+            time.sleep(3.0)  # the last KV events and log lines
+        assert ext.router_log is not None
+        engines = engine_lines(ext.log_dir / f"worker-w{i}.log" for i in (1, 2))
+        truth = smg_truth(sent, smg_dispatches(ext.router_log), engines)
+    return Run(dbs, truth, sent)
+
+
+def test_smg_traffic_is_production_shaped_and_every_request_stored_once(smg_run: Run) -> None:
+    truth = smg_run.truth
+    assert len(truth) == REQUESTS
+    kinds = {t.category for t in truth.values()}
+    # Hits, content-blind false hits, cold starts, a spill gate that fired, retries after
+    # the SIGKILL: the traffic a production cluster has.
+    assert {"hit", "false_hit", "cold"} <= kinds, kinds
+    assert any(t.failed_over for t in truth.values())
+    assert any(t.spilled for t in truth.values())
+    for name, db in smg_run.dbs.items():
+        reader = StoreReader(db)
+        try:
+            assert reader.trace_count() == REQUESTS, name
+            for rid, t in truth.items():
+                rec = reader.trace(rid)
+                assert rec is not None, (name, rid)
+                if t.category != "error":  # the worker that served, after a retry too
+                    assert rec.worker == t.worker, (name, rid, rec.worker, t)
+                if name == "tap" and t.cached_tokens is not None:
+                    assert rec.cached_tokens == t.cached_tokens, (rid, rec.cached_tokens, t)
+                elif name == "logs+kv":  # SMG's log says nothing of the engine's cache
+                    assert rec.cached_tokens is None and "cached_tokens" not in rec.provenance
+        finally:
+            reader.close()
+
+
+@pytest.mark.xfail(reason="issue 21: the stored per-request verdict is not merged yet; the "
+                   "table printed is today's views", strict=False)
+def test_smg_verdicts_against_the_engines_own_logs(smg_run: Run) -> None:
+    truth, dbs = smg_run.truth, smg_run.dbs
+    tallies: dict[str, dict[str, Tally]] = {}
+    disagreements: dict[str, list[str]] = {}
+    for name, db in dbs.items():
+        tallies[name], disagreements[name] = measure(db, truth)
+    print("\n" + table(tallies, truth))
+    for name, rows in disagreements.items():
+        print(f"{name}: views disagree on {len(rows)} requests, e.g. {rows[:3]}")
+    for name, views in tallies.items():
+        for view, t in views.items():
+            print(f"{name}/{view} wrong: {t.wrong_examples}")
+    # Done when (issue 21): logs + KV events give a definite verdict on >= 95 % of requests,
+    # every definite verdict right; the tap is right on every request; the views agree.
+    assert disagreements == {name: [] for name in dbs}
+    for view, t in tallies["logs+kv"].items():
+        assert t.total == REQUESTS
+        assert t.wrong == 0 and t.unknown <= REQUESTS * 0.05, (view, t)
+    for view, t in tallies["tap"].items():
+        assert t.right == REQUESTS, (view, t)
