@@ -7,21 +7,30 @@ the image's dimensions, byte size and content identities (SMG's blake3, Dynamo's
 a data: URL's would, and the expected token layout can be computed. Only those facts are
 stored, never the bytes.
 
-Bounded: hosts outside ``allowed_hosts`` (when given) are not fetched, redirects are not
-followed, each fetch has a deadline and a byte cap, and results are cached per URL for a
-short while under a total byte budget (a demo sending one image a hundred times fetches it
-once). Every outcome is counted in the tap's health.
+Bounded: hosts outside ``allowed_hosts`` (when given) are not fetched; without an allow-list
+no private, loopback, link-local or otherwise non-public address is (unless
+``allow_private``), checked on the addresses the name resolves to, which are then the ones
+connected to (resolved once: a name that re-resolves elsewhere — DNS rebinding — is not
+asked again); redirects are not followed, only http and https; each fetch has a deadline and
+a byte cap, and results are cached per URL for a short while under a total byte budget (a
+demo sending one image a hundred times fetches it once). Every outcome is counted in the
+tap's health.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import ThreadedResolver
 
 from mmlens.layout.sent import SentImage, describe_image
 from mmlens.records import CollectorHealth
@@ -46,6 +55,45 @@ def host_allowed(url: str, allowed: frozenset[str] | None) -> bool:
     return host in allowed or f"{host}:{port}" in allowed
 
 
+def public_address(ip: str) -> bool:
+    """Whether ``ip`` is a global unicast address (not private, loopback, link-local,
+    multicast, reserved or unspecified; an IPv4-mapped IPv6 address as its IPv4)."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return addr.is_global and not addr.is_multicast
+
+
+class PublicResolver(AbstractResolver):
+    """Resolves through the system resolver and keeps only public addresses: aiohttp then
+    connects to exactly those, so the check and the connection use one resolution."""
+
+    def __init__(self) -> None:
+        self._inner = ThreadedResolver()
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        found = await self._inner.resolve(host, port, family)
+        kept = [r for r in found if public_address(r["host"])]
+        if not kept:
+            raise OSError(f"{host} resolves to no public address")
+        return kept
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _literal_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
 def _own(sent: SentImage) -> SentImage:
     """A copy whose record fields a later merge may change without touching the cache."""
     return replace(sent, info=replace(sent.info, identities=dict(sent.info.identities)))
@@ -66,8 +114,21 @@ class ImageFetcher:
     timeout_s: float = 5.0
     ttl_s: float = 60.0
     cache_bytes: int = 64 << 20
+    allow_private: bool = False
     _cache: OrderedDict[str, _Cached] = field(default_factory=OrderedDict)
     _cached_bytes: int = 0
+
+    def _checks_addresses(self) -> bool:
+        """Hosts named in the allow-list may be private (the operator named them)."""
+        return self.allowed_hosts is None and not self.allow_private
+
+    def session(self) -> aiohttp.ClientSession:
+        """The session fetches go through (on the loop that will use it)."""
+        kwargs: dict[str, Any] = {"limit": 32, "ttl_dns_cache": 300}
+        if self._checks_addresses():
+            kwargs["resolver"] = PublicResolver()
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(**kwargs),
+                                     trust_env=False)
 
     async def describe(self, session: aiohttp.ClientSession, url: str) -> SentImage | None:
         """The image behind ``url`` described as a sent image, or None (counted why)."""
@@ -92,6 +153,9 @@ class ImageFetcher:
             raise FetchRefused("image_fetch_scheme")
         if not host_allowed(url, self.allowed_hosts):
             raise FetchRefused("image_fetch_host_not_allowed")
+        host = urlsplit(url).hostname or ""
+        if self._checks_addresses() and _literal_ip(host) and not public_address(host):
+            raise FetchRefused("image_fetch_address_not_public")
         try:
             async with asyncio.timeout(self.timeout_s):
                 async with session.get(url, allow_redirects=False) as resp:
@@ -107,6 +171,10 @@ class ImageFetcher:
                     return bytes(buf)
         except TimeoutError:
             raise FetchRefused("image_fetch_timeout") from None
+        except aiohttp.ClientConnectorError as exc:
+            if "no public address" in str(exc.os_error):
+                raise FetchRefused("image_fetch_address_not_public") from None
+            raise FetchRefused("image_fetch_failed") from None
         except (aiohttp.ClientError, OSError, ValueError):
             raise FetchRefused("image_fetch_failed") from None
 

@@ -5,7 +5,9 @@ passes everything through unchanged and records each request into the store.
 Privacy by default: image sizes and hashes and token counts, never prompt text or image
 bytes (``--store-text`` keeps the text). ``--sample 0.1`` records one request in ten (all
 are proxied). ``--layout-model`` (a family or a model directory) adds the expected token
-layout, so the explainer can compare requests by content."""
+layout, so the explainer can compare requests by content. ``--dynamo-worker-id`` asks a
+Dynamo frontend for the worker id and timing on every request (Dynamo 1.6.1 names the worker
+only when asked) and removes them from answers that did not ask."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from aiohttp import web
 
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.observed_sink import ObservedSink
-from mmlens.collectors.tap import MAX_RECORD_BODY, LayoutFn, Recorder, Tap
+from mmlens.collectors.tap import MAX_RECORD_BODY, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
+from mmlens.collectors.tap_record import LayoutFn, Recorder
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.ingest.tap_parse import RequestFacts
 from mmlens.records import CollectorHealth, LayoutPart, RequestTrace
@@ -41,12 +44,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                     help="fetch images sent by http(s) URL (after the response went back) to "
                     "record their size and content identities; bytes are never stored")
     ap.add_argument("--fetch-host", action="append", default=[], metavar="HOST[:PORT]",
-                    help="with --fetch-images: fetch only from these hosts (repeatable; "
-                    "default: any host the client names)")
+                    help="with --fetch-images: fetch only from these hosts, whatever their "
+                    "address (repeatable; default: any host with a public address)")
+    ap.add_argument("--fetch-allow-private", action="store_true",
+                    help="with --fetch-images and no --fetch-host: also fetch from private, "
+                    "loopback and link-local addresses")
     ap.add_argument("--fetch-max-bytes", type=int, default=MAX_IMAGE_BYTES,
                     help="with --fetch-images: larger images are not fetched")
     ap.add_argument("--fetch-timeout", type=float, default=5.0,
                     help="with --fetch-images: seconds one fetch may take")
+    ap.add_argument("--dynamo-worker-id", action="store_true",
+                    help="ask a Dynamo frontend for nvext.worker_id and timing on requests "
+                    "that did not, and remove them from the answer the client gets")
     args = ap.parse_args(list(argv))
     if not 0.0 <= args.sample <= 1.0:
         ap.error("--sample must be between 0 and 1")
@@ -87,16 +96,21 @@ def main(argv: Sequence[str]) -> int:
     def write(batch: list[RequestTrace]) -> None:
         sink.add(batch)
         sink.flush(force=True)
-        store.set_health([health, sink.health])
 
-    recorder = Recorder(write, health)
+    def flush_health(row: CollectorHealth) -> None:
+        store.set_health([row, sink.health])
+
     fetcher = ImageFetcher(health, frozenset(h.lower() for h in args.fetch_host) or None,
-                           args.fetch_max_bytes, args.fetch_timeout) if args.fetch_images \
+                           args.fetch_max_bytes, args.fetch_timeout,
+                           allow_private=args.fetch_allow_private) if args.fetch_images \
         else None
-    tap = Tap(args.upstream, recorder.submit, sample=args.sample, store_text=args.store_text,
-              max_record_body=args.max_record_body,
-              layout=layout_fn(args.layout_model, args.store_text) if args.layout_model
-              else None, health=health, fetcher=fetcher)
+    recorder = Recorder(write, health, router=args.upstream, store_text=args.store_text,
+                        layout=layout_fn(args.layout_model, args.store_text)
+                        if args.layout_model else None, fetcher=fetcher,
+                        flush_health=flush_health)
+    tap = Tap(args.upstream, recorder.submit, sample=args.sample,
+              max_record_body=args.max_record_body, health=health,
+              dynamo_worker_id=args.dynamo_worker_id)
     tune_gc()
     print(json.dumps({"event": "tap_ready", "listen": f"{host or '127.0.0.1'}:{port}",
                       "upstream": args.upstream}), flush=True)
@@ -105,6 +119,5 @@ def main(argv: Sequence[str]) -> int:
                     access_log=None, handle_signals=True)
     finally:
         recorder.close()
-        store.set_health([health, sink.health])
         store.close()
     return 0

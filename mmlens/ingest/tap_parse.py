@@ -6,7 +6,11 @@ character counts, image parts by index) — never prompt text or image bytes unl
 ``store_text``. Response: worker (``x-smg-routed-worker-id`` header, ``nvext.worker_id``),
 usage with ``cached_tokens`` (SMG omits ``prompt_tokens_details`` when it is 0), SMG's
 ``x-smg-cache-trace`` prediction, error code, and — for SSE streams — the time to the first
-content chunk. Total over bad input: undecodable bodies leave fields unknown.
+content chunk. Total over bad input: undecodable bodies (nested past any parser's depth,
+lone surrogates, a chunk whose ``choices`` is a number) leave fields unknown.
+
+The tap hands these functions an ``Exchange``: the bytes it relayed, kept as they passed, so
+all parsing happens after the response went back to the client and off its event loop.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from mmlens.errors import ImageError
 from mmlens.ingest.numbers import as_int
@@ -25,6 +31,59 @@ from mmlens.layout.sent import SentImage, describe_image
 from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
 
 LABEL = SOURCE_TAP
+
+# What goes wrong when parsing bytes a client or router sent: not JSON, not UTF-8, nested past
+# the decoder's depth (RecursionError), or a lone surrogate escape a later encode refuses.
+BAD_INPUT = (ValueError, RecursionError, msgspec.DecodeError, UnicodeError)
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON as the routers read it: msgspec first (fast); what it refuses (a lone surrogate
+    escape, which JSON allows) through the standard parser, which may still raise."""
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return json.loads(data)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request and its response as the tap relayed them: the request's bytes (unless
+    oversized) and, of the response, its status and headers and the body chunks as they came
+    (with their arrival time since ``t0``). A streamed body keeps its head and a bounded
+    tail; a JSON body over the cap is dropped (``overflow``). The request's headers are not
+    kept: only the client's ``x-request-id`` (an API key goes nowhere)."""
+
+    ts: float
+    t0: float
+    body: bytes
+    client_request_id: str | None = None
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    sse: bool = False
+    chunks: list[tuple[float, bytes]] = field(default_factory=list)
+    tail: list[tuple[float, bytes]] = field(default_factory=list)
+    kept: int = 0
+    tail_bytes: int = 0
+    overflow: bool = False
+    latency_s: float | None = None
+    cut: str | None = None
+
+    def add(self, t: float, chunk: bytes, head_cap: int, tail_cap: int) -> None:
+        if self.overflow:
+            return
+        if self.kept + len(chunk) <= head_cap:
+            self.chunks.append((t, chunk))
+            self.kept += len(chunk)
+            return
+        if not self.sse:
+            self.overflow = True
+            self.chunks.clear()
+            return
+        self.tail.append((t, chunk))
+        self.tail_bytes += len(chunk)
+        while self.tail_bytes > tail_cap and len(self.tail) > 1:
+            self.tail_bytes -= len(self.tail.pop(0)[1])
 
 
 @dataclass
@@ -66,6 +125,18 @@ class RequestFacts:
         return out
 
 
+def _text(value: Any) -> str | None:
+    """A JSON string as the store can hold it: a lone surrogate escape (``"\\udc80"``, which
+    JSON allows and UTF-8 cannot encode) becomes U+FFFD; not a string: None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode()
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _image(url: str) -> ImageInfo:
     data = None
     if url.startswith("data:"):
@@ -79,33 +150,33 @@ def _content_parts(messages: Any) -> list[tuple[str, Any]]:
     for m in messages if isinstance(messages, list) else []:
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, str):
-            out.append(("text", content))
+            out.append(("text", _text(content) or ""))
         elif isinstance(content, list):
             for part in content:
                 if not isinstance(part, dict):
                     continue
                 kind = part.get("type")
                 if kind == "text":
-                    out.append(("text", str(part.get("text") or "")))
+                    out.append(("text", _text(str(part.get("text") or "")) or ""))
                 elif kind in ("image_url", "input_image"):
                     url = part.get("image_url")
                     url = url.get("url") if isinstance(url, dict) else url
                     if isinstance(url, str):
-                        out.append(("image", url))
+                        out.append(("image", _text(url) or ""))
     return out
 
 
 def request_facts(body: bytes, store_text: bool = False) -> RequestFacts:
     facts = RequestFacts()
     try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        obj = loads(body)
+    except BAD_INPUT:
         facts.error = "request body is not JSON"
         return facts
     if not isinstance(obj, dict):
         facts.error = "request body is not a JSON object"
         return facts
-    facts.model = obj.get("model") if isinstance(obj.get("model"), str) else None
+    facts.model = _text(obj.get("model"))
     facts.stream = obj.get("stream") is True
     texts: list[str] = []
     for kind, value in _content_parts(obj.get("messages")):
@@ -196,14 +267,67 @@ def nvext_worker(obj: dict[str, Any]) -> tuple[str | None, int | None] | None:
 
 def first_content(obj: Any) -> bool:
     """Whether an SSE chunk carries the first generated content (or a finish)."""
-    if not isinstance(obj, dict):
-        return False
-    for choice in obj.get("choices") or []:
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    for choice in choices if isinstance(choices, list) else ():
         if isinstance(choice, dict):
             delta = choice.get("delta") or {}
             if (isinstance(delta, dict) and delta.get("content")) or choice.get("finish_reason"):
                 return True
     return False
+
+
+def response_facts(ex: Exchange) -> ResponseFacts:
+    """What the response said: its headers, then its JSON body or each SSE event (the time
+    to the first content chunk from the arrival time of the chunk that carried it)."""
+    facts = ResponseFacts()
+    facts.headers(ex.status, ex.headers)
+    if ex.sse:
+        for part in (ex.chunks, ex.tail):  # a gap between head and tail: its cut lines fail
+            _sse_events(facts, part)
+    elif not ex.overflow and ex.chunks:
+        with contextlib.suppress(*BAD_INPUT):
+            facts.chunk(loads(b"".join(c for _, c in ex.chunks)))
+    facts.latency_s = ex.latency_s
+    if ex.cut is not None:
+        facts.error = facts.error or f"stream cut: {ex.cut}"
+        facts.error_code = facts.error_code or ex.cut
+    return facts
+
+
+def _sse_events(facts: ResponseFacts, chunks: list[tuple[float, bytes]]) -> None:
+    pending = b""
+    for t, chunk in chunks:
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            _sse_line(facts, line, t)
+    _sse_line(facts, pending, chunks[-1][0] if chunks else 0.0)
+
+
+def _sse_line(facts: ResponseFacts, line: bytes, t: float) -> None:
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return
+    try:
+        obj = loads(data)
+    except BAD_INPUT:
+        return
+    if facts.ttft_s is None and first_content(obj):
+        facts.ttft_s = t
+    facts.chunk(obj)
+
+
+def exchange_trace(ex: Exchange, router: str, store_text: bool = False,
+                   ) -> tuple[RequestFacts, ResponseFacts, RequestTrace]:
+    """The tap's record of one relayed exchange (and the facts it came from, for a layout or
+    a fetch of its images)."""
+    req = request_facts(ex.body, store_text)
+    resp = response_facts(ex)
+    return req, resp, to_fragment(req, resp, client_request_id=ex.client_request_id,
+                                  ts=ex.ts, router=router)
 
 
 def to_fragment(req: RequestFacts, resp: ResponseFacts, *, client_request_id: str | None,

@@ -13,9 +13,10 @@ from typing import Any
 
 from aiohttp import web
 from mmlens.collectors.tap import Tap
+from mmlens.collectors.tap_record import Recorder
 
-from mmlens.records import RequestTrace
-from tests.live_support import free_port
+from mmlens.records import CollectorHealth, RequestTrace
+from tests.live_support import free_port, wait_until
 
 HOST = "127.0.0.1"
 USAGE = {"prompt_tokens": 81, "completion_tokens": 3, "total_tokens": 84,
@@ -89,22 +90,39 @@ class Served:
         self._thread.join(10)
 
 
+RECORDER_OPTIONS = ("store_text", "layout", "fetcher", "flush_health", "max_backlog")
+
+
 @contextlib.contextmanager
-def tap_in_front(upstream: str | None = None, **kwargs: Any,
+def tap_in_front(upstream: str | None = None, write: Callable[[list[RequestTrace]], object]
+                 | None = None, **kwargs: Any,
                  ) -> Iterator[tuple[Tap, str, list[RequestTrace]]]:
-    """The fake router (unless ``upstream`` is given) and a tap before it; yields the tap,
-    its URL and the records it made."""
+    """The fake router (unless ``upstream`` is given) and a tap before it, recording through
+    its real recorder thread into a list (or ``write``); yields the tap, its URL and the
+    records written so far (the tap's ``recorder`` is on it for tests that need it)."""
     router = None if upstream else Served(fake_router(), free_port())
     records: list[RequestTrace] = []
-    record: Callable[[RequestTrace], None] = records.append
-    tap = Tap(upstream if router is None else router.url, record, **kwargs)
+    url = upstream if router is None else router.url
+    health = CollectorHealth("tap", url)
+    rec_kwargs = {k: kwargs.pop(k) for k in RECORDER_OPTIONS if k in kwargs}
+    recorder = Recorder(write or records.extend, health, router=url, **rec_kwargs)
+    tap = Tap(url, recorder.submit, health=health, **kwargs)
+    tap.recorder = recorder  # type: ignore[attr-defined]
     served = Served(tap.app(), free_port())
     try:
         yield tap, served.url, records
     finally:
         served.stop()
+        recorder.close()
         if router is not None:
             router.stop()
+
+
+def recorded(records: list[RequestTrace], n: int = 1, timeout_s: float = 10.0,
+             ) -> list[RequestTrace]:
+    """The records once ``n`` are written (the recorder works after the response)."""
+    wait_until(lambda: len(records) >= n, timeout_s, 0.01, what=f"{n} records")
+    return records
 
 
 def dumped(t: RequestTrace) -> str:

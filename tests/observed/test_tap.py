@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import base64
 import socket
-import time
 
 import httpx
 
 from mmlens.layout.synthetic_images import synthetic_png
 from tests.live_support import free_port
-from tests.observed.tap_support import USAGE, dumped, tap_in_front
+from tests.observed.tap_support import USAGE, dumped, recorded, tap_in_front
 
 PNG = synthetic_png("solid", 64, 48, rgb=(200, 30, 30))
 SECRET = "the secret prompt text"
@@ -33,8 +32,7 @@ def test_json_passes_through_and_is_recorded_privately() -> None:
                      headers={"x-request-id": "client-1"})
         assert via.status_code == 200 and via.content == direct.content
         assert via.headers["x-smg-routed-worker-id"] == "grpc://127.0.0.1:50051"
-        time.sleep(0.1)
-        (t,) = records
+        (t,) = recorded(records)
         assert t.request_id == "client-1" and t.response_id == "chatcmpl-up-1"
         assert (t.worker, t.prompt_tokens, t.cached_tokens) == ("grpc://127.0.0.1:50051", 81,
                                                                 80)
@@ -52,7 +50,7 @@ def test_json_passes_through_and_is_recorded_privately() -> None:
 def test_store_text_keeps_the_text() -> None:
     with tap_in_front(store_text=True) as (_, url, records):
         httpx.post(url + "/v1/chat/completions", json=body())
-        time.sleep(0.1)
+        recorded(records)
         assert records[0].expected_layout is not None
         assert records[0].expected_layout.text == SECRET
 
@@ -64,8 +62,7 @@ def test_sse_chunks_pass_through_with_ttft_and_usage() -> None:
             assert r.headers["content-type"].startswith("text/event-stream")
             got = b"".join(r.iter_raw())
         assert got == direct.content
-        time.sleep(0.1)
-        (t,) = records
+        (t,) = recorded(records)
         assert t.stream and t.ttft_s is not None and t.ttft_s <= (t.latency_s or 0)
         assert t.cached_tokens == USAGE["prompt_tokens_details"]["cached_tokens"]
 
@@ -76,21 +73,21 @@ def test_router_errors_pass_unchanged_and_router_down_is_a_clear_502() -> None:
         via = c.post(url + "/v1/chat/completions", json=body(model="broken"))
         assert (via.status_code, via.content) == (503, direct.content)
         assert via.headers["x-smg-error-code"] == "no_worker"
-        time.sleep(0.1)
+        recorded(records)
         assert records[0].status == 503 and records[0].error_code == "no_worker"
     with tap_in_front(upstream=f"http://127.0.0.1:{free_port()}") as (tap, url, records):
         for _ in range(2):  # and keeps serving
             r = httpx.post(url + "/v1/chat/completions", json=body())
             assert r.status_code == 502
             assert r.json()["error"]["code"] == "upstream_unreachable"
-        assert tap.health.counters["upstream_errors"] == 2 and records == []
+    assert tap.health.counters["upstream_errors"] == 2 and records == []  # drained: none
 
 
 def test_oversized_bodies_are_proxied_not_recorded() -> None:
     with tap_in_front(max_record_body=100) as (tap, url, records):
         r = httpx.post(url + "/v1/chat/completions", json=body())
         assert r.status_code == 200 and r.json()["usage"] == USAGE
-        assert records == [] and tap.health.counters["oversized_not_recorded"] == 1
+    assert records == [] and tap.health.counters["oversized_not_recorded"] == 1
 
 
 def test_sampling_records_a_fraction_and_proxies_all() -> None:
@@ -98,7 +95,7 @@ def test_sampling_records_a_fraction_and_proxies_all() -> None:
         for _ in range(5):
             assert c.post(url + "/v1/chat/completions", json=body()).status_code == 200
         assert c.get(url + "/health").text == "ok"
-        assert records == [] and tap.health.counters["requests"] == 6
+    assert records == [] and tap.health.counters["requests"] == 6
 
 
 def test_a_client_leaving_mid_stream_is_counted_and_the_tap_serves_on() -> None:
@@ -112,9 +109,7 @@ def test_a_client_leaving_mid_stream_is_counted_and_the_tap_serves_on() -> None:
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.sendall(raw)
             assert b"200" in s.recv(200)
-        deadline = time.monotonic() + 5
-        while not records and time.monotonic() < deadline:
-            time.sleep(0.05)
+        recorded(records)
         assert tap.health.counters.get("client_disconnected") == 1
         assert records[0].error_code == "client_disconnected"
         r = httpx.post(url + "/v1/chat/completions", json=body())

@@ -12,13 +12,13 @@ import time
 import httpx
 from aiohttp import web
 from mmlens.collectors.media_server import MediaServer
-from mmlens.collectors.tap_images import ImageFetcher
+from mmlens.collectors.tap_images import ImageFetcher, public_address
 
 from mmlens.cli.tap import layout_fn
 from mmlens.layout.sent import describe_image
 from mmlens.layout.synthetic_images import synthetic_png
 from tests.live_support import free_port, wait_until
-from tests.observed.tap_support import Served, dumped, tap_in_front
+from tests.observed.tap_support import Served, dumped, recorded, tap_in_front
 
 PNG = synthetic_png("solid", 320, 200, rgb=(10, 120, 200))
 
@@ -30,6 +30,9 @@ def body(*urls: str) -> dict:
 
 
 def fetcher(**kwargs: object) -> ImageFetcher:
+    """A fetcher for the loopback media servers these tests start (allowed explicitly:
+    by default the tap fetches from public addresses only)."""
+    kwargs.setdefault("allow_private", True)
     return ImageFetcher(**kwargs)  # type: ignore[arg-type]
 
 
@@ -135,3 +138,29 @@ def test_a_slow_image_delays_neither_the_answer_nor_the_next_request() -> None:
             assert all((t.latency_s or 9) < 1.0 for t in records)  # the exchange's, not the fetch's
     finally:
         origin.stop()
+
+
+def test_by_default_only_public_addresses_are_fetched() -> None:
+    """No allow-list: loopback addresses are refused, by literal IP or by a name resolving
+    to one (checked on the resolved addresses, which are the ones connected to), and so are
+    other schemes; the media server is never contacted. (Only loopback is sent to: the
+    other non-public ranges are checked without traffic below.)"""
+    with MediaServer() as media, tap_in_front(fetcher=ImageFetcher()) as (tap, url, records):
+        port = media.httpd.server_address[1]
+        image = media.add("p.png", PNG)
+        urls = [image, f"http://localhost:{port}/p.png",
+                f"http://[::ffff:127.0.0.1]:{port}/p.png", "file:///etc/passwd"]
+        r = httpx.post(url + "/v1/chat/completions", json=body(*urls))
+        assert r.status_code == 200
+        recorded(records)
+    assert media.requests == []
+    assert [im.width for im in records[0].images] == [None] * len(urls)
+    assert tap.health.errors == {"image_fetch_address_not_public": 3, "image_fetch_scheme": 1}
+
+
+def test_non_public_address_ranges() -> None:
+    refused = ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
+               "100.64.0.1", "0.0.0.0", "224.0.0.1", "::1", "fe80::1", "fc00::1",
+               "::ffff:10.0.0.1", "not an ip"]
+    assert [ip for ip in refused if public_address(ip)] == []
+    assert public_address("8.8.8.8") and public_address("2001:4860:4860::8888")

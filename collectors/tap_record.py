@@ -1,0 +1,281 @@
+"""The tap's recorder: what the proxy relayed becomes a record and is stored, on a thread of
+its own, after the client got its answer.
+
+- A bounded backlog between the proxy and this thread: over it an exchange is dropped and
+  counted (``dropped_backlog``); traffic is never held up.
+- Per exchange: parse (``mmlens.ingest.tap_parse``), the expected layout when asked, the
+  images behind http(s) URLs when ``--fetch-images`` (fetched on a loop of their own, then
+  back here), and the readers' own decode of the record's stored form: a record that would
+  not read back is quarantined alone (counted by kind, the last ones kept for a look).
+- Writes in batches; a batch the store refuses is retried one record at a time, so one
+  record the store cannot take loses nothing else. When the store refuses even a lone
+  record it is down: the batch waits (bounded) and is retried with back-off.
+- Health is flushed after each write and, when something changed, on a timer even when no
+  traffic comes (the ``recorded`` count does not lag behind an idle tap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import aiohttp
+from mmlens.collectors.tap_images import ImageFetcher
+
+from mmlens.ingest.tap_parse import Exchange, RequestFacts, exchange_trace
+from mmlens.layout.sent import SentImage
+from mmlens.records import CollectorHealth, RequestTrace
+from mmlens.store import codec
+
+log = logging.getLogger("mmlens.tap")
+
+LayoutFn = Callable[[RequestFacts, RequestTrace], None]
+Write = Callable[[list[RequestTrace]], object]
+MAX_BATCH = 2000
+KEPT_QUARANTINED = 100
+
+
+@dataclass(slots=True)
+class _Fetched:
+    """A record whose http(s) images came back from the fetch loop."""
+
+    req: RequestFacts
+    trace: RequestTrace
+    got: list[tuple[int, SentImage | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    kind: str
+    request_id: str
+    reason: str
+
+
+def unreadable(t: RequestTrace) -> str | None:
+    """Why the stored form of ``t`` would not read back (the readers' decode), or None."""
+    try:
+        body = codec.trace_body(t)
+    except (UnicodeError, TypeError, ValueError, OverflowError) as exc:
+        return f"encode: {type(exc).__name__}: {exc}"
+    return None if codec.trace(body) is not None else "decode: the readers skip it"
+
+
+def outage(exc: BaseException) -> bool:
+    """Whether a failed write says the store is unavailable (retry later) rather than that
+    it refuses this record: sockets and files (``OSError``), and the DB-API's
+    ``OperationalError`` (SQLite's locked or full database, PostgreSQL's lost connection)."""
+    return isinstance(exc, OSError | TimeoutError) or any(
+        c.__name__ == "OperationalError" for c in type(exc).__mro__)
+
+
+class Recorder:
+    def __init__(self, write: Write, health: CollectorHealth, *, router: str = "",
+                 store_text: bool = False, layout: LayoutFn | None = None,
+                 fetcher: ImageFetcher | None = None,
+                 flush_health: Callable[[CollectorHealth], None] | None = None,
+                 max_backlog: int = 10_000, health_every_s: float = 1.0) -> None:
+        self.write = write
+        self.health = health
+        self.router = router
+        self.store_text = store_text
+        self.layout = layout
+        self.flush_health = flush_health
+        self.max_backlog = max_backlog
+        self.health_every_s = health_every_s
+        self.quarantined: deque[Quarantined] = deque(maxlen=KEPT_QUARANTINED)
+        self._q: queue.SimpleQueue[Exchange | _Fetched | None] = queue.SimpleQueue()
+        self._waiting: list[RequestTrace] = []  # the store was down: retried with back-off
+        self._retry_at = 0.0
+        self._backoff = 0.5
+        self._flushed: tuple[float, int] | None = None
+        self._last = 0.0
+        self._fetch = FetchLoop(fetcher, self._q.put) if fetcher is not None else None
+        if fetcher is not None:
+            fetcher.health = health  # its outcomes are the tap's
+        self._thread = threading.Thread(target=self._run, name="tap-recorder", daemon=True)
+        self._thread.start()
+
+    def submit(self, ex: Exchange) -> None:
+        """Called on the proxy's loop: never blocks."""
+        if self._q.qsize() >= self.max_backlog:
+            self.health.count("dropped_backlog")
+            return
+        self._q.put(ex)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._fetch is not None:
+            self._fetch.close(timeout_s)
+        self._q.put(None)
+        self._thread.join(timeout=timeout_s)
+
+    # --- the recorder's thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self._q.get(timeout=min(self.health_every_s, 0.5))
+            except queue.Empty:
+                self._store([])  # a batch waiting for the store, when its retry is due
+                self._health()
+                continue
+            batch: list[RequestTrace] = []
+            stop = item is None
+            while item is not None:
+                self._take(item, batch)
+                if len(batch) >= MAX_BATCH:
+                    break
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                stop = item is None
+            self._store(batch, final=stop)
+            self._health(force=stop)
+            if stop:
+                return
+
+    def _take(self, item: Exchange | _Fetched, batch: list[RequestTrace]) -> None:
+        try:
+            if isinstance(item, _Fetched):
+                for i, sent in item.got:
+                    if sent is not None:
+                        item.req.add_fetched(i, sent)
+                self._finish(item.req, item.trace, batch)
+                return
+            req, _, t = exchange_trace(item, self.router, self.store_text)
+            if self._fetch is not None and req.http_images():
+                self._fetch.submit(req, t)
+                return
+            self._finish(req, t, batch)
+        except Exception as exc:
+            self._quarantine("parse", "", f"{type(exc).__name__}: {exc}")
+
+    def _finish(self, req: RequestFacts, t: RequestTrace, batch: list[RequestTrace]) -> None:
+        if self.layout is not None:
+            with contextlib.suppress(Exception):  # a layout the core refuses stays unknown
+                self.layout(req, t)
+        why = unreadable(t)
+        if why is not None:
+            self._quarantine("unreadable", t.request_id, why)
+            return
+        batch.append(t)
+
+    def _quarantine(self, kind: str, request_id: str, reason: str) -> None:
+        self.quarantined.append(Quarantined(kind, request_id, reason[:300]))
+        self.health.count("quarantined")
+        self.health.error(f"quarantined_{kind}", f"{request_id}: {reason}", time.time())
+
+    def _store(self, batch: list[RequestTrace], final: bool = False) -> None:
+        if self._waiting:
+            if not final and time.monotonic() < self._retry_at:
+                self._hold(batch)
+                return
+            batch, self._waiting = self._waiting + batch, []
+        if not batch:
+            return
+        try:
+            self.write(batch)
+            self._stored(len(batch))
+            return
+        except Exception:  # told apart record by record below
+            pass
+        # One at a time: a record the store cannot take is quarantined alone; the store
+        # itself failing (connection, disk, lock) is an outage, and what is left waits.
+        for i, t in enumerate(batch):
+            try:
+                self.write([t])
+                self._stored(1)
+            except Exception as exc:
+                if outage(exc):
+                    self.health.error("store", f"{type(exc).__name__}: {exc}", time.time())
+                    self._retry_at = time.monotonic() + self._backoff
+                    self._backoff = min(self._backoff * 2, 30.0)
+                    self._hold(batch[i:])
+                    return
+                self._quarantine("store_rejected", t.request_id,
+                                 f"{type(exc).__name__}: {exc}")
+
+    def _hold(self, batch: list[RequestTrace]) -> None:
+        self._waiting += batch
+        over = len(self._waiting) - self.max_backlog
+        if over > 0:
+            del self._waiting[:over]
+            self.health.count("dropped_store_down", over)
+        self.health.counters["store_backlog"] = len(self._waiting)
+
+    def _stored(self, n: int) -> None:
+        self._backoff = 0.5
+        self.health.count("recorded", n)
+        self.health.counters["store_backlog"] = len(self._waiting)
+        self.health.ok(time.time())
+
+    def _health(self, force: bool = False) -> None:
+        """The health row written when anything on it changed (at most every
+        ``health_every_s`` unless ``force``)."""
+        if self.flush_health is None:
+            return
+        state = (sum(self.health.counters.values()), sum(self.health.errors.values()))
+        if state == self._flushed and not force:
+            return
+        now = time.monotonic()
+        if not force and self._flushed is not None and now - self._last < self.health_every_s:
+            return
+        snapshot = replace(self.health, counters=dict(self.health.counters),
+                           errors=dict(self.health.errors))
+        try:
+            self.flush_health(snapshot)
+            self._flushed, self._last = state, now
+        except Exception:
+            log.debug("tap: health write failed", exc_info=True)
+
+
+class FetchLoop:
+    """``--fetch-images``: a thread running the fetches on its own event loop (the proxy's
+    loop never waits for an image); each record goes back to the recorder when its images
+    are in (or refused)."""
+
+    def __init__(self, fetcher: ImageFetcher, done: Callable[[_Fetched], None]) -> None:
+        self.fetcher = fetcher
+        self.done = done
+        self.loop = asyncio.new_event_loop()
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tap-fetch",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, req: RequestFacts, t: RequestTrace) -> None:
+        fut = asyncio.run_coroutine_threadsafe(self._fetch(req, t), self.loop)
+        self._tasks.add(fut)
+        fut.add_done_callback(self._tasks.discard)
+
+    async def _fetch(self, req: RequestFacts, t: RequestTrace) -> None:
+        if self._session is None:
+            self._session = self.fetcher.session()
+        todo = req.http_images()
+        got = await asyncio.gather(*(self.fetcher.describe(self._session, url)
+                                     for _, url in todo), return_exceptions=True)
+        self.done(_Fetched(req, t, [(i, s if isinstance(s, SentImage) else None)
+                                    for (i, _), s in zip(todo, got, strict=True)]))
+
+    def close(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for fut in list(self._tasks):  # records still fetching: give them their deadline
+            with contextlib.suppress(Exception):
+                fut.result(max(0.0, deadline - time.monotonic()))
+
+        async def shut() -> None:
+            if self._session is not None:
+                await self._session.close()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)

@@ -1,0 +1,168 @@
+"""The tap never changes what a client gets, whatever the client or the router sends: bodies
+nested past any parser's depth, lone surrogate escapes, SSE chunks of the wrong shape. Each
+is relayed byte for byte (same status, same body, the stream never cut) and recorded as far
+as it can be read; a record that would not read back, or that the store refuses, is
+quarantined alone and counted, and the rest of its batch is stored."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import httpx
+from aiohttp import web
+
+from mmlens.records import RequestTrace
+from mmlens.store.open import open_store
+from tests.live_support import free_port, wait_until
+from tests.observed.tap_support import USAGE, Served, recorded, tap_in_front
+
+DEEP = b"[" * 3000 + b"]" * 3000
+SURROGATE_URL = (b'{"model":"m","messages":[{"role":"user","content":[{"type":"image_url",'
+                 b'"image_url":{"url":"http://127.0.0.1:9/\\udc80.png"}},'
+                 b'{"type":"text","text":"hi \\udc80"}]}]}')
+NESTED_BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"x":' + DEEP + b"}"
+ODD_SSE = [b'data: {"choices": 5}\n\n', b"data: " + DEEP + b"\n\n",
+           b'data: {"id":"c-1","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n',
+           b'data: {"id":"c-1","choices":[],"usage":' + json.dumps(USAGE).encode() + b"}\n\n",
+           b"data: [DONE]\n\n"]
+
+
+async def odd_router(request: web.Request) -> web.StreamResponse:
+    """Answers whatever it is sent (it parses nothing); ``x-reply`` picks the answer."""
+    body = await request.read()
+    headers = {"x-request-id": request.headers.get("x-request-id", "r"),
+               "x-smg-routed-worker-id": "w1"}
+    reply = request.headers.get("x-reply", "json")
+    if reply == "trace-int-worker":
+        headers["x-smg-cache-trace"] = json.dumps({"selections": [{"worker": 5}]})
+    if reply == "sse":
+        resp = web.StreamResponse(headers={**headers, "content-type": "text/event-stream"})
+        await resp.prepare(request)
+        for chunk in ODD_SSE:
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+    if reply == "deep-json":
+        return web.Response(body=b'{"id":"c-2","x":' + DEEP + b"}", headers=headers,
+                            content_type="application/json")
+    rid = headers["x-request-id"]
+    return web.json_response({"id": f"c-{rid}-{len(body)}", "usage": USAGE}, headers=headers)
+
+
+def odd_app() -> web.Application:
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_post("/v1/chat/completions", odd_router)
+    return app
+
+
+def exchange(c: httpx.Client, base: str, body: bytes, **headers: str) -> tuple[int, bytes]:
+    r = c.post(base + "/v1/chat/completions", content=body,
+               headers={"content-type": "application/json", **headers})
+    return r.status_code, r.content
+
+
+def test_malformed_requests_and_answers_pass_unchanged_and_are_recorded() -> None:
+    router = Served(odd_app(), free_port())
+    cases = [(NESTED_BODY, {}), (SURROGATE_URL, {}), (b'{"model":"m"}', {"x-reply": "sse"}),
+             (b'{"model":"m"}', {"x-reply": "deep-json"}), (b"not json at all", {})]
+    try:
+        with tap_in_front(router.url) as (tap, url, records), httpx.Client() as c:
+            for i, (body, headers) in enumerate(cases):
+                rid = {"x-request-id": f"case-{i}"}
+                direct = exchange(c, router.url, body, **headers, **rid)
+                via = exchange(c, url, body, **headers, **rid)
+                assert direct[0] == 200 and via == direct, i
+            recorded(records, len(cases))
+    finally:
+        router.stop()
+    by_id = {t.request_id: t for t in records}
+    assert set(by_id) == {f"case-{i}" for i in range(len(cases))}
+    assert by_id["case-0"].model == "" and by_id["case-0"].prompt_tokens == 81
+    (im,) = by_id["case-1"].images
+    assert im.url_kind == "http" and im.width is None
+    sse = by_id["case-2"]
+    assert (sse.prompt_tokens, sse.cached_tokens) == (81, 80) and sse.ttft_s is not None
+    assert by_id["case-3"].response_id is None and by_id["case-3"].status == 200
+    assert tap.health.counters.get("quarantined") is None
+
+
+def test_a_record_that_would_not_read_back_is_quarantined_alone() -> None:
+    """A cache-trace header naming worker 5 (a number) makes a decision the readers cannot
+    decode: that record is quarantined and counted; the 50 around it are stored, and so is
+    one whose model is a lone surrogate (stored as U+FFFD, so it reads back)."""
+    router = Served(odd_app(), free_port())
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Path(tmp) / "tap.db")
+        try:
+            with tap_in_front(router.url, write=store.add_traces) as (tap, url, _), \
+                    httpx.Client() as c:
+                for i in range(50):
+                    assert exchange(c, url, b'{"model":"m"}', **{"x-request-id": f"ok-{i}"}
+                                    )[0] == 200
+                    if i == 20:
+                        exchange(c, url, b'{"model":"\\udc80"}', **{"x-request-id": "sur"})
+                        exchange(c, url, b'{"model":"m"}', **{"x-request-id": "bad-trace",
+                                                               "x-reply": "trace-int-worker"})
+            stored = {t.request_id: t for t in store.traces(limit=100)}
+        finally:
+            store.close()
+            router.stop()
+    assert set(stored) == {f"ok-{i}" for i in range(50)} | {"sur"}
+    assert stored["sur"].model == "\ufffd"
+    assert tap.health.counters["recorded"] == 51 and tap.health.counters["quarantined"] == 1
+    assert tap.health.errors == {"quarantined_unreadable": 1}
+    (q,) = tap.recorder.quarantined  # type: ignore[attr-defined]
+    assert q.request_id == "bad-trace" and "decode" in q.reason
+
+
+def test_one_record_the_store_refuses_does_not_lose_its_batch() -> None:
+    written: list[RequestTrace] = []
+
+    def picky(batch: list[RequestTrace]) -> None:
+        if any(t.request_id == "poison" for t in batch):
+            raise ValueError("the store refuses this one")
+        written.extend(batch)
+
+    with tap_in_front(write=picky) as (tap, url, _), httpx.Client() as c:
+        for rid in ["a", "b", "poison", "c", "d"]:
+            c.post(url + "/v1/chat/completions", json={"model": "m", "messages": []},
+                   headers={"x-request-id": rid})
+        recorded(written, 4)
+    assert sorted(t.request_id for t in written) == ["a", "b", "c", "d"]
+    assert tap.health.errors.get("quarantined_store_rejected") == 1
+
+
+def test_the_store_down_holds_records_and_writes_them_when_it_is_back() -> None:
+    written: list[RequestTrace] = []
+    down = [True]
+
+    def flaky(batch: list[RequestTrace]) -> None:
+        if down[0]:
+            raise OSError("store unreachable")
+        written.extend(batch)
+
+    with tap_in_front(write=flaky) as (tap, url, _), httpx.Client() as c:
+        for i in range(5):
+            assert c.post(url + "/v1/chat/completions", json={"model": "m", "messages": []},
+                          headers={"x-request-id": f"r{i}"}).status_code == 200
+        wait_until(lambda: tap.health.counters.get("store_backlog") == 5, 5, 0.02,
+                   what="five records held")
+        assert written == [] and tap.health.errors["store"] >= 1
+        down[0] = False
+        recorded(written, 5)
+    assert sorted(t.request_id for t in written) == [f"r{i}" for i in range(5)]
+    assert tap.health.errors["store"] >= 1 and tap.health.counters["recorded"] == 5
+    assert tap.health.counters["store_backlog"] == 0
+
+
+def test_idle_health_is_flushed_without_more_traffic() -> None:
+    """The ``recorded`` count on the stored health row catches up with an idle tap."""
+    rows: list[dict[str, float]] = []
+    with tap_in_front(flush_health=lambda h: rows.append(dict(h.counters))) as (_, url, r), \
+            httpx.Client() as c:
+        for _ in range(5):
+            c.post(url + "/v1/chat/completions", json={"model": "m", "messages": []})
+        recorded(r, 5)
+        wait_until(lambda: rows[-1].get("recorded") == 5, 5, 0.05, what="health flushed")
