@@ -31,6 +31,7 @@ from mmlens.collectors.router_state import RouterStateCollector
 from mmlens.collectors.runner_kv import KVSide
 from mmlens.collectors.supervisor import guarded
 from mmlens.collectors.trace_sink import TraceSink
+from mmlens.collectors.verdict_job import VerdictJob
 
 from mmlens.analysis.liveness import liveness_names
 from mmlens.config import (
@@ -97,6 +98,10 @@ class CollectorRunner:
         # Available vs achieved, over every shard's KV events: the lead evaluates requests.
         self.availability: AvailabilityJob | None = None
         self.availability_health = CollectorHealth("availability", "requests")
+        # One verdict per request, judged once the request settled (and once more on late
+        # evidence): every view reads it.
+        self.verdicts: VerdictJob | None = None
+        self.verdict_health = CollectorHealth("verdicts", "requests")
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -219,6 +224,7 @@ class CollectorRunner:
         self.observed.flush()
         self.kv_side.drain(now, self.shard_health)
         self._evaluate_availability(now)
+        self._judge(now)
         self.ticks += 1
         if self.shard_health is not None:
             self.shard_health.ok(now)
@@ -261,6 +267,7 @@ class CollectorRunner:
         self.observed.flush(force=True)
         self.kv_side.drain(time.time(), self.shard_health)
         self._evaluate_availability(time.time(), settle_s=0.0)
+        self._judge(time.time(), settle_s=0.0)
         self.store.set_health(self.all_health(), instance=self.instance)
 
     def _evaluate_availability(self, now: float, settle_s: float | None = None) -> None:
@@ -283,13 +290,29 @@ class CollectorRunner:
         self.availability_health.count("late_kv_rows", tail.late - late)
         self.availability_health.count("kv_gaps_dropped", tail.dropped - dropped)
 
+    def _judge(self, now: float, settle_s: float | None = None) -> None:
+        if not self.leads:
+            return
+        try:
+            if self.verdicts is None:
+                self.verdicts = VerdictJob(self.store)
+            job = self.verdicts
+            job.run(now, settle_s)
+        except Exception as exc:  # one failed pass must not stop collection
+            log.exception("verdict pass failed")
+            self.verdict_health.error("judge", f"{type(exc).__name__}: {exc}", now)
+            return
+        self.verdict_health.ok(now)
+        self.verdict_health.counters.update(judged=job.judged, rejudged=job.rejudged,
+                                            pending=job.pending)
+
     def all_health(self) -> list[CollectorHealth]:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
         items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
         items += self.kv_grpc.health + [p.health for p in self.planes]
         items += [self.discovery_health, self.supervisor_health, self.observed.health]
         if self.leads:
-            items.append(self.availability_health)
+            items += [self.availability_health, self.verdict_health]
         if self.otlp is not None:
             items.append(self.otlp.health)
         if self.shard_health is not None:

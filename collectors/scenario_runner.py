@@ -7,7 +7,7 @@ must then be allowed to fetch from."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 
 import httpx
@@ -17,9 +17,11 @@ from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 
 from mmlens.analysis import scenarios as sc
-from mmlens.records import RequestTrace
+from mmlens.records import RequestTrace, Verdict
 
 Progress = Callable[[str, int, int], None]
+# The stored verdicts of requests just sent (the verdict job run over the check's store).
+Verdicts = Callable[[Sequence[RequestTrace]], Mapping[str, Verdict]]
 
 
 class ScenarioRunner:
@@ -27,10 +29,11 @@ class ScenarioRunner:
                  router_kind: str = "auto", sink: TraceSink | None = None,
                  worker_mode_router_url: str | None = None, api_key: str | None = None,
                  max_tokens: int = 4, progress: Progress | None = None,
-                 media_origin: str | None = None) -> None:
+                 media_origin: str | None = None, verdicts: Verdicts | None = None) -> None:
         """``sink`` records every request's trace (with its expected layout; in the store
         when it writes), before the scenario is judged. ``media_origin``: where URL images
-        are uploaded (MediaOriginError when it refuses)."""
+        are uploaded (MediaOriginError when it refuses). ``verdicts`` gives each sent
+        request's stored verdict (the check's rows show them)."""
         self.tracer = TraceClient(client, sink=sink)
         self.router_url = router_url
         self.model = model
@@ -41,6 +44,7 @@ class ScenarioRunner:
         self.progress = progress
         self.media_origin = media_origin
         self.client = client
+        self.verdicts = verdicts
 
     def parts(self, spec: sc.RequestSpec, media: MediaServer | None) -> list[ImagePart]:
         out = []
@@ -88,7 +92,8 @@ class ScenarioRunner:
         if self.progress:
             self.progress(f"{scenario.name}: done", len(scenario.requests),
                           len(scenario.requests))
-        result = sc.judge(scenario, ctx, traces)
+        result = sc.judge(scenario, ctx, traces,
+                          None if self.verdicts is None else self.verdicts(traces))
         if origin and any((t.error or (t.status or 0) >= 400)
                           and any(i.via == "url" for i in spec.images)
                           for spec, t in zip(scenario.requests, traces, strict=True)):

@@ -8,12 +8,12 @@ nothing here touches the network.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mmlens.analysis.availability.tracker import history_summary
-from mmlens.analysis.explain import Explanation, explain
+from mmlens.analysis.judgement.shown import category, headline
 from mmlens.analysis.scenario_judges import Context as Context
 from mmlens.analysis.scenario_judges import Outcome as Outcome
 from mmlens.analysis.scenario_judges import Thresholds as Thresholds
@@ -30,6 +30,7 @@ from mmlens.analysis.scenario_judges import (
     predicted_blocks,
 )
 from mmlens.records import RequestTrace
+from mmlens.records import Verdict as RequestVerdict
 
 RGB = tuple[int, int, int]
 
@@ -167,12 +168,16 @@ def build(ctx: Context, salt: int = 0) -> list[Scenario]:
 NAMES = ("repeat", "affinity", "isolation", "straddle", "staircase", "identity", "parity")
 
 
-def judge(scenario: Scenario, ctx: Context, traces: Sequence[RequestTrace]) -> Result:
+def judge(scenario: Scenario, ctx: Context, traces: Sequence[RequestTrace],
+          verdicts: Mapping[str, RequestVerdict] | None = None) -> Result:
+    """``verdicts``: the stored verdict of each request (the verdict job's, run over the
+    check's store after sending); a request without one shows as pending."""
     rows = [request_row(s, t) for s, t in zip(scenario.requests, traces, strict=True)]
     if not traces:
         return Result(scenario.name, "inconclusive", {}, rows, "no request was sent")
-    for row, explanation in zip(rows, explain_each(traces, ctx.block_size), strict=True):
-        row["explanation"] = f"{explanation.category}: {explanation.headline}"
+    for row, t in zip(rows, traces, strict=True):
+        v = (verdicts or {}).get(t.request_id)
+        row["explanation"] = f"{category(v)}: {headline(v)}"
     per_request, availability = history_summary(traces)
     for row in rows:
         a = per_request.get(row["request_id"])
@@ -185,8 +190,3 @@ def judge(scenario: Scenario, ctx: Context, traces: Sequence[RequestTrace]) -> R
                       "requests failed: " + "; ".join(errors), availability)
     verdict, summary, evidence = scenario.judge(ctx, traces)
     return Result(scenario.name, verdict, evidence, rows, summary, availability)
-
-
-def explain_each(traces: Sequence[RequestTrace], block_size: int) -> list[Explanation]:
-    """Each request explained against the scenario's requests before it."""
-    return [explain(t, traces[:i], block_size) for i, t in enumerate(traces)]

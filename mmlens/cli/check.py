@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import httpx
 
@@ -17,8 +20,11 @@ from mmlens.analysis import scenarios as sc
 from mmlens.collectors.media_upload import MediaOriginError
 from mmlens.collectors.scenario_runner import ScenarioRunner
 from mmlens.collectors.trace_sink import TraceSink, store_writer
+from mmlens.collectors.verdict_job import VerdictJob
 from mmlens.config_values import HTTP, endpoint
 from mmlens.errors import ConfigError, LayoutError
+from mmlens.records import RequestTrace, Verdict
+from mmlens.store.open import open_store
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -117,19 +123,32 @@ def main(argv: Sequence[str]) -> int:
         if not args.json:
             print(f"  {what} ({done}/{total})", file=sys.stderr)
 
-    # Every request's trace goes through the sink (into the store with --db); the scenarios'
-    # prompts are mmlens' own, so their text is kept for the inspector's full rebuild.
-    sink = TraceSink(store_writer(args.db) if args.db else None,
-                     layout_model=args.model_dir or args.model, block_size=block, keep_text=True)
-    runner = ScenarioRunner(client, args.router, args.model, router_kind=args.kind, sink=sink,
-                            worker_mode_router_url=args.worker_mode_router, api_key=api_key,
-                            progress=progress, media_origin=origin)
-    plans = {s.name: s for s in sc.build(ctx, salt)}
-    try:
-        results = [runner.run(plans[name], ctx) for name in names]
-    except MediaOriginError as exc:
-        print(f"mmlens check: {exc}", file=sys.stderr)
-        return 2
+    # Every request's trace goes through the sink into the store (--db, else one of the
+    # check's own); the scenarios' prompts are mmlens' own, so their text is kept for the
+    # inspector's full rebuild. The verdict job judges them there, as a collector would.
+    with contextlib.ExitStack() as stack:
+        db = args.db or str(Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                            / "check.db")
+        sink = TraceSink(store_writer(db), layout_model=args.model_dir or args.model,
+                         block_size=block, keep_text=True)
+        store = open_store(db)
+        stack.callback(store.close)
+        job = VerdictJob(store)
+
+        def verdicts(traces: Sequence[RequestTrace]) -> Mapping[str, Verdict]:
+            job.catch_up()
+            return store.verdicts_for([t.request_id for t in traces])
+
+        runner = ScenarioRunner(client, args.router, args.model, router_kind=args.kind,
+                                sink=sink, worker_mode_router_url=args.worker_mode_router,
+                                api_key=api_key, progress=progress, media_origin=origin,
+                                verdicts=verdicts)
+        plans = {s.name: s for s in sc.build(ctx, salt)}
+        try:
+            results = [runner.run(plans[name], ctx) for name in names]
+        except MediaOriginError as exc:
+            print(f"mmlens check: {exc}", file=sys.stderr)
+            return 2
     meta = {"router": args.router, "kind": args.kind, "model": args.model,
             "family": model.family.name, "block size": str(block), "salt": str(salt),
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}

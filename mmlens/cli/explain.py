@@ -1,6 +1,7 @@
-"""`mmlens explain --db PATH --request ID [--json]`: classify why a recorded request missed.
+"""`mmlens explain --db PATH --request ID [--json]`: why a recorded request hit or missed.
 
-The inputs are gathered by ``mmlens.store.explained``; the inspector page uses the same."""
+Prints the request's stored verdict (the lead collector's verdict job judged it, with the
+evidence it used); a request not judged yet is "pending" (category null in JSON)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from mmlens.analysis.explain import keys_of
-from mmlens.analysis.verdicts import Judgement
-from mmlens.store.explained import explain_recorded, judge_recorded
+from mmlens.analysis.judgement.shown import PENDING_HEADLINE
 from mmlens.store.open import StoreError
 from mmlens.store.reader import open_reader
 
@@ -29,37 +28,29 @@ def main(argv: Sequence[str]) -> int:
         return 2
     try:
         trace = reader.trace(args.request)
-        if trace is not None and keys_of(trace) is None:
-            # No expected layout (a request mmlens did not send): judged on the router's
-            # prediction against what the engine realized.
-            return _print_judgement(judge_recorded(reader, args.request), args.json)
-        result = explain_recorded(reader, args.request)
+        verdict = None if trace is None else reader.verdict(trace.request_id)
     finally:
         reader.close()
-    if result is None:
+    if trace is None:
         print(f"mmlens explain: no trace {args.request!r} in {args.db}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result.as_json(), default=str))
-    else:
-        print(f"{result.category}: {result.headline}")
-        for key, value in result.evidence.items():
-            if value not in (None, [], {}):
-                print(f"  {key}: {value}")
-    return 0
-
-
-def _print_judgement(j: Judgement | None, as_json: bool) -> int:
-    if j is None:
-        return 2
-    if as_json:
-        print(json.dumps(j.as_json(), default=str))
+    if verdict is None:
+        print(json.dumps({"request_id": trace.request_id, "category": None,
+                          "headline": PENDING_HEADLINE}) if args.json else PENDING_HEADLINE)
         return 0
-    print(f"{j.category}: {j.headline}")
-    for key, value in j.evidence.items():
+    if args.json:
+        print(json.dumps(verdict.as_json(), default=str))
+        return 0
+    print(f"{verdict.category}: {verdict.headline}")
+    for key, value in verdict.evidence.items():
         if value not in (None, [], {}):
             print(f"  {key}: {value}")
-    print("  sources: " + ", ".join(f"{k} ← {v}" for k, v in sorted(j.sources.items())))
-    if j.unknown:
-        print("  unknown: " + ", ".join(j.unknown))
+    if verdict.better_worker:
+        print(f"  better worker: {verdict.better_worker} held {verdict.better_blocks} blocks")
+    for failed in verdict.failed_attempts:
+        print(f"  failed attempt {failed['attempt']}: {failed['worker']} predicted "
+              f"{failed['predicted_blocks']} blocks")
+    print("  sources: " + ", ".join(f"{k} ← {v}" for k, v in sorted(verdict.sources.items())))
+    if verdict.unknown:
+        print("  unknown: " + ", ".join(verdict.unknown))
     return 0

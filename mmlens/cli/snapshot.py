@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mmlens.analysis.availability.view import AvailabilityView, view_model
-from mmlens.analysis.verdicts import judge_all, summary
-from mmlens.records import RequestTrace
+from mmlens.analysis.judgement.shown import brief, tally
+from mmlens.analysis.observed_fields import by_origin
+from mmlens.records import RequestTrace, Verdict
 from mmlens.state import Snapshot
 from mmlens.store.open import StoreError
 from mmlens.store.reader import StoreReader
@@ -61,15 +62,16 @@ def availability_text(view: AvailabilityView) -> str:
             f"content-blind or stale false hits {h.false_hit_tokens} tokens")
 
 
-def with_verdicts(snap: Snapshot, window: Sequence[RequestTrace] | None = None,
-                  ) -> dict[str, Any]:
-    """The snapshot's JSON with each listed trace's miss verdict (any origin: mmlens' own and
-    observed traffic) and, under ``observed``, a summary by origin, source and verdict of
-    every request of the window (``window``; the listed traces without one)."""
+def with_verdicts(snap: Snapshot, verdicts: dict[str, Verdict],
+                  window: Sequence[RequestTrace] | None = None) -> dict[str, Any]:
+    """The snapshot's JSON with each listed trace's stored verdict (null: not judged yet)
+    and, under ``observed``, a summary by origin, source and stored verdict of every request
+    of the window (``window``; the listed traces without one)."""
     doc = snap.to_json()
-    for t, j in zip(doc["traces"], judge_all(snap.traces), strict=True):
-        t["verdict"] = {"category": j.category, "headline": j.headline, "unknown": j.unknown}
-    doc["observed"] = summary(snap.traces if window is None else window)
+    for t, rec in zip(doc["traces"], snap.traces, strict=True):
+        t["verdict"] = brief(verdicts.get(rec.request_id))
+    counted = snap.traces if window is None else window
+    doc["observed"] = by_origin(counted) | {"verdicts": tally(counted, verdicts)}
     doc["observed"]["window_s"] = snap.window_s if window is not None else None
     return doc
 
@@ -88,9 +90,10 @@ def main(argv: Sequence[str]) -> int:
         window = reader.window_traces(end - args.window, end)
         avail = view_model(*reader.availability_window(args.availability_window),
                            args.availability_window)
+        verdicts = reader.verdicts_for([*snap.traces, *window])
     finally:
         reader.close()
-    doc = with_verdicts(snap, window)
+    doc = with_verdicts(snap, verdicts, window)
     doc["availability"] = avail.to_json()
     print(json.dumps(doc, default=str) if args.json else
           summary_text(snap, doc["observed"]) + "\n" + availability_text(avail))

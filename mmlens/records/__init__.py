@@ -35,3 +35,4 @@ from mmlens.records.traces import RoutingCandidate as RoutingCandidate
 from mmlens.records.traces import RoutingDecision as RoutingDecision
 from mmlens.records.traces import RoutingScore as RoutingScore
 from mmlens.records.traces import SpillGate as SpillGate
+from mmlens.records.verdict import Verdict as Verdict

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from mmlens.records import Availability, BlockRemoved, BlockStored, KVEvent
-from mmlens.store.dialect import SQLBase, marks
+from mmlens.store.dialect import SQLBase
 from mmlens.store.tail import IdTail
 
 SCHEMA = """
@@ -115,22 +115,10 @@ class AvailabilityTables(SQLBase):
                          a.not_cacheable_tokens, a.false_hit_tokens, a.predicted_tokens,
                          a.images, a.fidelity, *(a.causes.get(c, 0) for c in CAUSE_COLUMNS),
                          json.dumps(a.to_json(), default=str)))
-        update = ", ".join(f"{c} = excluded.{c}" for c in _AVAILABILITY if c != "request_id")
-        with self._tx():
-            self._many(f"INSERT INTO availability ({', '.join(_AVAILABILITY)}) VALUES "
-                       f"({marks(len(_AVAILABILITY))}) ON CONFLICT (request_id) DO UPDATE "
-                       f"SET {update}", rows)
-        return len(rows)
+        return self._upsert("availability", _AVAILABILITY, rows)
 
     def evaluated(self, request_ids: Sequence[str]) -> set[str]:
-        out: set[str] = set()
-        ids = list(request_ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            out.update(r for (r,) in self._rows(
-                f"SELECT request_id FROM availability WHERE request_id IN ({marks(len(chunk))})",
-                chunk))
-        return out
+        return {r for (r,) in self._rows_by_ids("availability", "request_id", request_ids)}
 
     def add_cells(self, cells: dict[tuple[float, str, str, str], dict[str, int]]) -> None:
         """Add per-cell sums (``mmlens.analysis.availability.aggregate.SUMS``) to the stored

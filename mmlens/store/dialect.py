@@ -22,7 +22,7 @@ __all__ = ["APPEND_ONLY", "PRUNED_TABLES", "SCHEMA_VERSION", "NoStoreYet", "SQLB
 
 # Tables pruned by age; PostgreSQL partitions the append-only ones by time.
 APPEND_ONLY = ("samples", "kv_events", "traces", "decisions", "kv_views", "kv_content")
-PRUNED_TABLES = (*APPEND_ONLY, "availability", "availability_cells")
+PRUNED_TABLES = (*APPEND_ONLY, "availability", "availability_cells", "verdicts")
 
 
 class StoreError(RuntimeError):
@@ -103,6 +103,30 @@ class SQLBase:
             if self._missing_table(exc):
                 return None
             raise
+
+    def _upsert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                key: str = "request_id") -> int:
+        """Insert rows, replacing those with the same ``key``; returns the rows written."""
+        if not rows:
+            return 0
+        update = ", ".join(f"{c} = excluded.{c}" for c in columns if c != key)
+        with self._tx():
+            self._many(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                       f"({marks(len(columns))}) ON CONFLICT ({key}) DO UPDATE SET {update}",
+                       rows)
+        return len(rows)
+
+    def _rows_by_ids(self, table: str, columns: str, request_ids: Sequence[str],
+                     chunk: int = 500) -> list[tuple[Any, ...]]:
+        """``columns`` of the rows whose request_id is one of ``request_ids`` (none: an
+        older store without the table)."""
+        ids = list(dict.fromkeys(request_ids))
+        out: list[tuple[Any, ...]] = []
+        for start in range(0, len(ids), chunk):
+            part = ids[start:start + chunk]
+            out += self._rows_if_table(f"SELECT {columns} FROM {table} WHERE request_id IN "
+                                       f"({marks(len(part))})", part) or []
+        return out
 
     def _id_in(self) -> str:
         """SQL: the row-order column is in a set of ids given as one ``?`` (``_id_set``)."""

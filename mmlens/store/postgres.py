@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS kv_events (
     idx integer NOT NULL DEFAULT 0,
     CONSTRAINT kv_events_key UNIQUE (worker, rank, seq, ts, idx)) PARTITION BY RANGE (ts);
 CREATE INDEX IF NOT EXISTS kv_events_ts ON kv_events (ts);
+CREATE INDEX IF NOT EXISTS kv_events_id ON kv_events (id);
 CREATE TABLE IF NOT EXISTS kv_state (
     worker text NOT NULL, rank integer NOT NULL, ts double precision NOT NULL,
     summary text NOT NULL, PRIMARY KEY (worker, rank));
@@ -60,6 +61,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     PARTITION BY RANGE (ts);
 CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
 CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
+CREATE INDEX IF NOT EXISTS decisions_id ON decisions (id);
 CREATE TABLE IF NOT EXISTS kv_views (
     id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
     worker text NOT NULL, source text NOT NULL, router_blocks integer, engine_blocks integer,
@@ -84,6 +86,12 @@ CREATE INDEX IF NOT EXISTS availability_ts ON availability (ts);
 CREATE TABLE IF NOT EXISTS availability_cells (
     ts double precision NOT NULL, router text NOT NULL, model text NOT NULL,
     worker text NOT NULL, sums text NOT NULL, PRIMARY KEY (ts, router, model, worker));
+CREATE TABLE IF NOT EXISTS verdicts (
+    request_id text NOT NULL PRIMARY KEY, ts double precision NOT NULL,
+    category text NOT NULL, headline text NOT NULL, worker text, better_worker text,
+    better_blocks integer, judged_at double precision NOT NULL, version integer NOT NULL,
+    body text NOT NULL);
+CREATE INDEX IF NOT EXISTS verdicts_ts ON verdicts (ts);
 CREATE TABLE IF NOT EXISTS health (
     collector text NOT NULL, target text NOT NULL, updated double precision NOT NULL,
     last_success double precision, last_error text, last_error_ts double precision,

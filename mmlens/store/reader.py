@@ -27,6 +27,7 @@ from mmlens.records import (
     RequestTrace,
     ResidentSummary,
     RoutingDecision,
+    Verdict,
 )
 from mmlens.store.base import SQLStore, StoreError
 from mmlens.store.decisions import attach, trace_keys
@@ -202,6 +203,22 @@ class StoreReader:
             return s.cells(since), s.availability_rows(since, recent)
 
         return self._locked(read)
+
+    # --- stored verdicts (the verdict job's; every view reads them) ---------------------------
+
+    def verdicts_for(self, traces: Sequence[RequestTrace]) -> dict[str, Verdict]:
+        """Request id → stored verdict, for those of ``traces`` judged already."""
+        ids = [t.request_id for t in traces]
+        return self._locked(lambda s: s.verdicts_for(ids)) if ids else {}
+
+    def verdict(self, request_id: str) -> Verdict | None:
+        """A request's stored verdict by any id it is known by (None: not judged yet)."""
+        t = self.trace(request_id)
+        rid = request_id if t is None else t.request_id
+        return self._locked(lambda s: s.verdicts_for([rid])).get(rid)
+
+    def verdict_counts(self, since: float, until: float | None = None) -> dict[str, int]:
+        return self._locked(lambda s: s.verdict_counts(since, until))
 
     def health(self) -> list[CollectorHealth]:
         return self._locked(SQLStore.health)

@@ -1,6 +1,7 @@
 import pytest
 
 from mmlens.analysis import scenarios as sc
+from mmlens.analysis.judgement.batch import JudgeState
 from mmlens.layout.families import get_family
 from mmlens.records import ExpectedLayout, RequestTrace, RoutingDecision
 
@@ -137,6 +138,11 @@ def test_rows_carry_miss_explanations():
     a.ts, b.ts = 1.0, 2.0
     a.expected_layout.block_keys = ["k-red-0", "k-red-1"]
     b.expected_layout.block_keys = ["k-blue-0", "k-blue-1"]
-    rows = sc.judge(plan("isolation"), CTX, [a, b]).requests
+    # The rows show the stored verdicts (judged by the one judgement, as the job does).
+    verdicts = {v.request_id: v for v in JudgeState().judge([a, b], ["a", "b"])}
+    rows = sc.judge(plan("isolation"), CTX, [a, b], verdicts).requests
     assert rows[1]["explanation"].startswith("false_hit: ")
     assert rows[0]["explanation"].startswith("false_hit") is False
+    # Not judged yet: pending, never a guess of the scenario's own.
+    rows = sc.judge(plan("isolation"), CTX, [a, b], {"a": verdicts["a"]}).requests
+    assert rows[1]["explanation"].startswith("pending: ")

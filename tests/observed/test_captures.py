@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from mmlens.collectors.observed_sink import ObservedSink
+from mmlens.collectors.verdict_job import VerdictJob
 
 from mmlens.ingest.observed import merge_all, name_router
 from mmlens.ingest.observed_logs import Attempts, read_lines
@@ -46,6 +47,7 @@ def load(tmp_path: Path, prefix: str, with_otlp: bool) -> Path:
     if with_otlp:
         sink.add(*read_spans(spans(prefix)))
     sink.flush(force=True)
+    VerdictJob(store).catch_up()  # as the lead collector does once requests settled
     store.close()
     return db
 

@@ -1,0 +1,158 @@
+"""Judges every stored request once its service is over, and once more when late evidence
+arrives (``mmlens.analysis.judgement``); run by the lead collector beside the availability job.
+
+Each run reads the KV events stored since the last run (every shard's, ``IdTail``) into the
+job's chain index, then the requests around the settled ones (with their logged decisions),
+judges those not judged yet and writes one verdict row each. KV rows that arrive for a time
+a judged request on that worker covered, and decisions logged after a request was judged,
+re-judge those requests once (``version`` 1): the index of judged requests by worker and
+time finds them without a rescan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+
+from mmlens.analysis.judgement.attribution import SLACK_S
+from mmlens.analysis.judgement.batch import JudgeState, span_of, unit_of
+from mmlens.records import RequestTrace, Verdict
+from mmlens.store.base import SQLStore
+from mmlens.store.decisions import attach, trace_keys
+from mmlens.store.tail import IdTail
+
+BLIND_METRIC = "smg_kv_events_unavailable"
+TRACES_PER_RUN = 20_000  # a backlog is judged over several runs
+
+
+@dataclass
+class _Judged:
+    """Requests judged once, per unit, by start: what late KV rows may re-judge."""
+
+    spans: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
+
+    def add(self, unit: str, start: float, end: float, rid: str) -> None:
+        bisect.insort(self.spans.setdefault(unit, []), (start, end, rid))
+
+    def touched(self, unit: str, lo: float, hi: float, longest: float) -> list[str]:
+        spans = self.spans.get(unit, [])
+        i = bisect.bisect_left(spans, (lo - longest - SLACK_S,))
+        j = bisect.bisect_right(spans, (hi + SLACK_S, float("inf"), ""))
+        return [rid for s, e, rid in spans[i:j] if s - SLACK_S <= hi and lo <= e + SLACK_S]
+
+    def forget(self, rids: set[str]) -> None:
+        for unit, spans in self.spans.items():
+            self.spans[unit] = [s for s in spans if s[2] not in rids]
+
+    def prune(self, before: float) -> None:
+        for spans in self.spans.values():
+            del spans[:bisect.bisect_left(spans, (before,))]
+
+
+class VerdictJob:
+    def __init__(self, store: SQLStore, settle_s: float = 12.0, lookback_s: float = 120.0,
+                 horizon_s: float = 900.0) -> None:
+        self.store = store
+        self.settle_s = settle_s
+        self.lookback_s = lookback_s
+        self.state = JudgeState(horizon_s)
+        self.kv_tail = IdTail()
+        self.decision_tail = IdTail()
+        self.judged_once = _Judged()
+        self.longest = 0.0  # the longest request judged: how far back a late row may reach
+        self.since: float | None = None  # requests before this are judged
+        self.judged = 0
+        self.rejudged = 0
+        self.pending = 0
+
+    def _late_kv(self) -> set[str]:
+        """Apply new KV rows; the requests judged once whose time they fall in."""
+        out: set[str] = set()
+        while True:
+            rows = self.store.kv_chain_tail(self.kv_tail)
+            if not rows:
+                return out
+            for unit, (lo, hi) in self.state.apply_kv(rows).items():
+                out.update(self.judged_once.touched(unit, lo, hi, self.longest))
+
+    def _late_decisions(self) -> set[str]:
+        """Requests judged already that a decision logged since names (its line's time is
+        before the judged frontier: it came late)."""
+        frontier = self.since if self.since is not None else float("-inf")
+        keys = {rid for rid, ts in self.store.decision_tail(self.decision_tail)
+                if ts < frontier}
+        return self.store.trace_ids_for_keys(sorted(keys)) if keys else set()
+
+    def _blind(self, now: float) -> frozenset[str]:
+        rows = self.store.samples_since(now - 600.0, [BLIND_METRIC])
+        return frozenset(s.label("worker") for s in rows if s.value > 0)
+
+    def run(self, now: float | None = None, settle_s: float | None = None) -> list[Verdict]:
+        """Judge the requests that ended ``settle_s`` (default: the job's) before ``now``."""
+        now = time.time() if now is None else now
+        late = self._late_kv() | self._late_decisions()
+        until = now - (self.settle_s if settle_s is None else settle_s)
+        since = self.since if self.since is not None else until - self.state.horizon_s
+        context = self.store.traces_between(since - self.lookback_s - self.longest, now,
+                                            TRACES_PER_RUN)
+        full = len(context) >= TRACES_PER_RUN
+        versions = self.store.verdict_versions([t.request_id for t in context])
+        late = {r for r in late if versions.get(r) == 0}
+        missing = late - {t.request_id for t in context}
+        if missing:  # late evidence for requests older than the window: read those too
+            context += [t for r in sorted(missing) if (t := self.store.trace(r)) is not None]
+        keys = sorted({k for t in context for k in trace_keys(t)})
+        if keys:
+            attach(context, self.store.decisions(keys))
+        todo, pending = [], 0
+        for t in context:
+            if t.request_id in versions and t.request_id not in late:
+                continue
+            if span_of(t)[1] <= until:
+                todo.append(t.request_id)
+            else:
+                pending += 1
+        verdicts = self.state.judge(context, todo, self._blind(now), now)
+        for v in verdicts:
+            if v.request_id in late:
+                v.version = versions[v.request_id] + 1
+        self._remember(context, verdicts)
+        if verdicts:
+            self.store.add_verdicts(verdicts)
+        self.rejudged += sum(1 for v in verdicts if v.version)
+        self.judged += sum(1 for v in verdicts if not v.version)
+        self.pending = pending
+        oldest_open = min((t.ts for t in context if t.request_id not in versions and
+                           t.request_id not in todo), default=until)
+        self.since = min(until, oldest_open, context[-1].ts if full else until)
+        self.state.prune(until - self.state.horizon_s)
+        self.judged_once.prune(until - self.state.horizon_s)
+        return verdicts
+
+    def catch_up(self, now: float | None = None) -> int:
+        """Judge every stored request that has ended (a store filled offline: ``mmlens
+        check``'s own, a recorded capture), from the oldest on; returns how many."""
+        oldest = self.store.oldest_trace_ts()
+        if oldest is None:
+            return 0
+        if self.since is None:
+            self.since = oldest
+        n = 0
+        while found := self.run(now, settle_s=0.0):
+            n += len(found)
+        return n
+
+    def _remember(self, context: list[RequestTrace], verdicts: list[Verdict]) -> None:
+        by_id = {t.request_id: t for t in context}
+        again = {v.request_id for v in verdicts if v.version}
+        if again:
+            self.judged_once.forget(again)  # re-judged once: late evidence changes it no more
+        for v in verdicts:
+            t = by_id[v.request_id]
+            unit = unit_of(t)
+            if v.version or unit is None:
+                continue
+            start, end = span_of(t)
+            self.longest = max(self.longest, end - start)
+            self.judged_once.add(unit, start, end, v.request_id)

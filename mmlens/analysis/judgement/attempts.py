@@ -1,0 +1,96 @@
+"""Which dispatch attempt served a request, and which failed before it.
+
+A router that loses a worker mid-request retries on another (SMG's cache trace numbers them
+``attempt`` 0, 1, …). The verdict judges the attempt that served — the last one with a
+response, i.e. on the serving worker — and names the others: attempt 0 predicting 13 blocks
+on a worker that died says nothing about attempt 1 on the worker that answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmlens.analysis.judgement.vocabulary import SPILL_BRANCHES
+from mmlens.records import RequestTrace, RoutingDecision
+
+
+@dataclass(slots=True)
+class Prediction:
+    """What the router said for one attempt, merged over the sources that told it."""
+
+    attempt: int | None
+    worker: str | None
+    predicted_blocks: int | None
+    request_blocks: int | None
+    block_size: int
+    branch: str | None
+    expanded_tokens: int | None
+    spill: bool
+    spill_from: str | None  # the preferred worker whose spill gate fired
+    warnings: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "worker": self.worker,
+                "predicted_blocks": self.predicted_blocks, "branch": self.branch}
+
+
+def _first(preds: Sequence[RoutingDecision], name: str) -> Any:
+    ordered = sorted(preds, key=lambda p: p.overlap_blocks is None)
+    return next((getattr(p, name) for p in ordered if getattr(p, name) is not None), None)
+
+
+def merged(preds: Sequence[RoutingDecision], attempt: int | None) -> Prediction:
+    fired = [g for p in preds for g in p.gates if g.spill]
+    branch = _first(preds, "branch")
+    return Prediction(
+        attempt, _first(preds, "worker"), _first(preds, "overlap_blocks"),
+        _first(preds, "request_blocks"), _first(preds, "block_size") or 16, branch,
+        _first(preds, "expanded_tokens"), bool(fired) or branch in SPILL_BRANCHES,
+        next((g.worker for g in fired if g.worker), None),
+        [str(w) for p in preds for w in p.warnings], sorted({p.source for p in preds}))
+
+
+def _is_url(worker: str | None) -> bool:
+    return bool(worker) and "://" in str(worker)
+
+
+def attempts(t: RequestTrace) -> tuple[Prediction, list[Prediction]]:
+    """The serving attempt's prediction and the failed attempts' (oldest first).
+
+    Decisions carrying ``attempt`` are grouped by it; one without joins the attempt on its
+    worker. With no attempt numbers at all, decisions naming another worker URL than the one
+    that answered, logged before the serving worker's, are a failed attempt (SMG logs one
+    routing line per dispatch)."""
+    preds = list(t.predictions)
+    groups: dict[int, list[RoutingDecision]] = {}
+    by_worker: dict[str | None, int] = {}
+    for p in preds:
+        if p.attempt is not None:
+            groups.setdefault(p.attempt, []).append(p)
+            by_worker.setdefault(p.worker, p.attempt)
+    loose = [p for p in preds if p.attempt is None]
+    if not groups and t.worker and len({p.worker for p in loose if _is_url(p.worker)}) > 1 \
+            and _is_url(t.worker) and any(p.worker == t.worker for p in loose):
+        served_ts = max((p.ts or 0.0) for p in loose if p.worker == t.worker)
+        for p in sorted(loose, key=lambda p: p.ts or 0.0):
+            if p.worker != t.worker and _is_url(p.worker) and (p.ts or 0.0) < served_ts:
+                by_worker.setdefault(p.worker, len(by_worker))
+        by_worker.setdefault(t.worker, len(by_worker))
+        for p in loose:
+            groups.setdefault(by_worker.get(p.worker, by_worker[t.worker]), []).append(p)
+    else:
+        for p in loose:
+            n = by_worker.get(p.worker)
+            groups.setdefault(-1 if n is None else n, []).append(p)
+    numbered = sorted(n for n in groups if n >= 0)
+    if not numbered:
+        return merged(groups.get(-1, []), None), []
+    on_worker = [n for n in numbered if t.worker and by_worker.get(t.worker) == n] or \
+        [n for n in numbered if any(p.worker == t.worker for p in groups[n])]
+    serving = on_worker[-1] if on_worker else numbered[-1]
+    serving_preds = groups[serving] + groups.get(-1, [])
+    failed = [merged(groups[n], n) for n in numbered if n < serving]
+    return merged(serving_preds, serving), failed

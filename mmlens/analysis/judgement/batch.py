@@ -1,0 +1,133 @@
+"""Judging requests in batches over a window of KV events: the state the lead collector's
+verdict job keeps between runs (each worker's chains and removals, what each worker held),
+and one pass that attributes chains and judges the requests asked for. Pure: the job, the
+benchmark and ``mmlens check`` feed it rows read from a store."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from mmlens.analysis.judgement.attribution import SLACK_S, Served, WorkerChains, attribute
+from mmlens.analysis.judgement.evidence import Evidence, usage_realized
+from mmlens.analysis.judgement.holdings import HeldIndex
+from mmlens.analysis.judgement.rules import judge
+from mmlens.ingest.observed import known
+from mmlens.records import RequestTrace, Verdict
+
+EVICTION_WINDOW_S = 300.0
+UNKNOWN_SPAN_S = 30.0  # a request without a latency may have run this long
+KVRow = tuple[float, str, str, "str | None", list[str]]  # ts, unit, kind, parent, hashes
+
+
+def unit_of(t: RequestTrace) -> str | None:
+    """The cache a request used: its worker, or ``worker#rank`` beyond DP rank 0."""
+    if not t.worker:
+        return None
+    return t.worker if not t.dp_rank else f"{t.worker}#{t.dp_rank}"
+
+
+def dispatch_ts(t: RequestTrace) -> float:
+    """When the router dispatched it: SMG's cache trace has nanoseconds, log lines seconds."""
+    exact = [p.ts for p in t.predictions if p.ts is not None and p.source.endswith("cache_trace")]
+    return min(exact) if exact else t.ts
+
+
+def span_of(t: RequestTrace) -> tuple[float, float]:
+    start = dispatch_ts(t)
+    return start, start + (UNKNOWN_SPAN_S if t.latency_s is None else float(t.latency_s))
+
+
+def block_size_of(t: RequestTrace) -> int:
+    lay = t.expected_layout
+    if lay is not None and lay.block_size:
+        return int(lay.block_size)
+    return next((p.block_size for p in t.predictions if p.block_size), 16)
+
+
+def prompt_of(t: RequestTrace, block_size: int) -> int | None:
+    """The engine's prompt length; else what the router's block count implies (SMG counts
+    full blocks, Dynamo a last partial one too; a prompt is rarely a whole number of blocks)."""
+    if t.prompt_tokens and known(t, "prompt_tokens"):
+        return int(t.prompt_tokens)
+    blocks = next((p.request_blocks for p in t.predictions if p.request_blocks), None)
+    if blocks is None:
+        return None
+    return (blocks - (1 if t.router_kind == "dynamo" else 0)) * block_size + 1
+
+
+@dataclass
+class JudgeState:
+    horizon_s: float = 900.0
+    chains: dict[str, WorkerChains] = field(default_factory=dict)
+    held: HeldIndex = field(default_factory=HeldIndex)
+    removals: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
+
+    def apply_kv(self, rows: Iterable[KVRow]) -> dict[str, tuple[float, float]]:
+        """Apply KV rows; per unit the time range they cover (what late rows touch)."""
+        touched: dict[str, tuple[float, float]] = {}
+        for ts, unit, kind, parent, hashes in rows:
+            chains = self.chains.get(unit)
+            if chains is None:
+                chains = self.chains[unit] = WorkerChains()
+            if kind == "stored":
+                chains.stored(ts, parent, hashes)
+            elif kind == "removed":
+                chains.removed(ts, hashes)
+                times, sums = self.removals.setdefault(unit, ([], []))
+                at = bisect.bisect_right(times, ts)
+                times.insert(at, ts)
+                sums.insert(at, len(hashes))
+            else:
+                chains.cleared(ts)
+            lo, hi = touched.get(unit, (ts, ts))
+            touched[unit] = (min(lo, ts), max(hi, ts))
+        return touched
+
+    def removed_before(self, unit: str, ts: float) -> int:
+        times, counts = self.removals.get(unit, ([], []))
+        lo = bisect.bisect_left(times, ts - EVICTION_WINDOW_S)
+        hi = bisect.bisect_right(times, ts)
+        return sum(counts[lo:hi])
+
+    def prune(self, before: float) -> None:
+        for chains in self.chains.values():
+            chains.prune(before)
+        self.held.prune(before)
+        for times, counts in self.removals.values():
+            cut = bisect.bisect_left(times, before - EVICTION_WINDOW_S)
+            del times[:cut], counts[:cut]
+
+    def judge(self, context: Sequence[RequestTrace], todo: Iterable[str],
+              blind: frozenset[str] = frozenset(), judged_at: float | None = None,
+              ) -> list[Verdict]:
+        """Judge the requests of ``todo`` (ids in ``context``), against every request of
+        ``context`` (all that ran around them) for KV-chain attribution."""
+        self.held.add(context)
+        by_id = {t.request_id: t for t in context}
+        wanted = [by_id[r] for r in dict.fromkeys(todo) if r in by_id]
+        units = {u for t in wanted if (u := unit_of(t)) in self.chains}
+        served: dict[str, list[Served]] = {}
+        for t in context:
+            u = unit_of(t)
+            if u not in units or t.failed:
+                continue
+            start, end = span_of(t)
+            bs = block_size_of(t)
+            known = usage_realized(t, bs)
+            served.setdefault(u, []).append(Served(
+                t.request_id, start, end, prompt_of(t, bs), bs,
+                None if known is None else known.blocks))
+        realized = {}
+        for u, rows in served.items():
+            realized.update(attribute(self.chains[u], rows, u, SLACK_S))
+        out = []
+        for t in wanted:
+            u = unit_of(t)
+            held, seed = self.held.held(t)
+            out.append(judge(Evidence(
+                t, realized.get(t.request_id), held, "earlier requests' layouts" if held
+                else None, seed, 0 if u is None else self.removed_before(u, dispatch_ts(t)),
+                blind), judged_at))
+        return out

@@ -1,0 +1,106 @@
+"""The ``verdicts`` table: one row per request, the verdict job's judgement
+(``mmlens.analysis.judgement``) with the evidence it used, re-judged in place (``version``
+counts it). SQLite's DDL here, PostgreSQL's in ``mmlens.store.postgres``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from mmlens.records import Verdict
+from mmlens.store.dialect import SQLBase
+from mmlens.store.tail import IdTail
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS verdicts (
+    request_id TEXT NOT NULL PRIMARY KEY, ts REAL NOT NULL, category TEXT NOT NULL,
+    headline TEXT NOT NULL, worker TEXT, better_worker TEXT, better_blocks INTEGER,
+    judged_at REAL NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS verdicts_ts ON verdicts (ts);
+"""
+_COLUMNS = ("request_id", "ts", "category", "headline", "worker", "better_worker",
+            "better_blocks", "judged_at", "version", "body")
+_hashes = msgspec.msgpack.Decoder()
+
+
+def _decode(body: str) -> Verdict | None:
+    try:
+        return msgspec.json.decode(body, type=Verdict, strict=False)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None  # a row this version cannot read stays stored
+
+
+class VerdictTables(SQLBase):
+    """Writes and reads of stored verdicts, one SQL for every backend (a part of the store)."""
+
+    def add_verdicts(self, verdicts: Iterable[Verdict]) -> int:
+        rows = [(v.request_id, v.ts, v.category, v.headline, v.worker, v.better_worker,
+                 v.better_blocks, v.judged_at, v.version,
+                 json.dumps(v.as_json(), default=str)) for v in verdicts]
+        return self._upsert("verdicts", _COLUMNS, rows)
+
+    def verdict_versions(self, request_ids: Sequence[str]) -> dict[str, int]:
+        """Request id → how often it was re-judged, for those judged already."""
+        return {rid: int(v) for rid, v in self._rows_by_ids("verdicts", "request_id, version",
+                                                                request_ids)}
+
+    def verdicts_for(self, request_ids: Sequence[str]) -> dict[str, Verdict]:
+        out = {}
+        for (body,) in self._rows_by_ids("verdicts", "body", request_ids):
+            v = _decode(body)
+            if v is not None:
+                out[v.request_id] = v
+        return out
+
+    def verdicts_between(self, since: float, until: float | None = None,
+                         limit: int = 10_000) -> list[Verdict]:
+        """Verdicts of the requests made in [since, until], newest first."""
+        sql, args = "SELECT body FROM verdicts WHERE ts >= ?", [since]
+        if until is not None:
+            sql += " AND ts <= ?"
+            args.append(until)
+        rows = self._rows_if_table(sql + " ORDER BY ts DESC LIMIT ?", [*args, limit]) or []
+        return [v for (body,) in rows if (v := _decode(body)) is not None]
+
+    def verdict_counts(self, since: float, until: float | None = None) -> dict[str, int]:
+        """Requests per category over a window (all judged requests made in it)."""
+        sql, args = "SELECT category, count(*) FROM verdicts WHERE ts >= ?", [since]
+        if until is not None:
+            sql += " AND ts <= ?"
+            args.append(until)
+        rows = self._rows_if_table(sql + " GROUP BY category", args) or []
+        return {str(c): int(n) for c, n in rows}
+
+    def kv_chain_tail(self, tail: IdTail, limit: int = 50_000,
+                      ) -> list[tuple[float, str, str, str | None, list[str]]]:
+        """KV events ``tail`` has not returned yet (``IdTail``), in store order, as the
+        verdict job's chain index reads them: (ts, worker#rank, kind, parent, hashes), the
+        hashes as text like a stored parent."""
+        out = []
+        for _, ts, worker, rank, kind, parent, hashes in self._tail(
+                "kv_events", f"{self.key}, ts, worker, rank, kind, parent, hashes", tail,
+                limit):
+            unit = worker if not rank else f"{worker}#{rank}"
+            out.append((float(ts), unit, kind, None if parent is None else str(parent),
+                        [str(h) for h in _hashes.decode(hashes)] if hashes else []))
+        return out
+
+    def oldest_trace_ts(self) -> float | None:
+        found = self._one("SELECT min(ts) FROM traces")
+        return None if found is None else float(found)
+
+    def decision_tail(self, tail: IdTail, limit: int = 50_000) -> list[tuple[str, float]]:
+        """Logged decisions ``tail`` has not returned yet: (request id as logged, ts)."""
+        return [(str(rid), float(ts)) for _, rid, ts in self._tail(
+            "decisions", f"{self.key}, request_id, ts", tail, limit)]
+
+    def trace_ids_for_keys(self, keys: Sequence[str]) -> set[str]:
+        """The request ids of the traces known by any of ``keys`` (ids, aliases)."""
+        out = set()
+        for k in keys:
+            t = self.trace(k) or self.trace_by_key(k)  # type: ignore[attr-defined]
+            if t is not None:
+                out.add(t.request_id)
+        return out

@@ -1,0 +1,118 @@
+"""KV-chain attribution under concurrency: which stored chain belongs to which request when
+many ran on one worker at once, on hand-built sequences and on the events of the demo's
+worker simulation (its vLLM-like prefix cache) at 16 requests in flight."""
+
+from __future__ import annotations
+
+import random
+
+from mmlens.demo.prefix_cache import MediaSpan, PrefixCache, StoredBlocks
+
+from mmlens.analysis.judgement.attribution import Served, WorkerChains, attribute
+
+BS = 16
+
+
+def chains_of(*events: tuple[float, int | None, list[int]]) -> WorkerChains:
+    c = WorkerChains()
+    for ts, parent, hashes in events:
+        c.stored(ts, None if parent is None else str(parent), [str(h) for h in hashes])
+    return c
+
+
+def served(rid: str, start: float, blocks: int, end: float | None = None,
+           known: int | None = None) -> Served:
+    return Served(rid, start, start + 1.0 if end is None else end, blocks * BS + 3, BS, known)
+
+
+def test_lengths_and_parents_tell_concurrent_requests_apart():
+    c = chains_of((0.0, None, list(range(10))),  # an earlier request's 10 blocks
+                  (5.2, None, [100 + i for i in range(6)]),  # "a": 6 blocks from the root
+                  (5.3, 9, [200 + i for i in range(4)]),  # "b": 14 blocks, 10 reused
+                  (5.4, 3, [300 + i for i in range(8)]))  # "c": 12 blocks, 4 reused
+    got = attribute(c, [served("a", 5.0, 6), served("b", 5.0, 14), served("c", 5.1, 12)], "w1")
+    assert {r: (v.blocks, v.alternatives) for r, v in got.items()} == {
+        "a": (0, ()), "b": (10, ()), "c": (4, ())}
+
+
+def test_a_request_that_stored_nothing_had_its_prompt_cached():
+    c = chains_of((0.0, None, list(range(10))), (9.0, None, [500]))  # later: events flow
+    (v,) = attribute(c, [served("r", 5.0, 10)], "w1").values()
+    assert (v.blocks, v.alternatives) == (10, ())  # (10*16+3-1)//16: all full blocks hit
+    # Until the worker's events are known past the request's end, nothing is said.
+    assert attribute(chains_of((0.0, None, list(range(10)))), [served("r", 5.0, 10)],
+                     "w1") == {}
+
+
+def test_same_length_requests_at_once_get_both_readings():
+    c = chains_of((0.0, None, list(range(10))), (5.3, 9, [200, 201]), (5.4, None,
+                                                                       list(range(300, 312))))
+    got = attribute(c, [served("x", 5.0, 12), served("y", 5.05, 12)], "w1")
+    for rid in ("x", "y"):
+        assert (got[rid].blocks, got[rid].alternatives) == (10, (0,))
+        assert got[rid].reason == "2 requests of 12 blocks on w1 at once"
+    # The engine's own count for one of them settles the other.
+    got = attribute(c, [served("x", 5.0, 12, known=0), served("y", 5.05, 12)], "w1")
+    assert (got["x"].blocks, got["y"].blocks, got["y"].alternatives) == (0, 10, ())
+
+
+def test_a_chain_stored_before_the_request_started_is_not_its():
+    c = chains_of((4.0, None, list(range(8))), (9.0, None, [900]))
+    (v,) = attribute(c, [served("late", 5.0, 8)], "w1").values()
+    assert v.blocks == 8  # the earlier request stored all 8 full blocks: this one found them
+
+
+def _simulated(seed: int, waves: int = 12, in_flight: int = 16):
+    """Requests through the demo's prefix cache, 16 allocated before any commits (so some
+    compute blocks another is computing too), then decode blocks; events with times."""
+    rng = random.Random(seed)
+    cache = PrefixCache(block_size=BS, num_blocks=20_000)
+    prefixes = [[rng.randrange(1000, 5000) for _ in range(rng.choice((40, 90, 170)))]
+                for _ in range(6)]
+    rows, requests, truth = [], [], {}
+    t = 0.0
+    for wave in range(waves):
+        live = []
+        for i in range(in_flight):
+            rid = f"r{wave}-{i}"
+            base = rng.choice(prefixes)
+            tokens = base + [rng.randrange(5000, 9000) for _ in range(rng.randrange(1, 60))]
+            media = [MediaSpan(f"img{rng.randrange(3)}", 5, 30)] if rng.random() < 0.5 else []
+            start = t + i * 0.01
+            events: list = []
+            alloc = cache.allocate(tokens, media, events)
+            live.append((rid, start, tokens, alloc, events))
+            truth[rid] = alloc.hit_blocks
+        for k, (rid, start, tokens, alloc, events) in enumerate(live):
+            commit = t + 0.2 + k * 0.02
+            cache.commit(alloc, events)
+            stamp = [(commit, e) for e in events]
+            cache.extend(alloc, [rng.randrange(9000, 9999) for _ in range(20)], more := [])
+            stamp += [(commit + 0.3, e) for e in more]
+            for ts, e in stamp:
+                if isinstance(e, StoredBlocks):
+                    rows.append((ts, None if e.parent_block_hash is None
+                                 else str(e.parent_block_hash),
+                                 [str(h) for h in e.block_hashes]))
+            end = commit + 0.4
+            requests.append(Served(rid, start, end, len(tokens), BS))
+            cache.release(alloc)
+        t += 2.0
+    rows.sort(key=lambda r: r[0])
+    return rows, requests, truth
+
+
+def test_demo_worker_events_at_16_in_flight():
+    for seed in range(3):
+        rows, requests, truth = _simulated(seed)
+        chains = WorkerChains()
+        for ts, parent, hashes in rows:
+            chains.stored(ts, parent, hashes)
+        chains.stored(1e9, None, ["tail"])  # the stream went on after the last request
+        got = attribute(chains, requests, "w1")
+        definite = {r: v for r, v in got.items() if not v.alternatives}
+        for rid, v in got.items():  # every reading given includes the truth
+            assert truth[rid] in (v.blocks, *v.alternatives), (seed, rid, v, truth[rid])
+        for rid, v in definite.items():  # and every definite one is it
+            assert v.blocks == truth[rid], (seed, rid, v, truth[rid])
+        assert len(definite) >= 0.6 * len(requests), (seed, len(definite), len(requests))
