@@ -113,12 +113,15 @@ class BlockShapes:
 
     def keys(self, identities: Sequence[str]) -> list[int]:
         """Content keys with image i named ``identities[i]``."""
+        names = [name.encode() for name in identities]
+        digest = _digest
         out: list[int] = []
         ident = ROOT
         for shape, imgs in zip(self.shapes, self.images, strict=True):
-            if imgs:
-                ident = identity_step(ident, [identities[i] for i, _ in imgs])
-            out.append(combine(shape, ident))
+            if imgs:  # identity_step and combine, inlined: this runs per request and naming
+                ident = digest(names[imgs[0][0]] if len(imgs) == 1 else
+                               b"\x00".join(names[i] for i, _ in imgs), ident)
+            out.append(shape if ident == ROOT else digest(shape.to_bytes(8, "little"), ident))
         return out
 
     def first_image_block(self, index: int) -> int | None:
