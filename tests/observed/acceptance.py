@@ -73,15 +73,19 @@ class Tally:
         return self.right + self.unknown + self.wrong
 
 
-def engine_lines(logs: Iterable[Path]) -> dict[str, dict[str, Any]]:
-    """Engine request id → the engine's own ``request_finished`` line."""
+def engine_lines(logs: Iterable[Path], event: str = "request_finished",
+                 ) -> dict[str, dict[str, Any]]:
+    """Engine request id → the engine's own per-request line (the gRPC engine's
+    ``request_finished``, the Dynamo engine's ``request``)."""
     out: dict[str, dict[str, Any]] = {}
+    mark = f'"event": "{event}"'
     for path in logs:
         for line in path.read_text(errors="replace").splitlines():
-            if '"request_finished"' in line:
+            if mark in line:
                 with contextlib.suppress(ValueError):
-                    rec = json.loads(line)
-                    out[str(rec["request_id"])] = rec
+                    rec = json.loads(line[line.index("{"):])
+                    if "cached_tokens" in rec:
+                        out[str(rec["request_id"])] = rec
     return out
 
 
@@ -97,6 +101,51 @@ def smg_dispatches(log: Path) -> dict[str, list[dict[str, Any]]]:
         out.setdefault(str(ev["root_id"]), []).append(ev)
     for evs in out.values():
         evs.sort(key=lambda e: int(e.get("attempt") or 0))
+    return out
+
+
+def _category(predicted: int | None, cached: int, spilled: bool) -> str:
+    if predicted is not None and predicted > cached // BLOCK + 1:
+        return "false_hit"
+    if cached >= BLOCK:
+        return "hit"
+    return "spilled" if spilled else "cold"
+
+
+def dynamo_truth(sent: Iterable[Sent], frontend_log: Path,
+                 engines: Mapping[str, dict[str, Any]]) -> dict[str, Truth]:
+    """Dynamo: the frontend's ``[ROUTING] Best`` lines (the last one is the attempt that
+    served; ``migration.is_retry`` marks a retry), joined to the engine's line by Dynamo's
+    own request id (the response id is ``chatcmpl-<it>``; the log names the client's
+    ``x_request_id`` beside it)."""
+    internal: dict[str, str] = {}
+    best: dict[str, list[tuple[str, int]]] = {}
+    retried: set[str] = set()
+    for line in frontend_log.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        obj = json.loads(line)
+        rid = obj.get("request_id")
+        if obj.get("x_request_id") and rid:
+            internal[str(obj["x_request_id"])] = str(rid)
+        msg = str(obj.get("message", ""))
+        if msg.startswith("[ROUTING] Best") and rid:
+            best.setdefault(str(rid), []).append((str(obj["worker_id"]),
+                                                  int(obj["overlap_blocks"])))
+        if obj.get("migration.is_retry") == "true" and rid:
+            retried.add(str(rid))
+    out: dict[str, Truth] = {}
+    for s in sent:
+        rid = internal.get(s.request_id, "")
+        served = engines.get(rid)
+        if s.error is not None or served is None or not best.get(rid):
+            out[s.request_id] = Truth(s.request_id, "error", attempts=len(best.get(rid, [])))
+            continue
+        predicted = best[rid][-1][1]
+        cached = int(served["cached_tokens"])
+        out[s.request_id] = Truth(s.request_id, _category(predicted, cached, False),
+                                  str(served["worker_id"]), cached, predicted,
+                                  len(best[rid]), False, rid in retried)
     return out
 
 
@@ -126,16 +175,9 @@ def smg_truth(sent: Iterable[Sent], dispatches: Mapping[str, list[dict[str, Any]
         predicted = _predicted(pred)
         spilled = pred.get("branch") == "spill" or any(
             g.get("spill") is True for g in sel.get("gates") or [])
-        if predicted is not None and predicted > cached // BLOCK + 1:
-            cat = "false_hit"
-        elif cached >= BLOCK:
-            cat = "hit"
-        elif spilled:
-            cat = "spilled"
-        else:
-            cat = "cold"
-        out[s.request_id] = Truth(s.request_id, cat, sel.get("worker"), cached, predicted,
-                                  len(evs), spilled, len(evs) > 1)
+        out[s.request_id] = Truth(s.request_id, _category(predicted, cached, spilled),
+                                  sel.get("worker"), cached, predicted, len(evs), spilled,
+                                  len(evs) > 1)
     return out
 
 
@@ -170,12 +212,17 @@ def explain_verdict(db: Path, rid: str) -> str | None:
 def measure(db: Path, truth: Mapping[str, Truth]) -> tuple[dict[str, Tally], list[str]]:
     """Per view, each request's verdict against the truth; and the requests whose views
     disagree with each other."""
+    reader = StoreReader(db)
+    try:  # the id each request is stored under (Dynamo's own; the client's is an alias)
+        stored = {rid: getattr(reader.trace(rid), "request_id", rid) for rid in truth}
+    finally:
+        reader.close()
     views = {"snapshot": snapshot_verdicts(db), "routing": routing_verdicts(db)}
-    views["explain"] = {rid: explain_verdict(db, rid) for rid in truth}
+    views["explain"] = {stored[rid]: explain_verdict(db, rid) for rid in truth}
     tallies = {name: Tally() for name in views}
     disagree = []
     for rid, t in truth.items():
-        seen = {name: got.get(rid) for name, got in views.items()}
+        seen = {name: got.get(stored[rid]) for name, got in views.items()}
         for name, got in seen.items():
             tallies[name].add(rid, got, t.category)
         if len(set(seen.values())) > 1:

@@ -127,6 +127,7 @@ def write_json(path: Path, obj: Any) -> None:
 def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | None = None,
                    workers: int = 2, log_dir: Path | None = None,
                    cache_trace_header: bool = False, media_hosts: Sequence[str] = (),
+                   worker_args: Sequence[str] = (),
                    ) -> Iterator[External]:
     """The real Dynamo 1.6.1 frontend (`--router-mode kv`, file discovery, loopback ZMQ
     broker) on `base` in front of simulated vLLM engines registered with the Dynamo runtime;
@@ -151,7 +152,7 @@ def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str 
                    "--family", "qwen3-vl", "--model-dir", str(model_dir), "--block-size", "16",
                    "--allowed-media-hosts", ",".join(ext.media_hosts),
                    "--zmq-kv-port", str(p + 1),
-                   "--zmq-replay-port", str(p + 2), "--kv-path", "pad"]
+                   "--zmq-replay-port", str(p + 2), "--kv-path", "pad", *worker_args]
             if worker_otlp:
                 cmd += ["--otlp-traces-endpoint", worker_otlp]
             ext.procs.append(spawn(ext.log_dir, f"worker-w{i + 1}", cmd, wenv, cwd=scratch))
