@@ -127,18 +127,16 @@ def request_families(traces: Iterable[RequestTrace], part: Part) -> list[Metric]
     drift = CounterMetricFamily(
         "mmlens_count_drift_tokens", "Prompt tokens by which engines expanded requests to "
         "another length than the router (or mmlens' expected layout)", labels=REQUEST_LABELS)
-    by_verdict: dict[tuple[str, ...], int] = {}
-    by_drift: dict[tuple[str, ...], int] = {}
-    for t in traces:
-        if not part.owns(t.worker):
-            continue
+    owned = [t for t in traces if part.owns(t.worker)]
+    # Every (router, model) with every worker at 0 from the first request on: ``increase()``
+    # then counts a worker's first false hit or drift (its series is not new when it happens).
+    pairs = {(t.router, t.model) for t in owned}
+    workers = {t.worker or "" for t in owned}
+    by_drift = {(r, m, w): 0 for r, m in pairs for w in workers}
+    by_verdict = {(*key, v): 0 for key in by_drift for v in VERDICTS}
+    for t in owned:
         j = judge(t)
         key = (t.router, t.model, t.worker or "")
-        if key not in by_drift:
-            # Every verdict's series from the key's first request on, at 0: ``increase()``
-            # then counts a worker's first false hit (a series is not new when it happens).
-            by_verdict.update({(*key, v): 0 for v in VERDICTS})
-            by_drift[key] = 0
         by_verdict[(*key, j.category)] += 1
         by_drift[key] += drift_tokens(t, j)
     for labels, n in sorted(by_verdict.items()):

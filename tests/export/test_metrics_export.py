@@ -31,7 +31,7 @@ def recorded(tmp_path):
 
 def snapshot_json(path: str, capsys) -> dict:
     capsys.readouterr()
-    assert snapshot_cli.main(["--db", path, "--json", "--traces", "100000",
+    assert snapshot_cli.main(["--db", path, "--json", "--traces", "100000", "--window", "1e10",
                               "--availability-window", "1e10"]) == 0
     return json.loads(capsys.readouterr().out)
 
