@@ -81,8 +81,13 @@ class ReplayFlow(LateFill):
         """Apply one batch in stream order; returns its batch time (None: unreadable)."""
         h = ep.health
         before = sum(h.errors.values())
-        with self.lock:
-            ts, events = self.ingest.ingest_batch(ep.worker, seq, payload, ep.rank, h.errors)
+        try:
+            with self.lock:
+                ts, events = self.ingest.ingest_batch(ep.worker, seq, payload, ep.rank,
+                                                      h.errors)
+        except Exception as exc:  # never replayed again and again: the stream moves past it
+            h.error("internal_error", f"{type(exc).__name__}: {exc}", now)
+            ts, events = None, []
         ep.stream.applied(seq, ts)  # a bad batch still arrived: its errors are counted
         if ep.owed:
             ep.owed.note(seq, ts)

@@ -29,6 +29,7 @@ from mmlens.collectors.otlp_receiver import OtlpReceiver
 from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.collectors.router_state import RouterStateCollector
 from mmlens.collectors.runner_kv import KVSide
+from mmlens.collectors.store_buffer import BufferedStore
 from mmlens.collectors.supervisor import guarded
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.verdict_job import VerdictJob
@@ -61,10 +62,11 @@ class CollectorRunner:
     def __init__(self, cfg: Config, store: SQLStore, http: httpx.Client | None = None,
                  zmq_context: Any = None, prom: Any = None,
                  log_streams: dict[str, Any] | None = None, shard: Shard | None = None,
-                 ) -> None:
+                 spill_dir: str | Path | None = None) -> None:
         self.cfg = cfg
         self.configured_workers = {w.name for w in cfg.workers}  # named by the config file
-        self.store = store
+        # Appends held through a store outage (bounded, spilling to ``spill_dir``), retried.
+        self.store: Any = BufferedStore(store, spill_dir)
         self.shard = shard
         self.leads = shard is None or shard.leads
         self.http = http or httpx.Client(follow_redirects=False)
@@ -74,7 +76,7 @@ class CollectorRunner:
         self.router_state = RouterStateCollector(self.http, timeout_s=cfg.timeout_s)
         # Crashed collector threads (restarted) and failed tick steps, counted.
         self.supervisor_health = CollectorHealth("supervisor", "collect")
-        self.kv_side = KVSide(store, zmq_context, self.supervisor_health)
+        self.kv_side = KVSide(self.store, zmq_context, self.supervisor_health)
         # Its parts, by the names the runner's callers use.
         self.kv, self.kv_grpc = self.kv_side.kv, self.kv_side.grpc
         self.planes, self.router_view = self.kv_side.planes, self.kv_side.router_view
@@ -86,11 +88,14 @@ class CollectorRunner:
         self._log_positions: dict[str, Any] = {}
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
         self.discovery_health = CollectorHealth("discovery", "config")
+        # Records the store refused because they would not read back, named (``readback``).
+        self.store_health = CollectorHealth("store", "writes", errors=store.rejected)
         # Health rows are kept per collector process: two collectors on one store both show.
         self.instance = f"{socket.gethostname()}:{os.getpid()}:{next(_RUNNERS)}"
         self.shard_health = None if shard is None else CollectorHealth(SHARD_COLLECTOR,
                                                                        shard.label)
         self.ticks = 0
+        self._quarantined: list[dict[str, Any]] = []
         # Requests mmlens did not send: router logs, OTLP spans (and the tap, its own process).
         self.traces = TraceSink(self.store.add_traces)
         self.observed = ObservedSink(self.traces.record_all, self.store.add_decisions)
@@ -209,6 +214,7 @@ class CollectorRunner:
 
     def tick(self) -> None:
         now = time.time()
+        self.store.retry()
         if self.promql is not None:
             samples = self.promql.instant() if self.leads else []
         else:
@@ -230,8 +236,17 @@ class CollectorRunner:
             self.shard_health.ok(now)
             self.shard_health.counters["ticks"] = self.ticks
         self.store.set_health(self.all_health(), now, self.instance)
-        if self.leads and self.ticks % 12 == 1:
+        self._save_quarantined()
+        if self.leads and self.ticks % 12 == 1 and self.store.down_since is None:
             self.store.prune(self.cfg.retention_s, self.cfg.max_mb * 1e6, now)
+
+    def _save_quarantined(self) -> None:
+        """The bad items every collector set aside lately, named, when they changed."""
+        items = [{"collector": h.collector, "target": h.target, **q}
+                 for h in self.all_health() for q in h.quarantined]
+        if items != self._quarantined:
+            self.store.set_quarantined(items, self.instance)
+            self._quarantined = items
 
     def _read_logs(self) -> None:
         for name, follower in self.followers.items():
@@ -256,7 +271,13 @@ class CollectorRunner:
             h.ok(now)
             h.count("lines", len(lines))
             h.count("decisions", len(found))
-        self._log_positions = save_positions(self.store, self.followers, self._log_positions)
+        if self.store.down_since is None:  # the lines read are held with the decisions
+            try:
+                self._log_positions = save_positions(self.store, self.followers,
+                                                     self._log_positions)
+            except Exception as exc:
+                if not self.store.is_outage(exc):
+                    raise
 
     def record_traces(self, traces: list[RequestTrace]) -> None:
         """Traces sent elsewhere in this process (``mmlens collect --workload``), stored now."""
@@ -310,7 +331,8 @@ class CollectorRunner:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
         items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
         items += self.kv_grpc.health + [p.health for p in self.planes]
-        items += [self.discovery_health, self.supervisor_health, self.observed.health]
+        items += [self.discovery_health, self.supervisor_health, self.observed.health,
+                  self.store_health, self.store.outage_health]
         if self.leads:
             items += [self.availability_health, self.verdict_health]
         if self.otlp is not None:
@@ -352,6 +374,7 @@ class CollectorRunner:
         self.kv_side.stop(timeout_s)
 
     def close(self) -> None:
+        self.store.flush_backlog()
         if self.otlp is not None:
             self.otlp.stop()
             self.otlp = None

@@ -56,6 +56,7 @@ class Snapshot:
     kv_stored: dict[str, dict[str, int]] | None = None  # None: not counted (the pages' build)
     resident: list[ResidentSummary] = field(default_factory=list)
     traces: list[RequestTrace] = field(default_factory=list)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)  # bad items, named
 
     def to_json(self) -> dict[str, Any]:
         """The ``mmlens snapshot --json`` document."""
@@ -81,4 +82,5 @@ class Snapshot:
                 "worker": r.worker, "rank": r.rank, "blocks": r.resident_blocks,
                 "images": r.images, "updated": r.updated} for r in self.resident},
             "traces": [t.to_json() for t in self.traces],
+            "quarantined": self.quarantined,
         }

@@ -23,14 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
-from mmlens.ingest.kv_events import KVEventError, keyed_events, normalize_hash
+from mmlens.ingest.kv_events import (
+    MAX_TS,
+    KVEventError,
+    decode_payload,
+    keyed_events,
+    normalize_hash,
+)
 from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 KV_TOPIC = "kv-events"
 BROKER_BODY_VERSION = 1
-_decoder = msgspec.msgpack.Decoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +58,7 @@ def kv_subject(namespace: str = "*", component: str = "*", endpoint: str = "*") 
 
 
 def _envelope(subject: str, data: bytes) -> PlaneMessage:
-    try:
-        env = _decoder.decode(data)
-    except msgspec.DecodeError as exc:
-        raise KVEventError("undecodable_msgpack", f"event-plane envelope: {exc}") from None
+    env = decode_payload(data)  # raises too_deep for nesting past the interpreter's limit
     if not isinstance(env, dict):
         raise KVEventError("bad_envelope", f"envelope is a {type(env).__name__}")
     pub, seq, at, payload = (env.get(k) for k in (
@@ -66,6 +66,8 @@ def _envelope(subject: str, data: bytes) -> PlaneMessage:
     for name, value in (("publisher_id", pub), ("sequence", seq), ("published_at", at)):
         if type(value) is not int or value < 0:
             raise KVEventError("bad_envelope", f"{name} {value!r}")
+    if at > MAX_TS * 1000:  # milliseconds
+        raise KVEventError("bad_envelope", f"published_at {at!r}")
     if not isinstance(payload, bytes):
         raise KVEventError("bad_envelope", "payload is not bytes")
     topic = env.get("topic")
@@ -139,10 +141,8 @@ def _event(raw: Any, seq: int, ts: float) -> KVEvent:
 def router_events(msg: PlaneMessage, errors: dict[str, int] | None = None) -> list[KVEvent]:
     """The KV events of one ``kv-events`` message; bad events are counted in ``errors`` by
     kind and skipped (raised when ``errors`` is None)."""
-    try:
-        items = _decoder.decode(msg.payload)
-    except msgspec.DecodeError as exc:
-        raise KVEventError("undecodable_msgpack", f"router events: {exc}") from None
+    items = decode_payload(msg.payload)
     if not isinstance(items, list):
         items = [items]
-    return keyed_events(items, lambda raw: _event(raw, msg.sequence, msg.published_at), errors)
+    return keyed_events(items, lambda raw: _event(raw, msg.sequence, msg.published_at), errors,
+                        f"{msg.subject} seq {msg.sequence}")

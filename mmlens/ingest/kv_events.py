@@ -27,6 +27,7 @@ from mmlens.records import (
     BlockStored,
     ImageRef,
     KVEvent,
+    count_error,
 )
 
 MASK64 = (1 << 64) - 1
@@ -34,6 +35,11 @@ MAX_SEQ = (1 << 63) - 1
 MIN_INT64 = -(1 << 63)
 MAX_TOKEN_ID = (1 << 32) - 1
 MAX_BLOCK_SIZE = 1 << 16
+# An image's offset relative to its block (content keys pack it as int32), and a batch time
+# (seconds; past 2^33, the year 2242, no clock of a worker is right and PostgreSQL's
+# monthly partitions cannot be named).
+MAX_OFFSET = (1 << 31) - 1
+MAX_TS = float(1 << 33)
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 _decoder = msgspec.msgpack.Decoder()
@@ -93,7 +99,7 @@ def split_batch(obj: Any) -> tuple[float, list[Any], int | None]:
         rank = obj.get("data_parallel_rank", obj.get("attn_dp_rank"))
     else:
         raise KVEventError("bad_batch", f"batch is a {type(obj).__name__}")
-    if not isinstance(ts, int | float) or isinstance(ts, bool) or ts != ts or ts < 0:
+    if not isinstance(ts, int | float) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
         raise KVEventError("bad_number", f"batch ts {ts!r}")
     if rank is not None and (not isinstance(rank, int) or rank < 0 or rank > 65535):
         raise KVEventError("bad_number", f"dp rank {rank!r}")
@@ -143,6 +149,24 @@ def _check_tokens(tokens: Any) -> list[int]:
     return tokens
 
 
+def checked_text(text: str, what: str) -> str:
+    """``text`` if it can be written as UTF-8 (a lone surrogate such as ``\\udc80`` cannot:
+    no store, hash or JSON reader takes it)."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise KVEventError("bad_text", f"{what} {text[:40]!r}") from None
+    return text
+
+
+def image_ref(identifier: str, offset: int | None) -> ImageRef:
+    """One image of a block, checked: its identifier UTF-8, its offset within int32."""
+    if offset is not None and not -MAX_OFFSET <= offset <= MAX_OFFSET:
+        raise KVEventError("oversize_number", f"image offset {offset}")
+    return (checked_text(identifier, "image identifier"), offset)  # type: ignore[return-value]
+
+
 def _is_hex_id(text: str) -> bool:
     if len(text) < 16:
         return False
@@ -168,13 +192,13 @@ def image_refs(entry: Any) -> tuple[ImageRef, ...] | None:
     if len(entry) == 1:  # the common case: one image item in the block
         item = entry[0]
         if type(item) is list and len(item) == 2 and type(item[0]) is str and type(
-                item[1]) is int:
+                item[1]) is int and -MAX_OFFSET <= item[1] <= MAX_OFFSET and item[0].isascii():
             return ((item[0], item[1]),)  # type: ignore[return-value]
     refs: list[Any] = []
     for item in entry:
         if isinstance(item, list) and item and isinstance(item[0], str):
             offset = item[1] if len(item) > 1 and isinstance(item[1], int) else None
-            refs.append((item[0], offset))
+            refs.append(image_ref(item[0], offset))
         elif isinstance(item, str) and _is_hex_id(item):
             refs.append((item, None))
         elif isinstance(item, bytes) and len(item) >= 8:
@@ -254,10 +278,10 @@ def _removed(worker: str, rank: int, seq: int, ts: float, hashes: Any, medium: A
 
 
 def keyed_events(items: Iterable[Any], convert: Callable[[Any], KVEvent],
-                 errors: dict[str, int] | None) -> list[KVEvent]:
+                 errors: dict[str, int] | None, where: str = "") -> list[KVEvent]:
     """``convert`` each raw event, keyed by its position in the batch (the store's key with
     worker, rank, seq and ts); bad ones are counted in ``errors`` by kind and skipped (raised
-    when ``errors`` is None)."""
+    when ``errors`` is None), named by ``where`` (the batch) and their position."""
     out: list[KVEvent] = []
     for i, raw in enumerate(items):
         try:
@@ -265,7 +289,7 @@ def keyed_events(items: Iterable[Any], convert: Callable[[Any], KVEvent],
         except KVEventError as exc:
             if errors is None:
                 raise
-            errors[exc.kind] = errors.get(exc.kind, 0) + 1
+            count_error(errors, exc.kind, str(exc), f"{where} event {i}".strip())
             continue
         rec.idx = i
         out.append(rec)
@@ -281,7 +305,7 @@ def normalize_batch(
     rank = default_rank if rank is None else rank
     # Keyed by the raw position: every collector skips the same bad events.
     out = keyed_events(raw_events, lambda raw: normalize_event(raw, worker, rank, seq, ts),
-                       errors)
+                       errors, f"{worker}#{rank} seq {seq}")
     return ts, rank, out
 
 

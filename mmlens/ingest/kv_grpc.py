@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmlens.ingest.kv_events import MAX_BLOCK_SIZE, KVEventError, keyed_events, normalize_hash
+from mmlens.ingest.kv_events import (
+    MAX_BLOCK_SIZE,
+    MAX_TS,
+    KVEventError,
+    image_ref,
+    keyed_events,
+    normalize_hash,
+)
 from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, ImageRef, KVEvent
 
 
@@ -33,7 +40,7 @@ def _medium(msg: Any) -> str | None:
 
 
 def _block_images(block: Any) -> tuple[ImageRef, ...] | None:
-    refs = [ImageRef(k.multimodal.identifier, int(k.multimodal.offset))
+    refs = [image_ref(k.multimodal.identifier, int(k.multimodal.offset))
             for k in block.extra_keys if k.WhichOneof("key") == "multimodal"]
     return tuple(refs) or None
 
@@ -78,9 +85,10 @@ def batch_events(batch: Any, worker: str, errors: dict[str, int] | None = None) 
     if not 0 <= rank <= 65535:
         raise KVEventError("bad_number", f"dp rank {rank}")
     ts = float(batch.timestamp)
-    if ts != ts or ts < 0:
+    if not 0 <= ts <= MAX_TS:
         raise KVEventError("bad_number", f"batch timestamp {ts!r}")
     load_only = batch.HasField("load") and batch.load.load_only
-    out = keyed_events(batch.events, lambda ev: _event(ev, worker, rank, seq, ts), errors)
+    out = keyed_events(batch.events, lambda ev: _event(ev, worker, rank, seq, ts), errors,
+                       f"{worker}#{rank} seq {seq}")
     return GrpcBatch(seq, rank, ts, bool(load_only) and not out, out,
                      snapshot=batch.HasField("snapshot"))

@@ -9,7 +9,7 @@ from typing import Any
 
 from mmlens.ingest.kv_events import KVEventError, decode_payload, normalize_batch
 from mmlens.layout.content_keys import event_chain, pad_images, state_key
-from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent
+from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent, count_error
 
 _MISSING: Any = object()
 # Removed at seq; content state, and since/until seq, of its last known time resident.
@@ -242,9 +242,32 @@ class KVIngest:
             ts, _, events = normalize_batch(
                 decode_payload(payload), worker, seq, default_rank, errors)
         except KVEventError as exc:
-            errors[exc.kind] = errors.get(exc.kind, 0) + 1
+            count_error(errors, exc.kind, str(exc), f"{worker}#{default_rank} seq {seq}")
             return None, []
-        (self.index.apply if apply is None else apply)(events)
+        events = apply_each(self.index.apply if apply is None else apply, events, errors)
         self.batches += 1
         self.events += len(events)
         return ts, events
+
+
+def apply_each(apply: Callable[[list[KVEvent]], object], events: list[KVEvent],
+               errors: dict[str, int]) -> list[KVEvent]:
+    """``apply`` the batch; should it fail (bad input of a kind the parser did not foresee),
+    event by event, so one event the index cannot take (counted ``unindexable_event``, left
+    out) does not take its batch with it. The events before the bad one are applied twice
+    then: a store or removal seen again changes no block, only the index's event counters."""
+    try:
+        apply(events)
+        return events
+    except Exception:
+        pass
+    kept = []
+    for ev in events:
+        try:
+            apply([ev])
+        except Exception as exc:
+            count_error(errors, "unindexable_event", f"{type(exc).__name__}: {exc}",
+                        f"{ev.worker}#{ev.rank} seq {ev.seq} event {ev.idx}")
+            continue
+        kept.append(ev)
+    return kept

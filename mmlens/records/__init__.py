@@ -20,6 +20,7 @@ from mmlens.records.kv import KVEvent as KVEvent
 from mmlens.records.kv import KVEventRow as KVEventRow
 from mmlens.records.kv import ResidentSummary as ResidentSummary
 from mmlens.records.telemetry import CollectorHealth as CollectorHealth
+from mmlens.records.telemetry import ErrorCounts as ErrorCounts
 from mmlens.records.telemetry import Flavor as Flavor
 from mmlens.records.telemetry import Labels as Labels
 from mmlens.records.telemetry import MetricSample as MetricSample
@@ -27,6 +28,7 @@ from mmlens.records.telemetry import RouterWorker as RouterWorker
 from mmlens.records.telemetry import SpanEvent as SpanEvent
 from mmlens.records.telemetry import SpanRecord as SpanRecord
 from mmlens.records.telemetry import WorkerLoad as WorkerLoad
+from mmlens.records.telemetry import count_error as count_error
 from mmlens.records.telemetry import labels_of as labels_of
 from mmlens.records.traces import Availability as Availability
 from mmlens.records.traces import ImageInfo as ImageInfo

@@ -3,6 +3,7 @@ OpenTelemetry spans; and the collectors' own health rows."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,6 +98,31 @@ class SpanEvent:
 # --- Collector health ----------------------------------------------------------------------
 
 
+QUARANTINE_KEEP = 20  # the latest bad items named per health row
+
+
+class ErrorCounts(dict[str, int]):
+    """Errors counted by kind (a plain dict to whoever reads or stores it), with the latest
+    quarantined items named: kind, what was wrong, where (``quarantined``, bounded)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.quarantined: deque[dict[str, Any]] = deque(maxlen=QUARANTINE_KEEP)
+
+    def quarantine(self, kind: str, detail: str, where: Any = None) -> None:
+        self[kind] = self.get(kind, 0) + 1
+        self.quarantined.append({"kind": kind, "detail": detail[:200], "where": where})
+
+
+def count_error(errors: dict[str, int], kind: str, detail: str = "", where: Any = None,
+                ) -> None:
+    """One bad item into ``errors``: named too when it keeps them (``ErrorCounts``)."""
+    if isinstance(errors, ErrorCounts):
+        errors.quarantine(kind, detail or kind, where)
+    else:
+        errors[kind] = errors.get(kind, 0) + 1
+
+
 @dataclass(slots=True)
 class CollectorHealth:
     """Per collector and target: last success and errors counted by kind."""
@@ -107,7 +133,7 @@ class CollectorHealth:
     last_success: float | None = None
     last_error: str | None = None
     last_error_ts: float | None = None
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=ErrorCounts)
     counters: dict[str, float] = field(default_factory=dict)
     instance: str = ""  # the collector process that wrote the row (read side only)
 
@@ -118,6 +144,11 @@ class CollectorHealth:
 
     def ok(self, ts: float) -> None:
         self.last_success = ts
+
+    @property
+    def quarantined(self) -> list[dict[str, Any]]:
+        """The latest bad items named (kind, detail, where), oldest first."""
+        return list(getattr(self.errors, "quarantined", ()))
 
     def count(self, key: str, n: float = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n

@@ -72,6 +72,14 @@ class SQLBase:
     def _before_append(self, table: str, timestamps: Iterable[float]) -> None:
         """Called before rows with these ``ts`` go into an append-only table."""
 
+    def is_outage(self, exc: Exception) -> bool:
+        """``exc`` says the store is unreachable or out of space (try again later), not that
+        the rows were bad."""
+        return isinstance(exc, OSError)
+
+    def reconnect(self) -> None:
+        """Open the connection again if it was lost (PostgreSQL restarted)."""
+
     def close(self) -> None:
         raise NotImplementedError
 

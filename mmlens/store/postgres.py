@@ -108,6 +108,7 @@ class PostgresStore(SQLStore):
     def __init__(self, url: str, readonly: bool = False,
                  partition_s: float = PARTITION_S) -> None:
         self.path = redact(url)
+        self._url = url
         try:
             self.db = psycopg.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
@@ -170,6 +171,18 @@ class PostgresStore(SQLStore):
         return {c for (c,) in self._rows(
             "SELECT column_name FROM information_schema.columns "
             "WHERE table_schema = current_schema() AND table_name = ?", (table,))}
+
+    def is_outage(self, exc: Exception) -> bool:
+        # Connection lost or refused, server shutting down, disk full (class 53), ...
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | OSError)
+
+    def reconnect(self) -> None:
+        if not (self.db.closed or self.db.broken):
+            return
+        self.db = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+        if self.readonly:
+            self.db.execute("SET default_transaction_read_only = on")
+        self._load_partitions()
 
     def _missing_table(self, exc: Exception) -> bool:
         return isinstance(exc, psycopg.errors.UndefinedTable)

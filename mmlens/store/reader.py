@@ -226,6 +226,9 @@ class StoreReader:
     def meta(self, key: str) -> Any:
         return self._locked(lambda s: s.meta(key))
 
+    def quarantined(self) -> list[dict[str, Any]]:
+        return self._locked(SQLStore.quarantined)
+
     def schema_version(self) -> int:
         return self._locked(SQLStore.schema_version)
 

@@ -34,6 +34,16 @@ class StoreReads(SQLBase):
         found = self._one("SELECT value FROM meta WHERE key=?", (key,))
         return json.loads(found) if found is not None else None
 
+    def quarantined(self) -> list[dict[str, Any]]:
+        """The latest bad items each collector process set aside (``set_quarantined``)."""
+        out: list[dict[str, Any]] = []
+        for key, value in self._rows(
+                "SELECT key, value FROM meta WHERE key LIKE 'quarantine:%' ORDER BY key"):
+            items = json.loads(value)
+            out += [{**item, "instance": key.split(":", 1)[1]} for item in items
+                    if isinstance(item, dict)] if isinstance(items, list) else []
+        return out
+
     def health(self) -> list[CollectorHealth]:
         has_instance = "instance" in self._columns("health")  # not in a schema-1 store
         cols = ("collector, target, updated, last_success, last_error, last_error_ts, errors, "

@@ -35,4 +35,5 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
         kv_stored=reader.kv_event_counts() if count_kv_events else None,
         resident=reader.kv_state(),
         traces=reader.recent_traces(n_traces),
+        quarantined=reader.quarantined(),
     )

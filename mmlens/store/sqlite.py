@@ -76,6 +76,11 @@ class Store(SQLStore):
     def _columns(self, table: str) -> set[str]:
         return columns(self.db, table)
 
+    def is_outage(self, exc: Exception) -> bool:
+        # A full disk, an I/O error, a lock held past the busy timeout: all pass.
+        return isinstance(exc, sqlite3.OperationalError | OSError) and not self._missing_table(
+            exc)
+
     def _missing_table(self, exc: Exception) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
 

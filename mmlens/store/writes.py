@@ -17,14 +17,17 @@ from mmlens.records import (
     BlockRemoved,
     BlockStored,
     CollectorHealth,
+    ErrorCounts,
     KVEvent,
     MetricSample,
     RequestTrace,
     RoutingDecision,
+    count_error,
 )
 from mmlens.store import codec
 from mmlens.store.availability import AvailabilityTables
 from mmlens.store.dialect import marks
+from mmlens.store.readback import all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
 
 _enc = msgspec.msgpack.Encoder()
@@ -44,8 +47,46 @@ def kv_row(ev: KVEvent) -> tuple[Any, ...]:
     return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx)
 
 
+def _sample_reads_back(row: tuple[Any, ...]) -> bool:
+    return ts_ok(row[0]) and all_text_ok(*row[1:4])
+
+
+def _decision_reads_back(row: tuple[Any, ...]) -> bool:
+    return ts_ok(row[0]) and all_text_ok(*row[1:4]) and bool(codec.decisions([row[4]]))
+
+
+def _trace_reads_back(t: RequestTrace) -> bool:
+    """Its body decodes as the readers decode it, its columns are storable text."""
+    return (ts_ok(t.ts) and all_text_ok(t.request_id, t.router)
+            and codec.trace(codec.trace_body(t)) is not None)
+
+
 class StoreWrites(AvailabilityTables):
-    """The writes; a KV event's content keys go to the availability tables with it."""
+    """The writes; a KV event's content keys go to the availability tables with it. Records
+    that would not read back are left out, named in ``rejected`` (``readback``)."""
+
+    @property
+    def rejected(self) -> ErrorCounts:
+        """Records refused since this store was opened, by kind, the latest named."""
+        found = self.__dict__.get("_rejected")
+        if found is None:
+            found = self.__dict__["_rejected"] = ErrorCounts()
+        return found
+
+    def _kv_writable(self, events: list[KVEvent]) -> list[KVEvent]:
+        """Events whose row reads back: the hashes and images are msgpack/JSON this module
+        encodes from checked ints and UTF-8 text (``kv_events``), so the time and the worker
+        are what is left to check (a full decode of each row would cost ~30 µs an event)."""
+        if all(ts_ok(ev.ts) and text_ok(ev.worker) for ev in events):
+            return events
+        out = []
+        for ev in events:
+            if ts_ok(ev.ts) and text_ok(ev.worker):
+                out.append(ev)
+            else:
+                count_error(self.rejected, "unwritable_kv_event", f"ts {ev.ts!r}",
+                            f"{ev.worker!a}#{ev.rank} seq {ev.seq} event {ev.idx}")
+        return out
 
     def _append(self, table: str, columns: str, rows: list[tuple[Any, ...]],
                 ignore_duplicates: bool = False) -> int:
@@ -54,9 +95,33 @@ class StoreWrites(AvailabilityTables):
             return 0
         self._before_append(table, (r[0] for r in rows))
         sql = f"INSERT INTO {table} ({columns}) VALUES ({marks(len(rows[0]))})"
-        with self._tx():
-            n = self._many(sql + (" ON CONFLICT DO NOTHING" if ignore_duplicates else ""), rows)
+        sql += " ON CONFLICT DO NOTHING" if ignore_duplicates else ""
+        try:
+            with self._tx():
+                n = self._many(sql, rows)
+        except Exception as exc:
+            if self.is_outage(exc) or len(rows) == 1:
+                raise
+            return self._append_each(table, sql, rows, ignore_duplicates)
         return n if ignore_duplicates else len(rows)
+
+    def _append_each(self, table: str, sql: str, rows: list[tuple[Any, ...]],
+                     ignore_duplicates: bool) -> int:
+        """A batch the backend refused for its content: row by row, each refused row set
+        aside alone (``rejected``) instead of the whole batch."""
+        added = 0
+        for row in rows:
+            try:
+                with self._tx():
+                    n = self._many(sql, [row])
+            except Exception as exc:
+                if self.is_outage(exc):
+                    raise
+                count_error(self.rejected, f"unwritable_{table}", f"{type(exc).__name__}: "
+                            f"{exc}", f"{table} row at ts {row[0]!r}")
+                continue
+            added += n if ignore_duplicates else 1
+        return added
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx():
@@ -65,15 +130,18 @@ class StoreWrites(AvailabilityTables):
                        (key, json.dumps(value)))
 
     def add_samples(self, samples: Iterable[MetricSample]) -> int:
-        return self._append("samples", "ts, target, name, labels, value", [
-            (s.ts, s.target, s.name, json.dumps(dict(s.labels), separators=(",", ":")),
-             s.value) for s in samples])
+        rows = [(s.ts, s.target, s.name, json.dumps(dict(s.labels), separators=(",", ":")),
+                 s.value) for s in samples]
+        if not all(map(_sample_reads_back, rows)):
+            rows = [r for r in rows if checked(self.rejected, "sample", f"{r[1]!a} {r[2]!a}",
+                                               lambda r=r: r, _sample_reads_back) is not None]
+        return self._append("samples", "ts, target, name, labels, value", rows)
 
     def add_kv_events(self, events: Iterable[KVEvent]) -> int:
         """Store events idempotently (the key: ``mmlens.store.schema.KV_COLUMNS``), with their
         content keys; returns the rows actually added, so events already stored are not
         counted twice."""
-        events = list(events)
+        events = self._kv_writable(list(events))
         self.add_kv_content(events)
         return self._append("kv_events", KV_COLUMNS, [kv_row(ev) for ev in events],
                             ignore_duplicates=True)
@@ -97,9 +165,19 @@ class StoreWrites(AvailabilityTables):
         """Routing decisions read from router logs; ``ts`` stands in where a decision has
         no time of its own."""
         now = self._now(ts)
-        return self._append("decisions", "ts, request_id, router, source, body", [
-            (now if d.ts is None else d.ts, d.request_id, d.router, d.source,
-             codec.decision_body(d)) for d in decisions])
+        rows = []
+        for d in decisions:
+            row = checked(self.rejected, "decision", f"request {d.request_id!a}",
+                          lambda d=d: (now if d.ts is None else d.ts, d.request_id, d.router,
+                                       d.source, codec.decision_body(d)), _decision_reads_back)
+            if row is not None:
+                rows.append(row)
+        return self._append("decisions", "ts, request_id, router, source, body", rows)
+
+    def set_quarantined(self, items: list[dict[str, Any]], instance: str = "") -> None:
+        """The latest bad items a collector process set aside, named (kind, detail, where),
+        for inspection: one meta row per process, rewritten when they change."""
+        self.set_meta(f"quarantine:{instance}", items)
 
     def set_health(self, items: Iterable[CollectorHealth], ts: float | None = None,
                    instance: str = "") -> None:
@@ -123,7 +201,9 @@ class StoreWrites(AvailabilityTables):
         """Store traces, one row per request: a trace sharing a key (request id, response
         id, engine id, trace id) with a stored one is merged into it
         (``mmlens.ingest.observed.merge``), whichever source wrote first."""
-        traces = list(traces)
+        traces = [t for t in traces if checked(
+            self.rejected, "trace", f"request {t.request_id!a}", lambda t=t: t,
+            _trace_reads_back) is not None]
         self._before_append("traces", (t.ts for t in traces))
         # One writer at a time from the read of matching rows to the write: the tap and
         # the collector may record the same request from two processes.

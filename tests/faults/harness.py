@@ -26,7 +26,7 @@ import msgspec
 from mmlens.collectors.runner import CollectorRunner
 
 from mmlens.config import Config, WorkerTarget
-from mmlens.store.sqlite import Store
+from mmlens.store.open import is_postgres_url, open_store
 from tests.faults.publisher import FaultPublisher as FaultPublisher
 from tests.faults.publisher import loopback_endpoints as loopback_endpoints
 
@@ -54,8 +54,18 @@ class Tally:
         return self.rows - self.stored
 
 
-def count_rows(db: Path) -> tuple[int, int]:
+def count_rows(db: Path | str) -> tuple[int, int]:
     """(rows, distinct first block hashes) of stored events."""
+    if is_postgres_url(db):
+        import psycopg
+
+        try:
+            with psycopg.connect(str(db), connect_timeout=5) as pg:
+                rows = pg.execute("SELECT hashes FROM kv_events WHERE kind = 'stored'"
+                                  ).fetchall()
+        except psycopg.Error:  # down, or no tables yet
+            return 0, 0
+        return len(rows), len({_dec.decode(h)[0] for (h,) in rows})
     con = sqlite3.connect(db, timeout=10)
     try:
         rows = con.execute("SELECT hashes FROM kv_events WHERE kind = 'stored'").fetchall()
@@ -66,10 +76,19 @@ def count_rows(db: Path) -> tuple[int, int]:
     return len(rows), len({_dec.decode(h)[0] for (h,) in rows})
 
 
-def health_rows(db: Path) -> list[dict[str, Any]]:
+def health_rows(db: Path | str) -> list[dict[str, Any]]:
     import json
 
-    if not db.exists():
+    if is_postgres_url(db):
+        from mmlens.store.postgres import PostgresStore
+
+        store = PostgresStore(str(db), readonly=True)
+        try:
+            return [{"collector": h.collector, "target": h.target, "errors": h.errors,
+                     "counters": h.counters, "instance": h.instance} for h in store.health()]
+        finally:
+            store.close()
+    if not Path(db).exists():
         return []
     con = sqlite3.connect(db, timeout=10)
     try:
@@ -84,7 +103,18 @@ def health_rows(db: Path) -> list[dict[str, Any]]:
         con.close()
 
 
-def tally(pub: FaultPublisher, db: Path, started: float, crashes: int = 0) -> Tally:
+def quarantined(db: Path | str) -> list[dict[str, Any]]:
+    """The bad items the collectors named (``mmlens snapshot --json``'s ``quarantined``)."""
+    from mmlens.store.reader import StoreReader
+
+    reader = StoreReader(db)
+    try:
+        return reader.quarantined()
+    finally:
+        reader.close()
+
+
+def tally(pub: FaultPublisher, db: Path | str, started: float, crashes: int = 0) -> Tally:
     rows, distinct = count_rows(db)
     return Tally(pub.events, distinct, rows, health_rows(db), time.monotonic() - started,
                  crashes, pub.dropped)
@@ -100,11 +130,11 @@ def worker_config(pub: FaultPublisher, interval_s: float = 0.2) -> Config:
 @contextmanager
 def running_collector(pub: FaultPublisher, db: Path, interval_s: float = 0.2,
                       replay_timeout_s: float = 1.0, backoff: tuple[float, float] | None = None,
-                      ) -> Iterator[CollectorRunner]:
+                      spill_dir: Path | None = None) -> Iterator[CollectorRunner]:
     """``mmlens collect``'s runner on its own thread, stopped (and drained) on exit;
     ``backoff``: the silent replay socket's pauses (default: the collector's)."""
-    store = Store(db)
-    runner = CollectorRunner(worker_config(pub, interval_s), store)
+    store = open_store(db)
+    runner = CollectorRunner(worker_config(pub, interval_s), store, spill_dir=spill_dir)
     runner.kv.replay_timeout_s = replay_timeout_s
     if backoff is not None:
         runner.kv.backoff = backoff
@@ -129,7 +159,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def stored_all(db: Path, n: int) -> Callable[[], bool]:
+def stored_all(db: Path | str, n: int) -> Callable[[], bool]:
     return lambda: count_rows(db)[1] >= n
 
 
@@ -282,4 +312,65 @@ def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        pub.close()
+
+
+def poisoned(db: Path, batches: int = 2000, bad_every: int = 400,
+             bad_offset: int = 1 << 31) -> tuple[Tally, list[int]]:
+    """``batches`` of 4 events; in every ``bad_every``-th one the first event's image offset is
+    ``bad_offset`` (a stored event the rest of the pipeline cannot take). Published counts the
+    valid events only; returns the tally and the seqs of the poisoned batches."""
+    pub = FaultPublisher(*loopback_endpoints(2)).up()
+    poisoned_seqs: list[int] = []
+    t0 = time.monotonic()
+    try:
+        with running_collector(pub, db):
+            for i in range(batches):
+                if i % bad_every == bad_every // 2:
+                    bad = {"type": "BlockStored", "block_hashes": [(1 << 62) + i],
+                           "parent_block_hash": None, "token_ids": [7] * 16,
+                           "block_size": 16, "medium": "GPU",
+                           "extra_keys": [[["ab" * 16, bad_offset]]]}
+                    events = _dec.decode(pub.batch(3))
+                    events[1].insert(0, bad)
+                    poisoned_seqs.append(pub.publish(_enc.encode(events)))
+                else:
+                    pub.publish(pub.batch(4))
+                if i % 50 == 0:
+                    time.sleep(0.005)
+            wait_for(stored_all(db, pub.events), 20, "valid events stored")
+            last = pub.seq - 1
+            wait_for(lambda: any(r["counters"].get("last_seq") == last
+                                 for r in health_rows(db) if r["collector"] == "kv_events"),
+                     10, "stream at its last batch")
+        return tally(pub, db, t0, thread_crashes(db)), poisoned_seqs
+    finally:
+        pub.close()
+
+
+def outage(db: Path | str, tmp: Path, down: Callable[[], None], up: Callable[[], None],
+           events: int = 20_000, rate: float = 5_000.0, down_s: float = 3.0,
+           max_memory: int | None = None) -> Tally:
+    """Events streamed at ``rate`` while the store goes ``down()`` for ``down_s`` (mid-stream)
+    and comes back ``up()``; the collector's backlog (``max_memory`` records in memory, the rest
+    spilled to ``tmp``) must reach the store."""
+    pub = FaultPublisher(*loopback_endpoints(2), buffer_steps=events).up()
+    t0 = time.monotonic()
+    try:
+        with running_collector(pub, db, spill_dir=tmp) as runner:
+            runner.store.backoff = (0.2, 1.0)
+            if max_memory is not None:
+                runner.store.max_memory = max_memory
+            feeder = threading.Thread(target=pub.stream, args=(events,), kwargs={"rate": rate})
+            feeder.start()
+            wait_for(lambda: count_rows(db)[1] > events // 5, 60, "collector writing")
+            down()
+            wait_for(lambda: runner.store.down_since is not None, 30, "outage noticed")
+            time.sleep(down_s)
+            up()
+            feeder.join()
+            wait_for(stored_all(db, events), 60, "all stored after the outage")
+            time.sleep(2 * 0.2)  # a last tick writes the health rows
+        return tally(pub, db, t0, thread_crashes(db))
+    finally:
         pub.close()

@@ -138,3 +138,21 @@ def test_runner_restarts_its_kv_thread_and_keeps_storing(tmp_path) -> None:
         assert sup["errors"] == {"thread_crashed:kv-events": 1}
     finally:
         pub.close()
+
+
+@pytest.mark.parametrize("offset", [1 << 31, 1 << 63, -(1 << 40)])
+def test_a_bad_event_is_quarantined_alone_and_the_stream_moves_past_it(tmp_path,
+                                                                       offset) -> None:
+    t, seqs = h.poisoned(tmp_path / "s.db", batches=2000, bad_every=400, bad_offset=offset)
+    print(f"\nKV image offset {offset}: published {t.published} stored {t.stored} "
+          f"lost {t.lost} duplicates {t.duplicates} quarantined {len(seqs)}")
+    assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
+    row = kv_health(t)
+    c, errors = row["counters"], row["errors"]
+    assert errors == {"oversize_number": len(seqs)}  # the bad events, nothing else
+    assert c["replays"] <= 3 and c["lost_batches"] == 0  # no batch asked for again and again
+    assert c["batches"] == c["published_batches"] == 2000 and c["last_seq"] == 1999
+    assert c["stored_events"] == t.published
+    named = [q for q in h.quarantined(tmp_path / "s.db") if q["collector"] == "kv_events"]
+    assert [q["where"] for q in named] == [f"w#0 seq {s} event 0" for s in seqs]
+    assert all(q["kind"] == "oversize_number" and str(offset) in q["detail"] for q in named)

@@ -1,0 +1,247 @@
+"""A store that survives its outages: the collector's appends (samples, KV events, traces,
+decisions, views) go through ``BufferedStore``, which holds what a down store (PostgreSQL
+restarted, a full disk) refused, asks again with back-off (reconnecting to PostgreSQL first),
+and writes the backlog in order once the store is back. The backlog is bounded in memory; past
+the bound the oldest records spill to a local file (msgpack, read back the same way), and past
+the file's bound records are dropped, counted. Latest-value writes (health, meta, resident
+summaries) are skipped while down: the next tick writes them again. Everything else is the
+store's own (``__getattr__``).
+
+Reusable by any writer of the store (the tap): ``BufferedStore(store, spill_dir)``, then call
+the store's add methods on it and ``retry()`` now and then; ``outage_health`` says what it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from mmlens.analysis.kv_divergence import ViewPoint
+from mmlens.records import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    CollectorHealth,
+    MetricSample,
+    RoutingDecision,
+)
+from mmlens.store import codec
+from mmlens.store.base import SQLStore
+
+BACKOFF_S = (0.5, 30.0)
+MAX_MEMORY = 200_000  # records held in memory before the oldest spill
+MAX_SPILL_BYTES = 1 << 30
+_KV = {"stored": BlockStored, "removed": BlockRemoved, "cleared": AllBlocksCleared}
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+
+def _kv_event(obj: dict[str, Any]) -> Any:
+    return msgspec.convert(obj, _KV[obj["kind"]], strict=False)
+
+
+# How each buffered method's records go to the spill file and back.
+_SPILL: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "add_samples": (lambda s: s, lambda o: msgspec.convert(o, MetricSample, strict=False)),
+    "add_kv_events": (lambda e: e, _kv_event),
+    "add_kv_content": (lambda e: e, _kv_event),
+    "add_kv_views": (lambda p: p, lambda o: msgspec.convert(o, ViewPoint, strict=False)),
+    "add_traces": (codec.trace_body, codec.trace),
+    "add_decisions": (codec.decision_body,
+                      lambda o: msgspec.json.decode(o, type=RoutingDecision)),
+}
+APPENDS = tuple(_SPILL)
+LATEST = ("set_meta", "set_health", "set_kv_state", "set_quarantined")
+
+
+class BufferedStore:
+    def __init__(self, store: SQLStore, spill_dir: str | Path | None = None,
+                 max_memory: int = MAX_MEMORY, max_spill_bytes: int = MAX_SPILL_BYTES,
+                 backoff: tuple[float, float] = BACKOFF_S) -> None:
+        self.store = store
+        self.max_memory, self.max_spill_bytes = max_memory, max_spill_bytes
+        self.backoff = backoff
+        self._wait = backoff[0]
+        self.down_since: float | None = None
+        self._retry_at = 0.0
+        self._held: deque[tuple[str, list[Any], Any]] = deque()  # (method, records, extra)
+        self._held_n = 0
+        spill_dir = Path(spill_dir) if spill_dir else Path(tempfile.gettempdir())
+        self._spill_path = spill_dir / f"mmlens-backlog-{os.getpid()}-{id(self):x}.spill"
+        self._spill_read = 0  # bytes of the spill file written back already
+        self._spilled_n = 0
+        self.outage_health = CollectorHealth("store", "outage")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    # --- the buffered writes ------------------------------------------------------------------
+
+    def add_samples(self, samples: Any) -> int:
+        return self._append("add_samples", list(samples))
+
+    def add_kv_events(self, events: Any) -> int:
+        return self._append("add_kv_events", list(events))
+
+    def add_kv_content(self, events: Any) -> int | None:
+        return self._append("add_kv_content", list(events))
+
+    def add_kv_views(self, points: Any) -> int:
+        return self._append("add_kv_views", list(points))
+
+    def add_traces(self, traces: Any) -> int:
+        return self._append("add_traces", list(traces))
+
+    def add_decisions(self, decisions: Any, ts: float | None = None) -> int:
+        return self._append("add_decisions", list(decisions), ts)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._latest("set_meta", key, value)
+
+    def set_health(self, items: Any, ts: float | None = None, instance: str = "") -> None:
+        self._latest("set_health", list(items), ts, instance)
+
+    def set_kv_state(self, summary: Any, ts: float) -> None:
+        self._latest("set_kv_state", summary, ts)
+
+    def set_quarantined(self, items: Any, instance: str = "") -> None:
+        self._latest("set_quarantined", items, instance)
+
+    @property
+    def backlog(self) -> int:
+        """Records not in the store yet (in memory and spilled)."""
+        return self._held_n + self._spilled_n
+
+    # --- outage handling --------------------------------------------------------------------
+
+    def _append(self, method: str, records: list[Any], extra: Any = None) -> int:
+        if not records:
+            return 0
+        if self.down_since is None and not self.backlog:
+            try:
+                return int(self._call(method, records, extra) or 0)
+            except Exception as exc:
+                if not self.store.is_outage(exc):
+                    raise
+                self._went_down(exc)
+        self._hold(method, records, extra)
+        return 0
+
+    def _latest(self, method: str, *args: Any) -> None:
+        if self.down_since is not None:
+            self.outage_health.count(f"skipped:{method}")
+            return
+        try:
+            getattr(self.store, method)(*args)
+        except Exception as exc:
+            if not self.store.is_outage(exc):
+                raise
+            self._went_down(exc)
+            self.outage_health.count(f"skipped:{method}")
+
+    def _call(self, method: str, records: list[Any], extra: Any) -> Any:
+        fn = getattr(self.store, method)
+        return fn(records) if extra is None else fn(records, extra)
+
+    def _went_down(self, exc: Exception) -> None:
+        now = time.time()
+        if self.down_since is None:
+            self.down_since = now
+            self.outage_health.count("outages")
+            self._wait = self.backoff[0]
+        self.outage_health.error("store_down", f"{type(exc).__name__}: {exc}", now)
+        self._retry_at = time.monotonic() + self._wait
+        self._wait = min(self._wait * 2, self.backoff[1])
+        self._count()
+
+    def _hold(self, method: str, records: list[Any], extra: Any) -> None:
+        self._held.append((method, records, extra))
+        self._held_n += len(records)
+        while self._held_n > self.max_memory and len(self._held) > 1:
+            self._spill(self._held.popleft())
+        self._count()
+
+    def _spill(self, item: tuple[str, list[Any], Any]) -> None:
+        method, records, extra = item
+        self._held_n -= len(records)
+        encode = _SPILL[method][0]
+        frame = _enc.encode([method, extra, [encode(r) for r in records]])
+        size = self._spill_path.stat().st_size if self._spill_path.exists() else 0
+        if size + len(frame) + 8 > self.max_spill_bytes:
+            self.outage_health.count("dropped_records", len(records))  # the last resort, counted
+            self.outage_health.error("backlog_full", f"{len(records)} records of {method} dropped",
+                              time.time())
+            return
+        fd = os.open(self._spill_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, len(frame).to_bytes(8, "big") + frame)
+        finally:
+            os.close(fd)
+        self._spilled_n += len(records)
+        self.outage_health.count("spilled_records", len(records))
+
+    def retry(self) -> bool:
+        """Write the backlog when its back-off has passed (reconnecting first); True when
+        nothing is held any more."""
+        if not self.backlog and self.down_since is None:
+            return True
+        if time.monotonic() < self._retry_at:
+            return False
+        try:
+            self.store.reconnect()
+            self._write_spilled()
+            while self._held:
+                method, records, extra = self._held[0]
+                self._call(method, records, extra)
+                self._held.popleft()
+                self._held_n -= len(records)
+                self.outage_health.count("retried_records", len(records))
+        except Exception as exc:
+            if not self.store.is_outage(exc):
+                raise
+            self._went_down(exc)
+            return False
+        if self.down_since is not None:
+            self.outage_health.counters["last_outage_s"] = time.time() - self.down_since
+            self.outage_health.ok(time.time())
+        self.down_since = None
+        self._count()
+        return True
+
+    def _write_spilled(self) -> None:
+        if not self._spilled_n:
+            return
+        with self._spill_path.open("rb") as f:
+            f.seek(self._spill_read)
+            while header := f.read(8):
+                frame = f.read(int.from_bytes(header, "big"))
+                method, extra, raw = _dec.decode(frame)
+                records = [_SPILL[method][1](r) for r in raw]
+                self._call(method, records, extra)
+                self._spill_read = f.tell()
+                self._spilled_n -= len(records)
+                self.outage_health.count("retried_records", len(records))
+        self._spill_path.unlink(missing_ok=True)
+        self._spill_read = self._spilled_n = 0
+
+    def _count(self) -> None:
+        c = self.outage_health.counters
+        c["backlog_records"] = self.backlog
+        c["spilled_backlog_records"] = self._spilled_n
+        c["down"] = int(self.down_since is not None)
+
+    def flush_backlog(self) -> None:
+        """On stop: try the backlog once more; what is still held then is reported (the
+        spilled part stays in its file)."""
+        self._retry_at = 0.0
+        if not self.retry() and self.backlog:
+            self.outage_health.count("dropped_records", self._held_n)
+            self.outage_health.error("stopped_with_backlog", f"{self._held_n} records not written, "
+                              f"{self._spilled_n} left in {self._spill_path}", time.time())
