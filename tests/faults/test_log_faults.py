@@ -71,7 +71,7 @@ def test_a_line_the_store_cannot_hold_is_set_aside_alone(tmp_path: Path) -> None
     reader = StoreReader(db)
     try:
         named = reader.quarantined()
-        (row,) = [h for h in reader.health() if h.collector == "store"]
+        (row,) = [h for h in reader.health() if (h.collector, h.target) == ("store", "writes")]
     finally:
         reader.close()
     assert row.errors == {"unwritable_decision": 1}
