@@ -8,6 +8,7 @@ import streamlit as st
 from mmlens.collectors.sender import Sender
 from mmlens.ui import shared
 
+from mmlens.analysis.lab_experiment import judge_experiment, same_size_warning, seed_notes
 from mmlens.analysis.lab_plan import (
     SEQUENCES,
     ImageSpec,
@@ -96,13 +97,24 @@ def show_results(results: list[StepResult]) -> None:
     if run:
         st.caption(f"Run seed {run['seed']}: {run['images'] or 'no generated images'}"
                    + ("" if run["pinned"] else " — pin the seed to send these images again"))
-    rows = result_rows(results)
-    st.markdown(summary_line(results))
+    experiment = judge_experiment(run.get("sequence", ""), results,
+                                  same_size=bool(run.get("same_size")),
+                                  content_blind=bool(run.get("content_blind")))
+    if experiment.outcome != "inconclusive":
+        box = st.success if experiment.outcome == "pass" else st.error
+        box(f"**{experiment.outcome.upper()}** — {experiment.reason}")
+        st.caption(f"This sequence expects: {experiment.expects}.")
+    seeds = seed_notes(results)
+    rows = result_rows(results, seeds)
+    st.markdown(summary_line(results, seeds))
     st.plotly_chart(steps_figure(rows), key="lab_steps", width="stretch")
     shared.request_table(rows, "lab_results_table", column_config={
         "why": st.column_config.TextColumn("why", width="large"),
+        "TTFT ms": st.column_config.NumberColumn("TTFT", format="%.1f ms",
+                                                 help="time to the first streamed token"),
         "TTFT change": st.column_config.TextColumn(
-            "TTFT change", help="against the first send of the same images to that router")})
+            "TTFT change", width="medium",
+            help="against the first send of the same images to that router")})
     comparisons = compare_modes(results)
     for c in comparisons:
         st.subheader(f"Router mode vs worker mode: {c.step}")
@@ -183,6 +195,10 @@ with shared.page_guard("Lab"):
                      ("sequence", sequence_error)):
         if key in inputs.errors:
             box.error(inputs.errors[key])
+    blind_warning = same_size_warning(sequence, inputs.sizes, count if kind != "none" else 0,
+                                      router["kind"], modes.get(name))
+    if blind_warning:
+        st.warning(blind_warning)
     go = st.button("Send", type="primary", key="lab_send", disabled=bool(inputs.errors))
 
     if go and sequence.startswith("scenario:"):
@@ -212,7 +228,8 @@ with shared.page_guard("Lab"):
             parts.append(ImagePart(url=inputs.url))
             labels.append("URL")
         st.session_state["lab_run"] = {
-            "seed": run_seed, "pinned": pinned,
+            "seed": run_seed, "pinned": pinned, "sequence": sequence,
+            "same_size": blind_warning is not None, "content_blind": blind_warning is not None,
             "images": ", ".join(f"{s.name} {s.width}x{s.height}" for s in specs)}
         steps = plan_steps(sequence, parts, text, labels)
         st.session_state["lab_results"] = send_run(

@@ -3,7 +3,7 @@ are opaque values here, the page renders them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -21,6 +21,7 @@ SEQUENCES = {
 }
 NEEDS = {"abab": 2, "isolation": 2, "staircase": 1}
 MAX_IMAGES = 8
+SEED = "seed"  # the verdict shown for a first send: what it found is what seeding looks like
 
 
 @dataclass(frozen=True)
@@ -168,14 +169,18 @@ def ttft_changes(results: Sequence[StepResult]) -> dict[int, str]:
     return out
 
 
-def result_rows(results: Sequence[StepResult]) -> list[dict[str, object]]:
+def result_rows(results: Sequence[StepResult], seeds: Mapping[int, str] | None = None,
+                ) -> list[dict[str, object]]:
     """The Lab's result table: per step its worker, tokens cached and computed, hit %, TTFT
-    and its change, the router's prediction and the verdict with its reason."""
+    and its change, the router's prediction and the verdict with its reason; a seed (the
+    first send of its images, ``seeds`` by index) is marked so, its note as the reason."""
     changes = ttft_changes(results)
+    seeds = seeds or {}
     rows = []
     for i, r in enumerate(results):
         rows.append({
-            "step": r.step, "router": r.router, "verdict": r.verdict, "why": r.why,
+            "step": r.step, "router": r.router, "verdict": SEED if i in seeds else r.verdict,
+            "why": seeds.get(i, r.why),
             "worker": r.worker, "prompt": r.prompt_tokens, "cached": r.cached_tokens,
             "computed": r.computed, "hit %": None if r.hit is None else round(100 * r.hit),
             "predicted": r.predicted, "TTFT ms": r.ttft_ms, "TTFT change": changes.get(i, "—"),
@@ -184,14 +189,14 @@ def result_rows(results: Sequence[StepResult]) -> list[dict[str, object]]:
     return rows
 
 
-def summary_line(results: Sequence[StepResult]) -> str:
+def summary_line(results: Sequence[StepResult], seeds: Mapping[int, str] | None = None) -> str:
     """One line for the whole run: per step its worker, what it found cached and the
-    verdict ("A → w1: 0% cached (false_hit) · A again → w1: 99% cached (hit)")."""
+    verdict ("A → w1: 0% cached (seed) · A again → w1: 99% cached (hit)")."""
     parts = []
     routers = {r.router for r in results}
-    for r in results:
+    for i, r in enumerate(results):
         where = f"{r.step}" + (f" via {r.router}" if len(routers) > 1 else "")
         got = "failed" if r.error else (
             f"{round(100 * r.hit)}% cached" if r.hit is not None else "cached ?")
-        parts.append(f"{where} → {r.worker}: {got} ({r.verdict})")
+        parts.append(f"{where} → {r.worker}: {got} ({SEED if i in (seeds or {}) else r.verdict})")
     return " · ".join(parts)

@@ -7,6 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from mmlens.analysis.lab_plan import SEED
 from mmlens.figures.token_layout import CACHED_COLOR, COMPUTED_COLOR, MARGIN
 
 MISS_COLOR = "#cf1124"
@@ -24,7 +25,7 @@ def steps_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     tops = [("failed" if r.get("error") else
              f"{r['hit %']}% · {r['verdict']}" if r.get("hit %") is not None else r["verdict"])
             for r in rows]
-    colours = [MISS_COLOR if r["verdict"] not in ("hit", "unknown") else "#1f2933"
+    colours = [MISS_COLOR if r["verdict"] not in ("hit", "unknown", SEED) else "#1f2933"
                for r in rows]
     hover = [f"{r['request']}<br>{r['why']}" for r in rows]
     fig = go.Figure([

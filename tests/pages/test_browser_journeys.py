@@ -122,11 +122,51 @@ def test_abab_b_cold_then_both_warm_on_two_workers(live_dashboard: LiveDashboard
     assert (a2["worker"], b2["worker"]) == (a["worker"], b["worker"])  # back to their seeds
     assert int(a2["pct"]) > 50 and int(b2["pct"]) > 50  # and both warm
     assert a2["verdict"] == b2["verdict"] == "hit"
+    assert a["verdict"] == b["verdict"] == "seed"  # first sends are framed as seeds
+    # The experiment's banner: distinct sizes pass, and say why.
+    banner = body.get_by_text(re.compile(r"^PASS — every replay went back")).first
+    banner.wait_for(state="visible", timeout=WAIT_MS)
+    assert f"A again → {a['worker']} {a2['pct']}% cached" in banner.inner_text()
     # The chart says the same: each step's bar is labelled with its worker.
     ticks = " ".join(page.locator(".js-plotly-plot .xtick text").all_text_contents())
     assert "w1" in ticks and "w2" in ticks
     _no_traceback(page)
     _shot(page, "2-abab-two-workers")
+
+
+def test_same_size_abab_on_smg_fails_with_the_content_blind_reason(
+        live_dashboard: LiveDashboard, browser_page: Any) -> None:
+    """Two images of one size: the Lab warns before sending, and the run fails, naming SMG's
+    content-blind routing (what the real router did is checked against the store)."""
+    page = browser_page
+    body = _lab(page, live_dashboard.url)
+    sizes = body.get_by_label("Sizes (WxH, comma-separated; image i takes the i-th)")
+    sizes.fill("640x480")
+    sizes.press("Enter")
+    body.get_by_text("A and B are both 640x480: SMG routes on token ids",
+                     exact=False).first.wait_for(state="visible", timeout=WAIT_MS)
+    body.get_by_role("button", name="Send").click()
+    banner = body.get_by_text(re.compile(r"^FAIL — ")).first
+    banner.wait_for(state="visible", timeout=WAIT_MS)
+    reason = banner.inner_text()
+    assert "SMG routes same-size images by position, not content" in reason, reason
+    line = body.get_by_text(re.compile(r"^A → w\d")).first.inner_text()
+    steps = {m["step"]: m for m in STEP.finditer(line)}
+    a, b, a2, b2 = (steps[k] for k in ("A", "B", "A again", "B again"))
+    # The reason names what happened: B seeded on A's worker, or a replay on the other's.
+    assert (b["worker"] == a["worker"] and reason.startswith(f"FAIL — B went to {a['worker']}, "
+                                                             "A's worker")) or \
+        (a2["worker"] != a["worker"] and reason.startswith("FAIL — A again went to")) or \
+        (b2["worker"] != b["worker"] and reason.startswith("FAIL — B again went to")), reason
+    reader = StoreReader(live_dashboard.db)
+    try:
+        newest = [t for t in reader.recent_traces(20) if t.origin == "mmlens"][:4]
+    finally:
+        reader.close()
+    # The store's four newest: two images, one size, one expanded length.
+    assert len({t.prompt_tokens for t in newest}) == 1
+    _no_traceback(page)
+    _shot(page, "2b-abab-same-size-fails")
 
 
 def test_one_request_observed_in_router_and_worker_mode(live_dashboard: LiveDashboard,

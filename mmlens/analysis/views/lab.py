@@ -97,7 +97,9 @@ def step_result(step: PlannedStep[Any], router: str, trace: RequestTrace,
         worker=worker_label(trace.worker, names), prompt_tokens=trace.prompt_tokens,
         cached_tokens=trace.cached_tokens, predicted=predicted_tokens(trace),
         ttft_ms=None if trace.ttft_s is None else round(trace.ttft_s * 1000, 1),
-        verdict=j.category, why=named_headline(j.headline, trace.worker, names),
+        verdict=j.category,
+        why=(f"failed: {trace.error_code or trace.status}: {trace.error}" if trace.error
+             else named_headline(j.headline, trace.worker, names)),
         mode=mode or trace.processing_mode or "—",
         error=f"{trace.error_code}: {trace.error}" if trace.error else "", extra=extra,
         latency_ms=None if trace.latency_s is None else round(trace.latency_s * 1000, 1))
