@@ -53,8 +53,8 @@ class StoreExport:
         latest = r.latest_sample_ts() or time.time()
         health = r.health()
         own = [h for h in health if self.instance is None or h.instance == self.instance]
-        return ExportInputs(traces=traces, cells=cells, views=r.kv_views(latest - VIEW_WINDOW_S),
-                            health=own, part=self.part,
+        return ExportInputs(traces=traces, verdicts=r.verdicts_for(traces), cells=cells,
+                            views=r.kv_views(latest - VIEW_WINDOW_S), health=own, part=self.part,
                             shards=[h for h in health if h.collector == SHARD_COLLECTOR])
 
     def collect(self) -> Iterator[Metric]:

@@ -1,5 +1,5 @@
 """Prometheus metric families from what the store holds: the same answers ``mmlens snapshot``
-prints (each request's verdict, the available-vs-achieved cells, the router-vs-engine block
+prints (each request's stored verdict, the available-vs-achieved cells, the router-vs-engine block
 comparisons, the collectors' health), as counters and gauges with bounded label sets.
 
 Labels are routers, models, workers, verdicts, causes, collectors and their targets: never a
@@ -12,16 +12,16 @@ health rows, so a ``sum`` over the shards' series is the whole store's answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mmlens.analysis.availability.aggregate import FIDELITIES
 from mmlens.analysis.availability.attribution import CAUSES
-from mmlens.analysis.verdicts import VERDICTS, Judgement, judge
-from mmlens.ingest.observed import known
-from mmlens.records import CollectorHealth, RequestTrace
+from mmlens.analysis.judgement.shown import PENDING, category
+from mmlens.analysis.judgement.vocabulary import CATEGORIES
+from mmlens.records import CollectorHealth, RequestTrace, Verdict
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import Shard, shard_of
 
@@ -101,6 +101,7 @@ class Part:
 @dataclass
 class ExportInputs:
     traces: Sequence[RequestTrace] = ()
+    verdicts: Mapping[str, Verdict] = field(default_factory=dict)  # request id → stored
     cells: Sequence[CellRow] = ()
     views: Sequence[ViewRow] = ()  # the newest comparisons (the caller bounds the window)
     health: Sequence[CollectorHealth] = ()  # this process's rows
@@ -108,22 +109,21 @@ class ExportInputs:
     part: Part = field(default_factory=Part)
 
 
-def drift_tokens(t: RequestTrace, j: Judgement) -> int:
-    """Tokens by which the engine's prompt differs from the router's expansion (the verdict's
-    count drift), else from mmlens' expected layout of the request; 0 when not known."""
-    if j.category == "count_drift":
-        return abs(int(j.evidence.get("difference") or 0))
-    expected = t.expected_layout.engine_prompt_tokens if t.expected_layout else None
-    if expected is None or t.prompt_tokens is None or not known(t, "prompt_tokens"):
+def drift_tokens(v: Verdict | None) -> int:
+    """Tokens by which the engine's prompt differs from what the router (or mmlens' layout)
+    expected, as the stored count-drift verdict says; 0 otherwise."""
+    if v is None or v.category != "count_drift":
         return 0
-    return abs(t.prompt_tokens - expected)
+    return abs(int(v.evidence.get("difference") or 0))
 
 
-def request_families(traces: Iterable[RequestTrace], part: Part) -> list[Metric]:
+def request_families(traces: Iterable[RequestTrace], verdicts: Mapping[str, Verdict],
+                     part: Part) -> list[Metric]:
+    """Requests by their stored verdict (``pending``: not judged yet), as ``mmlens snapshot``
+    tallies them."""
     requests = CounterMetricFamily(
-        "mmlens_requests", "Requests by router, model, serving worker and verdict (the "
-        "verdict mmlens snapshot gives each stored request)", labels=(*REQUEST_LABELS,
-                                                                       "verdict"))
+        "mmlens_requests", "Requests by router, model, serving worker and stored verdict "
+        "(pending: not judged yet)", labels=(*REQUEST_LABELS, "verdict"))
     drift = CounterMetricFamily(
         "mmlens_count_drift_tokens", "Prompt tokens by which engines expanded requests to "
         "another length than the router (or mmlens' expected layout)", labels=REQUEST_LABELS)
@@ -133,12 +133,12 @@ def request_families(traces: Iterable[RequestTrace], part: Part) -> list[Metric]
     pairs = {(t.router, t.model) for t in owned}
     workers = {t.worker or "" for t in owned}
     by_drift = {(r, m, w): 0 for r, m in pairs for w in workers}
-    by_verdict = {(*key, v): 0 for key in by_drift for v in VERDICTS}
+    by_verdict = {(*key, c): 0 for key in by_drift for c in (*CATEGORIES, PENDING)}
     for t in owned:
-        j = judge(t)
+        v = verdicts.get(t.request_id)
         key = (t.router, t.model, t.worker or "")
-        by_verdict[(*key, j.category)] += 1
-        by_drift[key] += drift_tokens(t, j)
+        by_verdict[(*key, category(v))] += 1
+        by_drift[key] += drift_tokens(v)
     for labels, n in sorted(by_verdict.items()):
         requests.add_metric(labels, n)
     for labels, n in sorted(by_drift.items()):
@@ -266,7 +266,7 @@ def shard_families(shards: Sequence[CollectorHealth]) -> list[Metric]:
 
 def families(inputs: ExportInputs) -> list[Metric]:
     part = inputs.part
-    out = request_families(inputs.traces, part)
+    out = request_families(inputs.traces, inputs.verdicts, part)
     out += availability_families(inputs.cells, part)
     out += view_families(inputs.views, part)
     out += health_families(inputs.health)

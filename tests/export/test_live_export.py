@@ -178,13 +178,14 @@ def run(info: dict, db: Path, prom: str, am: str, capsys) -> None:
         avail = snap["availability"]
         tokens = scalar_by(prom, "sum(mmlens_false_hit_tokens_total)", "")
         prompt = scalar_by(prom, "sum(mmlens_evaluated_prompt_tokens_total)", "")
-        return (avail["requests"] == 10 and got == verdicts
+        return (avail["requests"] == 10 and "pending" not in got and got == verdicts
                 and tokens.get("", 0) == avail["false_hit_tokens"]
                 and prompt.get("", 0) == avail["prompt_tokens"])
 
-    wait_for(same, 40, "every request evaluated, PromQL equal to snapshot --json")
+    wait_for(same, 60, "every request judged and evaluated, PromQL equal to snapshot --json")
     snap = snapshot(db, capsys)
     assert snap["observed"]["verdicts"]["false_hit"] >= 2
+    assert snap["observed"]["verdicts"]["count_drift"] == 4
     assert snap["availability"]["false_hit_tokens"] > 0
     drift_tokens = scalar_by(prom, "sum by (router) (mmlens_count_drift_tokens_total)",
                              "router")

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 from mmlens.collectors.metrics_export import MetricsServer, StoreExport
+from mmlens.collectors.verdict_job import VerdictJob
 
 from mmlens.cli import snapshot as snapshot_cli
 from mmlens.export.families import Part
@@ -24,9 +25,18 @@ from tests.export.metrics_text import by, scrape, series, total
 from tests.pages.recorded_store import W1, W2, _traces, fill
 
 
+def judged(path: str, now: float):
+    """The recorded store with every request judged, as the lead collector's job does."""
+    rec = fill(path, now)
+    store = open_store(path)
+    VerdictJob(store).catch_up()
+    store.close()
+    return rec
+
+
 @pytest.fixture
 def recorded(tmp_path):
-    return fill(str(tmp_path / "rec.db"), time.time())
+    return judged(str(tmp_path / "rec.db"), time.time())
 
 
 def snapshot_json(path: str, capsys) -> dict:
@@ -82,7 +92,9 @@ def test_series_count_stays_bounded_as_requests_grow(recorded) -> None:
     requests = {k for k in after if k[0].startswith("mmlens_requests")}
     assert requests == {k for k in before if k[0].startswith("mmlens_requests")}
     assert len(after) == len(before)
+    # Not judged yet: the new requests are pending, on the same series.
     assert total(after, "mmlens_requests_total") == 41 * total(before, "mmlens_requests_total")
+    assert total(after, "mmlens_requests_total", verdict="pending") == 40 * 6
     assert not any("request" in dict(labels) or "image" in dict(labels) for _, labels in after)
 
 
@@ -127,7 +139,7 @@ def test_missing_store_is_a_metric_and_the_server_answers(tmp_path) -> None:
         found = series(r.text)
         assert total(found, "mmlens_exporter_store_up") == 0
         assert total(found, "mmlens_exporter_store_read_errors_total") == 1
-        fill(str(tmp_path / "absent.db"), time.time())  # the store appears: the next scrape
+        judged(str(tmp_path / "absent.db"), time.time())  # the store appears: the next scrape
         found = series(httpx.get(server.url, timeout=5).text)
         assert total(found, "mmlens_exporter_store_up") == 1
         assert total(found, "mmlens_requests_total") == 6
