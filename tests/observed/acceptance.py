@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmlens.analysis.explain import keys_of
 from mmlens.analysis.routing_table import decision_rows
 from mmlens.cli import explain as explain_cli
+from mmlens.store.explained import explain_recorded, judge_recorded
 from mmlens.store.reader import StoreReader
 from tests.live_support import REPO
 
@@ -51,18 +53,27 @@ class Sent:
     stream: bool = False
 
 
+PENDING = "pending"  # no stored verdict yet (null in JSON)
+
+
 @dataclass
 class Tally:
+    """A view's verdicts against the truth: right, unknown (no verdict, pending or
+    ``unknown``), ambiguous (``hit_or_…``: two readings, the truth among them), wrong."""
+
     right: int = 0
     unknown: int = 0
+    ambiguous: int = 0
     wrong: int = 0
     wrong_examples: list[str] = field(default_factory=list)
 
     def add(self, rid: str, got: str | None, truth: str) -> None:
         if got == truth:
             self.right += 1
-        elif got in (None, "unknown"):
+        elif got in (None, "unknown", PENDING):
             self.unknown += 1
+        elif got.startswith("hit_or_") and truth in ("hit", got.removeprefix("hit_or_")):
+            self.ambiguous += 1
         else:
             self.wrong += 1
             if len(self.wrong_examples) < 6:
@@ -70,7 +81,11 @@ class Tally:
 
     @property
     def total(self) -> int:
-        return self.right + self.unknown + self.wrong
+        return self.right + self.unknown + self.ambiguous + self.wrong
+
+    @property
+    def definite(self) -> int:
+        return self.right + self.wrong
 
 
 def engine_lines(logs: Iterable[Path], event: str = "request_finished",
@@ -188,7 +203,8 @@ def snapshot_verdicts(db: Path) -> dict[str, str]:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    return {t["request_id"]: t["verdict"]["category"] for t in doc["traces"]}
+    return {t["request_id"]: (t["verdict"] or {}).get("category") or PENDING
+            for t in doc["traces"]}
 
 
 def routing_verdicts(db: Path) -> dict[str, str]:
@@ -206,7 +222,49 @@ def explain_verdict(db: Path, rid: str) -> str | None:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
         code = explain_cli.main(["--db", str(db), "--request", rid, "--json"])
-    return json.loads(buf.getvalue())["category"] if code == 0 else None
+    return (json.loads(buf.getvalue())["category"] or PENDING) if code == 0 else None
+
+
+def inspector_verdicts(db: Path, rids: Iterable[str]) -> dict[str, str | None]:
+    """What the Inspector page shows for each request (its ``explanation``: the same
+    functions, called as the page calls them)."""
+    reader = StoreReader(db)
+    try:
+        out: dict[str, str | None] = {}
+        for rid in rids:
+            t = reader.trace(rid)
+            if t is None:
+                out[rid] = None
+            elif keys_of(t) is None:
+                j = judge_recorded(reader, rid)
+                out[t.request_id] = None if j is None else j.category
+            else:
+                e = explain_recorded(reader, rid)
+                out[t.request_id] = None if e is None else e.category
+        return out
+    finally:
+        reader.close()
+
+
+def wait_judged(db: Path, rids: Iterable[str], timeout: float = 60.0) -> int:
+    """Wait until the store holds a verdict for every request (the lead collector's job
+    judges each once it settled); returns how many are still pending at the timeout."""
+    import time
+
+    want = list(rids)
+    deadline = time.monotonic() + timeout
+    while True:
+        reader = StoreReader(db)
+        try:
+            missing = 0
+            for rid in want:
+                t = reader.trace(rid)
+                missing += t is None or reader.verdict(t.request_id) is None
+        finally:
+            reader.close()
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(1.0)
 
 
 def measure(db: Path, truth: Mapping[str, Truth]) -> tuple[dict[str, Tally], list[str]]:
@@ -219,6 +277,7 @@ def measure(db: Path, truth: Mapping[str, Truth]) -> tuple[dict[str, Tally], lis
         reader.close()
     views = {"snapshot": snapshot_verdicts(db), "routing": routing_verdicts(db)}
     views["explain"] = {stored[rid]: explain_verdict(db, rid) for rid in truth}
+    views["inspector"] = inspector_verdicts(db, truth)
     tallies = {name: Tally() for name in views}
     disagree = []
     for rid, t in truth.items():
@@ -236,8 +295,10 @@ def table(tallies: Mapping[str, Mapping[str, Tally]], truth: Mapping[str, Truth]
         f"{k} {n}" for k, n in kinds.most_common()) + f"; failed over "
         f"{sum(t.failed_over for t in truth.values())}, spill gate fired "
         f"{sum(t.spilled for t in truth.values())}",
-        f"{'store':<12} {'view':<10} {'right':>6} {'unknown':>8} {'wrong':>6}"]
+        f"{'store':<13} {'view':<10} {'right':>6} {'unknown':>8} {'ambiguous':>10} "
+        f"{'wrong':>6}"]
     for store, views in tallies.items():
         for view, t in views.items():
-            lines.append(f"{store:<12} {view:<10} {t.right:>6} {t.unknown:>8} {t.wrong:>6}")
+            lines.append(f"{store:<13} {view:<10} {t.right:>6} {t.unknown:>8} "
+                         f"{t.ambiguous:>10} {t.wrong:>6}")
     return "\n".join(lines)

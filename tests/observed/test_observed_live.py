@@ -55,14 +55,16 @@ def mmlens(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
 
 
-def config(path: Path, ext: External, kind: str, otlp: tuple[int, int] | None) -> Path:
+def config(path: Path, ext: External, kind: str, otlp: tuple[int, int] | None,
+           kv: bool = True) -> Path:
     lines = ["interval_s = 0.5", "[[router]]", 'name = "r"', f'kind = "{kind}"',
              f'url = "{ext.router_url}"', f'log_file = "{ext.router_log}"',
              "discover_workers = false"]
     for w in ext.workers:
         name = w.get("grpc") or w["worker_id"]
-        lines += ["[[worker]]", f'name = "{w["name"]}"', f'router_url = "{name}"',
-                  f'kv_events = "{w["kv_events"]}"', f'kv_replay = "{w["kv_replay"]}"']
+        lines += ["[[worker]]", f'name = "{w["name"]}"', f'router_url = "{name}"']
+        if kv:
+            lines += [f'kv_events = "{w["kv_events"]}"', f'kv_replay = "{w["kv_replay"]}"']
     if otlp:
         lines += ["[otlp]", f"grpc_port = {otlp[0]}", f"http_port = {otlp[1]}"]
     path.write_text("\n".join(lines) + "\n")
