@@ -290,6 +290,7 @@ class CollectorRunner:
         self._evaluate_availability(time.time(), settle_s=0.0)
         self._judge(time.time(), settle_s=0.0)
         self.store.set_health(self.all_health(), instance=self.instance)
+        self._save_quarantined()
 
     def _evaluate_availability(self, now: float, settle_s: float | None = None) -> None:
         if not self.leads:

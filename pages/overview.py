@@ -26,6 +26,8 @@ def live() -> None:
             st.info("No data yet: the collectors have not reported. Targets appear after "
                     "their first scrape (a few seconds).")
             return
+        for severity, text in view.store_notes:
+            {"error": st.error, "warning": st.warning}.get(severity, st.info)(text)
         head = view.headline
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("Engine hit rate (token-weighted)", pct(head.engine_hit_rate),

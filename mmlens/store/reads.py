@@ -38,7 +38,7 @@ class StoreReads(SQLBase):
         """The latest bad items each collector process set aside (``set_quarantined``)."""
         out: list[dict[str, Any]] = []
         for key, value in self._rows(
-                "SELECT key, value FROM meta WHERE key LIKE 'quarantine:%' ORDER BY key"):
+                "SELECT key, value FROM meta WHERE key LIKE ? ORDER BY key", ("quarantine:%",)):
             items = json.loads(value)
             out += [{**item, "instance": key.split(":", 1)[1]} for item in items
                     if isinstance(item, dict)] if isinstance(items, list) else []

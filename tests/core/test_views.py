@@ -68,3 +68,25 @@ def test_small_helpers() -> None:
     assert routers({"routers": [{"name": "a"}]}) == [{"name": "a"}] and routers(None) == []
     assert models_of([{"router": "a", "models": ["m"]}], "a") == ["m"]
     assert tint(0) != tint(1)
+
+
+def test_overview_names_a_store_outage_what_it_holds_and_what_was_dropped() -> None:
+    def store_row(target: str, **kw: Any) -> CollectorHealth:
+        return CollectorHealth("store", target, instance="vm:1:0", **kw)
+
+    down = store_row("outage", last_error="store_down: OperationalError: the connection is "
+                     "lost", counters={"down": 1, "backlog_records": 1200,
+                                       "spilled_backlog_records": 200, "outages": 1})
+    (note,) = overview_view(Snapshot(health=[down]), [], 0.0).store_notes
+    assert note[0] == "error" and "1200 records held (200 spilled" in note[1]
+    assert "connection is lost" in note[1]
+    back = store_row("outage", counters={"down": 0, "backlog_records": 0, "outages": 2,
+                                         "last_outage_s": 4.2, "retried_records": 900,
+                                         "dropped_records": 7})
+    refused = store_row("writes", errors={"unwritable_decision": 1})
+    notes = overview_view(Snapshot(health=[back, refused]), [], 0.0).store_notes
+    assert [s for s, _ in notes] == ["info", "error", "warning"]
+    assert "2 store outage(s), the last for 4 s: 900 records" in notes[0][1]
+    assert notes[1][1].startswith("7 records could not be held")
+    assert "unwritable_decision 1" in notes[2][1]
+    assert overview_view(Snapshot(health=[store_row("outage")]), [], 0.0).store_notes == []

@@ -315,18 +315,24 @@ def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_
         pub.close()
 
 
-def poisoned(db: Path, batches: int = 2000, bad_every: int = 400,
-             bad_offset: int = 1 << 31) -> tuple[Tally, list[int]]:
+def poisoned(db: Path | str, batches: int = 2000, bad_every: int = 400,
+             bad_offset: int = 1 << 31, bad_ts: float | None = None,
+             ) -> tuple[Tally, list[int]]:
     """``batches`` of 4 events; in every ``bad_every``-th one the first event's image offset is
-    ``bad_offset`` (a stored event the rest of the pipeline cannot take). Published counts the
-    valid events only; returns the tally and the seqs of the poisoned batches."""
+    ``bad_offset`` (a stored event the rest of the pipeline cannot take), or with ``bad_ts``
+    the batch's time is that (its one event set aside with it). Published counts the valid
+    events only; returns the tally and the seqs of the poisoned batches."""
     pub = FaultPublisher(*loopback_endpoints(2)).up()
     poisoned_seqs: list[int] = []
     t0 = time.monotonic()
     try:
         with running_collector(pub, db):
             for i in range(batches):
-                if i % bad_every == bad_every // 2:
+                if i % bad_every == bad_every // 2 and bad_ts is not None:
+                    event = _dec.decode(pub.batch(1))[1]
+                    pub.events -= 1  # not a valid event: its batch has no valid time
+                    poisoned_seqs.append(pub.publish(_enc.encode([bad_ts, event, 0])))
+                elif i % bad_every == bad_every // 2:
                     bad = {"type": "BlockStored", "block_hashes": [(1 << 62) + i],
                            "parent_block_hash": None, "token_ids": [7] * 16,
                            "block_size": 16, "medium": "GPU",

@@ -379,3 +379,24 @@ def test_overview_shows_collector_shards_and_names_missing_ones(
     assert list(table["shard"]) == ["0/3", "1/3"]
     assert list(table["state"]) == ["ok", "stale"]
     assert list(table["KV events stored"]) == [12345, 7]
+
+
+def test_overview_shows_a_store_outage_as_a_banner(tmp_path: Path, monkeypatch) -> None:
+    from mmlens.records import CollectorHealth
+
+    path = tmp_path / "outage.db"
+    store = Store(path)
+    try:
+        store.set_health([CollectorHealth("store", "outage", last_error="store_down: "
+                                          "OperationalError: the connection is lost",
+                                          counters={"down": 1, "backlog_records": 4321,
+                                                    "spilled_backlog_records": 321})],
+                         time.time(), "collector-a")
+    finally:
+        store.close()
+    monkeypatch.setenv("MMLENS_DB", str(path))
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    at = open_page("overview")
+    assert_clean(at)
+    (banner,) = [m for m in messages(at)["error"] if "store was unreachable" in m]
+    assert "collector-a: 4321 records held (321 spilled" in banner

@@ -20,6 +20,7 @@ class OverviewView:
     router_workers: list[dict[str, Any]] = field(default_factory=list)
     routers_down: list[str] = field(default_factory=list)
     prometheus: str | None = None
+    store_notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, text)
 
 
 def router_workers(snap: Snapshot) -> list[dict[str, Any]]:
@@ -36,6 +37,35 @@ def routers_down(snap: Snapshot) -> list[str]:
             if not s.get("workers") and s.get("kind") == "smg"]
 
 
+def store_notes(snap: Snapshot) -> list[tuple[str, str]]:
+    """Banners from the store's health rows: an outage the collectors buffer through (what they
+    hold, what they had to drop), the last one survived, records refused as unreadable."""
+    notes: list[tuple[str, str]] = []
+    for h in snap.health:
+        if h.collector != "store":
+            continue
+        c, who = h.counters, h.instance or "a collector"
+        if h.target == "outage":
+            held, dropped = int(c.get("backlog_records", 0)), int(c.get("dropped_records", 0))
+            if c.get("down") or held:
+                notes.append(("error", f"The store was unreachable for {who}: {held} records "
+                              f"held ({int(c.get('spilled_backlog_records', 0))} spilled to a "
+                              f"local file), written as soon as it answers. {h.last_error}"))
+            elif c.get("outages"):
+                notes.append(("info", f"{who} buffered through {int(c['outages'])} store "
+                              f"outage(s), the last for {c.get('last_outage_s', 0):.0f} s: "
+                              f"{int(c.get('retried_records', 0))} records written late."))
+            if dropped:
+                notes.append(("error", f"{dropped} records could not be held through a store "
+                              f"outage and were dropped by {who}: {h.last_error}"))
+        elif h.errors:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(h.errors.items()))
+            notes.append(("warning", f"Records set aside because they would not read back "
+                          f"({kinds}): `mmlens snapshot --json` names them under "
+                          "`quarantined`."))
+    return notes
+
+
 def overview_view(snap: Snapshot, more_alerts: list[Alert], now: float) -> OverviewView:
     if not snap.health and not snap.traces:
         return OverviewView(has_data=False)
@@ -44,7 +74,7 @@ def overview_view(snap: Snapshot, more_alerts: list[Alert], now: float) -> Overv
         alerts=alerts(snap, snap.traces, now) + more_alerts,
         targets=target_rows(snap, now), shards=shard_rows(snap, now),
         router_workers=router_workers(snap), routers_down=routers_down(snap),
-        prometheus=(snap.targets or {}).get("prometheus"))
+        prometheus=(snap.targets or {}).get("prometheus"), store_notes=store_notes(snap))
 
 
 def mark_routers_down(rows: Sequence[dict[str, Any]], down: Sequence[str],
