@@ -8,9 +8,11 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis.explain import keys_of
+from mmlens.analysis.judgement.shown import headline
 from mmlens.analysis.request_view import RequestView, from_layout, from_trace, rebuild_parts
 from mmlens.analysis.verdicts import field_rows
-from mmlens.analysis.views.common import named_text
+from mmlens.analysis.views.cause import cause_sentence, default_partner, diff_rows
+from mmlens.analysis.views.common import named_text, router_names
 from mmlens.analysis.views.inspector import (
     cached_text,
     explanation_text,
@@ -116,6 +118,13 @@ def captured(path: str) -> None:
     if rid != wanted:
         st.query_params["request"] = rid
     trace = by_id[rid]
+    verdict = shared.verdict(path, rid)
+    if verdict is None:
+        st.caption(headline(None))
+    else:
+        box = st.success if verdict.category == "hit" else st.info
+        box(f"**{cause_sentence(verdict, names)}**", icon=":material/lightbulb:")
+    side_by_side(path, trace, by_id, names)
     layout = None
     rebuild = rebuild_parts(trace)
     if rebuild is not None:
@@ -165,6 +174,27 @@ def captured(path: str) -> None:
     if images:
         st.dataframe(pd.DataFrame(images), hide_index=True, width="stretch")
     st.caption(timing_caption(trace))
+
+
+def side_by_side(path: str, trace: Any, by_id: dict[str, Any], names: dict[str, str]) -> None:
+    """This request next to another (by default the nearest with the same images: A vs A
+    again, or the same request through the router-mode and the worker-mode router)."""
+    partner = default_partner(trace, list(by_id.values()))
+    if partner is None:
+        return
+    with st.expander(f"Side by side with {partner.request_id} (what differs)"):
+        ids = [i for i in by_id if i != trace.request_id]
+        other = st.selectbox("Compare with", ids, index=ids.index(partner.request_id),
+                             key="inspector_compare",
+                             format_func=lambda i: request_label(by_id[i], names))
+        b = by_id[other]
+        rows = diff_rows(trace, shared.verdict(path, trace.request_id), b,
+                         shared.verdict(path, b.request_id), names,
+                         router_names(shared.meta(path, "targets")))
+        st.table(pd.DataFrame(rows).set_index(""))
+        st.caption("◆ marks what differs. Same images with other workers or verdicts is "
+                   "affinity at work (or not); same request, other processing mode shows what "
+                   "each mode routes on.")
 
 
 def compose() -> None:

@@ -25,7 +25,7 @@ from mmlens.analysis.views.common import verdict_css
 from mmlens.analysis.views.common import worker_label as worker_label
 from mmlens.analysis.views.common import worker_names as _worker_names
 from mmlens.layout.imageinfo import ImageInfo, probe_image
-from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary
+from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary, Verdict
 from mmlens.state import Snapshot
 from mmlens.store.open import NoStoreYet, StoreError
 from mmlens.store.open import label as store_label
@@ -124,6 +124,12 @@ def meta(path: str, key: str) -> Any:
 def worker_names(path: str) -> dict[str, str]:
     """The config's worker names (w1, w2) by the URLs routers and events use for them."""
     return _worker_names(_reader(path).meta("targets"))
+
+
+@records_cache(ttl=TTL_S, show_spinner=False, max_entries=256)
+def verdict(path: str, request_id: str) -> Verdict | None:
+    """A request's stored verdict (None: not judged yet)."""
+    return _reader(path).verdict(request_id)
 
 
 @records_cache(ttl=TTL_S, show_spinner=False, max_entries=8)

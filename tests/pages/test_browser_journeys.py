@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from mmlens.analysis.verdicts import judge
+from mmlens.analysis.views.cause import cause_sentence, default_partner
+from mmlens.analysis.views.common import worker_label, worker_names
 from mmlens.store.reader import StoreReader
 from tests.live_support import REPO
 from tests.pages.conftest import LiveDashboard
@@ -202,3 +204,36 @@ def test_one_request_observed_in_router_and_worker_mode(live_dashboard: LiveDash
     assert newest[routers["demo"]].prompt_tokens == router_n
     assert newest[routers["demo-worker"]].prompt_tokens == worker_n
     _shot(page, "3-router-vs-worker-mode")
+
+
+def test_a_request_opens_with_its_cause_and_a_side_by_side_diff(
+        live_dashboard: LiveDashboard, browser_page: Any) -> None:
+    """The inspector's first line says what happened and which worker held the blocks (from
+    the stored verdict), and the request sits next to its replay with what differs marked."""
+    reader = StoreReader(live_dashboard.db)
+    try:
+        names = worker_names(reader.meta("targets"))
+        traces = [t for t in reader.recent_traces(100) if t.origin == "mmlens" and t.images]
+        verdicts = reader.verdicts_for(traces)
+    finally:
+        reader.close()
+    replay = next(t for t in traces if (v := verdicts.get(t.request_id)) is not None
+                  and v.category == "hit" and v.better_worker)
+    v = verdicts[replay.request_id]
+    sentence = cause_sentence(v, names)
+    assert f"{worker_label(v.better_worker, names)} held {v.better_blocks} of these" in sentence
+    page = browser_page
+    page.goto(f"{live_dashboard.url}/inspector?request={replay.request_id}",
+              wait_until="domcontentloaded")
+    body = _main(page)
+    body.get_by_text(sentence).first.wait_for(state="visible", timeout=WAIT_MS)
+    partner = default_partner(replay, traces)
+    assert partner is not None
+    body.get_by_text(f"Side by side with {partner.request_id}").first.click()
+    table = body.locator("[data-testid='stTable']").first
+    table.wait_for(state="visible", timeout=WAIT_MS)
+    text = table.inner_text()
+    assert replay.request_id in text and partner.request_id in text
+    assert "image identity (SMG)" in text and "◆" in text  # their verdicts or workers differ
+    _no_traceback(page)
+    _shot(page, "4-cause-and-diff")
