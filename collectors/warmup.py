@@ -138,8 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = run(sender, ready, args.delay)
     finally:
         sender.close()
+    names = {str(w.get("url")): str(w.get("name")) for w in ready.get("workers") or []
+             if w.get("name")}
     print(f"warm-up: {len(out.traces)} requests, {out.failed} failed, workers "
-          f"{', '.join(out.workers) or 'none'}", flush=True)
+          f"{', '.join(names.get(w, w) for w in out.workers) or 'none'}", flush=True)
     return 1 if out.failed == len(out.traces) else 0
 
 

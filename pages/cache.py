@@ -11,7 +11,7 @@ from mmlens.analysis import kv_divergence
 from mmlens.analysis.block_labels import block_labels
 from mmlens.analysis.fleet import fold_timeline, fold_view_points
 from mmlens.analysis.views.cache import named_series, named_timeline
-from mmlens.analysis.views.common import name_rows, named_headline, router_names
+from mmlens.analysis.views.common import name_rows, named_headline, router_names, worker_label
 from mmlens.figures.availability import achieved_vs_available_figure, avoidable_figure
 from mmlens.figures.cache import (
     hit_rate_figure,
@@ -114,7 +114,12 @@ def available() -> None:
         rows = view.rows()
         if rows:
             st.markdown("**Requests that lost tokens or had a false hit** (newest first)")
-            st.dataframe(rows, hide_index=True, width="stretch")
+            workers = shared.worker_names(path)
+            st.dataframe([{**r, "worker": worker_label(r["worker"], workers),
+                           "best worker": worker_label(r["best worker"], workers)}
+                          for r in rows], hide_index=True, width="stretch",
+                         column_config={"causes": st.column_config.TextColumn(
+                             "causes", width="large", help="avoidable tokens by cause")})
 
 
 live()

@@ -6,7 +6,7 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis.routing_table import dynamo_verdict_rows, strict_mode_rows
-from mmlens.analysis.views.common import verdict_counts
+from mmlens.analysis.views.common import router_names, verdict_counts
 from mmlens.analysis.views.routing import (
     MODE_SERIES,
     applied_events,
@@ -54,8 +54,9 @@ def live() -> None:
         misses_only = st.toggle("Misses only", key="routing_misses_only",
                                 help="requests whose verdict is a miss: false hit, count "
                                      "drift, fallback, eviction, spill, cold or error")
-        everything = decision_table(snap.traces, names)
-        decisions = decision_table(snap.traces, names, misses_only)
+        routers = router_names(shared.meta(path, "targets"))
+        everything = decision_table(snap.traces, names, routers=routers)
+        decisions = decision_table(snap.traces, names, misses_only, routers)
         if decisions:
             st.caption(verdict_counts([r["verdict"] for r in everything]))
             shared.request_table(decisions, "routing_decisions", column_config={

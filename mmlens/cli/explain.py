@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 
 from mmlens.analysis.judgement.shown import PENDING_HEADLINE
+from mmlens.analysis.views.cause import cause_sentence
+from mmlens.analysis.views.common import named_text, worker_label, worker_names
 from mmlens.store.open import StoreError
 from mmlens.store.reader import open_reader
 
@@ -29,6 +31,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         trace = reader.trace(args.request)
         verdict = None if trace is None else reader.verdict(trace.request_id)
+        names = worker_names(reader.meta("targets"))
     finally:
         reader.close()
     if trace is None:
@@ -41,15 +44,18 @@ def main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(verdict.as_json(), default=str))
         return 0
-    print(f"{verdict.category}: {verdict.headline}")
+    # Workers by their config names (w1, w2), as on every page; the JSON keeps addresses.
+    print(f"{verdict.category}: {named_text(verdict.headline, names)}")
+    print(f"  {cause_sentence(verdict, names)}")
     for key, value in verdict.evidence.items():
         if value not in (None, [], {}):
-            print(f"  {key}: {value}")
+            print(f"  {key}: {named_text(str(value), names)}")
     if verdict.better_worker:
-        print(f"  better worker: {verdict.better_worker} held {verdict.better_blocks} blocks")
+        print(f"  better worker: {worker_label(verdict.better_worker, names)} held "
+              f"{verdict.better_blocks} blocks")
     for failed in verdict.failed_attempts:
-        print(f"  failed attempt {failed['attempt']}: {failed['worker']} predicted "
-              f"{failed['predicted_blocks']} blocks")
+        print(f"  failed attempt {failed['attempt']}: {worker_label(failed['worker'], names)} "
+              f"predicted {failed['predicted_blocks']} blocks")
     print("  sources: " + ", ".join(f"{k} ← {v}" for k, v in sorted(verdict.sources.items())))
     if verdict.unknown:
         print("  unknown: " + ", ".join(verdict.unknown))

@@ -12,6 +12,7 @@ from mmlens.analysis.request_view import predicted_tokens
 from mmlens.analysis.verdicts import judge
 from mmlens.figures.timeaxis import TIME_AXIS, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
+from mmlens.figures.workers import faded, worker_colour
 from mmlens.ingest.metrics_normalize import HitRate
 from mmlens.records import BlockHash, KVEventRow, RequestTrace, ResidentSummary
 
@@ -29,7 +30,7 @@ def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = 
     for worker, points in sorted(series.items()):
         xs, ys = gapped(points, step)
         fig.add_trace(go.Scatter(name=worker, x=xs, y=ys, mode="lines+markers",
-                                 connectgaps=False))
+                                 connectgaps=False, line={"color": worker_colour(worker)}))
     fig.update_layout(title="Engine prefix hit rate per worker (token-weighted, UTC)",
                       yaxis={"range": [0, 1.05], "tickformat": ".0%"}, xaxis=TIME_AXIS,
                       showlegend=True, legend={"title": {"text": "worker"}}, height=320,
@@ -83,8 +84,10 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
             points = points or {min(t for t, _, _, _ in rows): 0}
             ts = sorted(points)
             sign = -1 if kind == "removed" else 1
+            colour = worker_colour(worker)
             fig.add_trace(go.Bar(name=f"{worker} {kind} ({total})", x=utc(ts),
-                                 y=[sign * points[t] for t in ts], legendgroup=worker))
+                                 y=[sign * points[t] for t in ts], legendgroup=worker,
+                                 marker={"color": faded(colour) if sign < 0 else colour}))
     fig.update_layout(barmode="relative", xaxis=TIME_AXIS, showlegend=True,
                       title="KV events per worker: blocks stored (+) / removed (−)",
                       height=320, margin=MARGIN)
@@ -179,7 +182,8 @@ def worker_hit_rate_bars(hit_rates: Sequence[HitRate],
     fig = go.Figure(go.Bar(
         name="hit rate", x=[names.get(h.worker, h.worker) for h in rows],
         y=[h.hit_rate for h in rows],
-        text=[f"{h.hit_rate:.0%}" for h in rows], marker={"color": CACHED_COLOR},
+        text=[f"{h.hit_rate:.0%}" for h in rows],
+        marker={"color": [worker_colour(names.get(h.worker, h.worker)) for h in rows]},
         hovertext=[f"{h.worker}: {h.hits_increase:.0f} of {h.queries_increase:.0f} tokens in "
                    f"{h.window_s:.0f} s ({h.source})" for h in rows]))
     fig.update_layout(title="Engine prefix hit rate per worker (last 5 min)",

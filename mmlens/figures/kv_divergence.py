@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from mmlens.analysis.kv_divergence import ViewPoint
 from mmlens.figures.timeaxis import TIME_AXIS, utc
 from mmlens.figures.token_layout import MARGIN
+from mmlens.figures.workers import faded, worker_colour
 
 _DASH = {"event_plane": "solid", "index_gauge": "dash"}
 
@@ -24,20 +25,21 @@ def divergence_figure(points: Sequence[ViewPoint],
                           []).append(p)
     for (worker, source), pts in sorted(series.items()):
         x = utc([p.ts for p in pts])
+        colour = worker_colour(worker)
         if source == "prediction":
             fig.add_trace(go.Scatter(
                 name=f"{worker} · predicted not cached", x=x, y=[p.router_only for p in pts],
-                mode="markers", marker={"symbol": "x", "size": 9},
+                mode="markers", marker={"symbol": "x", "size": 9, "color": colour},
                 customdata=[p.request_id for p in pts],
                 hovertemplate="%{customdata}: %{y} block(s) predicted, not cached<extra></extra>"))
             continue
         dash = _DASH.get(source, "solid")
         fig.add_trace(go.Scatter(name=f"{worker} · router only ({source})", x=x,
                                  y=[p.router_only for p in pts], mode="lines",
-                                 line={"dash": dash}))
+                                 line={"dash": dash, "color": colour}))
         fig.add_trace(go.Scatter(name=f"{worker} · engine only ({source})", x=x,
                                  y=[p.engine_only for p in pts], mode="lines",
-                                 line={"dash": "dot"}))
+                                 line={"dash": "dot", "color": faded(colour, 0.7)}))
     fig.update_layout(title="Router view vs engine holdings (blocks, UTC)", height=340,
                       yaxis={"title": "blocks", "rangemode": "tozero"}, margin=MARGIN,
                       xaxis=TIME_AXIS,

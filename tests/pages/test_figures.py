@@ -252,3 +252,29 @@ def test_dynamo_trace_hashes_router_blocks_with_pad_values(qwen3) -> None:
     assert rv.image_labels[0].endswith("pad 1000255")
     (note,) = [n for n in rv.notes if n.startswith("Dynamo's routing view")]
     assert "image 0 → 1000255" in note and "zero-padded to 80" in note
+
+
+def test_each_worker_has_one_colour_on_every_chart() -> None:
+    from mmlens.analysis.kv_divergence import ViewPoint
+    from mmlens.figures.cache import worker_hit_rate_bars
+    from mmlens.figures.kv_divergence import divergence_figure
+    from mmlens.figures.workers import PALETTE, worker_colour
+
+    assert worker_colour("w1") == PALETTE[0] and worker_colour("w2") == PALETTE[1]
+    assert worker_colour("w2#1") == PALETTE[1]  # a DP rank of w2 is still w2
+    assert worker_colour("prefill-a") == worker_colour("prefill-a")  # stable for any name
+    lines = hit_rate_figure({"w1": [(1.0, 0.5)], "w2": [(1.0, 0.2)]}).to_dict()["data"]
+    kv = kv_event_timeline_figure([(1.0, "w2", "stored", 4), (1.0, "w1", "stored", 2)])
+    bars = worker_hit_rate_bars([HitRate("a", "grpc://a", "m", "vllm", 1, 2, 60.0, 0.5, 0.5,
+                                         0.5), HitRate("b", "grpc://b", "m", "vllm", 1, 4,
+                                                       60.0, 0.25, 0.25, 0.25)],
+                                {"grpc://a": "w1", "grpc://b": "w2"}).to_dict()["data"][0]
+    views = divergence_figure([ViewPoint(1.0, "w2", "index_gauge", 4, 4, 0, 0)]).to_dict()
+    w2 = worker_colour("w2")
+    assert [t["line"]["color"] for t in lines] == [worker_colour("w1"), w2]
+    stored = {t["name"].split(" ")[0]: t["marker"]["color"] for t in kv.to_dict()["data"]
+              if " stored " in t["name"]}
+    assert stored == {"w1": worker_colour("w1"), "w2": w2}
+    assert list(bars["marker"]["color"]) == [worker_colour("w1"), w2]
+    assert views["data"][0]["line"]["color"] == w2
+    assert not {"#cf1124", "#d1495b"} & set(PALETTE)  # red means a miss, never a worker

@@ -34,9 +34,11 @@ def applied_events(metrics: NormalizedMetrics) -> dict[str, Any]:
 
 
 def decision_table(traces: Sequence[RequestTrace], names: Mapping[str, str] | None = None,
-                   misses_only: bool = False) -> list[dict[str, Any]]:
-    """``decision_rows`` with the time first, as the page shows it; ``misses_only`` keeps
-    the requests whose verdict is a miss."""
-    rows = [{"time": clock(row.pop("ts")), **row}
+                   misses_only: bool = False, routers: Mapping[str, str] | None = None,
+                   ) -> list[dict[str, Any]]:
+    """``decision_rows`` with the time first and routers by their config names, as the page
+    shows it; ``misses_only`` keeps the requests whose verdict is a miss."""
+    rows = [{"time": clock(row.pop("ts")), **row,
+             "router": (routers or {}).get(row["router"], row["router"])}
             for row in decision_rows(traces, names=names)]
     return [r for r in rows if is_miss(r["verdict"])] if misses_only else rows
