@@ -12,11 +12,12 @@ only when asked) and removes them from answers that did not ask."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import signal
 import sys
-from collections.abc import Sequence
-
-from aiohttp import web
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.observed_sink import ObservedSink
@@ -112,12 +113,38 @@ def main(argv: Sequence[str]) -> int:
               max_record_body=args.max_record_body, health=health,
               dynamo_worker_id=args.dynamo_worker_id)
     tune_gc()
-    print(json.dumps({"event": "tap_ready", "listen": f"{host or '127.0.0.1'}:{port}",
-                      "upstream": args.upstream}), flush=True)
     try:
-        web.run_app(tap.app(), host=host or "127.0.0.1", port=int(port), print=None,
-                    access_log=None, handle_signals=True)
+        run_loop(serve(tap, host or "127.0.0.1", int(port), args.upstream))
+    except OSError as exc:
+        print(f"mmlens tap: cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        return 2
     finally:
         recorder.close()
         store.close()
     return 0
+
+
+async def serve(tap: Tap, host: str, port: int, upstream: str) -> None:
+    """Serve until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await tap.serve(host, port)
+    print(json.dumps({"event": "tap_ready", "listen": f"{host}:{port}",
+                      "upstream": upstream}), flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await tap.close()
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop when installed (the proxy's per-request cost is mostly the loop's), else
+    asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)

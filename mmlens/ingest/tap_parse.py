@@ -26,8 +26,9 @@ from mmlens.errors import ImageError
 from mmlens.ingest.numbers import as_int
 from mmlens.ingest.observed import SOURCE_TAP, fragment, put
 from mmlens.ingest.router_logs import cache_trace_from_header
+from mmlens.layout.image_header import header_size
 from mmlens.layout.imageinfo import decode_data_url
-from mmlens.layout.sent import SentImage, describe_image
+from mmlens.layout.sent import SentImage, describe_image, identities
 from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
 
 LABEL = SOURCE_TAP
@@ -38,12 +39,12 @@ BAD_INPUT = (ValueError, RecursionError, msgspec.DecodeError, UnicodeError)
 
 
 def loads(data: bytes | str) -> Any:
-    """JSON as the routers read it: msgspec first (fast); what it refuses (a lone surrogate
-    escape, which JSON allows) through the standard parser, which may still raise."""
+    """JSON as the routers read it: msgspec first (fast, and it refuses lone surrogates);
+    what it refuses through the standard parser (which may still raise), made storable."""
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError:
-        return json.loads(data)
+        return _storable(json.loads(data))
 
 
 @dataclass(slots=True)
@@ -126,23 +127,39 @@ class RequestFacts:
 
 
 def _text(value: Any) -> str | None:
-    """A JSON string as the store can hold it: a lone surrogate escape (``"\\udc80"``, which
-    JSON allows and UTF-8 cannot encode) becomes U+FFFD; not a string: None."""
-    if not isinstance(value, str):
-        return None
-    try:
-        value.encode()
-        return value
-    except UnicodeEncodeError:
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return value if isinstance(value, str) else None
+
+
+def _storable(value: Any) -> Any:
+    """A decoded JSON value whose strings the store can hold: a lone surrogate escape
+    (``"\\udc80"``, which JSON allows and UTF-8 cannot encode) becomes U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    return value
 
 
 def _image(url: str) -> ImageInfo:
-    data = None
-    if url.startswith("data:"):
-        with contextlib.suppress(ImageError):
-            data = decode_data_url(url)
-    return describe_image(url, data).info
+    """A data: URL's image described from its header (size) and bytes (identities) without
+    decoding pixels; one whose header this cannot read is probed fully."""
+    if not url.startswith("data:"):
+        return describe_image(url, None).info
+    try:
+        data = decode_data_url(url)
+    except ImageError:
+        return describe_image(url, None).info
+    size = header_size(data)
+    if size is None:
+        return describe_image(url, data).info
+    return ImageInfo("data", byte_size=len(data), width=size[0], height=size[1],
+                     identities=identities(url, data))
 
 
 def _content_parts(messages: Any) -> list[tuple[str, Any]]:
@@ -150,19 +167,19 @@ def _content_parts(messages: Any) -> list[tuple[str, Any]]:
     for m in messages if isinstance(messages, list) else []:
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, str):
-            out.append(("text", _text(content) or ""))
+            out.append(("text", content))
         elif isinstance(content, list):
             for part in content:
                 if not isinstance(part, dict):
                     continue
                 kind = part.get("type")
                 if kind == "text":
-                    out.append(("text", _text(str(part.get("text") or "")) or ""))
+                    out.append(("text", str(part.get("text") or "")))
                 elif kind in ("image_url", "input_image"):
                     url = part.get("image_url")
                     url = url.get("url") if isinstance(url, dict) else url
                     if isinstance(url, str):
-                        out.append(("image", _text(url) or ""))
+                        out.append(("image", url))
     return out
 
 

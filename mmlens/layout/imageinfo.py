@@ -9,6 +9,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
+import pybase64
 from PIL import Image, UnidentifiedImageError
 
 from mmlens.errors import ImageError
@@ -89,7 +90,7 @@ def decode_data_url(url: str, max_bytes: int = MAX_IMAGE_BYTES) -> bytes:
     if ";base64" not in (m.group("params") or ""):
         raise ImageError("data: URL is not base64-encoded")
     try:
-        return base64.b64decode(payload, validate=True)
+        return pybase64.b64decode(payload, validate=True)  # SIMD: ~10× binascii
     except (binascii.Error, ValueError) as exc:
         raise ImageError(f"data: URL has invalid base64: {exc}") from exc
 

@@ -47,15 +47,23 @@ class SentImage:
     error: str | None = None  # why the bytes are no readable image
 
 
+def identities(url: str, data: bytes | None) -> dict[str, str]:
+    """An image's identity under each router's scheme: Dynamo's hash of the URL string,
+    SMG's blake3 of the bytes (when known)."""
+    ids = {"dynamo_mm_hash_url": dynamo_hash_hex(dynamo_mm_hash_url(url))}
+    if data is not None:
+        ids["smg_blake3"] = smg_identifier(data)
+    return ids
+
+
 def describe_image(url: str, data: bytes | None) -> SentImage:
     """``url`` as it went to the router; ``data`` its bytes when known (a data: URL decoded,
     or the bytes behind an http URL mmlens serves itself)."""
-    ids = {"dynamo_mm_hash_url": dynamo_hash_hex(dynamo_mm_hash_url(url))}
+    ids = identities(url, data)
     if data is None:
         kind = "data" if url.startswith("data:") else "http"
         return SentImage(ImageInfo(kind, identities=ids))
     info = ImageInfo("data", byte_size=len(data), identities=ids)
-    ids["smg_blake3"] = smg_identifier(data)
     try:
         probed = probe_image(data)
     except ImageError as exc:  # still sent: the router will say what it thinks of them

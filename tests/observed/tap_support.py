@@ -93,6 +93,23 @@ class Served:
 RECORDER_OPTIONS = ("store_text", "layout", "fetcher", "flush_health", "max_backlog")
 
 
+class ServedTap:
+    """The tap served from a daemon thread's own event loop."""
+
+    def __init__(self, tap: Tap, port: int) -> None:
+        self.tap = tap
+        self.url = f"http://{HOST}:{port}"
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(tap.serve(HOST, port), self.loop).result(10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.tap.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
 @contextlib.contextmanager
 def tap_in_front(upstream: str | None = None, write: Callable[[list[RequestTrace]], object]
                  | None = None, **kwargs: Any,
@@ -108,7 +125,7 @@ def tap_in_front(upstream: str | None = None, write: Callable[[list[RequestTrace
     recorder = Recorder(write or records.extend, health, router=url, **rec_kwargs)
     tap = Tap(url, recorder.submit, health=health, **kwargs)
     tap.recorder = recorder  # type: ignore[attr-defined]
-    served = Served(tap.app(), free_port())
+    served = ServedTap(tap, free_port())
     try:
         yield tap, served.url, records
     finally:
