@@ -6,9 +6,10 @@ Usage: python benchmarks/tap_bench.py [--sizes 64,256,512,1024,2048] [--overhead
 
 Processes, all on 127.0.0.1: a minimal OpenAI-compatible upstream (aiohttp; answers at once
 with usage and SMG's worker header; core 1), `mmlens tap` recording into a fresh SQLite store
-(core 0: one core) and nginx from Debian as a plain reverse proxy (its own config in a
-temporary folder, one process, `proxy_buffering off` like the tap's streaming, keep-alive to
-the upstream; core 0), started and stopped here by PID; the clients run on core 1.
+(its proxy and its recorder process both on core 0: one core) and nginx from Debian as a
+plain reverse proxy (its own config in a temporary folder, one process, `proxy_buffering
+off` like the tap's streaming, keep-alive to the upstream; core 0), started and stopped here
+by PID; the clients run on core 1.
 
 Images are photo-like (smooth structure, edges and sensor noise; PNG and JPEG), 64² to 2048²
 as data URLs, each request its own image bytes (so no cache flatters the tap).
@@ -17,8 +18,8 @@ as data URLs, each request its own image bytes (so no cache flatters the tap).
    p99 of (via) minus those of (direct). Idle, then under load: a second client sends
    `--load-rps` requests per second (64² images) through the proxy being measured.
 2. Throughput: `--requests` requests with 32 in flight through each proxy; requests per
-   CPU-second of the proxy process (the tap's recorder thread included: its CPU is read once
-   every request is in the store).
+   CPU-second of the proxy's processes (the tap's recorder process included: its CPU is read
+   once every request is in the store).
 """
 
 from __future__ import annotations
@@ -154,8 +155,12 @@ def rss_kb(pid: int) -> int:
 
 
 def cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (the tap's recorder process included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    kids = Path(f"/proc/{pid}/task/{pid}/children")
+    return own + sum(cpu_s(int(c)) for c in (kids.read_text().split() if kids.exists()
+                                             else []))
 
 
 async def wait_up(url: str, body: bytes) -> None:

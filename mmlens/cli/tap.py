@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.tap import MAX_RECORD_BODY, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
-from mmlens.collectors.tap_record import LayoutFn, Recorder
+from mmlens.collectors.tap_process import RecorderProcess
+from mmlens.collectors.tap_record import LayoutFn
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.ingest.tap_parse import RequestFacts
 from mmlens.records import CollectorHealth, LayoutPart, RequestTrace
@@ -83,15 +85,10 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
     return fn
 
 
-def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-    host, _, port = args.listen.rpartition(":")
-    try:
-        store = open_store(args.db)
-    except (StoreError, OSError) as exc:
-        print(f"mmlens tap: {exc}", file=sys.stderr)
-        return 2
-    health = CollectorHealth("tap", args.upstream)
+def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
+                   ) -> tuple[Callable[[list[RequestTrace]], None], dict[str, Any]]:
+    """In the recorder's process: the store it writes and the recorder's options."""
+    store = open_store(args.db)
     sink = ObservedSink(TraceSink(store.add_traces).record_all, hold_s=0.0)
 
     def write(batch: list[RequestTrace]) -> None:
@@ -105,10 +102,22 @@ def main(argv: Sequence[str]) -> int:
                            args.fetch_max_bytes, args.fetch_timeout,
                            allow_private=args.fetch_allow_private) if args.fetch_images \
         else None
-    recorder = Recorder(write, health, router=args.upstream, store_text=args.store_text,
-                        layout=layout_fn(args.layout_model, args.store_text)
-                        if args.layout_model else None, fetcher=fetcher,
-                        flush_health=flush_health)
+    return write, {"router": args.upstream, "store_text": args.store_text,
+                   "layout": layout_fn(args.layout_model, args.store_text)
+                   if args.layout_model else None, "fetcher": fetcher,
+                   "flush_health": flush_health}
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    try:
+        open_store(args.db).close()  # created (or refused) before anything listens
+    except (StoreError, OSError) as exc:
+        print(f"mmlens tap: {exc}", file=sys.stderr)
+        return 2
+    health = CollectorHealth("tap", args.upstream)
+    recorder = RecorderProcess(functools.partial(recorder_setup, args), health)
     tap = Tap(args.upstream, recorder.submit, sample=args.sample,
               max_record_body=args.max_record_body, health=health,
               dynamo_worker_id=args.dynamo_worker_id)
@@ -120,7 +129,6 @@ def main(argv: Sequence[str]) -> int:
         return 2
     finally:
         recorder.close()
-        store.close()
     return 0
 
 
