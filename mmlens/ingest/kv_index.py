@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from mmlens.ingest.kv_events import KVEventError, decode_payload, normalize_batch
@@ -12,6 +13,7 @@ from mmlens.layout.content_keys import event_chain, pad_images, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent, count_error
 
 _MISSING: Any = object()
+_MASK64 = (1 << 64) - 1
 # Removed at seq; content state, and since/until seq, of its last known time resident.
 Removal = tuple[int, int | None, int, int]
 MAX_ORPHANS = 10_000  # stores with an unknown parent kept per stream while batches are owed
@@ -158,11 +160,14 @@ class ResidentIndex:
         res.stored += len(hashes)
         if ev.images:
             block_images, image_blocks = res.block_images, res.image_blocks
+            ids: tuple[str, ...] = ()
             for h, refs in zip(hashes, ev.images, strict=False):
                 if not refs or h in block_images or (keep is not None and h not in keep):
                     continue
-                ids = (refs[0][0],) if len(refs) == 1 else tuple(dict.fromkeys(
-                    r[0] for r in refs))
+                if len(refs) != 1:
+                    ids = tuple(dict.fromkeys(r[0] for r in refs))
+                elif ids != (refs[0][0],):  # an image's blocks share one tuple
+                    ids = (refs[0][0],)
                 block_images[h] = ids
                 for ident in ids:
                     image_blocks[ident] = image_blocks.get(ident, 0) + 1
@@ -171,12 +176,25 @@ class ResidentIndex:
     @staticmethod
     def _remove(res: WorkerResidency, ev: BlockRemoved) -> None:
         blocks, marks = res.blocks, res.marks
+        hashes = ev.block_hashes
+        if marks is None:  # the common case, one C pass over the hashes
+            states = list(map(blocks.pop, hashes, repeat(_MISSING, len(hashes))))
+            missing = states.count(_MISSING)
+            res.removed_unknown += missing
+            res.removed += len(states) - missing
+            # A state within 64 bits is a text-only chain: its content key is its shape.
+            ev.keys = [st if st <= _MASK64 else state_key(st) for st in states
+                       if st is not _MISSING and st is not None]
+            if res.block_images:
+                gone = hashes if not missing else [
+                    h for h, st in zip(hashes, states, strict=True) if st is not _MISSING]
+                forget_all_images(res, gone)
+            return
         keys: list[int] = []
-        for h in ev.block_hashes:
+        for h in hashes:
             state = blocks.pop(h, _MISSING)
-            if marks is not None:
-                marks.removed(h, ev.seq, state is not _MISSING, None if state is _MISSING
-                              else state)
+            marks.removed(h, ev.seq, state is not _MISSING, None if state is _MISSING
+                          else state)
             if state is _MISSING:
                 res.removed_unknown += 1
                 continue
@@ -206,14 +224,21 @@ class ResidentIndex:
 
 def forget_images(res: WorkerResidency, h: BlockHash) -> None:
     """A block left: its images lose one resident block each."""
-    ids = res.block_images.pop(h, None) if res.block_images else None
-    if ids:
-        for ident in ids:
-            left = res.image_blocks.get(ident, 0) - 1
-            if left > 0:
-                res.image_blocks[ident] = left
-            else:
-                res.image_blocks.pop(ident, None)
+    if res.block_images:
+        forget_all_images(res, (h,))
+
+
+def forget_all_images(res: WorkerResidency, hashes: Iterable[BlockHash]) -> None:
+    """Blocks left: their images lose one resident block each."""
+    image_blocks = res.image_blocks
+    for ids in map(res.block_images.pop, hashes, repeat(None)):
+        if ids:
+            for ident in ids:
+                left = image_blocks.get(ident, 0) - 1
+                if left > 0:
+                    image_blocks[ident] = left
+                else:
+                    image_blocks.pop(ident, None)
 
 
 class KVIngest:

@@ -214,26 +214,45 @@ def event_chain(state: int, tokens: Sequence[int], block_size: int,
         return shapes, shapes, shapes
     imgs = images or ()
     n_imgs = len(imgs)
+    digest = _digest
+    # The common image block: its run's token over the whole block, the image begun at or
+    # before its start (canonical offset -1): one constant shape input per block size.
+    covered = _COVERED.get(block_size) or _COVERED.setdefault(
+        block_size, _u32([IMAGE_TOKEN] * block_size) + _NO_START)
+    names: dict[str, bytes] = {}
     states, shapes, keys = [], [], []
     for b in range(n):
         refs = imgs[b] if b < n_imgs else None
+        lo = b * step
         if refs:
-            block = masked_block(tokens[b * block_size:(b + 1) * block_size], refs)
             if len(refs) == 1:  # one image in the block: the generic steps, inlined
                 name, off = refs[0]
-                shape = _digest(block + canonical_offset(off).to_bytes(4, "little",
-                                                                        signed=True), shape)
-                ident = _digest(name.encode(), ident)
+                block = raw[lo:lo + step]
+                if (off is None or off <= 0) and block == block[:4] * block_size:
+                    shape = digest(covered, shape)
+                else:
+                    block = masked_block(tokens[b * block_size:(b + 1) * block_size], refs)
+                    shape = digest(block + canonical_offset(off).to_bytes(4, "little",
+                                                                          signed=True), shape)
+                encoded = names.get(name)
+                if encoded is None:
+                    encoded = names[name] = name.encode()
+                ident = digest(encoded, ident)
             else:
+                block = masked_block(tokens[b * block_size:(b + 1) * block_size], refs)
                 shape = shape_step(shape, block, [off for _, off in refs])
                 ident = identity_step(ident, [i for i, _ in refs])
         else:
-            shape = _digest(raw[b * step:(b + 1) * step], shape)
+            shape = digest(raw[lo:lo + step], shape)
         shapes.append(shape)
         if ident == ROOT:
             states.append(shape)
             keys.append(shape)
         else:
             states.append(shape | ident << 64)
-            keys.append(_digest(shape.to_bytes(8, "little"), ident))
+            keys.append(digest(shape.to_bytes(8, "little"), ident))
     return states, shapes, keys
+
+
+_COVERED: dict[int, bytes] = {}
+_NO_START = (-1).to_bytes(4, "little", signed=True)
