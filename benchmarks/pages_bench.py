@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from mmlens.collectors.rollup_job import RollupJob  # noqa: E402
 from mmlens.collectors.trace_sink import SentRequest, TraceSink  # noqa: E402
 from mmlens.collectors.traces import ImagePart  # noqa: E402
 
@@ -101,6 +102,9 @@ def fill_store(store: SQLStore, n_traces: int, n_blocks: int, now: float,
     t2 = time.perf_counter()
     _fill_samples(store, now, workers)
     _fill_state(store, n_blocks, now, workers)
+    t3 = time.perf_counter()
+    minutes = RollupJob(store).fill(now)  # what the lead collector's rollup job writes
+    print(f"rolled up {minutes} worker minutes in {time.perf_counter() - t3:.1f} s", flush=True)
     print(f"filled {label(store.path)}: {len(workers)} workers, {n_traces} traces in "
           f"{t1 - t0:.1f} s, {written} KV blocks ({n_events} events) in {t2 - t1:.1f} s, "
           f"{store.used_bytes() / 1e6:.0f} MB",

@@ -174,10 +174,13 @@ def report(store: str, clicks: dict[str, list[float]], fresh: dict[str, list[flo
 # --- the fleet store's writer: what 1,000 workers' collectors add each second ---------------
 
 def write_forever(db: str, n_workers: int) -> None:
+    from mmlens.collectors.rollup_job import RollupJob
+
     from mmlens.records import BlockStored, MetricSample, RequestTrace, labels_of
     from mmlens.store.open import open_store
 
     store = open_store(db)
+    rollups = RollupJob(store)  # the lead collector's job, on its schedule
     workers = pages_bench.worker_urls(n_workers)
     rng = random.Random(11)
     lb = labels_of({"model_name": pages_bench.MODEL, "engine": "0"})
@@ -201,6 +204,7 @@ def write_forever(db: str, n_workers: int) -> None:
                                        worker=rng.choice(workers), prompt_tokens=400,
                                        cached_tokens=rng.choice([0, 384]))
                           for i in range(5)])
+        rollups.run(now)
         tick += 1
         time.sleep(max(0.0, 1.0 - (time.time() - now)))
 

@@ -27,6 +27,7 @@ from mmlens.collectors.metrics_scrape import MetricsScraper
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.otlp_receiver import OtlpReceiver
 from mmlens.collectors.prometheus_source import PromQLSource
+from mmlens.collectors.rollup_job import RollupJob
 from mmlens.collectors.router_state import RouterStateCollector
 from mmlens.collectors.runner_kv import KVSide
 from mmlens.collectors.store_buffer import BufferedStore
@@ -107,6 +108,9 @@ class CollectorRunner:
         # evidence): every view reads it.
         self.verdicts: VerdictJob | None = None
         self.verdict_health = CollectorHealth("verdicts", "requests")
+        # Per-worker minutes the pages read on fleets, from every shard's rows: the lead's.
+        self.rollups = RollupJob(store)
+        self.rollup_health = CollectorHealth("rollups", "worker_minutes")
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -231,6 +235,7 @@ class CollectorRunner:
         self.kv_side.drain(now, self.shard_health)
         self._evaluate_availability(now)
         self._judge(now)
+        self._write_rollups(now)
         self.ticks += 1
         if self.shard_health is not None:
             self.shard_health.ok(now)
@@ -289,6 +294,7 @@ class CollectorRunner:
         self.kv_side.drain(time.time(), self.shard_health)
         self._evaluate_availability(time.time(), settle_s=0.0)
         self._judge(time.time(), settle_s=0.0)
+        self._write_rollups(time.time(), force=True)
         self.store.set_health(self.all_health(), instance=self.instance)
         self._save_quarantined()
 
@@ -328,6 +334,19 @@ class CollectorRunner:
         self.verdict_health.counters.update(judged=job.judged, rejudged=job.rejudged,
                                             pending=job.pending)
 
+    def _write_rollups(self, now: float, force: bool = False) -> None:
+        if not self.leads:
+            return
+        try:
+            n = self.rollups.run(now, force)
+        except Exception as exc:  # a failed pass is retried next time; collection goes on
+            log.exception("rollup pass failed")
+            self.rollup_health.error("rollup", f"{type(exc).__name__}: {exc}", now)
+            return
+        if n:
+            self.rollup_health.ok(now)
+            self.rollup_health.count("minutes_written", n)
+
     def all_health(self) -> list[CollectorHealth]:
         items = list(self.scraper.health.values()) + list(self.router_state.health.values())
         items += [ep.health for ep in self.kv.endpoints] + list(self.log_health.values())
@@ -335,7 +354,7 @@ class CollectorRunner:
         items += [self.discovery_health, self.supervisor_health, self.observed.health,
                   self.store_health, self.store.outage_health]
         if self.leads:
-            items += [self.availability_health, self.verdict_health]
+            items += [self.availability_health, self.verdict_health, self.rollup_health]
         if self.otlp is not None:
             items.append(self.otlp.health)
         if self.shard_health is not None:

@@ -9,7 +9,7 @@ from mmlens.ui import shared
 
 from mmlens.analysis import kv_divergence
 from mmlens.analysis.block_labels import block_labels
-from mmlens.analysis.fleet import fold_timeline, fold_view_points
+from mmlens.analysis.fleet import fold_view_points
 from mmlens.analysis.views.cache import named_series, named_timeline
 from mmlens.analysis.views.common import name_rows, named_headline, router_names, worker_label
 from mmlens.figures.availability import achieved_vs_available_figure, avoidable_figure
@@ -40,8 +40,8 @@ def live() -> None:
                     "unchanged).")
         c1, c2 = st.columns(2)
         with c1:
-            timeline = fold_timeline(named_timeline(
-                shared.kv_timeline(path, float(window), window / 60), names))
+            timeline = named_timeline(shared.kv_timeline(path, float(window), window / 60),
+                                      names)
             if timeline:
                 st.plotly_chart(kv_event_timeline_figure(timeline), key="kv_timeline",
                                 width="stretch")

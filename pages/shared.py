@@ -15,9 +15,10 @@ import streamlit as st
 from mmlens.analysis.alert_states import AlertTracker, TrackedAlert
 from mmlens.analysis.availability.view import AvailabilityView, view_model
 from mmlens.analysis.decisions import merged
-from mmlens.analysis.fleet import fleet_hit_rates
+from mmlens.analysis.fleet import KEEP, fleet_hit_rates, fold_timeline
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.overview import Alert
+from mmlens.analysis.rollups import MINUTE_S, hit_lines_of, prefer_rollups, timeline_of
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.analysis.timeseries import HIT_NAMES
 from mmlens.analysis.views.common import short_worker as short_worker
@@ -150,14 +151,23 @@ def samples(path: str, names: tuple[str, ...], window_s: float) -> list[MetricSa
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def hit_rates(path: str, window_s: float) -> tuple[dict[str, list[tuple[float, float]]], float]:
-    """Prefix hit-rate lines over ``window_s`` and their bucket width (``fleet_hit_rates``):
+    """Prefix hit-rate lines over ``window_s`` and their bucket width: on a fleet (or a long
+    window) from the rollup minutes, else from the counters' samples (``fleet_hit_rates``);
     cached as lines, not as the samples behind them (a fleet's are 100k+)."""
+    folded = _reader(path).folded_minutes(window_s, "queries", KEEP)
+    if folded is not None and prefer_rollups(window_s, folded[1]):
+        return hit_lines_of(*folded), MINUTE_S
     return fleet_hit_rates(_reader(path).recent_series(window_s, HIT_NAMES))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
 def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float, str, str, int]]:
-    return _reader(path).kv_timeline(window_s, bucket_s)
+    """KV blocks per (bucket, worker, kind), the busiest workers named and the rest summed:
+    on a fleet (or a long window) per minute from the rollups, else from the events."""
+    folded = _reader(path).folded_minutes(window_s, "kv", KEEP)
+    if folded is not None and prefer_rollups(window_s, folded[1]):
+        return timeline_of(*folded)
+    return fold_timeline(_reader(path).kv_timeline(window_s, bucket_s))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)

@@ -110,14 +110,21 @@ def resident_blocks_figure(kv_state: Sequence[ResidentSummary],
     return fig
 
 
+# The icicle draws this many levels below the worker; deeper blocks of a chain are one node
+# ("+N blocks") instead of one each: Plotly lays out (and the browser parses) every node,
+# drawn or not, and a 64-block chain is 52 nodes nobody sees.
+VISIBLE_DEPTH = 12
+
+
 def prefix_tree_figure(events: Sequence[KVEventRow],
                        labels: Mapping[tuple[str, BlockHash], BlockLabel] | None = None,
                        worker_names: Mapping[str, str] | None = None,
-                       max_nodes: int = 1500) -> go.Figure:
+                       max_nodes: int = 400) -> go.Figure:
     """An icicle of recent BlockStored chains: each block's parent is the previous block of
     its event (or the event's parent hash). ``labels`` (``analysis.block_labels``) name the
     request that stored a chain and the images its blocks hold; blocks removed since are
-    drawn grey and say so."""
+    drawn grey and say so. Blocks deeper than ``VISIBLE_DEPTH`` are counted on one node per
+    chain."""
     labels = labels or {}
     removed = {(ev.worker, h) for ev in events if ev.kind == "removed" for h in ev.block_hashes}
     ids: list[str] = []
@@ -125,46 +132,62 @@ def prefix_tree_figure(events: Sequence[KVEventRow],
     texts: list[str] = []
     hovers: list[str] = []
     colors: list[str] = []
-    seen: set[str] = set()
-    roots: set[str] = set()
+    depth: dict[str, int] = {}
+    tails: dict[str, tuple[int, int]] = {}  # tail node → (its index, blocks it holds)
+    hidden: dict[str, str] = {}  # a block below the visible depth → its chain's tail node
+
+    def add(node: str, parent: str, text: str, hover: str, color: str) -> None:
+        ids.append(node)
+        parents.append(parent)
+        texts.append(text)
+        hovers.append(hover)
+        colors.append(color)
+
     for ev in sorted(events, key=lambda e: (e.ts, e.seq)):
         if ev.kind != "stored":
             continue
         root = f"worker {ev.worker}"
-        if root not in roots:
-            roots.add(root)
+        if root not in depth:
+            depth[root] = 0
             name = (worker_names or {}).get(ev.worker, ev.worker)
-            ids.append(root)
-            parents.append("")
-            texts.append(f"worker {name}")
-            hovers.append(f"worker {name} ({ev.worker})")
-            colors.append("#d9e2ec")
+            add(root, "", f"worker {name}", f"worker {name} ({ev.worker})", "#d9e2ec")
         parent = f"{ev.worker}/{ev.parent}" if ev.parent is not None else root
-        if parent not in seen and parent != root:
+        parent = hidden.get(parent, parent)
+        if parent not in depth:
             parent = root  # parent stored before the window: hang the chain on the worker
         for h in ev.block_hashes:
             node = f"{ev.worker}/{h}"
-            if node not in seen:
-                seen.add(node)
-                label = labels.get((ev.worker, h))
-                gone = (ev.worker, h) in removed
-                hexed = f"{h:016x}" if isinstance(h, int) else str(h)
-                ids.append(node)
-                parents.append(parent)
-                texts.append(label.text if label else "")
-                hovers.append(f"{hexed}<br>{label.hover if label else 'request unknown'}"
-                              + ("<br>removed since" if gone else ""))
-                image = label.image if label else bool(ev.images)
-                colors.append(REMOVED_COLOR if gone else IMAGE_COLORS[2] if image else
-                              TEXT_BLOCK_COLOR)
+            if node in depth or node in hidden:
+                parent = hidden.get(node, node)
+                continue
+            if parent in tails or depth[parent] >= VISIBLE_DEPTH:
+                tail = parent if parent in tails else f"{parent}/+"
+                if tail not in tails:
+                    depth[tail] = depth[parent] + 1
+                    tails[tail] = (len(ids), 0)
+                    add(tail, parent, "", "", TEXT_BLOCK_COLOR)
+                at, n = tails[tail]
+                tails[tail] = (at, n + 1)
+                texts[at] = hovers[at] = f"+{n + 1} blocks"
+                hidden[node] = parent = tail
+                continue
+            label = labels.get((ev.worker, h))
+            gone = (ev.worker, h) in removed
+            hexed = f"{h:016x}" if isinstance(h, int) else str(h)
+            image = label.image if label else bool(ev.images)
+            depth[node] = depth[parent] + 1
+            add(node, parent, label.text if label else "",
+                f"{hexed}<br>{label.hover if label else 'request unknown'}"
+                + ("<br>removed since" if gone else ""),
+                REMOVED_COLOR if gone else IMAGE_COLORS[2] if image else TEXT_BLOCK_COLOR)
             parent = node
             if len(ids) >= max_nodes:
                 break
         if len(ids) >= max_nodes:
             break
     fig = go.Figure(go.Icicle(ids=ids, parents=parents, text=texts, labels=texts,
-                              hovertext=hovers, marker={"colors": colors}, maxdepth=12,
-                              textinfo="text",
+                              hovertext=hovers, marker={"colors": colors},
+                              maxdepth=VISIBLE_DEPTH, textinfo="text",
                               textfont={"color": ["#ffffff" if c == IMAGE_COLORS[2]
                                                   else "#1f2933" for c in colors]},
                               hovertemplate="%{hovertext}<extra></extra>"))

@@ -28,6 +28,7 @@ from mmlens.records.telemetry import RouterWorker as RouterWorker
 from mmlens.records.telemetry import SpanEvent as SpanEvent
 from mmlens.records.telemetry import SpanRecord as SpanRecord
 from mmlens.records.telemetry import WorkerLoad as WorkerLoad
+from mmlens.records.telemetry import WorkerMinute as WorkerMinute
 from mmlens.records.telemetry import count_error as count_error
 from mmlens.records.telemetry import labels_of as labels_of
 from mmlens.records.traces import Availability as Availability

@@ -152,3 +152,19 @@ class CollectorHealth:
 
     def count(self, key: str, n: float = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
+
+
+@dataclass
+class WorkerMinute:
+    """One worker's minute, rolled up by the lead collector from the raw rows: KV blocks
+    stored and removed (its KV events), blocks resident when the minute was last written
+    (None: not known then), and prefix-cache hit and queried tokens (its counters' rises).
+    Rows summed over several workers have ``worker`` None."""
+
+    ts: float  # the minute's start
+    worker: str | None
+    kv_stored: int = 0
+    kv_removed: int = 0
+    kv_resident: int | None = None
+    hit_tokens: float = 0.0
+    query_tokens: float = 0.0

@@ -8,11 +8,12 @@ from __future__ import annotations
 from mmlens.store.availability import AvailabilityTables
 from mmlens.store.dialect import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, StoreError
 from mmlens.store.reads import StoreReads
+from mmlens.store.rollups import RollupTables
 from mmlens.store.verdicts import VerdictTables
 from mmlens.store.writes import StoreWrites
 
 __all__ = ["PRUNED_TABLES", "SCHEMA_VERSION", "NoStoreYet", "SQLStore", "StoreError"]
 
 
-class SQLStore(StoreWrites, StoreReads, AvailabilityTables, VerdictTables):
+class SQLStore(StoreWrites, StoreReads, AvailabilityTables, VerdictTables, RollupTables):
     """One store connection: a collector's writer, or (``readonly``) the dashboard's reader."""

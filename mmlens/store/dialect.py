@@ -22,7 +22,8 @@ __all__ = ["APPEND_ONLY", "PRUNED_TABLES", "SCHEMA_VERSION", "NoStoreYet", "SQLB
 
 # Tables pruned by age; PostgreSQL partitions the append-only ones by time.
 APPEND_ONLY = ("samples", "kv_events", "traces", "decisions", "kv_views", "kv_content")
-PRUNED_TABLES = (*APPEND_ONLY, "availability", "availability_cells", "verdicts")
+PRUNED_TABLES = (*APPEND_ONLY, "availability", "availability_cells", "verdicts",
+                 "worker_minutes")
 
 
 class StoreError(RuntimeError):

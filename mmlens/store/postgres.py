@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 
+from mmlens.store import rollups
 from mmlens.store.base import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, SQLStore, StoreError
 from mmlens.store.dialect import APPEND_ONLY
 from mmlens.store.open import redact
@@ -124,6 +125,7 @@ class PostgresStore(SQLStore):
             with self._tx():
                 self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
                 self.db.execute(_SCHEMA)
+                self.db.execute(rollups.POSTGRES_SCHEMA)
                 self._check_version()
                 if self.meta("partition_s") is None:
                     self.set_meta("partition_s", partition_s)

@@ -28,6 +28,7 @@ from mmlens.records import (
     ResidentSummary,
     RoutingDecision,
     Verdict,
+    WorkerMinute,
 )
 from mmlens.store.base import SQLStore, StoreError
 from mmlens.store.decisions import attach, trace_keys
@@ -148,6 +149,24 @@ class StoreReader:
         if latest is None:
             return []
         return self._locked(lambda s: s.kv_timeline(latest - window_s, bucket_s))
+
+    def folded_minutes(self, window_s: float, measure: str, keep: int,
+                       ) -> tuple[list[WorkerMinute], int] | None:
+        """The rollup minutes of the last ``window_s`` (up to the newest minute): the ``keep``
+        busiest workers by ``measure`` (``mmlens.store.rollups.MEASURES``) by name, every
+        other worker summed per minute (``worker`` None), and how many workers there are.
+        Three queries whatever the raw events behind them; None before any rollup."""
+        def read(s: SQLStore) -> tuple[list[WorkerMinute], int] | None:
+            latest = s.latest_minute()
+            if latest is None:
+                return None
+            since = latest + 60.0 - window_s
+            top, n = s.busiest_workers(since, measure, keep)
+            rows = s.worker_minutes(since, top)
+            if n > len(top):
+                rows += s.other_minutes(since, top)
+            return sorted(rows, key=lambda r: r.ts), n
+        return self._locked(read)
 
     def recent_kv_events(self, limit: int = 300) -> list[KVEventRow]:
         return self._locked(lambda s: s.kv_event_rows(limit))

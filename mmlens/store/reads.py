@@ -62,12 +62,14 @@ class StoreReads(SQLBase):
                 for ts, target, name, labels, value in self._sample_rows(since, names)]
 
     def series_since(self, since: float, names: Sequence[str] | None = None,
-                     prefixes: Sequence[str] = ()) -> Series:
+                     prefixes: Sequence[str] = (), until: float | None = None) -> Series:
         """The same window as series (``mmlens.ingest.metric_series.to_series``), built
         without a record per sample (a fleet's five minutes are 300k+ samples); ``names``
-        and ``prefixes``: only those names and the names starting with one of them."""
+        and ``prefixes``: only those names and the names starting with one of them; ``until``:
+        the samples before it only."""
         series: Series = {}
-        for ts, target, name, labels, value in self._sample_rows(since, names, prefixes):
+        for ts, target, name, labels, value in self._sample_rows(since, names, prefixes,
+                                                                 until):
             points = series.get((target, name, labels))
             if points is None:
                 points = series[(target, name, labels)] = []
@@ -85,10 +87,13 @@ class StoreReads(SQLBase):
         return out
 
     def _sample_rows(self, since: float, names: Sequence[str] | None,
-                     prefixes: Sequence[str] = (),
+                     prefixes: Sequence[str] = (), until: float | None = None,
                      ) -> Iterator[tuple[float, str, str, Labels, float]]:
         sql = "SELECT ts, target, name, labels, value FROM samples WHERE ts >= ?"
         args: list[Any] = [since]
+        if until is not None:
+            sql += " AND ts < ?"
+            args.append(until)
         which = []
         if names:
             which.append(f"name IN ({marks(len(names))})")
@@ -170,11 +175,15 @@ class StoreReads(SQLBase):
             w[f"{kind}_blocks"] = int(blocks or 0)
         return out
 
-    def kv_timeline(self, since: float, bucket_s: float) -> list[tuple[float, str, str, int]]:
-        """Blocks per (bucket, worker, kind) of the events since ``since``."""
+    def kv_timeline(self, since: float, bucket_s: float, until: float | None = None,
+                    ) -> list[tuple[float, str, str, int]]:
+        """Blocks per (bucket, worker, kind) of the events since ``since`` (and before
+        ``until``)."""
+        upto = "" if until is None else " AND ts < ?"
+        args = (bucket_s, bucket_s, since) + (() if until is None else (until,))
         rows = self._rows(
             f"SELECT {self._bucket('ts')}, worker, kind, sum(n_blocks) FROM kv_events "
-            "WHERE ts >= ? GROUP BY 1, 2, 3 ORDER BY 1", (bucket_s, bucket_s, since))
+            f"WHERE ts >= ?{upto} GROUP BY 1, 2, 3 ORDER BY 1", args)
         return [(float(b), w, k, int(n or 0)) for b, w, k, n in rows]
 
     def kv_blocks(self, worker: str, kind: str, since: float, until: float) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmlens.store import availability, verdicts
+from mmlens.store import availability, rollups, verdicts
 from mmlens.store.base import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, SQLStore, StoreError
 from mmlens.store.schema import SCHEMA, columns, migrate_v1
 
@@ -36,6 +36,7 @@ class Store(SQLStore):
             self.db.executescript(SCHEMA)
             self.db.executescript(availability.SCHEMA)
             self.db.executescript(verdicts.SCHEMA)
+            self.db.executescript(rollups.SQLITE_SCHEMA)
             self._check_version()
         self.db.execute("PRAGMA busy_timeout=5000")
 

@@ -94,6 +94,18 @@ def test_collect_then_snapshot(demo, capsys) -> None:
     assert health[("metrics", "demo")]["errors"] == {}
     assert health[("router_state", "demo")]["last_success"]
 
+    # The lead collector rolled the workers' minutes up: the blocks their KV events stored.
+    store = Store(db, readonly=True)
+    try:
+        minutes = store.worker_minutes(0.0)
+        counts = store.kv_event_counts()
+    finally:
+        store.close()
+    stored = {w: c["stored_blocks"] for w, c in counts.items() if c.get("stored_blocks")}
+    assert {m.worker for m in minutes if m.kv_stored} == set(stored)
+    assert sum(m.kv_stored for m in minutes) == sum(stored.values()) > 0
+    assert health[("rollups", "worker_minutes")]["counters"]["minutes_written"] > 0
+
 
 def test_discovery_from_smg_workers(demo, tmp_path) -> None:
     cfg = Config(routers=[RouterTarget("smg", "auto", demo["router"],

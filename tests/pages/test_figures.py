@@ -278,3 +278,17 @@ def test_each_worker_has_one_colour_on_every_chart() -> None:
     assert list(bars["marker"]["color"]) == [worker_colour("w1"), w2]
     assert views["data"][0]["line"]["color"] == w2
     assert not {"#cf1124", "#d1495b"} & set(PALETTE)  # red means a miss, never a worker
+def test_prefix_tree_counts_blocks_below_the_visible_depth_on_one_node() -> None:
+    from mmlens.figures.cache import VISIBLE_DEPTH
+
+    long = list(range(1, 65))  # one 64-block chain, then a chain continuing it
+    events = [KVEventRow(1.0, "w", 0, 0, "stored", 64, None, long, []),
+              KVEventRow(2.0, "w", 0, 1, "stored", 2, 64, [100, 101], [])]
+    tree = prefix_tree_figure(events).data[0]
+    parent = dict(zip(tree.ids, tree.parents, strict=True))
+    shown = [f"w/{h}" for h in long[:VISIBLE_DEPTH]]
+    assert [parent[n] for n in shown[1:]] == shown[:-1]
+    tail = f"{shown[-1]}/+"
+    assert parent[tail] == shown[-1] and len(tree.ids) == 1 + VISIBLE_DEPTH + 1
+    # the 52 deeper blocks and the 2 that continue the chain below them
+    assert tree.text[list(tree.ids).index(tail)] == f"+{64 - VISIBLE_DEPTH + 2} blocks"

@@ -1,0 +1,87 @@
+"""Fleet views read rollups: the Cache page on a 20-worker store makes as many queries and reads
+as many rows with four times the raw KV events and counter samples in its window, and its
+hit-rate and KV-event charts name the 12 busiest workers and sum the rest."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import streamlit as st
+from mmlens.ui import shared
+from streamlit.testing.v1 import AppTest
+
+from mmlens.store.postgres import PostgresStore
+from mmlens.store.sqlite import Store
+from tests.conftest import new_database
+from tests.core.test_rollups import fill
+from tests.pages.apptest_util import APP, figure_titled
+
+WORKERS, MINUTES = 20, 5
+
+
+class Reads:
+    def __init__(self) -> None:
+        self.queries = 0
+        self.rows = 0
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
+    """Every query either backend runs, and the rows it returned."""
+    reads = Reads()
+    for cls in (Store, PostgresStore):
+        original = cls._rows
+
+        def counting(self: Any, sql: str, args: Any = (), _original: Any = original) -> Any:
+            rows = _original(self, sql, args)
+            reads.queries += 1
+            reads.rows += len(rows)
+            return rows
+
+        monkeypatch.setattr(cls, "_rows", counting)
+    yield reads
+
+
+def _cache_page_reads(db: str, counted: Reads, monkeypatch: pytest.MonkeyPatch,
+                      ) -> tuple[int, int, Any]:
+    monkeypatch.setenv("MMLENS_DB", db)
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    st.cache_data.clear()
+    for cached in (shared.snapshot, shared.recent_traces, shared.trace_by_id):
+        cached.clear()
+    shared._reader.clear()
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()  # the Overview first, as a visitor arrives; only the Cache page is counted
+    before = (counted.queries, counted.rows)
+    at.switch_page("pages/cache.py").run()
+    assert not at.exception
+    return counted.queries - before[0], counted.rows - before[1], at
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: Any,
+                                                      request: pytest.FixtureRequest,
+                                                      counted: Reads,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def db(name: str) -> str:
+        if backend == "sqlite":
+            return str(tmp_path / f"{name}.db")
+        return new_database(request.getfixturevalue("postgres"))
+
+    sparse, dense = db("sparse"), db("dense")
+    fill(sparse, WORKERS, MINUTES, density=1)
+    fill(dense, WORKERS, MINUTES, density=4)
+    q1, r1, at = _cache_page_reads(sparse, counted, monkeypatch)
+    q4, r4, _ = _cache_page_reads(dense, counted, monkeypatch)
+    assert q1 > 0 and r1 > 0
+    assert (q4, r4) == (q1, r1)
+    for title in ("hit rate", "KV events"):
+        fig = figure_titled(at, title)
+        # KV bars are named "<worker> stored (N)" / "<worker> removed (N)"
+        names = {re.sub(r" (stored|removed) \(\d+\)$", "", t.get("name") or "")
+                 for t in fig["data"]}
+        assert f"{WORKERS - 12} other workers" in names, (title, names)
+        assert len(names) == 13, (title, names)
