@@ -1,12 +1,13 @@
 """The whole path on real servers: the demo (real SMG 1.13, two simulated vLLM workers, a
-router-mode and a worker-mode router, workers drifting image counts by 8 tokens), `mmlens
-collect --metrics-port` as users run it, a real Prometheus scraping it every second with the
-shipped rule file, and a real Alertmanager (Debian ``prometheus-alertmanager``) on loopback.
+router-mode and a worker-mode router, workers drifting image counts by 8 tokens), two `mmlens
+collect --shard I/2 --metrics-port` processes on one store as users run them (one worker
+each), a real Prometheus scraping both every second with the shipped rule file, and a real
+Alertmanager (Debian ``prometheus-alertmanager``) on loopback.
 
 Drives content-blind false hits (same-size images of other colours through the router-mode
 router) and a count drift (the worker-mode router), then checks PromQL against `mmlens
 snapshot --json`, the alerts in Prometheus and in Alertmanager, and that every Grafana panel's
-query returns data."""
+query returns data; then stops shard 1 and sees it reported down."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 
 from mmlens.cli import snapshot as snapshot_cli
+from mmlens.shard import shard_of
 from mmlens.store.sqlite import Store
 from tests.live_support import LOOPBACK, demo_process, free_port, free_port_base, stop_process
 from tests.servers import prometheus_server, wait_for
@@ -84,9 +86,19 @@ def snapshot(db: Path, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def split_base() -> int:
+    """A demo port base whose two workers (gRPC at BASE+10 and BASE+20) fall in different
+    shards of two."""
+    for _ in range(50):
+        base = free_port_base(50)
+        if len({shard_of(f"grpc://{LOOPBACK}:{base + i}", 2) for i in (10, 20)}) == 2:
+            return base
+    raise RuntimeError("no port base splits the workers")
+
+
 def test_prometheus_alertmanager_and_dashboards_on_the_demo(tmp_path, capsys) -> None:
     ready = tmp_path / "ready.json"
-    demo_args = ["--port-base", str(free_port_base(50)), "--worker-mode-router",
+    demo_args = ["--port-base", str(split_base()), "--worker-mode-router",
                  "--count-drift", str(DRIFT), "--log-dir", str(tmp_path / "logs"),
                  "--smg-log-level", "debug"]
     rules = tmp_path / "rules.yml"
@@ -96,35 +108,52 @@ def test_prometheus_alertmanager_and_dashboards_on_the_demo(tmp_path, capsys) ->
                      .replace("for: 2m", "for: 0s").replace("for: 1m", "for: 0s"))
     assert "for: 0s" in rules.read_text() and "for: 5m" in text
     db = tmp_path / "live.db"
-    metrics_port = free_port()
+    ports = [free_port(), free_port()]
     with demo_process(demo_args, ready) as info, alertmanager() as am:
         (tmp_path / "mmlens.toml").write_text(
             f'interval_s = 1\n[demo]\nready_file = "{ready}"\n')
         # A second log to follow whose line was cut off mid-object: a parse error by kind.
         (tmp_path / "cut.log").write_text(
             '{"timestamp":"2026-12-01T00:00:00.000000Z","level":"DEBUG","fields":{"mes\n')
-        collect = subprocess.Popen(
+        shards = [subprocess.Popen(
             [sys.executable, "-m", "mmlens", "collect", "--config", str(tmp_path / "mmlens.toml"),
-             "--db", str(db), "--metrics-port", str(metrics_port),
+             "--db", str(db), "--shard", f"{i}/2", "--metrics-port", str(port),
              "--router-log", f"cut={tmp_path / 'cut.log'}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i, port in enumerate(ports)]
+        targets = ", ".join(f"'{LOOPBACK}:{p}'" for p in ports)
         scrape = (f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                   f"rule_files: ['{rules}']\n"
                   f"alerting:\n  alertmanagers:\n    - static_configs:\n"
                   f"        - targets: ['{am.removeprefix('http://')}']\n"
                   f"scrape_configs:\n  - job_name: mmlens\n    static_configs:\n"
-                  f"      - targets: ['{LOOPBACK}:{metrics_port}']\n")
+                  f"      - targets: [{targets}]\n")
         try:
             with prometheus_server(scrape) as prom:
                 run(info, db, prom.url, am, capsys)
+                # Shard 1 stops: its target is down, and Alertmanager hears of it.
+                stop_process(shards[1], signal.SIGTERM)
+                wait_for(lambda: "MmlensCollectorDown" in received(am), 30,
+                         "MmlensCollectorDown received")
+                down = [a for a in alerts(am) if a["labels"]["alertname"] == "MmlensCollectorDown"]
+                assert {a["labels"]["instance"] for a in down} == {f"{LOOPBACK}:{ports[1]}"}
         finally:
-            stop_process(collect, signal.SIGTERM)
-    assert collect.returncode == 0, collect.stderr.read().decode() if collect.stderr else ""
+            for proc in shards:
+                stop_process(proc, signal.SIGTERM)
+    for proc in shards:
+        assert proc.returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+def alerts(am: str) -> list[dict]:
+    return httpx.get(am + "/api/v2/alerts", timeout=5).json()
+
+
+def received(am: str) -> set[str]:
+    return {a["labels"]["alertname"] for a in alerts(am)}
 
 
 def run(info: dict, db: Path, prom: str, am: str, capsys) -> None:
-    wait_for(lambda: bool(query(prom, "mmlens_exporter_store_up == 1")), 30,
-             "prometheus scrapes mmlens collect")
+    wait_for(lambda: len(query(prom, "mmlens_exporter_store_up == 1")) == 2, 30,
+             "prometheus scrapes both shards")
     routers = {r["mm_processing"]: r["url"] for r in info["routers"]}
     model = info["models"][0]["id"]
     store = Store(db)
@@ -159,14 +188,8 @@ def run(info: dict, db: Path, prom: str, am: str, capsys) -> None:
 
     wait_for(lambda: EXPECTED_ALERTS <= firing(), 60, "alerts firing in Prometheus")
 
-    def received() -> set[str]:
-        return {a["labels"]["alertname"] for a in
-                httpx.get(am + "/api/v2/alerts", timeout=5).json()}
-
-    wait_for(lambda: EXPECTED_ALERTS <= received(), 30, "alerts received by Alertmanager")
-    assert firing() <= received() | firing()
-    drift = [a for a in httpx.get(am + "/api/v2/alerts", timeout=5).json()
-             if a["labels"]["alertname"] == "MmlensCountDrift"]
+    wait_for(lambda: EXPECTED_ALERTS <= received(am), 30, "alerts received by Alertmanager")
+    drift = [a for a in alerts(am) if a["labels"]["alertname"] == "MmlensCountDrift"]
     assert {a["labels"]["router"] for a in drift} == {routers["worker"]}
 
     # PromQL returns what `mmlens snapshot --json` computes, once the logs are joined.
@@ -192,6 +215,14 @@ def run(info: dict, db: Path, prom: str, am: str, capsys) -> None:
     assert drift_tokens[routers["worker"]] == 4 * DRIFT  # four worker-mode requests
     assert drift_tokens.get(routers["router"], 0) == 0
 
+    # Each worker's requests are in one shard's scrape only, and the lead sees both shards.
+    per = query(prom, "sum by (instance, worker) (mmlens_requests_total) > 0")
+    owners: dict[str, set[str]] = {}
+    for sample in per:
+        owners.setdefault(sample["metric"]["worker"], set()).add(sample["metric"]["instance"])
+    assert owners and all(len(v) == 1 for v in owners.values()), owners
+    assert set(scalar_by(prom, "mmlens_shard_last_tick_timestamp_seconds", "shard")) == {
+        "0/2", "1/2"}
     errors = scalar_by(prom, 'mmlens_collector_errors_total{collector="router_logs",'
                        'target="cut"}', "kind")
     assert errors.get("malformed_log_line", 0) >= 1, errors
