@@ -18,7 +18,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -151,40 +153,56 @@ def received(am: str) -> set[str]:
     return {a["labels"]["alertname"] for a in alerts(am)}
 
 
+def send_alone(db: Path, router: str, model: str, rgb: tuple[int, int, int]) -> None:
+    """One traced request on its own client and store connection (for a thread)."""
+    store = Store(db)
+    try:
+        t = TraceClient(httpx.Client(), sink=TraceSink(store.add_traces,
+                                                       layout_model="qwen3-vl")).send(
+            router, model, TEXT, [ImagePart(solid_png(64, 64, rgb))], router_kind="smg")
+    finally:
+        store.close()
+    assert t.status == 200, t.error
+
+
 def run(info: dict, db: Path, prom: str, am: str, capsys) -> None:
     wait_for(lambda: len(query(prom, "mmlens_exporter_store_up == 1")) == 2, 30,
              "prometheus scrapes both shards")
     routers = {r["mm_processing"]: r["url"] for r in info["routers"]}
     model = info["models"][0]["id"]
-    store = Store(db)
-    tracer = TraceClient(httpx.Client(), sink=TraceSink(store.add_traces,
-                                                        layout_model="qwen3-vl"))
 
     def send(router: str, rgb: tuple[int, int, int]) -> None:
-        t = tracer.send(router, model, TEXT, [ImagePart(solid_png(64, 64, rgb))],
-                        router_kind="smg")
-        assert t.status == 200, t.error
+        send_alone(db, router, model, rgb)
 
     def scraped(n: int) -> None:
         wait_for(lambda: sum(scalar_by(prom, "sum(mmlens_requests_total)", "").values()) >= n,
                  30, f"{n} requests scraped")
 
-    red = (200, 30, 30)
-    for _ in range(3):  # a seed and two hits: every worker's series exist before the faults
-        send(routers["router"], red)
-    send(routers["worker"], red)  # worker mode: the engines count 8 tokens more
-    scraped(4)
-    for rgb in ((30, 30, 200), (200, 200, 30), (30, 200, 200)):
-        send(routers["router"], rgb)  # same size, other content: SMG predicts red's blocks
-    for _ in range(3):
-        send(routers["worker"], red)
-    scraped(10)
-    store.close()
-
     # Alerts evaluated by Prometheus from the shipped rules, and received by Alertmanager.
     def firing() -> set[str]:
         alerts = httpx.get(prom + "/api/v1/alerts", timeout=5).json()["data"]["alerts"]
         return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+    red = (200, 30, 30)
+    for _ in range(3):  # a seed and two hits: every worker's series exist before the faults
+        send(routers["router"], red)
+    scraped(3)
+    # Healthy so far: once judged, evaluated and past a few rule evaluations, nothing fires
+    # (hold times are 0 s here).
+    wait_for(lambda: not query(prom, 'sum(mmlens_requests_total{verdict="pending"}) > 0')
+             and bool(query(prom, "sum(mmlens_evaluated_requests_total) >= 3")), 40,
+             "the healthy requests judged and evaluated")
+    time.sleep(3)
+    assert firing() == set()
+    # Worker mode (the engines count 8 tokens more), two at once: SMG places them by load,
+    # one per worker, so both workers hold blocks and both shards have views to export.
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda _: send(routers["worker"], red), range(2)))
+    for rgb in ((30, 30, 200), (200, 200, 30), (30, 200, 200)):
+        send(routers["router"], rgb)  # same size, other content: SMG predicts red's blocks
+    for _ in range(2):
+        send(routers["worker"], red)
+    scraped(10)
 
     wait_for(lambda: EXPECTED_ALERTS <= firing(), 60, "alerts firing in Prometheus")
 
