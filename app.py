@@ -31,5 +31,6 @@ PAGES = {
 }
 
 current = st.navigation(PAGES)
+shared.time_controls()
 shared.sidebar_status()
 current.run()

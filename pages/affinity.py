@@ -13,7 +13,7 @@ st.title("Affinity")
 path = shared.require_reader()
 
 
-@st.fragment(run_every=shared.REFRESH_S)
+@st.fragment(run_every=shared.refresh_every())
 def live() -> None:
     with shared.page_guard("Affinity"):
         names = shared.worker_names(path)

@@ -24,10 +24,10 @@ from mmlens.figures.kv_divergence import divergence_figure
 
 st.title("Cache")
 path = shared.require_reader()
-window = shared.window_slider("cache_window", 300)
+window = shared.time_window()
 
 
-@st.fragment(run_every=shared.REFRESH_S)
+@st.fragment(run_every=shared.refresh_every())
 def live() -> None:
     with shared.page_guard("Cache"):
         names = shared.worker_names(path)
@@ -83,11 +83,11 @@ def views() -> None:
                "(block sets), index gauge (counts), prediction (per request).")
 
 
-@st.fragment(run_every=shared.REFRESH_S)
+@st.fragment(run_every=shared.refresh_every())
 def available() -> None:
     st.subheader("Available vs achieved")
     with shared.page_guard("Cache"):
-        view = shared.availability(path, float(max(window, 3600)))
+        view = shared.availability(path, float(window))
         if view.empty:
             st.info("No request evaluated yet: available vs achieved needs traced requests "
                     "with an expected layout, the workers' KV events and `mmlens collect` "

@@ -16,7 +16,7 @@ st.title("Overview")
 path = shared.require_reader()
 
 
-@st.fragment(run_every=shared.REFRESH_S)
+@st.fragment(run_every=shared.refresh_every())
 def live() -> None:
     with shared.page_guard("Overview"):
         snap = shared.snapshot(path)
@@ -39,7 +39,7 @@ def live() -> None:
         c3.metric("Image requests in router mode", pct(head.router_mode_share),
                   help=f"smg_mm_processing_total, {head.image_requests:.0f} requests")
         c4.metric("Image requests in worker mode", pct(head.worker_mode_share))
-        available(shared.availability(path, 3600.0))
+        available(shared.availability(path, float(shared.time_window())))
 
         names = shared.worker_names(path)
         alert_panel(shared.tracked_alerts(path, view.alerts), names)
@@ -103,7 +103,7 @@ def alert_panel(tracked: list[TrackedAlert], names: dict[str, str]) -> None:
 
 
 def available(view: AvailabilityView) -> None:
-    """Achieved vs available ("speed of light") and what was lost, over the last hour."""
+    """Achieved vs available ("speed of light") and what was lost, over the time range."""
     h = view.headline
     if view.empty:
         st.caption("Available vs achieved: no request evaluated yet (it needs traced requests "
@@ -112,7 +112,7 @@ def available(view: AvailabilityView) -> None:
     c1, c2, c3 = st.columns(3)
     c1.metric("Achieved vs available hit rate", f"{pct(h.achieved)} of {pct(h.available)}",
               help=f"Σ cached / Σ prompt tokens against Σ tokens the best worker held when the "
-                   f"router chose, over {h.requests} requests in the last hour")
+                   f"router chose, over {h.requests} requests in the time range")
     per_min = "—" if h.avoidable_per_minute is None else f"{h.avoidable_per_minute:,.0f}"
     c2.metric("Avoidable prefill tokens / min", per_min,
               help=f"{h.avoidable_tokens} tokens the best worker held that the request did not "

@@ -18,10 +18,10 @@ from mmlens.figures.routing import branches_figure, dynamo_events_figure, mode_r
 
 st.title("Routing")
 path = shared.require_reader()
-window = shared.window_slider("routing_window", 900)
+window = shared.time_window()
 
 
-@st.fragment(run_every=shared.REFRESH_S)
+@st.fragment(run_every=shared.refresh_every())
 def live() -> None:
     with shared.page_guard("Routing"):
         snap = shared.snapshot(path)

@@ -313,6 +313,30 @@ def uploaded_images(key: str) -> list[tuple[bytes, ImageInfo]]:
     return out
 
 
-def window_slider(key: str, default_s: int) -> int:
-    return int(st.sidebar.select_slider("Window", [300, 900, 3600], value=default_s,
-                                        format_func=lambda s: f"{s // 60} min", key=key))
+WINDOWS_S = (300, 900, 3600, 6 * 3600)
+DEFAULT_WINDOW_S = 900
+REFRESH_CHOICES = (2, 5, 10, 30, 0)  # seconds; 0: paused
+
+
+def time_controls() -> None:
+    """One time range and one refresh rate for every page, in the sidebar (drawn by the app's
+    entry point, so the choice holds from page to page)."""
+    st.sidebar.select_slider(
+        "Time range", WINDOWS_S, value=DEFAULT_WINDOW_S, key="time_window",
+        format_func=lambda s: f"{s // 60} min" if s < 3600 else f"{s // 3600} h",
+        help="how far back every page's charts and tables reach")
+    st.sidebar.selectbox(
+        "Refresh", REFRESH_CHOICES, index=REFRESH_CHOICES.index(REFRESH_S), key="refresh_s",
+        format_func=lambda s: f"every {s} s" if s else "paused",
+        help="how often live panels re-read the store")
+
+
+def time_window() -> int:
+    """The time range every page shows, in seconds."""
+    return int(st.session_state.get("time_window") or DEFAULT_WINDOW_S)
+
+
+def refresh_every() -> float | None:
+    """The live panels' refresh period (None: paused)."""
+    s = st.session_state.get("refresh_s", REFRESH_S)
+    return float(s) if s else None
