@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,8 +161,9 @@ def _query_ok(url: str, query: str, check: Callable[[list[dict[str, object]]], b
 
 
 @contextlib.contextmanager
-def prometheus_server(scrape_config: str) -> Iterator[TSDB]:
-    """Prometheus (Debian ``prometheus``) scraping by ``scrape_config``; same shape as
+def prometheus_server(scrape_config: str, args: Sequence[str] = ()) -> Iterator[TSDB]:
+    """Prometheus (Debian ``prometheus``) scraping by ``scrape_config``, with extra command-line
+    ``args`` (e.g. ``--enable-feature=exemplar-storage``); same shape as
     :func:`victoria_metrics_server`."""
     binary = shutil.which("prometheus")
     if binary is None:
@@ -172,7 +173,8 @@ def prometheus_server(scrape_config: str) -> Iterator[TSDB]:
     port = free_port()
     proc = subprocess.Popen(
         [binary, f"--config.file={root / 'prometheus.yml'}",
-         f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address={LOOPBACK}:{port}"],
+         f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address={LOOPBACK}:{port}",
+         *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://{LOOPBACK}:{port}"

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Exemplar
 
 from mmlens.analysis.availability.aggregate import FIDELITIES
 from mmlens.analysis.availability.attribution import CAUSES
@@ -32,6 +33,7 @@ ViewRow = tuple[float, str, str, int | None, int | None, int, int]
 router only, engine only)."""
 
 REQUEST_LABELS = ("router", "model", "worker")
+EXEMPLAR_MAX_CHARS = 128
 
 # Availability sums → (metric name without _total, help). Every one is per router/model/worker.
 CELL_COUNTERS = (
@@ -134,16 +136,30 @@ def request_families(traces: Iterable[RequestTrace], verdicts: Mapping[str, Verd
     workers = {t.worker or "" for t in owned}
     by_drift = {(r, m, w): 0 for r, m in pairs for w in workers}
     by_verdict = {(*key, c): 0 for key in by_drift for c in (*CATEGORIES, PENDING)}
+    # The newest request behind each series and what it added: the series' exemplar.
+    newest: dict[tuple[str, ...], tuple[RequestTrace, int]] = {}
     for t in owned:
         v = verdicts.get(t.request_id)
         key = (t.router, t.model, t.worker or "")
         by_verdict[(*key, category(v))] += 1
-        by_drift[key] += drift_tokens(v)
+        by_drift[key] += (tokens := drift_tokens(v))
+        for series, added in (((*key, category(v)), 1), (key, tokens)):
+            if added and (series not in newest or t.ts >= newest[series][0].ts):
+                newest[series] = (t, added)
     for labels, n in sorted(by_verdict.items()):
-        requests.add_metric(labels, n)
+        requests.add_metric(labels, n, exemplar=exemplar(newest.get(labels)))
     for labels, n in sorted(by_drift.items()):
-        drift.add_metric(labels, n)
+        drift.add_metric(labels, n, exemplar=exemplar(newest.get(labels)))
     return [requests, drift]
+
+
+def exemplar(found: tuple[RequestTrace, int] | None) -> Exemplar | None:
+    """The newest request behind a series, as an OpenMetrics exemplar (``request_id``, which
+    Grafana links to mmlens' Inspector); not a label, so the series count stays bounded.
+    OpenMetrics caps an exemplar's labels at 128 characters."""
+    if found is None or len("request_id") + len(found[0].request_id) > EXEMPLAR_MAX_CHARS:
+        return None
+    return Exemplar({"request_id": found[0].request_id}, float(found[1]), found[0].ts)
 
 
 def availability_families(cells: Iterable[CellRow], part: Part) -> list[Metric]:

@@ -1,6 +1,8 @@
 """Grafana dashboards over the exported metrics, built with Grafana's foundation SDK: the
 headline rows of mmlens' Overview and Cache pages, each panel linking to the mmlens pages
-that show the requests behind it (``$mmlens_url``, the dashboard's own URL by default).
+that show the requests behind it (``$mmlens_url``, the dashboard's own URL by default), and
+the request panels showing their series' exemplars: request ids that the provisioned
+Prometheus data source links to ``/inspector?request=<id>``.
 
 ``python -m mmlens.export.grafana --out deploy/grafana/dashboards`` writes the JSON files the
 provisioning in ``deploy/grafana`` loads (tests check they are current).
@@ -28,6 +30,7 @@ MMLENS_URL = "http://127.0.0.1:8501"
 class Query:
     expr: str
     legend: str = ""
+    exemplars: bool = False  # the series' request ids (the data source links them)
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,9 @@ OVERVIEW_PANELS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
     ("Requests and verdicts", (
         PanelSpec("Requests by verdict", "timeseries", (Query(
             "sum by (verdict) (increase(mmlens_requests_total[$__rate_interval]))",
-            "{{verdict}}"),), description="Each request's verdict, as mmlens snapshot "
-            "gives it", width=12),
+            "{{verdict}}", exemplars=True),), description="Each request's stored verdict, as "
+            "mmlens snapshot gives it; the exemplar dots are requests, each opening in "
+            "mmlens' Inspector", link=INSPECT, width=12),
         PanelSpec("False-hit share", "stat", (Query(_rate_share(
             'mmlens_requests_total{verdict="false_hit"}', "mmlens_requests_total"),
             "{{router}}"),), unit="percentunit",
@@ -110,6 +114,11 @@ CACHE_PANELS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
         PanelSpec("False-hit tokens per worker", "timeseries", (Query(
             "sum by (worker) (increase(mmlens_false_hit_tokens_total[$__rate_interval]))",
             "{{worker}}"),), link=INSPECT, width=12),
+        PanelSpec("False-hit requests per worker", "timeseries", (Query(
+            'sum by (worker) (increase(mmlens_requests_total{verdict="false_hit"}'
+            "[$__rate_interval]))", "{{worker}}", exemplars=True),), link=INSPECT,
+            description="Each exemplar dot is a false-hit request; it opens in mmlens' "
+            "Inspector", width=12),
         PanelSpec("Predicted vs realized blocks", "stat", (
             Query("sum(increase(mmlens_predicted_cached_blocks_total[$__range])) / "
                   "sum(increase(mmlens_predicted_request_blocks_total[$__range]))",
@@ -139,7 +148,8 @@ def _panel(spec: PanelSpec, panel_id: int, height: int = 8) -> Any:
     if spec.description:
         p = p.description(spec.description)
     for i, q in enumerate(spec.queries):
-        target = prometheus.Dataquery().expr(q.expr).ref_id(chr(ord("A") + i))
+        target = prometheus.Dataquery().expr(q.expr).ref_id(chr(ord("A") + i)) \
+            .exemplar(q.exemplars)
         p = p.with_target(target.legend_format(q.legend) if q.legend else target)
     name, path = spec.link
     return p.links([dash.DashboardLink(name).type(DashboardLinkType.LINK)

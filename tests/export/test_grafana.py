@@ -53,3 +53,22 @@ def test_every_query_reads_exported_metrics(tmp_path) -> None:
         for title, expr in grafana.queries(grafana.build(uid)):
             used = set(re.findall(r"\bmmlens_[a-z_]+", expr))
             assert used and used <= names, (uid, title, used - names)
+
+
+def test_exemplars_link_to_the_inspector() -> None:
+    """The provisioned data source turns the exporter's exemplar label into an Inspector
+    link, and the request panels ask for exemplars."""
+    import yaml
+
+    from mmlens.export.families import exemplar
+    from mmlens.records import RequestTrace
+
+    src = yaml.safe_load((OUT.parent / "provisioning" / "datasources" / "mmlens.yml")
+                         .read_text())["datasources"][0]
+    (dest,) = src["jsonData"]["exemplarTraceIdDestinations"]
+    ex = exemplar((RequestTrace("req-1", "r", "smg", "m", 0.0, False), 1))
+    assert ex is not None and set(ex.labels) == {dest["name"]}
+    assert dest["url"].endswith("/inspector?request=${__value.raw}")
+    asked = [p["title"] for uid in grafana.DASHBOARDS for p in grafana.build(uid)["panels"]
+             if any(t.get("exemplar") for t in p.get("targets", []))]
+    assert "Requests by verdict" in asked and "False-hit requests per worker" in asked

@@ -130,7 +130,7 @@ def test_prometheus_alertmanager_and_dashboards_on_the_demo(tmp_path, capsys) ->
                   f"scrape_configs:\n  - job_name: mmlens\n    static_configs:\n"
                   f"      - targets: [{targets}]\n")
         try:
-            with prometheus_server(scrape) as prom:
+            with prometheus_server(scrape, ["--enable-feature=exemplar-storage"]) as prom:
                 run(info, db, prom.url, am, capsys)
                 # Shard 1 stops: its target is down, and Alertmanager hears of it.
                 stop_process(shards[1], signal.SIGTERM)
@@ -244,6 +244,14 @@ def run(info: dict, db: Path, prom: str, am: str, capsys) -> None:
     errors = scalar_by(prom, 'mmlens_collector_errors_total{collector="router_logs",'
                        'target="cut"}', "kind")
     assert errors.get("malformed_log_line", 0) >= 1, errors
+
+    # The false-hit series' exemplars are false-hit requests (the Grafana link's request ids).
+    judged = {t["request_id"]: (t["verdict"] or {}).get("category") for t in snap["traces"]}
+    r = httpx.get(prom + "/api/v1/query_exemplars", timeout=5, params={
+        "query": 'mmlens_requests_total{verdict="false_hit"}', "start": "0",
+        "end": str(time.time() + 60)})
+    ids = {e["labels"]["request_id"] for s in r.json()["data"] for e in s["exemplars"]}
+    assert ids and all(judged[i] == "false_hit" for i in ids), (ids, judged)
 
     # Every Grafana panel's query has data on this Prometheus.
     from mmlens.export import grafana

@@ -15,6 +15,9 @@ import httpx
 import pytest
 from mmlens.collectors.metrics_export import MetricsServer, StoreExport
 from mmlens.collectors.verdict_job import VerdictJob
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from mmlens.cli import snapshot as snapshot_cli
 from mmlens.export.families import Part
@@ -96,6 +99,23 @@ def test_series_count_stays_bounded_as_requests_grow(recorded) -> None:
     assert total(after, "mmlens_requests_total") == 41 * total(before, "mmlens_requests_total")
     assert total(after, "mmlens_requests_total", verdict="pending") == 40 * 6
     assert not any("request" in dict(labels) or "image" in dict(labels) for _, labels in after)
+
+
+def test_exemplars_name_the_newest_request_behind_a_series(recorded) -> None:
+    """In OpenMetrics (what Prometheus asks for), each verdict's and drift's series carries
+    its newest request id as an exemplar: the link to mmlens' Inspector, not a label."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreExport(recorded.path))
+    text = openmetrics.generate_latest(registry).decode()
+    found = {(s.name, s.labels.get("verdict")): s.exemplar
+             for fam in text_string_to_metric_families(text) for s in fam.samples
+             if s.value and s.name in ("mmlens_requests_total",
+                                       "mmlens_count_drift_tokens_total")}
+    assert found[("mmlens_requests_total", "false_hit")].labels == {
+        "request_id": recorded.false_hit_id}
+    drift = found[("mmlens_count_drift_tokens_total", None)]
+    assert drift.labels == {"request_id": recorded.drift_id} and drift.value == 3
+    assert all(e is not None for e in found.values())
 
 
 def test_two_shards_on_one_store_add_up(recorded) -> None:
