@@ -93,12 +93,15 @@ def engine_lines(logs: Iterable[Path], event: str = "request_finished",
     """Engine request id → the engine's own per-request line (the gRPC engine's
     ``request_finished``, the Dynamo engine's ``request``)."""
     out: dict[str, dict[str, Any]] = {}
-    mark = f'"event": "{event}"'
+    mark = f'{{"event": "{event}"'
+    decoder = json.JSONDecoder()
     for path in logs:
         for line in path.read_text(errors="replace").splitlines():
-            if mark in line:
+            # The Dynamo runtime's own log lines share the file and may run into ours.
+            at = line.find(mark)
+            if at >= 0:
                 with contextlib.suppress(ValueError):
-                    rec = json.loads(line[line.index("{"):])
+                    rec, _ = decoder.raw_decode(line, at)
                     if "cached_tokens" in rec:
                         out[str(rec["request_id"])] = rec
     return out

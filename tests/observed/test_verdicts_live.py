@@ -15,9 +15,11 @@ prints its right/unknown/wrong table (pytest -s).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -149,7 +151,11 @@ def run(kind: str, tmp_path: Path) -> Run:
             tap_url = f"http://127.0.0.1:{tap_port}"
             wait_until(lambda: httpx.get(tap_url + "/v1/models", timeout=1).status_code == 200,
                        30, what="tap", ignore=(httpx.HTTPError,))
-            time.sleep(2.0)  # the collector's KV subscriptions settle
+            for port in otlp:  # spans exported before the receiver listens are lost
+                wait_until(lambda port=port: socket.create_connection(
+                    ("127.0.0.1", port), timeout=1).close() is None, 60,
+                    what=f"OTLP receiver :{port}", ignore=(OSError,))
+            time.sleep(2.0)  # the collectors' KV subscriptions settle
             kill_now = threading.Event()
             w2 = next(p for p in ext.procs if p.name == "worker-w2")
 
@@ -174,6 +180,7 @@ def run(kind: str, tmp_path: Path) -> Run:
             truth = smg_truth(sent, smg_dispatches(ext.router_log), engine_lines(logs))
         else:
             truth = dynamo_truth(sent, ext.router_log, engine_lines(logs, "request"))
+    (tmp_path / "sent.json").write_text(json.dumps([vars(x) for x in sent], indent=1))
     return Run(dbs, truth, sent)
 
 
@@ -237,6 +244,8 @@ def check_verdicts(run: Run) -> None:
     for name, db in dbs.items():
         tallies[name], disagreements[name] = measure(db, truth)
     print("\n" + table(tallies, truth))
+    errors = [f"{x.request_id}: {x.error}" for x in run.sent if x.error]
+    print(f"client errors {len(errors)}: {errors[:4]}")
     for name, rows in disagreements.items():
         print(f"{name}: views disagree on {len(rows)} requests, e.g. {rows[:3]}")
     for name, views in tallies.items():
@@ -256,9 +265,11 @@ def test_smg_traffic_is_production_shaped_and_every_request_stored_once(smg_run:
     check_stored_once(smg_run, "smg")
 
 
+# Not met yet (README, "Which sources give which verdicts"): with logs + KV events most
+# requests stay ambiguous at 16 in flight, SMG's approximate-tree predictions are not read,
+# and the Routing page and the Inspector still judge on their own.
 WAITS_FOR_VERDICTS = pytest.mark.xfail(
-    reason="issue 21: the stored per-request verdict is not merged yet; the table printed is "
-           "today's views", strict=False)
+    reason="issue 21's Done-when is not met yet: see the printed table", strict=False)
 
 
 @WAITS_FOR_VERDICTS
