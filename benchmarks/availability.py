@@ -116,7 +116,7 @@ def bench_request(workers: int, resident: int, distinct: int) -> dict[str, float
     print(f"bare scan of the {workers} workers' key sets: median {fmed:.3f} ms; "
           f"ratio {med / fmed:.2f}x (load average {os.getloadavg()[0]:.1f})")
     return {"median_ms": med, "p95_ms": sorted(times)[int(0.95 * len(times))] * 1e3,
-            "floor_ms": fmed}
+            "floor_ms": fmed, "workers": workers, "resident": resident, "distinct": distinct}
 
 
 def fake_rows(n: int) -> list[Availability]:

@@ -246,6 +246,7 @@ def bench_store(fill: list[bytes], timed: list[bytes], blocks: int, backend: str
             record(rows)
 
         def record(rows: list[tuple]) -> None:
+            floor_store._before_append("kv_content", (r[0] for r in rows))  # partitions
             with floor_store._tx():
                 floor_store._many("INSERT INTO kv_content (ts, worker, rank, seq, idx, kind, "
                                   "content) VALUES (?,?,?,?,?,?,?)", rows)
@@ -313,11 +314,13 @@ def main() -> None:
     ap.add_argument("--memory", type=int, default=1_000_000)
     ap.add_argument("--json", action="store_true", help="end with one JSON line of figures")
     args = ap.parse_args()
-    fill, timed, blocks = Mix(args.resident).payloads(args.batches)
-    figures: dict[str, object] = {"ingest": bench_ingest(fill, timed, blocks)}
-    for backend in ("sqlite", "postgresql"):
-        if args.store in (backend, "both"):
-            figures[backend] = bench_store(fill, timed, blocks, backend)
+    figures: dict[str, object] = {}
+    if args.batches:
+        fill, timed, blocks = Mix(args.resident).payloads(args.batches)
+        figures["ingest"] = bench_ingest(fill, timed, blocks)
+        for backend in ("sqlite", "postgresql"):
+            if args.store in (backend, "both"):
+                figures[backend] = bench_store(fill, timed, blocks, backend)
     if args.memory:
         figures["memory"] = bench_memory(args.memory)
     print(f"(load average {os.getloadavg()[0]:.1f})")

@@ -2,6 +2,7 @@
 one core (prints figures; not a unit test).
 
 Usage: taskset -c 0 python benchmarks/observed_ingest.py [--requests N] [--encoding json]
+    [--routers smg_1.13,dynamo_1.6.1] [--json]
 
 Times are this process's CPU seconds (``time.process_time``): the rate one core sustains,
 whatever else runs on the machine.
@@ -25,6 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
+import msgspec
 from google.protobuf import json_format
 from mmlens.collectors.observed_sink import ObservedSink
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -132,7 +134,21 @@ def run(prefix: str, copies: int, store: Store, encoding: str = "pb") -> dict[st
     t2 = time.process_time()
     rows = store.db.execute("SELECT count(*) FROM traces").fetchone()[0]
     return {"lines": len(lines), "log_decisions": log_dec, "log_s": t1 - t0, "spans": spans,
-            "span_decisions": span_dec, "span_s": t2 - t1, "requests": rows}
+            "span_decisions": span_dec, "span_s": t2 - t1, "requests": rows,
+            "decode_s": decode_floor(lines)}
+
+
+def decode_floor(lines: list[str]) -> float:
+    """CPU seconds msgspec takes to decode every line (the floor beside log ingest); a
+    line that is not JSON is skipped as the reader skips it."""
+    decode = msgspec.json.decode
+    t0 = time.process_time()
+    for line in lines:
+        try:
+            decode(line)
+        except msgspec.DecodeError:
+            pass
+    return time.process_time() - t0
 
 
 def main() -> None:
@@ -141,21 +157,29 @@ def main() -> None:
                     help="requests per router (each capture holds 5)")
     ap.add_argument("--encoding", choices=("pb", "json"), default="pb",
                     help="OTLP export bodies as protobuf or OTLP/JSON")
+    ap.add_argument("--routers", default="smg_1.13,dynamo_1.6.1")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of figures")
     args = ap.parse_args()
     copies = max(1, args.requests // 5)
+    figures = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for prefix in ("smg_1.13", "dynamo_1.6.1"):
+        for prefix in args.routers.split(","):
             store = Store(Path(tmp) / f"{prefix}.db")
             r = run(prefix, copies, store, args.encoding)
             store.close()
+            figures[prefix] = r
             print(f"{prefix} logs: {r['lines']} lines, {r['log_decisions']} decisions in "
                   f"{r['log_s']:.2f} s → {r['log_decisions'] / r['log_s']:,.0f} decisions/s "
-                  f"({r['lines'] / r['log_s']:,.0f} lines/s)")
+                  f"({r['lines'] / r['log_s']:,.0f} lines/s); msgspec decode of the same "
+                  f"lines {r['lines'] / r['decode_s']:,.0f} lines/s (ratio "
+                  f"{r['decode_s'] / r['log_s']:.2f}x)")
             print(f"{prefix} spans ({args.encoding}): {r['spans']} spans, "
                   f"{r['span_decisions']} decisions in "
                   f"{r['span_s']:.2f} s → {r['spans'] / r['span_s']:,.0f} spans/s, "
                   f"{r['span_decisions'] / r['span_s']:,.0f} decisions/s; "
                   f"{r['requests']} observed requests stored")
+    if args.json:
+        print(json.dumps({"observed": figures}))
 
 
 if __name__ == "__main__":

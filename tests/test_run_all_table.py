@@ -1,0 +1,46 @@
+"""benchmarks/run_all.py turns each benchmark's JSON figures into the README's table rows
+(format only, nothing timed)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location(
+    "run_all", Path(__file__).resolve().parents[1] / "benchmarks" / "run_all.py")
+run_all = importlib.util.module_from_spec(SPEC)
+sys.modules["run_all"] = run_all  # its dataclass looks its module up
+SPEC.loader.exec_module(run_all)
+
+FIGURES = {
+    "kv": {"kv": {"ingest": {"ingest_mblocks": 0.5, "decode_mblocks": 2.0, "resident": 400045},
+                  "sqlite": {"collector_mblocks": 0.9, "recorder_mblocks": 1.8,
+                             "server_cpu_s": 0.0, "recorder_server_cpu_s": 0.0}}},
+    "memory": {"kv": {"memory": {"rss_mb_per_mblocks": 150.0}}},
+    "availability": {"availability": {"median_ms": 0.5, "p95_ms": 0.9, "floor_ms": 0.25,
+                                      "workers": 64, "resident": 100000, "distinct": 300}},
+    "logs": {"observed": {"smg_1.13": {"log_decisions": 60_000, "log_s": 1.0,
+                                       "lines": 300_000, "decode_s": 0.5}}},
+    "layout": {"layout_cli": {"median_s": {"qwen3-vl dir": 0.8, "kimi-k3 dir": 1.2,
+                                           "qwen3-vl family name": 0.7}, "stderr": []}},
+}
+
+
+def test_every_benchmark_gives_rows_with_ratio_and_verdict():
+    rows = [r for name, f in FIGURES.items() for r in run_all.TABLES[name](f)]
+    text = run_all.table(rows)
+    lines = text.splitlines()
+    assert lines[0].startswith("| path | mmlens | peer / floor")
+    assert len(lines) == 2 + len(rows) == 2 + 7
+    by_path = {r.path: r for r in rows}
+    ingest = by_path["KV ingest (`KVIngest`), 400k-block resident index"]
+    assert (ingest.ratio, ingest.met) == ("0.25×", False)
+    sqlite = by_path["KV collector path + store (SQLite)"]
+    assert (sqlite.ratio, sqlite.met) == ("0.50×", True)
+    avail = by_path["availability per distinct request (300), 64 workers × 100k blocks"]
+    assert (avail.ratio, avail.met) == ("2.00×", True)
+    logs = by_path["SMG router-log ingest (to rows in SQLite)"]
+    assert logs.mmlens.startswith("60,000 decisions/s") and logs.met
+    met = {r.path.split(", ")[-1]: r.met for r in rows if r.path.startswith("`mmlens layout")}
+    assert met == {"qwen3-vl dir (whole CLI call)": True,
+                   "kimi-k3 dir (whole CLI call)": False}
+    assert all(line.count("|") == 7 for line in lines)
