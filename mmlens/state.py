@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mmlens.ingest.metrics_records import NormalizedMetrics
-from mmlens.records import CollectorHealth, RequestTrace, ResidentSummary
+from mmlens.records import CollectorHealth, RequestTrace, ResidentSummary, Verdict
 
 
 @dataclass(slots=True)
@@ -57,6 +57,7 @@ class Snapshot:
     resident: list[ResidentSummary] = field(default_factory=list)
     traces: list[RequestTrace] = field(default_factory=list)
     quarantined: list[dict[str, Any]] = field(default_factory=list)  # bad items, named
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # the traces' stored ones
 
     def to_json(self) -> dict[str, Any]:
         """The ``mmlens snapshot --json`` document."""

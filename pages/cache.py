@@ -65,7 +65,8 @@ def live() -> None:
 def views() -> None:
     st.subheader("Router view vs engine holdings")
     view = kv_divergence.view_model(shared.kv_views(path, float(window)),
-                                    shared.recent_traces(path, 500))
+                                    shared.recent_traces(path, 500),
+                                    shared.recent_verdicts(path, 500))
     if not view.points:
         st.info("No comparison yet: it needs a router whose index mmlens can see (Dynamo's "
                 "event plane, SMG's smg_kv_index_blocks) or traced requests with a router "
@@ -128,7 +129,7 @@ available()
 st.subheader("Predicted vs realized, per request")
 with shared.page_guard("Cache"):
     traces = shared.recent_traces(path, 500)
-    fig = predicted_vs_realized_figure(traces)
+    fig = predicted_vs_realized_figure(traces, shared.recent_verdicts(path, 500))
     if len(fig.data[1].x or ()) == 0:
         st.info("No traced request with a router prediction yet.")
     else:

@@ -7,10 +7,9 @@ import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
-from mmlens.analysis.explain import keys_of
 from mmlens.analysis.judgement.shown import headline
+from mmlens.analysis.observed_fields import field_rows
 from mmlens.analysis.request_view import RequestView, from_layout, from_trace, rebuild_parts
-from mmlens.analysis.verdicts import field_rows
 from mmlens.analysis.views.cause import cause_sentence, default_partner, diff_rows
 from mmlens.analysis.views.common import named_text, router_names
 from mmlens.analysis.views.inspector import (
@@ -30,10 +29,8 @@ from mmlens.layout.hashing import dynamo_mm_hash_url, smg_identifier
 from mmlens.layout.imageinfo import parse_size
 from mmlens.layout.modeldir import Model, resolve_model
 from mmlens.layout.synthetic_images import synthetic_png
-from mmlens.store.explained import explain_recorded, judge_recorded
 
 st.title("Request inspector")
-HISTORY = 500
 
 
 @st.cache_resource(show_spinner="Loading the model's tokenizer…", max_entries=16)
@@ -45,15 +42,6 @@ def model_for(name: str) -> Model:
 def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> Layout:
     parts = [ImageInput(w, h) if kind == "image" else w for kind, w, h in parts_key]
     return model_for(model).layout(parts, block_size=block_size)
-
-
-@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
-def explanation(path: str, request_id: str, has_layout: bool) -> dict[str, Any] | None:
-    if not has_layout:  # no expected layout: judged on prediction vs realization
-        judged = judge_recorded(shared.reader_for(path), request_id)
-        return None if judged is None else judged.as_json()
-    result = explain_recorded(shared.reader_for(path), request_id, HISTORY)
-    return None if result is None else result.as_json()
 
 
 def show(rv: RequestView, title: str) -> None:
@@ -139,14 +127,15 @@ def captured(path: str) -> None:
     show(rv, f"{rid} → {shared.worker_label(trace.worker, names)}")
     if rebuild is not None:
         per_router(rebuild[0], rebuild[1], rebuild[2])
-    expl = explanation(path, rid, keys_of(trace) is not None)
-    if expl is not None:
+    if verdict is not None:  # the stored verdict, with the evidence it used
+        expl = verdict.as_json()
         st.subheader("Why this many cached tokens")
         box = st.success if expl["category"] == "hit" else st.warning
         box(named_text(explanation_text(expl), names))
         if expl["evidence"]:
             with st.expander("Evidence"):
-                st.json(expl["evidence"])
+                st.json({**expl["evidence"], "sources": expl["sources"],
+                         "unknown": expl["unknown"]})
     if trace.origin == "observed":
         st.subheader("Where each field came from")
         st.dataframe(pd.DataFrame(field_rows(trace)).astype(str), hide_index=True,

@@ -23,6 +23,7 @@ from mmlens.analysis.scenarios import NAMES as SCENARIOS
 from mmlens.analysis.views.lab import (
     check_inputs,
     compare_modes,
+    judged,
     models_of,
     router_modes,
     routers,
@@ -97,6 +98,13 @@ def show_results(results: list[StepResult]) -> None:
     if run:
         st.caption(f"Run seed {run['seed']}: {run['images'] or 'no generated images'}"
                    + ("" if run["pinned"] else " — pin the seed to send these images again"))
+    # The verdicts are the collector's, stored once each request has settled: pending until
+    # then (rerun to read them).
+    results = judged(results, shared.verdicts_by_id(path, tuple(r.request for r in results)),
+                     shared.worker_names(path))
+    if any(r.verdict == "pending" for r in results):
+        st.caption("Verdicts show as pending until the collector has judged the requests "
+                   "(about 12 s after they ended, once their KV events are in).")
     experiment = judge_experiment(run.get("sequence", ""), results,
                                   same_size=bool(run.get("same_size")),
                                   content_blind=bool(run.get("content_blind")))

@@ -55,8 +55,8 @@ def live() -> None:
                                 help="requests whose verdict is a miss: false hit, count "
                                      "drift, fallback, eviction, spill, cold or error")
         routers = router_names(shared.meta(path, "targets"))
-        everything = decision_table(snap.traces, names, routers=routers)
-        decisions = decision_table(snap.traces, names, misses_only, routers)
+        everything = decision_table(snap.traces, snap.verdicts, names, routers=routers)
+        decisions = decision_table(snap.traces, snap.verdicts, names, misses_only, routers)
         if decisions:
             st.caption(verdict_counts([r["verdict"] for r in everything]))
             shared.request_table(decisions, "routing_decisions", column_config={

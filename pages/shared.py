@@ -138,6 +138,19 @@ def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
     return _reader(path).recent_traces(limit)
 
 
+@records_cache(ttl=TTL_S, show_spinner=False, max_entries=8)
+def recent_verdicts(path: str, limit: int = 300) -> dict[str, Verdict]:
+    """The stored verdicts of ``recent_traces(path, limit)`` (a request not judged yet has
+    none: pending)."""
+    return _reader(path).verdicts_for(recent_traces(path, limit))
+
+
+@records_cache(ttl=TTL_S, show_spinner=False, max_entries=32)
+def verdicts_by_id(path: str, request_ids: tuple[str, ...]) -> dict[str, Verdict]:
+    r = _reader(path)
+    return r.store_verdicts(request_ids)
+
+
 @records_cache(ttl=60, show_spinner=False, max_entries=256)
 def trace_by_id(path: str, request_id: str) -> RequestTrace | None:
     return _reader(path).trace(request_id)
@@ -180,7 +193,7 @@ def worker_view(path: str, window_s: float = 900.0) -> WorkersView:
     live = worker_liveness(samples, r.scrape_times(latest - window_s, routers))
     views = r.kv_views(latest - 120.0)
     traces = r.recent_traces(200)
-    return workers_view(live, r.kv_state(), views, traces, time.time())
+    return workers_view(live, r.kv_state(), views, traces, r.verdicts_for(traces), time.time())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
-from mmlens.analysis.verdicts import judge_all
-from mmlens.records import RequestTrace
+from mmlens.records import RequestTrace, Verdict
 
 ALERT_SHARE = 0.2
 ALERT_MIN_BLOCKS = 4
@@ -100,11 +99,10 @@ def prediction_points(traces: Iterable[RequestTrace], default_block_size: int = 
     return sorted(out, key=lambda p: p.ts)
 
 
-def false_hit_ids(traces: Sequence[RequestTrace]) -> frozenset[str]:
-    """Requests judged content-blind false hits: their predicted-but-missing blocks are that
-    verdict's (alerted as ``false_hits``), not a router view gone stale."""
-    return frozenset(t.request_id for t, j in zip(traces, judge_all(traces), strict=True)
-                     if j.category == "false_hit")
+def false_hit_ids(verdicts: Mapping[str, Verdict]) -> frozenset[str]:
+    """Requests whose stored verdict is a content-blind false hit: their predicted-but-missing
+    blocks are that verdict's (alerted as ``false_hits``), not a router view gone stale."""
+    return frozenset(rid for rid, v in verdicts.items() if v.category == "false_hit")
 
 
 def latest(points: Iterable[ViewPoint]) -> dict[tuple[str, str], ViewPoint]:
@@ -190,7 +188,7 @@ class ViewModel:
 
 
 def view_model(stored: Sequence[Sequence[Any]], traces: Sequence[RequestTrace],
-               ) -> ViewModel:
+               verdicts: Mapping[str, Verdict]) -> ViewModel:
     """The Cache page's section: stored comparisons (``kv_views`` rows) and per-request
     predictions, the latest per worker and source as a table, and the alerts."""
     points = [ViewPoint(float(r[0]), str(r[1]), str(r[2]), r[3], r[4], int(r[5]), int(r[6]))
@@ -200,4 +198,4 @@ def view_model(stored: Sequence[Sequence[Any]], traces: Sequence[RequestTrace],
     rows = [{"worker": p.worker, "source": p.source, "router blocks": p.router_blocks,
              "engine blocks": p.engine_blocks, "router only": p.router_only,
              "engine only": p.engine_only} for (_, _), p in sorted(latest(points).items())]
-    return ViewModel(points, alerts(points, explained=false_hit_ids(traces)), rows)
+    return ViewModel(points, alerts(points, explained=false_hit_ids(verdicts)), rows)

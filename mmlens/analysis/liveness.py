@@ -12,7 +12,7 @@ from typing import Any
 
 from mmlens.analysis import kv_divergence
 from mmlens.analysis.overview import Alert
-from mmlens.records import MetricSample, RequestTrace, ResidentSummary
+from mmlens.records import MetricSample, RequestTrace, ResidentSummary, Verdict
 
 # metric name → the label naming the worker
 WORKER_SERIES = {
@@ -79,7 +79,7 @@ def _clock(ts: float | None) -> str:
 
 def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[ResidentSummary],
                  views: Sequence[Sequence[Any]], traces: Sequence[RequestTrace],
-                 now: float) -> WorkersView:
+                 verdicts: Mapping[str, Verdict], now: float) -> WorkersView:
     """The Overview's worker rows (state, since when, KV transport, resident blocks) and its
     alerts for gone workers and router views that diverge from the engines' holdings."""
     kv: dict[str, dict[str, Any]] = {}
@@ -111,5 +111,5 @@ def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[ResidentSumm
     points += kv_divergence.prediction_points(traces)
     alerts += [Alert("warning", "kv_view_divergence", a.message, since=a.since)
                for a in kv_divergence.alerts(
-                   points, explained=kv_divergence.false_hit_ids(traces))]
+                   points, explained=kv_divergence.false_hit_ids(verdicts))]
     return WorkersView(rows, alerts)

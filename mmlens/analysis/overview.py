@@ -3,13 +3,12 @@ traces: target health, headline numbers and alerts that name their cause."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
-from mmlens.analysis.verdicts import judge_all
-from mmlens.records import CollectorHealth, RequestTrace
+from mmlens.records import CollectorHealth, RequestTrace, Verdict
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import parse_label
 from mmlens.state import Snapshot
@@ -143,7 +142,7 @@ def headline(snap: Snapshot, traces: Sequence[RequestTrace]) -> Headline:
 def alerts(snap: Snapshot, traces: Sequence[RequestTrace], now: float) -> list[Alert]:
     out: list[Alert] = []
     out += _kv_event_alerts(snap, traces, now)
-    out += _false_hit_alerts(traces)
+    out += _false_hit_alerts(traces, snap.verdicts)
     out += _block_size_alerts(snap, traces)
     out += _fallback_alerts(snap, traces)
     out += _health_alerts(snap)
@@ -209,16 +208,20 @@ def _kv_event_alerts(snap: Snapshot, traces: Sequence[RequestTrace],
     return out
 
 
-def _false_hit_alerts(traces: Sequence[RequestTrace]) -> list[Alert]:
-    """False hits and spills over all traffic (mmlens' own and observed requests), judged on
-    what is known of each: a request whose realized hit is unknown counts as neither."""
-    judged = list(zip(traces, judge_all(traces), strict=True))
-    known = [(t, j) for t, j in judged if j.category not in ("unknown", "error")]
-    with_pred = sum(1 for t, j in known if j.evidence.get("predicted_blocks") is not None
+def _false_hit_alerts(traces: Sequence[RequestTrace], verdicts: Mapping[str, Verdict],
+                      ) -> list[Alert]:
+    """False hits and spills over all traffic (mmlens' own and observed requests), from
+    their stored verdicts: a request not judged yet, or whose realized hit is unknown or
+    ambiguous, counts as neither."""
+    judged = [(t, verdicts[t.request_id]) for t in traces if t.request_id in verdicts]
+    known = [(t, j) for t, j in judged if j.category not in ("unknown", "error")
+             and not j.category.startswith("hit_or_")]
+    with_pred = sum(1 for t, j in known if j.predicted_blocks is not None
                     or predicted_tokens(t) is not None)
     false_hits = [(t, j) for t, j in known if j.category == "false_hit"]
     spills = [(t, j) for t, j in known if j.category == "spilled"]
-    unknown = sum(1 for _, j in judged if j.category == "unknown")
+    unknown = sum(1 for _, j in judged if j.category == "unknown"
+                  or j.category.startswith("hit_or_"))
     observed = sum(1 for t, _ in false_hits if t.origin == "observed")
     out = []
     if false_hits and len(false_hits) >= FALSE_HIT_SHARE * max(with_pred, 1):

@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mmlens.analysis.decisions import DecisionView, merged
-from mmlens.analysis.explain import ERROR_HINTS
+from mmlens.analysis.judgement.shown import category, headline
+from mmlens.analysis.judgement.vocabulary import ERROR_HINTS
 from mmlens.analysis.request_view import predicted_tokens
-from mmlens.analysis.verdicts import judge
 from mmlens.analysis.views.common import named_headline, worker_label
 from mmlens.ingest.observed import known
-from mmlens.records import RequestTrace, RoutingCandidate, RoutingScore, SpillGate
+from mmlens.records import RequestTrace, RoutingCandidate, RoutingScore, SpillGate, Verdict
 
-# The router's error codes and their fixes live with the miss explainer; transport failures
+# The router's error codes and their fixes live with the verdict's vocabulary; transport failures
 # are the trace client's own codes.
 ADVICE = {
     **ERROR_HINTS,
@@ -92,18 +92,18 @@ def policy_text(view: DecisionView) -> str:
     return " / ".join(str(p) for p in parts if p) or "—"
 
 
-def decision_rows(traces: Sequence[RequestTrace], limit: int = 100,
-                  names: Names = None) -> list[dict[str, Any]]:
+def decision_rows(traces: Sequence[RequestTrace], verdicts: Mapping[str, Verdict],
+                  limit: int = 100, names: Names = None) -> list[dict[str, Any]]:
     """Recent requests of any origin (mmlens' own, or observed through router logs, spans or
-    the tap), each with its verdict and the verdict's one-line reason first; values nobody
-    told are "?"."""
+    the tap), each with its stored verdict (pending until judged) and the verdict's one-line
+    reason first; values nobody told are "?"."""
     rows = []
     for t in traces[:limit]:
         view = merged(t.predictions)
-        j = judge(t)
+        v = verdicts.get(t.request_id)
         rows.append({
             "ts": t.ts or 0.0, "request": t.request_id,
-            "verdict": j.category, "why": named_headline(j.headline, t.worker, names),
+            "verdict": category(v), "why": named_headline(headline(v), t.worker, names),
             "worker": _worker(t.worker or view.worker, names),
             "router": t.router or "—",
             "branch": view.branch or "—",

@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 
 from mmlens.analysis.block_labels import BlockLabel
+from mmlens.analysis.judgement.shown import category
 from mmlens.analysis.request_view import predicted_tokens
-from mmlens.analysis.verdicts import judge
 from mmlens.figures.timeaxis import TIME_AXIS, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.figures.workers import faded, worker_colour
 from mmlens.ingest.metrics_normalize import HitRate
-from mmlens.records import BlockHash, KVEventRow, RequestTrace, ResidentSummary
+from mmlens.records import BlockHash, KVEventRow, RequestTrace, ResidentSummary, Verdict
 
 Point = tuple[float, float]
 REMOVED_COLOR = "#eceff3"
@@ -38,23 +38,24 @@ def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = 
     return fig
 
 
-def predicted_vs_realized_figure(traces: Sequence[RequestTrace]) -> go.Figure:
+def predicted_vs_realized_figure(traces: Sequence[RequestTrace],
+                                 verdicts: Mapping[str, Verdict]) -> go.Figure:
     """One point per request: router-predicted vs engine-cached tokens; points carry the
     request id (customdata) so a click can open the inspector; misses the router did not
-    expect (its verdict) are red."""
+    expect (its stored verdict) are red."""
     xs, ys, ids, texts, colours = [], [], [], [], []
     for t in traces:
         p = predicted_tokens(t)
         if p is None or t.error:
             continue
-        j = judge(t)
+        verdict = category(verdicts.get(t.request_id))
         xs.append(p)
         ys.append(t.cached_tokens or 0)
         ids.append(t.request_id)
         texts.append(f"{t.request_id}<br>worker {t.worker}<br>predicted {p}, "
-                     f"cached {ys[-1]} of {t.prompt_tokens}<br>{j.category}")
-        colours.append(MISS_COLOR if j.category in ("false_hit", "count_drift", "fallback",
-                                                     "evicted") else CACHED_COLOR)
+                     f"cached {ys[-1]} of {t.prompt_tokens}<br>{verdict}")
+        colours.append(MISS_COLOR if verdict in ("false_hit", "count_drift", "fallback",
+                                                 "evicted") else CACHED_COLOR)
     fig = go.Figure()
     top = max(xs + ys + [16])
     fig.add_trace(go.Scatter(name="realized = predicted", x=[0, top], y=[0, top], mode="lines",

@@ -227,7 +227,11 @@ class StoreReader:
 
     def verdicts_for(self, traces: Sequence[RequestTrace]) -> dict[str, Verdict]:
         """Request id → stored verdict, for those of ``traces`` judged already."""
-        ids = [t.request_id for t in traces]
+        return self.store_verdicts([t.request_id for t in traces])
+
+    def store_verdicts(self, request_ids: Sequence[str]) -> dict[str, Verdict]:
+        """Request id → stored verdict, for those judged already."""
+        ids = list(request_ids)
         return self._locked(lambda s: s.verdicts_for(ids)) if ids else {}
 
     def verdict(self, request_id: str) -> Verdict | None:

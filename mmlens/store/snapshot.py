@@ -20,6 +20,7 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
     latest = reader.latest_sample_ts()
     since = (latest if latest is not None else now) - window_s
     health = reader.health()
+    traces = reader.recent_traces(n_traces)
     return Snapshot(
         schema_version=reader.schema_version(),
         generated_at=now,
@@ -34,6 +35,7 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
                       if h.collector == "kv_events"},
         kv_stored=reader.kv_event_counts() if count_kv_events else None,
         resident=reader.kv_state(),
-        traces=reader.recent_traces(n_traces),
+        traces=traces,
+        verdicts=reader.verdicts_for(traces),
         quarantined=reader.quarantined(),
     )

@@ -88,7 +88,7 @@ def test_engine_block_sets_merge_ranks() -> None:
 
 def test_view_model_rows_are_the_latest_per_source() -> None:
     vm = view_model([(1.0, "w1", "event_plane", 4, 4, 0, 0), (2.0, "w1", "event_plane", 9, 3,
-                                                             6, 0)], [])
+                                                             6, 0)], [], {})
     assert vm.rows == [{"worker": "w1", "source": "event_plane", "router blocks": 9,
                         "engine blocks": 3, "router only": 6, "engine only": 0}]
     assert len(vm.alerts) == 1
@@ -120,6 +120,7 @@ def test_workers_view_rows_and_alerts() -> None:
     live = worker_liveness([
         _sample("demo", "dynamo_component_router_worker_registered", 1.0, router_worker_id="7"),
         _sample("demo", "dynamo_frontend_model_workers", 2.0)], {"demo": [1.0, 2.0]})
-    view = workers_view(live, [ResidentSummary("7", 0, 3, transport="nats")], [], [], 3.0)
+    view = workers_view(live, [ResidentSummary("7", 0, 3, transport="nats")], [], [], {},
+                        3.0)
     assert view.rows[0]["state"] == "gone" and view.rows[0]["KV transport"] == "nats"
     assert [a.cause for a in view.alerts] == ["worker_gone"]

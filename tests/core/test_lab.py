@@ -18,6 +18,7 @@ from mmlens.analysis.lab_plan import (
 from mmlens.analysis.views.lab import check_inputs, compare_modes, router_modes, step_result
 from mmlens.figures.lab import steps_figure
 from mmlens.records import RequestTrace, RoutingDecision
+from tests.verdicts_support import judged
 
 W1 = "grpc://127.0.0.1:50051"
 NAMES = {W1: "w1", "127.0.0.1:50051": "w1"}
@@ -77,7 +78,9 @@ def test_step_results_carry_verdict_reason_hit_share_and_ttft_change() -> None:
     steps = plan_steps("abab", ["a", "b"], "t")
     traces = [_trace("a1", W1, 194, 0, 12, 0.020), _trace("b1", "grpc://x:2", 329, 0, 0, 0.03),
               _trace("a2", W1, 194, 192, 12, 0.005), _trace("b2", "grpc://x:2", 329, 320, 20)]
-    results = [step_result(s, "demo", t, NAMES) for s, t in zip(steps, traces, strict=True)]
+    verdicts = judged(traces)  # as the collector stores them
+    results = [step_result(s, "demo", t, NAMES, verdict=verdicts[t.request_id])
+               for s, t in zip(steps, traces, strict=True)]
     a1, b1, a2, b2 = result_rows(results)
     assert (a1["worker"], a1["verdict"], a1["hit %"]) == ("w1", "false_hit", 0)
     assert a1["why"].startswith("content-blind false hit") and "on w1" in a1["why"]

@@ -39,8 +39,9 @@ def test_overview_view_says_when_there_is_no_data_and_lists_routers() -> None:
 
 
 def test_routing_views_put_time_first_and_drop_silent_series() -> None:
-    (row,) = decision_table([_trace()])
+    (row,) = decision_table([_trace()], {})
     assert list(row)[:2] == ["time", "request"] and row["time"] == "01:01:01"
+    assert row["verdict"] == "pending"  # not judged yet: never a guess of the page's own
     labels = labels_of({"model": "m", "mode": "router", "reason": "auto"})
     quiet = labels_of({"model": "m", "mode": "worker", "reason": "auto"})
     samples = [MetricSample("smg", "smg_mm_processing_total", lb, v, ts)

@@ -138,6 +138,7 @@ def test_merge_mm_routing_keeps_the_latest_verdict() -> None:
 def test_routing_rows_use_dynamo_block_counts() -> None:
     from mmlens.analysis.request_view import predicted_tokens
     from mmlens.analysis.routing_table import decision_rows
+    from tests.verdicts_support import judged
 
     trace = _trace("r", "i")
     trace.ts, trace.worker, trace.prompt_tokens, trace.cached_tokens = 1.0, "7", 317, 304
@@ -145,7 +146,7 @@ def test_routing_rows_use_dynamo_block_counts() -> None:
         RoutingDecision("r", "dynamo", "nvext.timing", kv_hit_rate=0.95),
         RoutingDecision("r", "dynamo", "log:routing_best", overlap_blocks=19, request_blocks=20),
         RoutingDecision("r", "dynamo", "log:mm_fallback", warnings=["mm-routing: x; error=y"])]
-    (row,) = decision_rows([trace])
+    (row,) = decision_rows([trace], judged([trace]))
     assert row["overlap"] == "19/20" and row["predicted"] == 304
     assert row["warnings"] == "mm-routing: x; error=y"
     ratio_only = _trace("q", "j")

@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmlens.analysis.explain import keys_of
 from mmlens.analysis.routing_table import decision_rows
 from mmlens.cli import explain as explain_cli
-from mmlens.store.explained import explain_recorded, judge_recorded
 from mmlens.store.reader import StoreReader
 from tests.live_support import REPO
 
@@ -215,9 +213,11 @@ def routing_verdicts(db: Path) -> dict[str, str]:
     reader = StoreReader(db)
     try:
         traces = reader.recent_traces(100_000)
+        verdicts = reader.verdicts_for(traces)
     finally:
         reader.close()
-    return {r["request"]: r["verdict"] for r in decision_rows(traces, limit=len(traces))}
+    return {r["request"]: r["verdict"] for r in decision_rows(traces, verdicts,
+                                                              limit=len(traces))}
 
 
 def explain_verdict(db: Path, rid: str) -> str | None:
@@ -229,8 +229,8 @@ def explain_verdict(db: Path, rid: str) -> str | None:
 
 
 def inspector_verdicts(db: Path, rids: Iterable[str]) -> dict[str, str | None]:
-    """What the Inspector page shows for each request (its ``explanation``: the same
-    functions, called as the page calls them)."""
+    """What the Inspector page shows for each request (the stored verdict it reads, as the
+    page reads it: ``StoreReader.verdict``; pending when not judged yet)."""
     reader = StoreReader(db)
     try:
         out: dict[str, str | None] = {}
@@ -238,12 +238,9 @@ def inspector_verdicts(db: Path, rids: Iterable[str]) -> dict[str, str | None]:
             t = reader.trace(rid)
             if t is None:
                 out[rid] = None
-            elif keys_of(t) is None:
-                j = judge_recorded(reader, rid)
-                out[t.request_id] = None if j is None else j.category
             else:
-                e = explain_recorded(reader, rid)
-                out[t.request_id] = None if e is None else e.category
+                v = reader.verdict(t.request_id)
+                out[t.request_id] = PENDING if v is None else v.category
         return out
     finally:
         reader.close()

@@ -16,7 +16,6 @@ from mmlens.ingest.observed_logs import Attempts, read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import parse_export
 from mmlens.records import SpanRecord
-from mmlens.store.explained import judge_recorded
 from mmlens.store.reader import StoreReader
 from mmlens.store.sqlite import Store
 from tests.fixtures_path import CAPTURES
@@ -125,7 +124,7 @@ def test_verdicts_with_logs_and_spans(tmp_path: Path, router: str) -> None:
     try:
         for name, r in responses(prefix).items():
             cached = (r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-            j = judge_recorded(reader, r["id"])
+            j = reader.verdict(r["id"])  # stored by the verdict job
             assert j is not None
             assert j.category == _expected(router, name, cached), (name, j.headline)
             assert j.sources["realized"] == "otlp:llm_request"
@@ -139,7 +138,7 @@ def test_logs_alone_say_what_is_unknown(tmp_path: Path, router: str) -> None:
     reader = StoreReader(load(tmp_path, prefix, with_otlp=False))
     try:
         r = responses(prefix)["red-again"]
-        j = judge_recorded(reader, r["id"])
+        j = reader.verdict(r["id"])  # stored by the verdict job
         assert j is not None and j.category == "unknown"
         assert "cached_tokens" in j.unknown and j.evidence["predicted_blocks"] == 5
         assert "realized hit is unknown" in j.headline

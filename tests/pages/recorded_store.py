@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from mmlens.collectors.trace_sink import SentRequest, TraceSink
 from mmlens.collectors.traces import ImagePart, solid_png
+from mmlens.collectors.verdict_job import VerdictJob
 
 from mmlens.analysis.availability.aggregate import cell_sums
 from mmlens.analysis.availability.tracker import history_summary
@@ -77,6 +78,7 @@ def fill(path: str, now: float) -> Recorded:
     store.add_traces(traces)
     store.add_decisions(_decisions(now))
     _availability(store, traces)
+    VerdictJob(store).catch_up()  # the lead collector's verdicts, once the requests settled
     store.add_samples(_samples(now))
     _kv(store, now)
     _health_and_meta(store, now)

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from mmlens.analysis.verdicts import judge
 from mmlens.analysis.views.cause import cause_sentence, default_partner
 from mmlens.analysis.views.common import worker_label, worker_names
 from mmlens.store.reader import StoreReader
@@ -98,10 +97,10 @@ def test_a_miss_is_found_and_explained_from_the_overview(live_dashboard: LiveDas
     _no_traceback(page)
     reader = StoreReader(live_dashboard.db)
     try:
-        trace = reader.trace(rid)
+        verdict = reader.verdict(rid)
     finally:
         reader.close()
-    assert trace is not None and judge(trace).category == "false_hit"
+    assert verdict is not None and verdict.category == "false_hit"
     _shot(page, "1-miss-explained")
 
 

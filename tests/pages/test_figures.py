@@ -36,6 +36,7 @@ from mmlens.records import (
 )
 from mmlens.state import Snapshot
 from mmlens.targets_toml import config_toml_from_ready, validate_toml
+from tests.verdicts_support import judged
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def test_predicted_vs_realized_carries_request_ids() -> None:
     traces.append(RequestTrace("c", "r", "smg", "m", 3.0, False, cached_tokens=0,
                                prompt_tokens=81, predictions=[RoutingDecision(
                                    "c", "smg", "header", overlap_blocks=5, block_size=16)]))
-    fig = predicted_vs_realized_figure(traces)
+    fig = predicted_vs_realized_figure(traces, judged(traces))
     assert fig.data[1].customdata == ("a", "c")
     assert (fig.data[1].x, fig.data[1].y) == ((80, 80), (80, 0))
     # The false hit (predicted 80, found 0) stands out.

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import xxhash
 
-from mmlens.analysis.explain import FALLBACK_MARKERS
+from mmlens.analysis.judgement.vocabulary import FALLBACK_MARKERS
 from mmlens.ingest.observed import known
 from mmlens.layout.content_keys import BlockShapes
 from mmlens.records import RequestTrace, RoutingDecision

@@ -7,6 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mmlens.analysis.judgement.vocabulary import MISSES
+
 
 def clock(ts: float | None) -> str:
     """``HH:MM:SS`` (UTC), or "—"."""
@@ -90,11 +92,12 @@ def named_headline(text: str, worker: str | None, names: Mapping[str, str] | Non
 
 # Verdicts that are a cache miss of some kind ("cold" too: nothing was reused), and the row
 # colour each gets wherever requests are listed.
-MISS_VERDICTS = ("false_hit", "count_drift", "fallback", "evicted", "spilled", "cold", "error")
+MISS_VERDICTS = (*sorted(MISSES), "error")
 VERDICT_COLOURS = {
     "false_hit": "#fde2e1", "count_drift": "#fde2e1", "fallback": "#fde2e1",
     "evicted": "#fde2e1", "error": "#fde2e1", "spilled": "#fff1d6", "cold": "#e8eef5",
-    "hit": "#e3f6ea",
+    "hit": "#e3f6ea", "events_blind": "#fff1d6", "unexplained": "#fde2e1",
+    "hit_or_false_hit": "#f3ecf9", "hit_or_cold": "#f3ecf9",
 }
 
 

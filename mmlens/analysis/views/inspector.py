@@ -46,10 +46,13 @@ def timing_caption(t: RequestTrace) -> str:
 
 
 def explanation_text(expl: dict[str, Any]) -> str:
-    """The verdict line: a layout-based explanation names what was realized and the best any
-    worker could have served; a prediction-vs-realization verdict only its headline."""
+    """The stored verdict's line: its headline, what was realized and, where known, the best
+    any worker could have served and a failed attempt before the one that served."""
     line = f"**{expl['category']}** — {expl['headline']}"
-    if "realized_tokens" in expl:
-        line += (f" (realized {expl['realized_tokens']} tokens; the best any worker could "
-                 f"have served: {expl['best_tokens']})")
+    if expl.get("realized_tokens") is not None:
+        line += f" (realized {expl['realized_tokens']} tokens"
+        if expl.get("best_tokens") is not None:
+            line += (f"; the best any worker could have served: {expl['best_tokens']}, on "
+                     f"{expl.get('better_worker')}")
+        line += ")"
     return line

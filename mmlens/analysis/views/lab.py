@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mmlens.analysis.decisions import merged
+from mmlens.analysis.judgement.shown import category, headline
 from mmlens.analysis.lab_plan import NEEDS, SEQUENCES, PlannedStep, StepResult, parse_sizes
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.analysis.routing_table import overlap_text
-from mmlens.analysis.verdicts import judge
 from mmlens.analysis.views.common import named_headline, worker_label
-from mmlens.records import RequestTrace
+from mmlens.records import RequestTrace, Verdict
 
 _URL = re.compile(r"^(https?://[^\s/:]+(:\d{1,5})?(/\S*)?|data:image/[\w.+-]+;base64,\S+)$")
 
@@ -81,9 +81,10 @@ def check_inputs(kind: str, sizes: str, count: int, url: str, sequence: str,
 
 
 def step_result(step: PlannedStep[Any], router: str, trace: RequestTrace,
-                names: Mapping[str, str] | None = None, mode: str | None = None) -> StepResult:
-    """One step's row: worker by its config name, the verdict and its one-line reason."""
-    j = judge(trace)
+                names: Mapping[str, str] | None = None, mode: str | None = None,
+                verdict: Verdict | None = None) -> StepResult:
+    """One step's row: worker by its config name, the stored verdict (pending until the
+    collector judged it) and its one-line reason."""
     view = merged(trace.predictions)
     lay = trace.expected_layout
     extra: dict[str, object] = {
@@ -97,12 +98,23 @@ def step_result(step: PlannedStep[Any], router: str, trace: RequestTrace,
         worker=worker_label(trace.worker, names), prompt_tokens=trace.prompt_tokens,
         cached_tokens=trace.cached_tokens, predicted=predicted_tokens(trace),
         ttft_ms=None if trace.ttft_s is None else round(trace.ttft_s * 1000, 1),
-        verdict=j.category,
+        verdict=category(verdict),
         why=(f"failed: {trace.error_code or trace.status}: {trace.error}" if trace.error
-             else named_headline(j.headline, trace.worker, names)),
+             else named_headline(headline(verdict), trace.worker, names)),
         mode=mode or trace.processing_mode or "—",
         error=f"{trace.error_code}: {trace.error}" if trace.error else "", extra=extra,
         latency_ms=None if trace.latency_s is None else round(trace.latency_s * 1000, 1))
+
+
+def judged(results: Sequence[StepResult], verdicts: Mapping[str, Verdict],
+           names: Mapping[str, str] | None = None) -> list[StepResult]:
+    """The results with the stored verdicts read since they were sent."""
+    out = []
+    for r in results:
+        v = verdicts.get(r.request)
+        out.append(r if v is None else replace(
+            r, verdict=v.category, why=named_headline(v.headline, v.worker, names)))
+    return out
 
 
 @dataclass

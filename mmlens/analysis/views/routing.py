@@ -10,7 +10,7 @@ from mmlens.analysis.routing_table import decision_rows
 from mmlens.analysis.timeseries import Point, bucket_of, counter_increase_series
 from mmlens.analysis.views.common import clock, is_miss
 from mmlens.ingest.metrics_records import NormalizedMetrics
-from mmlens.records import MetricSample, RequestTrace
+from mmlens.records import MetricSample, RequestTrace, Verdict
 
 MODE_SERIES = "smg_mm_processing_total"
 
@@ -33,12 +33,12 @@ def applied_events(metrics: NormalizedMetrics) -> dict[str, Any]:
             if h.get("events_applied")}
 
 
-def decision_table(traces: Sequence[RequestTrace], names: Mapping[str, str] | None = None,
-                   misses_only: bool = False, routers: Mapping[str, str] | None = None,
-                   ) -> list[dict[str, Any]]:
+def decision_table(traces: Sequence[RequestTrace], verdicts: Mapping[str, Verdict],
+                   names: Mapping[str, str] | None = None, misses_only: bool = False,
+                   routers: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """``decision_rows`` with the time first and routers by their config names, as the page
-    shows it; ``misses_only`` keeps the requests whose verdict is a miss."""
+    shows it; ``misses_only`` keeps the requests whose stored verdict is a miss."""
     rows = [{"time": clock(row.pop("ts")), **row,
              "router": (routers or {}).get(row["router"], row["router"])}
-            for row in decision_rows(traces, names=names)]
+            for row in decision_rows(traces, verdicts, names=names)]
     return [r for r in rows if is_miss(r["verdict"])] if misses_only else rows
