@@ -31,6 +31,7 @@ from mmlens.store.reader import StoreReader
 from mmlens.store.snapshot import build_snapshot
 from mmlens.store.sqlite import Store
 from tests.fixtures_path import capture
+from tests.verdicts_support import judged
 
 W1, W2 = "grpc://127.0.0.1:24410", "grpc://127.0.0.1:24420"
 FIRST, HIT = "mmlens-04299d8794744c2f", "mmlens-c7ec9e9b9adf4761"
@@ -156,7 +157,7 @@ def test_decision_rows_show_candidates_scores_and_gates() -> None:
         RequestTrace(FIRST, "r", "smg", "m", 1.0, False, predictions=[first]),
         RequestTrace("bare", "r", "smg", "m", 0.5, False),
     ]
-    hit_row, first_row, bare = decision_rows(traces)
+    hit_row, first_row, bare = decision_rows(traces, judged(traces))
     assert (hit_row["worker"], hit_row["branch"], hit_row["overlap"]) == (
         W2.split("://")[1], "event_hit", "5/5")
     assert hit_row["verdict"] == "hit"

@@ -9,6 +9,7 @@ from mmlens.analysis.lab_experiment import judge_experiment, same_size_warning, 
 from mmlens.analysis.lab_plan import plan_steps, result_rows, summary_line
 from mmlens.analysis.views.lab import step_result
 from tests.core.test_lab import NAMES, W1, _trace
+from tests.verdicts_support import judged
 
 W2 = "grpc://127.0.0.1:22420"
 NAMES = {**NAMES, W2: "w2", "127.0.0.1:22420": "w2"}
@@ -17,8 +18,10 @@ NAMES = {**NAMES, W2: "w2", "127.0.0.1:22420": "w2"}
 def _run(rows: list[tuple[str, int, int, int]]) -> list:
     """(worker, prompt, cached, predicted blocks) per A, B, A again, B again."""
     steps = plan_steps("abab", ["a", "b"], "t")
-    return [step_result(s, "demo", _trace(f"r{i}", w, p, c, b), NAMES)
-            for i, (s, (w, p, c, b)) in enumerate(zip(steps, rows, strict=True))]
+    traces = [_trace(f"r{i}", w, p, c, b) for i, (w, p, c, b) in enumerate(rows)]
+    verdicts = judged(traces)  # as the collector stores them
+    return [step_result(s, "demo", t, NAMES, verdict=verdicts[t.request_id])
+            for s, t in zip(steps, traces, strict=True)]
 
 
 def test_same_size_images_on_one_worker_fail_with_the_content_blind_cause() -> None:

@@ -92,7 +92,10 @@ def named_headline(text: str, worker: str | None, names: Mapping[str, str] | Non
 
 # Verdicts that are a cache miss of some kind ("cold" too: nothing was reused), and the row
 # colour each gets wherever requests are listed.
-MISS_VERDICTS = (*sorted(MISSES), "error")
+# Misses in the order the pages list them (the vocabulary's, and the request failures).
+MISS_VERDICTS = ("false_hit", "count_drift", "fallback", "evicted", "spilled", "cold",
+                 *sorted(MISSES - {"false_hit", "count_drift", "fallback", "evicted",
+                                   "spilled", "cold"}), "error")
 VERDICT_COLOURS = {
     "false_hit": "#fde2e1", "count_drift": "#fde2e1", "fallback": "#fde2e1",
     "evicted": "#fde2e1", "error": "#fde2e1", "spilled": "#fff1d6", "cold": "#e8eef5",
