@@ -1,7 +1,7 @@
 """`mmlens tap` beside nginx: added latency per image size (idle and under load), requests per
 CPU-second with every request recorded, and memory (prints figures; not a unit test).
 
-Usage: python benchmarks/tap_bench.py [--sizes 64,256,512,1024,2048] [--overhead 400]
+Usage: python benchmarks/tap_bench.py [--sizes 64:PNG,256:JPEG,...] [--overhead 400]
        [--requests 6000] [--load-rps 300] [--no-nginx]
 
 Processes, all on 127.0.0.1: a minimal OpenAI-compatible upstream (aiohttp; answers at once
@@ -302,7 +302,8 @@ def stop(p: subprocess.Popen[bytes]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="64,256,512,1024,2048")
+    ap.add_argument("--sizes", default="64:PNG,256:JPEG,512:PNG,768:PNG,1024:PNG,2048:JPEG",
+                    help="side:format of the images (a 768² or 1024² PNG is about 1 MB)")
     ap.add_argument("--overhead", type=int, default=400, help="sequential requests per size")
     ap.add_argument("--requests", type=int, default=6000, help="throughput requests (64²)")
     ap.add_argument("--load-rps", type=float, default=300.0)
@@ -312,7 +313,8 @@ def main() -> None:
         "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if nginx is None and not args.no_nginx:
         print("nginx not installed (apt-get install nginx-light): the peer column is empty")
-    sizes = [int(x) for x in args.sizes.split(",")]
+    sizes = [(int(x.split(":")[0]), [*x.split(":"), "PNG"][1].upper())
+             for x in args.sizes.split(",")]
     print(f"machine: {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at start")
     up_port, tap_port, ngx_port = free_port(), free_port(), free_port()
@@ -341,14 +343,13 @@ def main() -> None:
                 stop(p)
 
 
-def run(args: argparse.Namespace, sizes: list[int], urls: dict[str, str], db: Path,
+def run(args: argparse.Namespace, sizes: list[tuple[int, str]], urls: dict[str, str], db: Path,
         tapp: subprocess.Popen[bytes], ngx: subprocess.Popen[bytes] | None) -> None:
     proxies = [n for n in urls if n != "direct"]
     print("\nadded latency (via − direct; median / p99 in ms), sequential requests:")
     print(f"{'image':>16} {'bytes':>9} | " + " | ".join(
         f"{n + ' idle':>17} {n + ' loaded':>17}" for n in proxies) + " | tap/nginx median")
-    for size in sizes:
-        fmt = "PNG" if size <= 512 else "JPEG"
+    for size, fmt in sizes:
         reqs = bodies(size, fmt, args.overhead)
         image_bytes = len(base64.b64decode(json.loads(reqs[0])["messages"][0]["content"][0][
             "image_url"]["url"].split(",", 1)[1]))

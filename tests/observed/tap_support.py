@@ -63,6 +63,41 @@ def fake_router() -> web.Application:
     return app
 
 
+DEEP = b"[" * 3000 + b"]" * 3000
+ODD_SSE = [b'data: {"choices": 5}\n\n', b"data: " + DEEP + b"\n\n",
+           b'data: {"id":"c-1","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n',
+           b'data: {"id":"c-1","choices":[],"usage":' + json.dumps(USAGE).encode() + b"}\n\n",
+           b"data: [DONE]\n\n"]
+
+
+async def odd_router(request: web.Request) -> web.StreamResponse:
+    """Answers whatever it is sent (it parses nothing); ``x-reply`` picks the answer."""
+    body = await request.read()
+    headers = {"x-request-id": request.headers.get("x-request-id", "r"),
+               "x-smg-routed-worker-id": "w1"}
+    reply = request.headers.get("x-reply", "json")
+    if reply == "trace-int-worker":
+        headers["x-smg-cache-trace"] = json.dumps({"selections": [{"worker": 5}]})
+    if reply == "sse":
+        resp = web.StreamResponse(headers={**headers, "content-type": "text/event-stream"})
+        await resp.prepare(request)
+        for chunk in ODD_SSE:
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+    if reply == "deep-json":
+        return web.Response(body=b'{"id":"c-2","x":' + DEEP + b"}", headers=headers,
+                            content_type="application/json")
+    rid = headers["x-request-id"]
+    return web.json_response({"id": f"c-{rid}-{len(body)}", "usage": USAGE}, headers=headers)
+
+
+def odd_app() -> web.Application:
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_post("/v1/chat/completions", odd_router)
+    return app
+
+
 class Served:
     """An aiohttp app served from a daemon thread's own event loop."""
 

@@ -1,0 +1,53 @@
+"""`mmlens tap` as it runs: its recorder in a process of its own writes every record and one
+health row that carries the proxy's counters and the recorder's, flushed while idle."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from mmlens.records import CollectorHealth
+from mmlens.store.open import open_store
+from tests.live_support import REPO, free_port, stop_process, wait_until
+from tests.observed.tap_support import Served, odd_app
+
+
+def tap_health(db: Path) -> CollectorHealth | None:
+    with contextlib.closing(open_store(db, readonly=True)) as store:
+        return next((h for h in store.health() if h.collector == "tap"), None)
+
+
+def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path: Path
+                                                                         ) -> None:
+    router = Served(odd_app(), free_port())
+    port, db = free_port(), tmp_path / "tap.db"
+    proc = subprocess.Popen([sys.executable, "-m", "mmlens", "tap", "--listen",
+                             f"127.0.0.1:{port}", "--upstream", router.url, "--db", str(db)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.post(url + "/v1/chat/completions", json={}, timeout=1,
+                                      headers={"x-request-id": "probe"}).status_code == 200,
+                   30, what="tap", ignore=(httpx.HTTPError,))
+        with httpx.Client() as c:
+            for i in range(20):
+                r = c.post(url + "/v1/chat/completions", headers={"x-request-id": f"r{i}"},
+                           json={"model": "m", "messages": [], "stream": i % 2 == 1})
+                assert r.status_code == 200
+        # No more traffic: the row catches up by itself (the old tap's lagged for minutes).
+        row = wait_until(lambda: (h := tap_health(db)) and h.counters.get("recorded") == 21
+                         and h, 10, 0.1, what="the health row", ignore=(Exception,))
+    finally:
+        stop_process(proc, signal.SIGINT, 30)
+        router.stop()
+    assert row.counters["requests"] == 21  # the proxy's count (the probe included)
+    assert "store_backlog" in row.counters and "proxy_updated" not in row.counters
+    with contextlib.closing(open_store(db, readonly=True)) as store:
+        ids = {t.request_id for t in store.traces(limit=50)}
+    assert ids == {f"r{i}" for i in range(20)} | {"probe"}
+    assert proc.returncode == 0
