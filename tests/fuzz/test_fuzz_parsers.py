@@ -23,7 +23,6 @@ from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import OtlpError, spans_of
 from mmlens.ingest.otlp_json import decode_export_json
 from mmlens.layout.families import FAMILIES
-from mmlens.store.sqlite import Store
 from mmlens.targets_toml import validate_toml
 from tests.fuzz.strategies import (
     DOCS,
@@ -39,13 +38,6 @@ from tests.fuzz.strategies import (
 pytestmark = pytest.mark.fuzz
 ENC = msgspec.msgpack.Encoder()
 _workers = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def store():
-    s = Store(":memory:")
-    yield s
-    s.close()
 
 
 @SETTINGS
