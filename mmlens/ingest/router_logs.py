@@ -120,6 +120,7 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
             matched_ratio=_float(obj.get("matched_ratio")),
             matched_units=_int(obj.get("matched_units")),
             input_units=_int(obj.get("input_units")),
+            credited_units=_int(obj.get("credited_units")),
             policy=obj.get("policy"))
     if msg == "Cache routing dispatch":
         d = RoutingDecision(rid, "smg", "log:cache_trace")
@@ -253,6 +254,7 @@ def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
             d.block_size = _int(pred.get("block_size"))
             d.matched_units = _int(pred.get("matched_units"))
             d.input_units = _int(pred.get("input_units"))
+            d.credited_units = _int(pred.get("credited_units"))
             if d.matched_units is not None and d.input_units:
                 d.matched_ratio = d.matched_units / d.input_units
         d.candidates = [_candidate(c) for c in _dicts(sel.get("candidates"))]

@@ -94,6 +94,9 @@ class RoutingDecision:
     # failed worker is attempt 1); None = unknown. The attempt that served is the last one
     # with a response.
     attempt: int | None = None
+    # SMG's approximate tree: the prefix units (tokens) it credited the chosen worker with
+    # (0 after a spill, whatever matched on the worker it spilled from).
+    credited_units: int | None = None
 
 
 @dataclass(slots=True)

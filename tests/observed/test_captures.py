@@ -207,3 +207,23 @@ def test_smg_failover_attempts_from_its_log() -> None:
     assert sorted((d.source, d.attempt) for d in first + second if d.request_id == "acc-019") \
         == sorted((d.source, d.attempt) for d in decisions if d.request_id == "acc-019")
     assert "acc-019" not in attempts.failed  # forgotten once it finished
+
+
+def test_smg_approximate_tree_prediction_is_judged() -> None:
+    """SMG before any KV event (the run's first requests): its approximate tree credited w1
+    with 80 of 84 tokens of acc-001 — another request of that prefix still in flight there —
+    and the engine found nothing (its own log: cached_tokens 0). The prediction is 5 blocks,
+    and the response's 0 cached tokens make it a false hit, not cold."""
+    from mmlens.analysis.judgement import Evidence, judge
+    from mmlens.analysis.judgement.attempts import attempts
+
+    decisions, frags = read_lines(
+        (CAPTURES / "smg_1.13_tree_match_log.jsonl").read_text().splitlines())
+    (t,) = frags
+    t.predictions = [d for d in decisions if d.request_id == t.request_id]
+    assert {d.credited_units for d in t.predictions if d.branch == "tree_match"} == {80}
+    serving, failed = attempts(t)
+    assert (serving.predicted_blocks, serving.branch, failed) == (5, "tree_match", [])
+    t.cached_tokens, t.provenance["cached_tokens"] = 0, "tap"  # the response's usage
+    t.prompt_tokens, t.provenance["prompt_tokens"] = 84, "tap"
+    assert judge(Evidence(t)).category == "false_hit"

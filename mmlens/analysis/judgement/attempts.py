@@ -45,9 +45,13 @@ def _first(preds: Sequence[RoutingDecision], name: str) -> Any:
 def merged(preds: Sequence[RoutingDecision], attempt: int | None) -> Prediction:
     fired = [g for p in preds for g in p.gates if g.spill]
     branch = _first(preds, "branch")
+    bs = _first(preds, "block_size") or 16
+    predicted = _first(preds, "overlap_blocks")
+    if predicted is None and (units := _first(preds, "credited_units")) is not None:
+        predicted = units // bs  # SMG's approximate tree credits tokens, not blocks
     return Prediction(
-        attempt, _first(preds, "worker"), _first(preds, "overlap_blocks"),
-        _first(preds, "request_blocks"), _first(preds, "block_size") or 16, branch,
+        attempt, _first(preds, "worker"), predicted,
+        _first(preds, "request_blocks"), bs, branch,
         _first(preds, "expanded_tokens"), bool(fired) or branch in SPILL_BRANCHES,
         next((g.worker for g in fired if g.worker), None),
         [str(w) for p in preds for w in p.warnings], sorted({p.source for p in preds}))
