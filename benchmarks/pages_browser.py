@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -105,10 +106,24 @@ def dashboard(db: str | None, work: Path, demo: bool) -> Iterator[tuple[str, str
         log.close()
 
 
+TIMEOUT_S = 90.0
+
+
+def timed(step: Any, name: str) -> float:
+    """A step's seconds; one not drawn within ``TIMEOUT_S`` counts as that (and says so)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        return float(step())
+    except PlaywrightTimeout:
+        print(f"{name}: not drawn within {TIMEOUT_S:.0f} s", flush=True)
+        return TIMEOUT_S
+
+
 def measure(url: str, rounds: int, idle_s: float) -> tuple[dict[str, list[float]],
                                                              dict[str, list[float]]]:
     """Per page: click → drawn times over ``rounds`` rounds (the last after ``idle_s`` idle),
-    and fresh-load times (a new browser context per load, twice per page)."""
+    and fresh-load times (a new tab per load, twice per page)."""
     from playwright.sync_api import sync_playwright
 
     clicks: dict[str, list[float]] = {p[0]: [] for p in PAGES}
@@ -124,13 +139,15 @@ def measure(url: str, rounds: int, idle_s: float) -> tuple[dict[str, list[float]
                 if r == rounds - 1 and idle_s:
                     time.sleep(idle_s)
                 for name, href, title, texts in PAGES:
-                    clicks[name].append(click_to_drawn(page, href, title, texts))
+                    clicks[name].append(timed(lambda: click_to_drawn(
+                        page, href, title, texts, TIMEOUT_S), name))  # noqa: B023
             page.close()
             for _ in range(2):  # a new tab of the same browser: a new session, cached assets
                 for name, _href, title, texts in PAGES:
                     tab = ctx.new_page()
                     path = "" if name == "overview" else name
-                    fresh[name].append(load_to_drawn(tab, f"{url}/{path}", title, texts))
+                    fresh[name].append(timed(lambda: load_to_drawn(
+                        tab, f"{url}/{path}", title, texts, TIMEOUT_S), name))  # noqa: B023
                     tab.close()
             ctx.close()
         finally:
