@@ -48,7 +48,7 @@ class StoreExport:
         if self._reader is None:
             self._reader = self._open(self.db)
         r = self._reader
-        traces = r.recent_traces(max(r.trace_count(), 1))
+        traces = r.trace_labels()
         cells, _ = r.availability_window(ALL_TIME_S, recent=0)
         latest = r.latest_sample_ts() or time.time()
         health = r.health()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Exemplar
@@ -22,7 +23,7 @@ from mmlens.analysis.availability.aggregate import FIDELITIES
 from mmlens.analysis.availability.attribution import CAUSES
 from mmlens.analysis.judgement.shown import PENDING, category
 from mmlens.analysis.judgement.vocabulary import CATEGORIES
-from mmlens.records import CollectorHealth, RequestTrace, Verdict
+from mmlens.records import CollectorHealth, Verdict
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import Shard, shard_of
 
@@ -31,6 +32,17 @@ CellRow = tuple[float, str, str, str, dict[str, int]]
 ViewRow = tuple[float, str, str, int | None, int | None, int, int]
 """A stored router-view comparison: (ts, worker, source, router blocks, engine blocks,
 router only, engine only)."""
+
+class Labelled(Protocol):
+    """A request as the exporter labels it (a ``RequestTrace``, or the store's lighter
+    ``TraceLabels``)."""
+
+    request_id: str
+    ts: float
+    router: str
+    model: str
+    worker: str | None
+
 
 REQUEST_LABELS = ("router", "model", "worker")
 EXEMPLAR_MAX_CHARS = 128
@@ -102,7 +114,7 @@ class Part:
 
 @dataclass
 class ExportInputs:
-    traces: Sequence[RequestTrace] = ()
+    traces: Sequence[Labelled] = ()
     verdicts: Mapping[str, Verdict] = field(default_factory=dict)  # request id → stored
     cells: Sequence[CellRow] = ()
     views: Sequence[ViewRow] = ()  # the newest comparisons (the caller bounds the window)
@@ -119,7 +131,7 @@ def drift_tokens(v: Verdict | None) -> int:
     return abs(int(v.evidence.get("difference") or 0))
 
 
-def request_families(traces: Iterable[RequestTrace], verdicts: Mapping[str, Verdict],
+def request_families(traces: Iterable[Labelled], verdicts: Mapping[str, Verdict],
                      part: Part) -> list[Metric]:
     """Requests by their stored verdict (``pending``: not judged yet), as ``mmlens snapshot``
     tallies them."""
@@ -137,7 +149,7 @@ def request_families(traces: Iterable[RequestTrace], verdicts: Mapping[str, Verd
     by_drift = {(r, m, w): 0 for r, m in pairs for w in workers}
     by_verdict = {(*key, c): 0 for key in by_drift for c in (*CATEGORIES, PENDING)}
     # The newest request behind each series and what it added: the series' exemplar.
-    newest: dict[tuple[str, ...], tuple[RequestTrace, int]] = {}
+    newest: dict[tuple[str, ...], tuple[Labelled, int]] = {}
     for t in owned:
         v = verdicts.get(t.request_id)
         key = (t.router, t.model, t.worker or "")
@@ -153,7 +165,7 @@ def request_families(traces: Iterable[RequestTrace], verdicts: Mapping[str, Verd
     return [requests, drift]
 
 
-def exemplar(found: tuple[RequestTrace, int] | None) -> Exemplar | None:
+def exemplar(found: tuple[Labelled, int] | None) -> Exemplar | None:
     """The newest request behind a series, as an OpenMetrics exemplar (``request_id``, which
     Grafana links to mmlens' Inspector); not a label, so the series count stays bounded.
     OpenMetrics caps an exemplar's labels at 128 characters."""

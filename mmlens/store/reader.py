@@ -31,6 +31,7 @@ from mmlens.records import (
     WorkerMinute,
 )
 from mmlens.store.base import SQLStore, StoreError
+from mmlens.store.codec import TraceLabels
 from mmlens.store.decisions import attach, trace_keys
 from mmlens.store.open import open_store
 
@@ -58,6 +59,10 @@ class StoreReader:
     def recent_traces(self, limit: int = 300) -> list[RequestTrace]:
         """The newest traces, each with the decisions router logs gave for it."""
         return self.with_decisions(self._locked(lambda s: s.traces(limit)))
+
+    def trace_labels(self) -> list[TraceLabels]:
+        """Every stored request's id, time, router, model and worker, without its body."""
+        return self._locked(SQLStore.trace_labels)
 
     def traces_before(self, ts: float, limit: int = 500) -> list[RequestTrace]:
         """The ``limit`` traces recorded just before ``ts`` (a request's history)."""

@@ -220,6 +220,10 @@ class StoreReads(SQLBase):
         return codec.traces(body for (body,) in self._rows(
             f"SELECT body FROM traces {where}ORDER BY ts DESC, {self.key} DESC LIMIT ?", args))
 
+    def trace_labels(self) -> list[codec.TraceLabels]:
+        """Every stored request's id, time, router, model and worker (the exporter's labels)."""
+        return codec.trace_labels(body for (body,) in self._rows("SELECT body FROM traces"))
+
     def traces_between(self, since: float, until: float, limit: int = 1000,
                        ) -> list[RequestTrace]:
         """Traces from ``since`` to ``until``, oldest first."""
