@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from mmlens.analysis.fleet import KEEP, other_label
 from mmlens.records import ImageInfo, RequestTrace, ResidentSummary
 
 
@@ -51,10 +52,25 @@ def image_affinity(traces: Iterable[RequestTrace]) -> list[ImageAffinity]:
 
 
 def sankey_links(affinities: Sequence[ImageAffinity], max_images: int = 40,
-                 ) -> list[tuple[str, str, int]]:
-    """``(image identity, worker, requests)`` for the busiest ``max_images`` images."""
-    return [(a.identity, w, n) for a in affinities[:max_images]
-            for w, n in sorted(a.workers.items())]
+                 keep_workers: int = KEEP) -> list[tuple[str, str, int]]:
+    """``(image identity, worker, requests)`` for the busiest ``max_images`` images; on a
+    fleet the ``keep_workers`` workers that served them most by name and the others as one
+    node (a Sankey of hundreds of worker nodes takes the browser seconds and says nothing)."""
+    shown = affinities[:max_images]
+    served: Counter[str] = Counter()
+    for a in shown:
+        served.update(a.workers)
+    if len(served) <= keep_workers:
+        return [(a.identity, w, n) for a in shown for w, n in sorted(a.workers.items())]
+    top = {w for w, _ in served.most_common(keep_workers)}
+    other = other_label(len(served) - keep_workers)
+    out = []
+    for a in shown:
+        out += [(a.identity, w, n) for w, n in sorted(a.workers.items()) if w in top]
+        rest = sum(n for w, n in a.workers.items() if w not in top)
+        if rest:
+            out.append((a.identity, other, rest))
+    return out
 
 
 def multi_resident(kv_state: Sequence[ResidentSummary]) -> dict[str, list[str]]:

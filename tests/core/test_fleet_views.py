@@ -81,3 +81,16 @@ def test_series_grouped_like_samples() -> None:
     name, keys = "vllm:prefix_cache_hits_total", ("engine",)
     assert group_series(to_series(samples), name, keys) == group_points(
         (s for s in samples if s.name == name), keys)
+
+
+def test_sankey_links_name_the_busiest_workers_and_sum_the_rest() -> None:
+    from mmlens.analysis.affinity import ImageAffinity, sankey_links
+
+    affinities = [ImageAffinity(f"img{i}", workers={f"w{j}": j + 1 for j in range(20)})
+                  for i in range(3)]
+    links = sankey_links(affinities, keep_workers=4)
+    workers = {w for _, w, _ in links}
+    assert workers == {"w19", "w18", "w17", "w16", "16 other workers"}
+    assert sum(n for _, _, n in links) == 3 * sum(range(1, 21))  # no request lost
+    small = sankey_links(affinities[:1], keep_workers=40)
+    assert len(small) == 20 and {w for _, w, _ in small} == {f"w{j}" for j in range(20)}
