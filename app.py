@@ -30,6 +30,20 @@ PAGES = {
     ],
 }
 
+# Narrow windows (about 800 px): a slimmer sidebar, and metric labels and values that wrap
+# or shrink instead of being cut to "Engine hit r…".
+NARROW_CSS = """<style>
+@media (max-width: 1000px) {
+  section[data-testid="stSidebar"] { width: 190px !important; min-width: 190px !important; }
+  [data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {
+    white-space: normal !important; overflow: visible !important; }
+  [data-testid="stMetricValue"] div {
+    font-size: 1.5rem !important; white-space: normal !important; }
+  .block-container { padding-left: 1rem !important; padding-right: 1rem !important; }
+}
+</style>"""
+st.markdown(NARROW_CSS, unsafe_allow_html=True)
+
 current = st.navigation(PAGES)
 shared.time_controls()
 shared.sidebar_status()

@@ -284,6 +284,7 @@ def routing_detail(trace: RequestTrace, names: dict[str, str] | None = None) -> 
                f"{', '.join(view.sources) or 'nothing'}")
     candidates = candidate_rows(view, names)
     if candidates:
+        st.markdown("**Candidates** — the workers the router considered, their load and health")
         st.dataframe(pd.DataFrame(candidates), hide_index=True, width="stretch")
     else:
         st.caption("No candidates reported: they come from SMG's cache-trace log "
@@ -291,9 +292,13 @@ def routing_detail(trace: RequestTrace, names: dict[str, str] | None = None) -> 
                    "Dynamo's `Formula for worker_id` lines.")
     scores = score_rows(view, names)
     if scores:
+        st.markdown("**Scores** — per worker, what the policy weighed (SMG: cached blocks and "
+                    "expected wait; Dynamo: cost, lower wins)")
         st.dataframe(pd.DataFrame(scores), hide_index=True, width="stretch")
     gates = gate_rows(view, names)
     if gates:
+        st.markdown("**Spill gates** — whether load moved the request off the worker holding "
+                    "its prefix (load > average × relative and > average + absolute)")
         st.dataframe(pd.DataFrame(gates), hide_index=True, width="stretch")
     elif candidates:
         st.caption("No spill gate: the router had no preferred worker to keep or spill "

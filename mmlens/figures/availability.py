@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from mmlens.analysis.availability.aggregate import HitRatePoint
 from mmlens.analysis.availability.view import CAUSE_TEXT
-from mmlens.figures.timeaxis import TIME_AXIS, gapped, utc
+from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
 from mmlens.figures.token_layout import MARGIN
 
 CAUSE_COLORS = {"load_spill": "#e8a33d", "content_blind": "#d1495b", "stale_index": "#8e6c8a",
@@ -52,9 +52,10 @@ def avoidable_figure(rows: Sequence[tuple[float, str, float]]) -> go.Figure:
     by_cause: dict[str, list[tuple[float, float]]] = {}
     for t, cause, per_min in rows:
         by_cause.setdefault(cause, []).append((t, per_min))
+    width = bar_width_ms([r[0] for r in rows], 60.0)
     for cause, pts in by_cause.items():
         fig.add_trace(go.Bar(name=cause, x=utc([p[0] for p in pts]), y=[p[1] for p in pts],
-                             marker_color=CAUSE_COLORS.get(cause),
+                             marker_color=CAUSE_COLORS.get(cause), width=width,
                              hovertemplate=f"{CAUSE_TEXT.get(cause, cause)}: "
                              "%{y:.0f} tokens/min<extra></extra>"))
     fig.update_layout(title="Avoidable prefill tokens per minute, by cause (UTC)",

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.judgement.shown import category
 from mmlens.analysis.request_view import predicted_tokens
-from mmlens.figures.timeaxis import TIME_AXIS, gapped, utc
+from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.figures.workers import faded, worker_colour
 from mmlens.ingest.metrics_normalize import HitRate
@@ -77,6 +77,7 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
     series: dict[tuple[str, str], dict[float, int]] = {}
     for ts, worker, kind, blocks in rows:
         series.setdefault((worker, kind), {})[ts] = blocks
+    width = bar_width_ms([r[0] for r in rows])
     for worker in sorted({w for w, _ in series}):
         for kind in ("stored", "removed"):
             points = series.get((worker, kind), {})
@@ -88,6 +89,7 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
             colour = worker_colour(worker)
             fig.add_trace(go.Bar(name=f"{worker} {kind} ({total})", x=utc(ts),
                                  y=[sign * points[t] for t in ts], legendgroup=worker,
+                                 width=width,
                                  marker={"color": faded(colour) if sign < 0 else colour}))
     fig.update_layout(barmode="relative", xaxis=TIME_AXIS, showlegend=True,
                       title="KV events per worker: blocks stored (+) / removed (−)",

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from mmlens.figures.timeaxis import TIME_AXIS, utc
+from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, utc
 from mmlens.figures.token_layout import MARGIN
 
 Point = tuple[float, float]
@@ -15,10 +15,11 @@ Point = tuple[float, float]
 def mode_reason_figure(series: Mapping[tuple[str, ...], Sequence[Point]]) -> go.Figure:
     """``series`` keyed (target, model, mode, reason): requests per interval."""
     fig = go.Figure()
+    width = bar_width_ms([p[0] for points in series.values() for p in points])
     for (target, model, mode, reason), points in sorted(series.items()):
         fig.add_trace(go.Bar(name=f"{mode} / {reason} · {model.split('/')[-1]}",
                              x=utc([p[0] for p in points]), y=[p[1] for p in points],
-                             hovertext=f"{target}: {model}", legendgroup=mode))
+                             width=width, hovertext=f"{target}: {model}", legendgroup=mode))
     fig.update_layout(barmode="stack", showlegend=True, xaxis=TIME_AXIS,
                       title="Image requests by processing mode / reason "
                       "(smg_mm_processing_total, per interval, UTC)", height=320, margin=MARGIN)

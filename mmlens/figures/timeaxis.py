@@ -9,14 +9,26 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
-TIME_AXIS: dict[str, Any] = {"type": "date", "tickformat": "%H:%M:%S", "tickangle": 0,
-                             "nticks": 8, "title": {"text": "UTC"}}
+# Ticks under a second apart get milliseconds, or two ticks would read the same (18:29:59 ×2).
+TIME_AXIS: dict[str, Any] = {
+    "type": "date", "tickangle": 0, "nticks": 8, "title": {"text": "UTC"},
+    "tickformatstops": [{"dtickrange": [None, 1000], "value": "%H:%M:%S.%L"},
+                        {"dtickrange": [1000, 86_400_000], "value": "%H:%M:%S"},
+                        {"dtickrange": [86_400_000, None], "value": "%b %d"}]}
 GAP_STEPS = 1.5  # a pause longer than this many steps breaks the line
 
 
 def utc(ts: Sequence[float]) -> list[datetime]:
     """Unix times as naive UTC datetimes (Plotly shows them as given)."""
     return [datetime.fromtimestamp(t, UTC).replace(tzinfo=None) for t in ts]
+
+
+def bar_width_ms(ts: Sequence[float], default_s: float = 30.0) -> float:
+    """A time bar's width: 80 % of the smallest spacing of its buckets (``default_s`` for one
+    bucket), so bars keep their width as the axis spans more time and one bucket is not a
+    slab across the chart."""
+    spacing = [b - a for a, b in pairwise(sorted(set(ts))) if b > a]
+    return 0.8 * 1000.0 * (min(spacing) if spacing else default_s)
 
 
 def gapped(points: Sequence[tuple[float, float]], step: float | None = None,

@@ -87,7 +87,10 @@ def layout_figure(rv: RequestView, title: str | None = None) -> go.Figure:
         x0 = d.block * rv.block_size
         fig.add_vrect(x0=x0, x1=x0 + rv.block_size, fillcolor="#e12d39", opacity=0.18,
                       line_width=0, annotation_text=f"block {d.block}: {d.reason}",
-                      annotation_position="top left")
+                      annotation_position="top left",
+                      # dark on white: the default grey is illegible over the image run
+                      annotation={"font": {"color": "#1f2933", "size": 12},
+                                  "bgcolor": "rgba(255,255,255,0.9)"})
     longest = max([r.length for r in rv.rows] + [int(rv.counts.get("engine_prompt_tokens")
                                                      or 0)] + [1])
     fig.update_layout(

@@ -74,6 +74,15 @@ def test_a_fresh_demo_raises_only_its_deliberate_false_hit(live_dashboard: LiveD
         assert noise not in text, noise
     _no_traceback(page)
     _shot(page, "0-quiet-overview")
+    # At 800 px the sidebar slims and no metric label is cut ("Engine hit r…").
+    page.set_viewport_size({"width": 800, "height": 2000})
+    page.wait_for_timeout(1500)
+    cut = page.evaluate("""() => [...document.querySelectorAll("[data-testid='stMetricLabel']")]
+        .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)""")
+    assert not cut, cut
+    sidebar = page.locator("section[data-testid='stSidebar']").bounding_box()
+    assert sidebar is not None and sidebar["width"] <= 200, sidebar
+    page.set_viewport_size({"width": 1400, "height": 2000})
 
 
 def test_a_miss_is_found_and_explained_from_the_overview(live_dashboard: LiveDashboard,

@@ -293,3 +293,18 @@ def test_prefix_tree_counts_blocks_below_the_visible_depth_on_one_node() -> None
     assert parent[tail] == shown[-1] and len(tree.ids) == 1 + VISIBLE_DEPTH + 1
     # the 52 deeper blocks and the 2 that continue the chain below them
     assert tree.text[list(tree.ids).index(tail)] == f"+{64 - VISIBLE_DEPTH + 2} blocks"
+
+
+def test_time_bars_keep_their_width_and_ticks_never_repeat() -> None:
+    from mmlens.figures.availability import avoidable_figure
+
+    early = mode_reason_figure({("demo", "m", "router", "auto"): [(0.0, 2), (30.0, 1)]})
+    # Ten minutes on, two more buckets: the bars are as wide as before, not a sliver.
+    late = mode_reason_figure({("demo", "m", "router", "auto"): [
+        (0.0, 2), (30.0, 1), (570.0, 1), (600.0, 3)]})
+    assert early.data[0].width == late.data[0].width == 0.8 * 30_000
+    # One bucket alone is one bucket wide, not a slab across the chart.
+    assert avoidable_figure([(60.0, "content_blind", 320.0)]).data[0].width == 0.8 * 60_000
+    stops = {tuple(s["dtickrange"]): s["value"]
+             for s in early.to_dict()["layout"]["xaxis"]["tickformatstops"]}
+    assert stops[(None, 1000)] == "%H:%M:%S.%L"  # sub-second ticks: two never read the same
