@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from mmlens.collectors.tap_record import MAX_BACKLOG_BYTES
+
 from mmlens.ingest.tap_parse import Exchange
 from mmlens.records import CollectorHealth
 
@@ -33,13 +35,16 @@ Setup = Callable[[CollectorHealth], tuple[Any, dict[str, Any]]]
 
 class RecorderProcess:
     def __init__(self, setup: Setup, health: CollectorHealth, max_backlog: int = 10_000,
-                 ) -> None:
+                 max_backlog_bytes: int = MAX_BACKLOG_BYTES) -> None:
         self.health = health
+        self.max_backlog_bytes = max_backlog_bytes
         ctx = mp.get_context("spawn")
         self._q: Any = ctx.Queue(maxsize=max_backlog)
-        self._proc = ctx.Process(target=_child, args=(setup, self._q, health.collector,
-                                                      health.target), name="tap-recorder",
-                                 daemon=True)
+        # Bytes handed over and not yet recorded (the child takes them off once stored).
+        self._bytes: Any = ctx.Value("q", 0)
+        self._proc = ctx.Process(target=_child, args=(setup, self._q, self._bytes,
+                                                      health.collector, health.target),
+                                 name="tap-recorder", daemon=True)
         self._proc.start()
         self._sent: tuple[float, int] | None = None
         self._stop = threading.Event()
@@ -48,8 +53,14 @@ class RecorderProcess:
 
     def submit(self, ex: Exchange) -> None:
         """Called on the proxy's loop: never blocks."""
+        size = ex.size()
+        if self._bytes.value + size > self.max_backlog_bytes:
+            self.health.count("dropped_backlog")
+            return
         try:
             self._q.put_nowait(ex)
+            with self._bytes.get_lock():
+                self._bytes.value += size
         except queue.Full:
             self.health.count("dropped_backlog")
 
@@ -83,7 +94,7 @@ class RecorderProcess:
         return self._proc.pid
 
 
-def _child(setup: Setup, q: Any, collector: str, target: str) -> None:
+def _child(setup: Setup, q: Any, in_flight: Any, collector: str, target: str) -> None:
     from mmlens.collectors.tap_record import Recorder
 
     with contextlib.suppress(OSError):
@@ -98,6 +109,14 @@ def _child(setup: Setup, q: Any, collector: str, target: str) -> None:
             flush(merged(row, proxy))
 
     rec = Recorder(write, health, flush_health=both, **options)
+    done = rec.taken
+
+    def taken(ex: Exchange) -> None:  # the parent may hand over as much again
+        done(ex)
+        with in_flight.get_lock():
+            in_flight.value -= ex.size()
+
+    rec.taken = taken  # type: ignore[method-assign]
     while True:
         try:
             item = q.get(timeout=1.0)

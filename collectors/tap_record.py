@@ -39,6 +39,7 @@ log = logging.getLogger("mmlens.tap")
 LayoutFn = Callable[[RequestFacts, RequestTrace], None]
 Write = Callable[[list[RequestTrace]], object]
 MAX_BATCH = 2000
+MAX_BACKLOG_BYTES = 256 << 20  # exchanges waiting to be recorded, bodies included
 KEPT_QUARANTINED = 100
 
 
@@ -80,7 +81,8 @@ class Recorder:
                  store_text: bool = False, layout: LayoutFn | None = None,
                  fetcher: ImageFetcher | None = None,
                  flush_health: Callable[[CollectorHealth], None] | None = None,
-                 max_backlog: int = 10_000, health_every_s: float = 1.0) -> None:
+                 max_backlog: int = 10_000, max_backlog_bytes: int = MAX_BACKLOG_BYTES,
+                 health_every_s: float = 1.0) -> None:
         self.write = write
         self.health = health
         self.router = router
@@ -88,6 +90,9 @@ class Recorder:
         self.layout = layout
         self.flush_health = flush_health
         self.max_backlog = max_backlog
+        self.max_backlog_bytes = max_backlog_bytes
+        self._backlog_bytes = 0  # of the exchanges waiting
+        self._bytes_lock = threading.Lock()
         self.health_every_s = health_every_s
         self.quarantined: deque[Quarantined] = deque(maxlen=KEPT_QUARANTINED)
         self._q: queue.SimpleQueue[Exchange | _Fetched | None] = queue.SimpleQueue()
@@ -104,10 +109,19 @@ class Recorder:
 
     def submit(self, ex: Exchange) -> None:
         """Called on the proxy's loop: never blocks."""
-        if self._q.qsize() >= self.max_backlog:
+        size = ex.size()
+        if (self._q.qsize() >= self.max_backlog
+                or self._backlog_bytes + size > self.max_backlog_bytes):
             self.health.count("dropped_backlog")
             return
+        with self._bytes_lock:
+            self._backlog_bytes += size
         self._q.put(ex)
+
+    def taken(self, ex: Exchange) -> None:
+        """``ex`` left the backlog (its bytes may be handed over again)."""
+        with self._bytes_lock:
+            self._backlog_bytes -= ex.size()
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._fetch is not None:
@@ -142,6 +156,8 @@ class Recorder:
                 return
 
     def _take(self, item: Exchange | _Fetched, batch: list[RequestTrace]) -> None:
+        if isinstance(item, Exchange):
+            self.taken(item)
         try:
             if isinstance(item, _Fetched):
                 for i, sent in item.got:

@@ -70,6 +70,10 @@ class Exchange:
     latency_s: float | None = None
     cut: str | None = None
 
+    def size(self) -> int:
+        """Bytes held (what a backlog of exchanges is bounded by)."""
+        return len(self.body) + self.kept + self.tail_bytes
+
     def add(self, t: float, chunk: bytes, head_cap: int, tail_cap: int) -> None:
         if self.overflow:
             return

@@ -125,7 +125,8 @@ class Served:
         self._thread.join(10)
 
 
-RECORDER_OPTIONS = ("store_text", "layout", "fetcher", "flush_health", "max_backlog")
+RECORDER_OPTIONS = ("store_text", "layout", "fetcher", "flush_health", "max_backlog",
+                    "max_backlog_bytes")
 
 
 class ServedTap:

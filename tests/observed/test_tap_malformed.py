@@ -131,3 +131,28 @@ def test_idle_health_is_flushed_without_more_traffic() -> None:
             c.post(url + "/v1/chat/completions", json={"model": "m", "messages": []})
         recorded(r, 5)
         wait_until(lambda: rows[-1].get("recorded") == 5, 5, 0.05, what="health flushed")
+
+
+def test_the_backlog_is_bounded_in_bytes_and_drops_are_counted() -> None:
+    """A store slower than the traffic: exchanges past the byte bound are dropped and
+    counted, never queued without end (and the clients' answers are not held up)."""
+    import threading
+
+    gate = threading.Event()
+    written: list[RequestTrace] = []
+
+    def slow(batch: list[RequestTrace]) -> None:
+        gate.wait(10)
+        written.extend(batch)
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 20_000}]}
+    with tap_in_front(write=slow, max_backlog_bytes=100_000) as (tap, url, _), \
+            httpx.Client() as c:
+        for _ in range(12):
+            assert c.post(url + "/v1/chat/completions", json=body).status_code == 200
+        dropped = tap.health.counters.get("dropped_backlog", 0)
+        gate.set()
+        wait_until(lambda: tap.health.counters.get("recorded", 0) + dropped >= 12, 10, 0.02,
+                   what="the rest recorded")
+    assert 5 <= dropped <= 8  # ~20 kB each: at most five wait (and one being written)
+    assert len(written) == 12 - dropped
