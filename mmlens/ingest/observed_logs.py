@@ -32,7 +32,12 @@ from mmlens.ingest.observed import (
     is_request_path,
     put,
 )
-from mmlens.ingest.router_logs import decision_or_count, parse_line, parsed_objects
+from mmlens.ingest.router_logs import (
+    SMG_SELECTIONS,
+    decision_or_count,
+    parse_line,
+    parsed_objects,
+)
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
 
 _IMAGE_SIZE = re.compile(r"width:\s*(\d+),\s*height:\s*(\d+)")
@@ -90,7 +95,7 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG, ts: float | None
     return t
 
 
-_SMG_SAYS = ("Event-driven routing", "Cache-aware selection", "finished processing request",
+_SMG_SAYS = (*SMG_SELECTIONS, "finished processing request",
              "Fetched images for multimodal processing", "Multimodal preprocessing complete",
              "Token expansion complete", "Cache routing dispatch", "started processing request")
 
@@ -119,7 +124,7 @@ def _smg_says_something(msg: str) -> bool:
 def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg: str,
                 label: str) -> bool:
     """What one SMG line says, set on ``t``; False when it says nothing."""
-    if msg in ("Event-driven routing", "Cache-aware selection"):
+    if msg in SMG_SELECTIONS:
         put(t, "worker", obj.get("worker"), label)
         put(t, "model", obj.get("model_id"), label)
     elif msg == "finished processing request":
@@ -216,7 +221,7 @@ NOISE = re.compile(
     r"smg_mm_timing mm_tensor_payload_inline|Multimodal processing complete|"
     r'cache_aware selected|Created AbortOnDropStream|started processing request)')
 # The messages of SMG lines `router_logs.decision_from` makes decisions of.
-SMG_DECISIONS = ("Cache-aware selection", "Event-driven routing", "Cache routing dispatch",
+SMG_DECISIONS = (*SMG_SELECTIONS, "Cache routing dispatch",
                  "smg_mm_timing process_multimodal_plan", "Token expansion complete",
                  "pipeline attempt failed")
 _decode = msgspec.json.Decoder()
@@ -259,7 +264,7 @@ class Attempts:
             if len(self.failed) > self.limit:
                 for rid in list(self.failed)[: self.limit // 2]:
                     del self.failed[rid]
-        elif msg in ("Event-driven routing", "Cache-aware selection") and d.attempt is None:
+        elif msg in SMG_SELECTIONS and d.attempt is None:
             d.attempt = self.failed.get(d.request_id, 0)
 
     def done(self, request_id: str) -> None:

@@ -106,13 +106,19 @@ def _request_id(obj: dict[str, Any]) -> str | None:
 _int, _float = as_int, as_float
 
 
+# SMG's lines naming the worker its policy chose (one per dispatch attempt); 1.13 logs a
+# request under no prefix sent to a worker still warming up as the last.
+SMG_SELECTIONS = ("Cache-aware selection", "Event-driven routing",
+                  "Cache miss routed to a warming worker")
+
+
 def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
     msg = str(obj.get("message", ""))
     rid = _request_id(obj)
     if rid is None:
         return None
     # --- SMG ---
-    if msg == "Cache-aware selection" or msg.startswith("Event-driven routing"):
+    if msg.startswith(SMG_SELECTIONS):
         return RoutingDecision(
             rid, "smg", "log:" + msg, worker=obj.get("worker"), branch=obj.get("branch"),
             overlap_blocks=_int(obj.get("overlap_blocks")),

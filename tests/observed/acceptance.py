@@ -49,6 +49,7 @@ class Sent:
     response_id: str | None = None
     error: str | None = None
     stream: bool = False
+    nvext: bool = False  # the answer carried Dynamo's nvext (asked by the tap, not the client)
 
 
 PENDING = "pending"  # no stored verdict yet (null in JSON)

@@ -227,3 +227,12 @@ def test_smg_approximate_tree_prediction_is_judged() -> None:
     t.cached_tokens, t.provenance["cached_tokens"] = 0, "tap"  # the response's usage
     t.prompt_tokens, t.provenance["prompt_tokens"] = 84, "tap"
     assert judge(Evidence(t)).category == "false_hit"
+
+
+def test_smg_warming_worker_line_names_the_worker() -> None:
+    decisions, frags = read_lines(
+        (CAPTURES / "smg_1.13_warming_log.jsonl").read_text().splitlines())
+    (t,) = frags
+    assert (t.worker, t.provenance["worker"]) == ("grpc://127.0.0.1:22330", "router_log:smg")
+    (sel,) = [d for d in decisions if d.source.startswith("log:Cache miss")]
+    assert (sel.branch, sel.request_blocks, sel.attempt) == ("warmup_slice", 0, 0)

@@ -94,9 +94,11 @@ def send_all(url: str, on_done: threading.Event, kill_after: int,
                     stream_options={"include_usage": True}, extra_headers={"x-request-id": rid}))
                 s.response_id = chunks[0].id
             else:
-                s.response_id = client.chat.completions.create(
+                resp = client.chat.completions.create(
                     model=MODEL, messages=msgs, max_tokens=16,
-                    extra_headers={"x-request-id": rid}).id
+                    extra_headers={"x-request-id": rid})
+                s.response_id = resp.id
+                s.nvext = "nvext" in (resp.model_extra or {})
         except openai.OpenAIError as exc:
             s.error = repr(exc)[:200]
         with lock:
@@ -118,7 +120,7 @@ class Run:
 
 STORES = ("logs", "logs+kv", "logs+kv+otlp", "tap")
 # The tap's options per router (Dynamo: asking for the worker id, when the tap has it).
-TAP_ARGS: dict[str, list[str]] = {"smg": [], "dynamo": []}
+TAP_ARGS: dict[str, list[str]] = {"smg": [], "dynamo": ["--dynamo-worker-id"]}
 
 
 def run(kind: str, tmp_path: Path) -> Run:
@@ -219,6 +221,8 @@ def check_stored_once(run: Run, kind: str) -> None:
         assert any(t.spilled for t in truth.values())
     else:  # Dynamo answered 503 to the requests in flight on the dead worker
         assert "error" in kinds
+        # The tap asked Dynamo for the worker id; the client, who did not, never sees it.
+        assert not any(x.nvext for x in run.sent)
     for name, db in run.dbs.items():
         reader = StoreReader(db)
         try:
