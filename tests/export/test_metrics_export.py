@@ -24,6 +24,7 @@ from mmlens.export.families import Part
 from mmlens.records import CollectorHealth
 from mmlens.shard import Shard
 from mmlens.store.open import open_store
+from tests.conftest import BACKENDS, new_database
 from tests.export.metrics_text import by, scrape, series, total
 from tests.pages.recorded_store import W1, W2, _traces, fill
 
@@ -37,9 +38,12 @@ def judged(path: str, now: float):
     return rec
 
 
-@pytest.fixture
-def recorded(tmp_path):
-    return judged(str(tmp_path / "rec.db"), time.time())
+@pytest.fixture(params=BACKENDS)
+def recorded(request, tmp_path):
+    """The judged recorded store on each backend (SQLite file, PostgreSQL server)."""
+    if request.param == "sqlite":
+        return judged(str(tmp_path / "rec.db"), time.time())
+    return judged(new_database(request.getfixturevalue("postgres")), time.time())
 
 
 def snapshot_json(path: str, capsys) -> dict:
