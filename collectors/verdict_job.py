@@ -73,8 +73,9 @@ class VerdictJob:
             rows = self.store.kv_chain_tail(self.kv_tail)
             if not rows:
                 return out
-            for unit, (lo, hi) in self.state.apply_kv(rows).items():
-                out.update(self.judged_once.touched(unit, lo, hi, self.longest))
+            for unit, ranges in self.state.apply_kv(rows).items():
+                for lo, hi in ranges:
+                    out.update(self.judged_once.touched(unit, lo, hi, self.longest))
 
     def _late_decisions(self) -> set[str]:
         """Requests judged already that a decision logged since names (its line's time is

@@ -37,22 +37,25 @@ class Prediction:
                 "predicted_blocks": self.predicted_blocks, "branch": self.branch}
 
 
-def _first(preds: Sequence[RoutingDecision], name: str) -> Any:
-    ordered = sorted(preds, key=lambda p: p.overlap_blocks is None)
-    return next((getattr(p, name) for p in ordered if getattr(p, name) is not None), None)
-
-
 def merged(preds: Sequence[RoutingDecision], attempt: int | None) -> Prediction:
+    """Each field from the first decision that told it, those with an overlap first."""
+    ordered = sorted(preds, key=lambda p: p.overlap_blocks is None) if len(preds) > 1 \
+        else preds
+    got: dict[str, Any] = {}
+    for p in ordered:
+        for name in ("worker", "overlap_blocks", "request_blocks", "block_size", "branch",
+                     "expanded_tokens", "credited_units"):
+            if name not in got and (value := getattr(p, name)) is not None:
+                got[name] = value
     fired = [g for p in preds for g in p.gates if g.spill]
-    branch = _first(preds, "branch")
-    bs = _first(preds, "block_size") or 16
-    predicted = _first(preds, "overlap_blocks")
-    if predicted is None and (units := _first(preds, "credited_units")) is not None:
+    branch = got.get("branch")
+    bs = got.get("block_size") or 16
+    predicted = got.get("overlap_blocks")
+    if predicted is None and (units := got.get("credited_units")) is not None:
         predicted = units // bs  # SMG's approximate tree credits tokens, not blocks
     return Prediction(
-        attempt, _first(preds, "worker"), predicted,
-        _first(preds, "request_blocks"), bs, branch,
-        _first(preds, "expanded_tokens"), bool(fired) or branch in SPILL_BRANCHES,
+        attempt, got.get("worker"), predicted, got.get("request_blocks"), bs, branch,
+        got.get("expanded_tokens"), bool(fired) or branch in SPILL_BRANCHES,
         next((g.worker for g in fired if g.worker), None),
         [str(w) for p in preds for w in p.warnings], sorted({p.source for p in preds}))
 
@@ -69,6 +72,8 @@ def attempts(t: RequestTrace) -> tuple[Prediction, list[Prediction]]:
     that answered, logged before the serving worker's, are a failed attempt (SMG logs one
     routing line per dispatch)."""
     preds = list(t.predictions)
+    if all(p.attempt is None for p in preds) and len({p.worker for p in preds}) <= 1:
+        return merged(preds, None), []  # one dispatch: nothing to tell apart
     groups: dict[int, list[RoutingDecision]] = {}
     by_worker: dict[str | None, int] = {}
     for p in preds:

@@ -24,10 +24,11 @@ from mmlens.ingest.observed import SOURCE_KV
 SLACK_S = 0.3  # events reach the store stamped up to this long after the engine's work
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Segment:
     """One stored-blocks event: when, how deep its parent sits (None: the parent was stored
-    before the index saw it), how many blocks, its parent and last block."""
+    before the index saw it), how many blocks, its parent and last block. Compared by
+    identity: two events alike are two segments."""
 
     ts: float
     base: int | None
@@ -49,14 +50,47 @@ class Served:
     known_blocks: int | None = None
 
 
+@dataclass(slots=True)
+class _ByTime:
+    """Segments in time order, with their times beside them (bisect without a key)."""
+
+    times: list[float] = field(default_factory=list)
+    segs: list[Segment] = field(default_factory=list)
+
+    def add(self, seg: Segment) -> None:
+        if not self.times or seg.ts >= self.times[-1]:
+            self.times.append(seg.ts)
+            self.segs.append(seg)
+        else:  # a late row
+            at = bisect.bisect_right(self.times, seg.ts)
+            self.times.insert(at, seg.ts)
+            self.segs.insert(at, seg)
+
+    def between(self, since: float, until: float) -> list[Segment]:
+        return self.segs[bisect.bisect_left(self.times, since):
+                         bisect.bisect_right(self.times, until)]
+
+    def prune(self, before: float) -> None:
+        cut = bisect.bisect_left(self.times, before)
+        del self.times[:cut], self.segs[:cut]
+
+
 @dataclass
 class WorkerChains:
-    """One worker's stored blocks: each block's depth in its chain, and recent segments."""
+    """One worker's stored blocks: each block's depth in its chain and segment, and recent
+    segments by time, by the depth they end at, and by the block they hang off."""
 
     depth: dict[str, int] = field(default_factory=dict)
     segment_of: dict[str, Segment] = field(default_factory=dict)  # block → its segment
-    segments: list[Segment] = field(default_factory=list)  # by ts
+    all: _ByTime = field(default_factory=_ByTime)
+    by_end: dict[int, _ByTime] = field(default_factory=dict)  # base + blocks → segments
+    unrooted: _ByTime = field(default_factory=_ByTime)  # parent depth unknown
+    children: dict[str, _ByTime] = field(default_factory=dict)
     last_ts: float = 0.0  # the newest event seen: the stream covers times before it
+
+    @property
+    def segments(self) -> list[Segment]:
+        return self.all.segs
 
     def stored(self, ts: float, parent: str | None, hashes: Sequence[str]) -> None:
         if not hashes:
@@ -66,12 +100,20 @@ class WorkerChains:
         if base is not None:
             for i, h in enumerate(hashes, start=base + 1):
                 self.depth[h] = i
+            end = self.by_end.get(base + len(hashes))
+            if end is None:
+                end = self.by_end[base + len(hashes)] = _ByTime()
+            end.add(seg)
+        else:
+            self.unrooted.add(seg)
         for h in hashes:
             self.segment_of[h] = seg
-        if not self.segments or ts >= self.segments[-1].ts:
-            self.segments.append(seg)
-        else:  # a late row
-            bisect.insort(self.segments, seg, key=lambda s: s.ts)
+        if parent is not None:
+            kids = self.children.get(parent)
+            if kids is None:
+                kids = self.children[parent] = _ByTime()
+            kids.add(seg)
+        self.all.add(seg)
         self.last_ts = max(self.last_ts, ts)
 
     def removed(self, ts: float, hashes: Sequence[str]) -> None:
@@ -86,13 +128,16 @@ class WorkerChains:
         self.last_ts = max(self.last_ts, ts)
 
     def window(self, since: float, until: float) -> list[Segment]:
-        lo = bisect.bisect_left(self.segments, since, key=lambda s: s.ts)
-        hi = bisect.bisect_right(self.segments, until, key=lambda s: s.ts)
-        return self.segments[lo:hi]
+        return self.all.between(since, until)
 
     def prune(self, before: float, max_blocks: int = 1_000_000) -> None:
-        cut = bisect.bisect_left(self.segments, before, key=lambda s: s.ts)
-        del self.segments[:cut]
+        self.all.prune(before)
+        self.unrooted.prune(before)
+        for end in self.by_end.values():
+            end.prune(before)
+        for kids in self.children.values():
+            kids.prune(before)
+        self.children = {p: kids for p, kids in self.children.items() if kids.segs}
         if len(self.depth) > max_blocks:  # oldest first (insertion order)
             for h in list(self.depth)[:len(self.depth) - max_blocks]:
                 del self.depth[h]
@@ -106,54 +151,58 @@ def _full(r: Served) -> tuple[int, int] | None:
     return r.prompt_tokens // r.block_size, max(0, (r.prompt_tokens - 1) // r.block_size)
 
 
-def _fits(seg: Segment, r: Served, full: int, max_hit: int) -> bool:
-    if seg.base is None:
-        return seg.blocks <= full
-    if seg.base + seg.blocks != full or seg.base > max_hit:
-        return False
-    return r.known_blocks is None or abs(r.known_blocks - seg.base) <= 1
-
-
 def _hit(seg: Segment, full: int) -> int:
     return full - seg.blocks if seg.base is None else seg.base
 
 
-def _decodes(segs: list[Segment], served: Sequence[Served], fits: dict[str, list[int]],
-             slack_s: float) -> dict[int, str]:
+def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: float,
+          ) -> list[Segment]:
+    """Segments stored while ``r`` ran that end at its prompt's depth (or hang off a block
+    the index never saw and are no longer than its prompt)."""
+    since, until = r.start - slack_s, r.end + slack_s
+    end = chains.by_end.get(full)
+    out = [] if end is None else [
+        s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
+        and (r.known_blocks is None or abs(r.known_blocks - s.base) <= 1)]
+    out += [s for s in chains.unrooted.between(since, until) if s.blocks <= full]
+    return out
+
+
+def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, list[Segment]],
+             slack_s: float) -> dict[Segment, str]:
     """Segments that are a request's decode: hung off the last block of a segment that may
     be its prefill (or of its decode before), stored while it ran, at its prompt's depth."""
-    out: dict[int, str] = {}
+    out: dict[Segment, str] = {}
     for r in served:
+        mine = fits.get(r.request_id)
         f = _full(r)
-        if f is None or not fits.get(r.request_id):
+        if not mine or f is None:
             continue
-        tips = {segs[i].last for i in fits[r.request_id]}
-        lo = bisect.bisect_left(segs, segs[min(fits[r.request_id])].ts, key=lambda s: s.ts)
-        hi = bisect.bisect_right(segs, r.end + slack_s, key=lambda s: s.ts)
-        for i in range(lo, hi):
-            s = segs[i]
-            if s.parent in tips and s.base is not None and s.base >= f[0] and i not in \
-                    fits[r.request_id]:
-                out.setdefault(i, r.request_id)
-                tips.add(s.last)
+        since, until = min(s.ts for s in mine), r.end + slack_s
+        own = set(mine)
+        tips = [s.last for s in mine]
+        while tips:
+            kids = chains.children.get(tips.pop())
+            for child in () if kids is None else kids.between(since, until):
+                if child.base is not None and child.base >= f[0] and child not in own \
+                        and child not in out:
+                    out[child] = r.request_id
+                    tips.append(child.last)
     return out
 
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,
-               ) -> dict[str, list[int]]:
-    """Per request, the indexes (into ``chains.segments``) of the segments it may own as
-    its prefill (not another request's decode)."""
-    fits: dict[str, list[int]] = {}
-    segs = chains.segments
+               ) -> dict[str, list[Segment]]:
+    """Per request, the segments it may own as its prefill (not another request's decode)."""
+    fits: dict[str, list[Segment]] = {}
     for r in served:
         f = _full(r)
-        if f is None:
-            continue
-        lo = bisect.bisect_left(segs, r.start - slack_s, key=lambda s: s.ts)
-        hi = bisect.bisect_right(segs, r.end + slack_s, key=lambda s: s.ts)
-        fits[r.request_id] = [i for i in range(lo, hi) if _fits(segs[i], r, *f)]
-    decode = _decodes(segs, served, fits, slack_s)
-    return {rid: [i for i in idx if decode.get(i, rid) == rid] for rid, idx in fits.items()}
+        if f is not None:
+            fits[r.request_id] = _fits(chains, r, *f, slack_s)
+    decode = _decodes(chains, served, fits, slack_s)
+    if not decode:
+        return fits
+    return {rid: [s for s in segs if decode.get(s, rid) == rid] for rid, segs in fits.items()}
 
 
 def _computed_alongside(chains: WorkerChains, seg: Segment, since: float, max_hit: int,
@@ -169,38 +218,45 @@ def _computed_alongside(chains: WorkerChains, seg: Segment, since: float, max_hi
     return out
 
 
+def _settle(cands: dict[str, list[Segment]]) -> tuple[dict[Segment, set[str]],
+                                                       dict[str, Segment]]:
+    """Who may own each segment, and the segments settled by elimination: one only one
+    request can own is its; that may leave another request a single candidate, and so on."""
+    owners: dict[Segment, set[str]] = {}
+    for rid, segs in cands.items():
+        for s in segs:
+            owners.setdefault(s, set()).add(rid)
+    owned: dict[str, Segment] = {}
+    taken: set[Segment] = set()
+    changed = True
+    while changed:
+        changed = False
+        for s, rids in owners.items():
+            if s in taken:
+                continue
+            left = [r for r in rids if r not in owned]
+            if len(left) == 1:
+                owned[left[0]] = s
+                taken.add(s)
+                changed = True
+        for rid, segs in cands.items():
+            if rid in owned:
+                continue
+            free = [s for s in segs if s not in taken]
+            if len(free) == 1 and all(r in owned or r == rid for r in owners[free[0]]):
+                owned[rid] = free[0]
+                taken.add(free[0])
+                changed = True
+    return owners, owned
+
+
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S) -> dict[str, Realized]:
     """The realized hit of each request in ``served`` (one worker's) that its KV events
     show; a request they say nothing definite about is left out."""
     cands = candidates(chains, served, slack_s)
-    owners: dict[int, set[str]] = {}
-    for rid, idx in cands.items():
-        for i in idx:
-            owners.setdefault(i, set()).add(rid)
-    owned: dict[str, int] = {}
-    rivals: set[str] = set()
-    taken: set[int] = set()
-    changed = True
-    while changed:  # a segment only one request can own is its; that frees others
-        changed = False
-        for i, rids in owners.items():
-            if i in taken:
-                continue
-            left = [r for r in rids if r not in owned]
-            if len(left) == 1:
-                owned[left[0]] = i
-                taken.add(i)
-                changed = True
-        for rid, idx in cands.items():
-            if rid in owned:
-                continue
-            free = [i for i in idx if i not in taken]
-            if len(free) == 1 and all(r in owned or r == rid for r in owners[free[0]]):
-                owned[rid] = free[0]
-                taken.add(free[0])
-                changed = True
-    segs = chains.segments
+    owners, owned = _settle(cands)
+    taken = set(owned.values())
     out: dict[str, Realized] = {}
     for r in served:
         rid, f = r.request_id, _full(r)
@@ -210,34 +266,34 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         if full == 0:
             out[rid] = Realized(0, None, SOURCE_KV)
             continue
-        lo = bisect.bisect_left(segs, r.start - slack_s, key=lambda s: s.ts)
-        hi = bisect.bisect_right(segs, r.end + slack_s, key=lambda s: s.ts)
-        free: list[int] = []
-        if rid in owned:
-            mine = segs[owned[rid]]
+        free: list[Segment] = []
+        rivals: set[str] = set()
+        mine = owned.get(rid)
+        if mine is not None:
             readings = {_hit(mine, full)}
         else:
-            free = [i for i in cands.get(rid, []) if i not in taken]
-            rivals = {o for i in free for o in owners[i] if o != rid and o not in owned}
-            shared = {i for o in (rid, *rivals) for i in cands.get(o, []) if i not in taken}
-            readings = {_hit(segs[i], full) for i in free}
+            free = [s for s in cands.get(rid, []) if s not in taken]
+            rivals = {o for s in free for o in owners[s] if o != rid and o not in owned}
+            shared = {s for o in (rid, *rivals) for s in cands.get(o, []) if s not in taken}
+            readings = {_hit(s, full) for s in free}
             if not free and chains.last_ts < r.end + slack_s:
                 continue  # the worker's events may not have arrived yet
             if len(rivals) + 1 > len(shared):  # one of them stored nothing: its prompt hit
                 readings.add(max_hit)
-        if rid in owned or free:
+        if mine is not None or free:
             # Its chain's blocks above where it starts, stored by another request while it
             # ran: it may have computed them too (an engine stores a block once).
-            for seg in [mine] if rid in owned else [segs[i] for i in free]:
+            for seg in [mine] if mine is not None else free:
                 readings |= _computed_alongside(chains, seg, r.start - slack_s, max_hit)
         else:  # no chain of its own known: any chain as deep stored while it ran may be it
-            readings |= {min(b, max_hit) for i in range(lo, hi)
-                         if (b := segs[i].base) is not None and b < full <= b + segs[i].blocks}
+            readings |= {min(b, max_hit) for s in chains.window(r.start - slack_s,
+                                                                r.end + slack_s)
+                         if (b := s.base) is not None and b < full <= b + s.blocks}
         # Shown first: what a segment it may own says (the other readings are alternatives).
-        own = {_hit(segs[i], full) for i in ([owned[rid]] if rid in owned else free)}
+        own = {_hit(s, full) for s in ([mine] if mine is not None else free)}
         best = max(own or readings)
         alt = tuple(sorted(readings - {best}, reverse=True))
-        same = rid not in owned and rivals and len({_hit(segs[i], full) for i in free}) > 1
+        same = mine is None and rivals and len({_hit(s, full) for s in free}) > 1
         out[rid] = Realized(best, None, SOURCE_KV, alt, None if not alt else (
             f"{len(rivals) + 1} requests of {full} blocks on {worker} at once" if same
             else f"another request on {worker} stored blocks of its prompt while it ran"))

@@ -57,6 +57,19 @@ def prompt_of(t: RequestTrace, block_size: int) -> int | None:
     return (blocks - (1 if t.router_kind == "dynamo" else 0)) * block_size + 1
 
 
+TOUCH_GAP_S = 1.0
+
+
+def _ranges(times: list[float]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for ts in sorted(times):
+        if out and ts - out[-1][1] < TOUCH_GAP_S:
+            out[-1] = (out[-1][0], ts)
+        else:
+            out.append((ts, ts))
+    return out
+
+
 @dataclass
 class JudgeState:
     horizon_s: float = 900.0
@@ -64,9 +77,10 @@ class JudgeState:
     held: HeldIndex = field(default_factory=HeldIndex)
     removals: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
 
-    def apply_kv(self, rows: Iterable[KVRow]) -> dict[str, tuple[float, float]]:
-        """Apply KV rows; per unit the time range they cover (what late rows touch)."""
-        touched: dict[str, tuple[float, float]] = {}
+    def apply_kv(self, rows: Iterable[KVRow]) -> dict[str, list[tuple[float, float]]]:
+        """Apply KV rows; per unit the time ranges they cover (rows less than
+        ``TOUCH_GAP_S`` apart in one range): what late rows touch."""
+        seen: dict[str, list[float]] = {}
         for ts, unit, kind, parent, hashes in rows:
             chains = self.chains.get(unit)
             if chains is None:
@@ -81,9 +95,8 @@ class JudgeState:
                 sums.insert(at, len(hashes))
             else:
                 chains.cleared(ts)
-            lo, hi = touched.get(unit, (ts, ts))
-            touched[unit] = (min(lo, ts), max(hi, ts))
-        return touched
+            seen.setdefault(unit, []).append(ts)
+        return {unit: _ranges(ts_list) for unit, ts_list in seen.items()}
 
     def removed_before(self, unit: str, ts: float) -> int:
         times, counts = self.removals.get(unit, ([], []))

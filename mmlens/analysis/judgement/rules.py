@@ -49,6 +49,11 @@ def _first_divergent_block(t: RequestTrace, diff: int, bs: int) -> int | None:
     return (min(starts) + min(n0, n0 + diff // max(1, len(lay.images)))) // bs
 
 
+def _fell_back(warnings: list[str]) -> bool:
+    notes = " ".join(warnings).lower()
+    return any(m in notes for m in FALLBACK_MARKERS)
+
+
 def _failover_note(failed: list[Prediction]) -> str:
     if not failed:
         return ""
@@ -126,14 +131,17 @@ class _Case:
                                f"{seed}) but the engine found {n}, and no removal was seen")
 
     def _unrealized(self) -> tuple[str, str]:
+        """Without the engine's side the router's view is not a verdict: a spill or a
+        first sight may still have hit (the live runs saw both)."""
         worker, predicted, branch = self.worker, self.predicted, self.pred.branch
         if self.pred.spill:
-            return "spilled", (f"spilled: the spill gate on {self.pred.spill_from or 'the '}"
+            return "unknown", (f"unknown: the spill gate on {self.pred.spill_from or 'the '}"
                                f"{'' if self.pred.spill_from else 'preferred worker'} fired, "
-                               f"the router sent it to {worker}")
+                               f"the router sent it to {worker}; the realized hit is unknown")
         if predicted == 0 or (predicted is None and branch in MISS_BRANCHES):
-            return "cold", (f"cold{self.note}: no worker held a prefix of it as the router "
-                            f"saw it ({branch or '0 blocks overlap'}); realized hit unknown")
+            return "unknown", (f"unknown{self.note}: the router saw no prefix of it on any "
+                               f"worker ({branch or '0 blocks overlap'}); the realized hit is "
+                               "unknown")
         if predicted is None:
             return "unknown", ("unknown: no routing decision and no realized hit were seen "
                                "for this request")
@@ -193,7 +201,7 @@ def judge(ev: Evidence, judged_at: float | None = None) -> Verdict:
         code = t.error_code or ""
         evidence.update(error=t.error, error_code=code, what_to_change=ERROR_HINTS.get(code, ""))
         cat, head = "error", f"the request failed: {code or t.status}"
-    elif any(m in " ".join(pred.warnings).lower() for m in FALLBACK_MARKERS):
+    elif pred.warnings and _fell_back(pred.warnings):
         cat, head = "fallback", ("the router fell back to text-prefix routing: "
                                  + "; ".join(pred.warnings[:3]))
     elif (expected := _expected_prompt(t, pred)) is not None and known(t, "prompt_tokens") \
