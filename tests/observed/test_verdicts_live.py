@@ -152,7 +152,7 @@ def run(kind: str, tmp_path: Path) -> Run:
         with running(procs):
             tap_url = f"http://127.0.0.1:{tap_port}"
             wait_until(lambda: httpx.get(tap_url + "/v1/models", timeout=1).status_code == 200,
-                       30, what="tap", ignore=(httpx.HTTPError,))
+                       90, what="tap", ignore=(httpx.HTTPError,))
             for port in otlp:  # spans exported before the receiver listens are lost
                 wait_until(lambda port=port: socket.create_connection(
                     ("127.0.0.1", port), timeout=1).close() is None, 60,
