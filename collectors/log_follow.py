@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -20,11 +21,17 @@ class _Meta(Protocol):
 class LogFollower:
     """Reads lines appended to ``path`` since the last call; starts over when the file is
     truncated or replaced (another inode). ``position``/``resume`` let a restarted collector
-    go on where the last one stopped instead of reading (and storing) the log again."""
+    go on where the last one stopped instead of reading (and storing) the log again.
+
+    The file is the one ``path`` named when the follower started (a symlink then is resolved
+    once): a symlink swapped in for it later is not followed, only counted (``refused``), so a
+    log allowed by the config cannot be turned into any file the collector can read."""
 
     def __init__(self, path: str, from_start: bool = True, max_line: int = 1 << 20,
                  max_read: int = 8 << 20) -> None:
         self.path = path
+        self._real = os.path.realpath(path)
+        self.refused = 0  # reads refused: a symlink stood where the file was
         self.inode = self._stat()[0]
         self.offset = 0 if from_start else self._stat()[1]
         self.max_line = max_line
@@ -33,8 +40,11 @@ class LogFollower:
 
     def _stat(self) -> tuple[int | None, int]:
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self._real)
         except OSError:
+            return None, 0
+        if stat.S_ISLNK(st.st_mode):
+            self.refused += 1
             return None, 0
         return st.st_ino, st.st_size
 
@@ -60,11 +70,14 @@ class LogFollower:
         if size == self.offset:
             return []
         try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read(min(size - self.offset, self.max_read))
+            fd = os.open(self._real, os.O_RDONLY | os.O_NOFOLLOW)  # swapped since the lstat
         except OSError:
             return []
+        with open(fd, "rb") as fh:
+            if os.fstat(fd).st_ino != inode:
+                return []
+            fh.seek(self.offset)
+            data = fh.read(min(size - self.offset, self.max_read))
         self.offset += len(data)
         data = self._partial + data
         lines = data.split(b"\n")

@@ -257,6 +257,8 @@ class CollectorRunner:
         for name, follower in self.followers.items():
             h = self.log_health.setdefault(name, CollectorHealth("router_logs", name))
             lines = follower.read_new()
+            if getattr(follower, "refused", 0):
+                h.errors["symlink_refused"] = follower.refused
             if not lines:
                 continue
             found, frags = read_lines(lines, h.errors,

@@ -135,6 +135,7 @@ def confined(value: str | None, where: str, base: Path, allowed: Iterable[Path])
 
 def directories(doc: Mapping[str, Any], key: str, base: Path) -> list[Path]:
     value = doc.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key}: expected a list of directory paths")
+    if not isinstance(value, list) or not all(
+            isinstance(v, str) and "\x00" not in v and len(v) <= MAX_TEXT for v in value):
+        raise ConfigError(f"{key}: expected a list of directory paths, got {_shown(value)}")
     return [(base / v).resolve() for v in value]

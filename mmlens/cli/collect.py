@@ -65,6 +65,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                     help="serve Prometheus metrics of the store on this port (0: any free one)")
     ap.add_argument("--metrics-host", default="127.0.0.1",
                     help="address of the --metrics-port listener (default 127.0.0.1)")
+    ap.add_argument("--spill-dir", help="where records held through a store outage spill "
+                    "past the in-memory bound (default: the system's temporary folder)")
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap.parse_args(list(argv))
 
@@ -132,7 +134,7 @@ def main(argv: Sequence[str]) -> int:
         streams[name] = StreamFollower(sys.stdin) if path == "-" else LogFollower(path)
     client = httpx.Client()
     runner = CollectorRunner(cfg, store, http=client, log_streams=streams,
-                             prom=_prometheus(cfg), shard=shard)
+                             prom=_prometheus(cfg), shard=shard, spill_dir=args.spill_dir)
     try:
         metrics = _metrics_server(args, runner)
     except OSError as exc:

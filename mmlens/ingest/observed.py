@@ -9,6 +9,7 @@ span over a router log). A field of an observed request without provenance is un
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -59,9 +60,14 @@ def fragment(request_id: str, source: str, ts: float, router_kind: str = "auto",
                         sources=[source])
 
 
+_TEXT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestTrace)
+                         if f.type in ("str", "str | None"))
+
+
 def put(t: RequestTrace, name: str, value: Any, label: str) -> None:
-    """Set a field with its provenance (None leaves it unknown)."""
-    if value is None or value == "":
+    """Set a field with its provenance (None leaves it unknown, and so does a value that is
+    not text for a text field: a log line's ``"model": [1]`` would be stored unreadable)."""
+    if value is None or value == "" or (name in _TEXT_FIELDS and not isinstance(value, str)):
         return
     setattr(t, name, value)
     t.provenance[name] = label

@@ -66,7 +66,12 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return out
 
 
+MAX_LITERAL_LINE = 16_384  # a printed Python dict of a capture; ast on 1 MB takes seconds
+
+
 def _literal(line: str) -> Any:
+    if len(line) > MAX_LITERAL_LINE:
+        raise ValueError("undecodable log line")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "invalid decimal literal" and the like

@@ -224,6 +224,11 @@ def _transformers_tokenizer(path: str, synthetic: bool, source: str) -> TextToke
         hf_logging.set_verbosity_error()
         try:
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except Exception as exc:
+            # transformers refuses the folder's config (a list where vision_config is due,
+            # an unknown class): a model-dir error, not a traceback.
+            raise LayoutError(f"{source}: transformers cannot load its tokenizer: "
+                              f"{type(exc).__name__}: {str(exc)[:300]}") from None
         finally:
             hf_logging.set_verbosity(level)
     finally:

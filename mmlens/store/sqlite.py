@@ -29,14 +29,18 @@ class Store(SQLStore):
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5.0,
                                       check_same_thread=False)
         else:
-            self.db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            migrate_v1(self.db)
-            self.db.executescript(SCHEMA)
-            self.db.executescript(availability.SCHEMA)
-            self.db.executescript(verdicts.SCHEMA)
-            self.db.executescript(rollups.SQLITE_SCHEMA)
+            try:
+                self.db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                migrate_v1(self.db)
+                self.db.executescript(SCHEMA)
+                self.db.executescript(availability.SCHEMA)
+                self.db.executescript(verdicts.SCHEMA)
+                self.db.executescript(rollups.SQLITE_SCHEMA)
+            except sqlite3.Error as exc:  # a read-only file or folder, a full disk, not SQLite
+                raise StoreError(f"cannot open the store {self.path} for writing: {exc}"
+                                 ) from None
             self._check_version()
         self.db.execute("PRAGMA busy_timeout=5000")
 

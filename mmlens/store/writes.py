@@ -26,7 +26,7 @@ from mmlens.records import (
 )
 from mmlens.store import codec
 from mmlens.store.availability import AvailabilityTables
-from mmlens.store.dialect import marks
+from mmlens.store.dialect import StoreError, marks
 from mmlens.store.readback import all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
 
@@ -100,7 +100,7 @@ class StoreWrites(AvailabilityTables):
             with self._tx():
                 n = self._many(sql, rows)
         except Exception as exc:
-            if self.is_outage(exc) or len(rows) == 1:
+            if self.is_outage(exc) or isinstance(exc, StoreError):  # down, or read-only
                 raise
             return self._append_each(table, sql, rows, ignore_duplicates)
         return n if ignore_duplicates else len(rows)

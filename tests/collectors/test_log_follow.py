@@ -73,3 +73,22 @@ def test_rotation_truncation_and_bounded_reads(tmp_path) -> None:
     other = LogFollower(str(log))
     assert not other.resume({"inode": -1, "offset": 3})
     assert other.resume(f.position()) and other.read_new() == []
+
+
+def test_a_symlink_swapped_in_for_the_log_is_not_followed(tmp_path) -> None:
+    log, secret = tmp_path / "smg.log", tmp_path / "secret"
+    log.write_text("one\n")
+    secret.write_text("password=hunter2\n")
+    f = LogFollower(str(log))
+    assert f.read_new() == ["one"]
+    log.unlink()
+    log.symlink_to(secret)  # after start: refused, counted
+    assert f.read_new() == [] and f.read_new() == []
+    assert f.refused >= 1
+    log.unlink()
+    log.write_text("two\n")  # a real file again: read from its start
+    assert f.read_new() == ["two"]
+    # A symlink the config named from the start is resolved once, as it was then.
+    (tmp_path / "link.log").symlink_to(log)
+    g = LogFollower(str(tmp_path / "link.log"))
+    assert g.read_new() == ["two"] and g.refused == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+# CI runs 300 examples a parser, the same ones each run; the nightly-style run sets
+# MMLENS_FUZZ_EXAMPLES=100000 and MMLENS_FUZZ_RANDOM=1 (new examples each night).
+EXAMPLES = int(os.environ.get("MMLENS_FUZZ_EXAMPLES", "300"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    derandomize=not os.environ.get("MMLENS_FUZZ_RANDOM"), database=None,
                     suppress_health_check=list(HealthCheck))
 
 NASTY_NUMBERS = st.sampled_from([

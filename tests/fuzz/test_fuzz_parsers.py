@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from typing import Any
 
 import msgspec
 import pytest
@@ -23,6 +24,7 @@ from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import OtlpError, spans_of
 from mmlens.ingest.otlp_json import decode_export_json
 from mmlens.layout.families import FAMILIES
+from mmlens.store import codec
 from mmlens.targets_toml import validate_toml
 from tests.fuzz.strategies import (
     DOCS,
@@ -43,6 +45,13 @@ _workers = itertools.count()
 @SETTINGS
 @given(batch=kv_batches(), seq=st.integers(0, (1 << 63) - 1), mutate=st.binary(max_size=4))
 @example(batch=[float("inf"), [["BlockStored", [1 << 64], None, [1], 1]], 0], seq=1, mutate=b"")
+@example(batch=[1e300, [["BlockStored", [1], None, [1], 1]], 0], seq=1, mutate=b"")
+@example(batch=[1.0, [{"type": "BlockStored", "block_hashes": [1], "token_ids": [1] * 16,
+                       "block_size": 16, "extra_keys": [[["ab" * 16, 1 << 31]]]}], 0],
+         seq=2, mutate=b"")
+@example(batch=[1.0, [{"type": "BlockStored", "block_hashes": [2], "token_ids": [1] * 16,
+                       "block_size": 16, "extra_keys": [[["ab" * 16, 1 << 63]]]}], 0],
+         seq=3, mutate=b"")
 def test_kv_batches(store, batch, seq, mutate) -> None:
     try:
         payload = ENC.encode(batch)
@@ -88,13 +97,19 @@ ISSUE_LINES = [  # what killed `mmlens collect` before
     '{"message": "x", "request_id": "\\ud800", "tokens": 1e999}',
     "{" * 5000,
     "{[1]: 2}",
+    '{"message": "Cache routing dispatch", "span": {"request_id": "r2"}, "evidence": '
+    '"{\\"selections\\": [{\\"policy\\": \\"cache\\\\udc80\\", \\"worker\\": 5}]}"}',
+    '{"message": "x", "model": [1, 2], "span": {"request_id": "r3", "model": [1]}}',
 ]
+HUGE_LITERAL = "{" + "1:1," * 250_000 + "}"  # 1 MB that only ast.literal_eval would read
 
 
 @SETTINGS
 @given(lines=st.lists(log_lines(), min_size=1, max_size=4))
 @example(lines=ISSUE_LINES)
+@example(lines=[HUGE_LITERAL] * 8)
 def test_router_log_lines(store, lines) -> None:
+    started = time.perf_counter()
     errors: dict[str, int] = {}
     decisions = router_logs.parse_lines(lines, errors)
     store.add_decisions(decisions)
@@ -103,6 +118,9 @@ def test_router_log_lines(store, lines) -> None:
     store.add_traces(frags)
     dynamo_logs.model_mm_routing(lines)
     dynamo_logs.image_token_counts(lines)
+    assert time.perf_counter() - started < 10  # 8 MB of `{1:1,…}` took 26.5 s
+    assert len(codec.traces(t for (t,) in store._rows("SELECT body FROM traces"))) == \
+        store._one("SELECT count(*) FROM traces")  # what was stored reads back
 
 
 @SETTINGS
@@ -194,3 +212,73 @@ def test_otlp_json_bodies(store, body) -> None:
     frags, decisions = read_spans(spans)
     store.add_traces(frags)
     store.add_decisions(decisions)
+
+
+def _grpc_batch(ts: float, offset: int, identifier: str, seq: int) -> Any:
+    from smg_grpc_proto.generated import common_pb2
+
+    batch = common_pb2.KvEventBatch(sequence_number=seq, timestamp=ts)
+    block = batch.events.add().stored.blocks.add(block_hash=seq + 1, token_ids=[1] * 16,
+                                                 block_size=16)
+    key = block.extra_keys.add()
+    key.multimodal.identifier, key.multimodal.offset = identifier, offset
+    batch.events.add().stored.blocks.add(block_hash=seq + 2, token_ids=[2] * 16,
+                                         block_size=16)
+    return batch
+
+
+@SETTINGS
+@given(ts=st.one_of(st.floats(), st.just(1e300)),
+       offset=st.integers(-(1 << 63), (1 << 63) - 1),
+       identifier=st.text(max_size=40), seq=st.integers(0, (1 << 62)))
+@example(ts=1.0, offset=1 << 40, identifier="ab" * 16, seq=1)  # the issue's gRPC case
+def test_grpc_kv_batches(store, ts, offset, identifier, seq) -> None:
+    from mmlens.ingest.kv_grpc import batch_events
+
+    errors: dict[str, int] = {}
+    try:
+        got = batch_events(_grpc_batch(ts, offset, identifier, seq), f"g{next(_workers)}",
+                           errors)
+    except KVEventError as exc:
+        assert exc.kind == "bad_number"  # the batch's own time
+        return
+    assert len(got.events) + sum(errors.values()) == 2  # each event used or counted alone
+    assert any(e.block_hashes == [seq + 2] for e in got.events)  # the good one always
+    index = KVIngest().index
+    index.apply(got.events)
+    assert store.add_kv_events(got.events) == len(got.events)
+
+
+def _pack(obj: object) -> bytes:
+    try:
+        return ENC.encode(obj)
+    except (TypeError, OverflowError):
+        return b"\xc1"  # never valid msgpack
+
+
+PLANE_EVENTS = st.lists(st.fixed_dictionaries({
+    "worker_id": st.one_of(st.integers(-5, (1 << 64) - 1), VALUES),
+    "event": st.one_of(DOCS, st.fixed_dictionaries({"dp_rank": VALUES, "data": st.one_of(
+        DOCS, st.just("cleared"), st.fixed_dictionaries({"stored": DOCS}),
+        st.fixed_dictionaries({"removed": DOCS}))}))}), max_size=3)
+
+
+@SETTINGS
+@given(data=st.one_of(st.binary(max_size=200), PLANE_EVENTS.map(
+    lambda evs: _pack({"publisher_id": 1, "sequence": 2, "published_at": 3,
+                       "payload": _pack(evs)}))))
+@example(data=b"\x91" * 100_000 + b"\x00")  # was RecursionError, counted internal_error
+@example(data=ENC.encode({"publisher_id": 1, "sequence": 2, "published_at": 3,
+                          "payload": b"\x91" * 100_000 + b"\x00"}))
+@example(data=ENC.encode({"publisher_id": 1, "sequence": 2, "published_at": 10**19,
+                          "payload": b"\x90"}))
+def test_dynamo_plane_messages(data) -> None:
+    from mmlens.ingest.kv_dynamo_plane import decode_nats, router_events
+
+    errors: dict[str, int] = {}
+    try:
+        events = router_events(decode_nats("namespace.d.component.b.kv-events", data), errors)
+    except KVEventError as exc:
+        assert exc.kind in ("undecodable_msgpack", "too_deep", "bad_envelope")
+        return
+    assert all(ev.ts <= 1 << 33 for ev in events)
