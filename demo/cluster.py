@@ -251,6 +251,12 @@ class Cluster:
             cmd += ["--mm-processing", router.mm_processing]
         if cfg.allow_private_media:
             cmd.append("--mm-allow-private-media-hosts")
+        # SMG 1.13 matches this list by host alone (measured: "127.0.0.1:PORT" refuses every
+        # URL, the origin's too, "127.0.0.1" allows any loopback port): it keeps a
+        # router-mode SMG from other hosts and from redirects to them, not from other
+        # loopback ports (the workers' host:port list does that).
+        hosts = dict.fromkeys(h.rsplit(":", 1)[0] for h in self.media_hosts)
+        cmd += ["--mm-allowed-media-domains", ",".join(hosts)]
         return cmd + cfg.extra_smg_args
 
     def start(self) -> dict[str, Any]:

@@ -20,6 +20,9 @@ def allowed_flag(cmd: list[str]) -> str:
 def test_smg_demo_workers_fetch_only_from_the_demo_origin_by_default() -> None:
     cluster = Cluster(config_from(parse_args(["--port-base", "20000"])))
     assert allowed_flag(cluster._worker_cmd(0)) == "127.0.0.1:20007"
+    smg = cluster._smg_cmd(cluster.routers[0])
+    # SMG's own list holds hosts only (it refuses "host:port" entries: nothing matches).
+    assert smg[smg.index("--mm-allowed-media-domains") + 1] == "127.0.0.1"
     info = cluster.ready_info()
     assert info["media_origin"] == "http://127.0.0.1:20007"
     assert info["media_hosts"] == ["127.0.0.1:20007"]
