@@ -89,7 +89,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--log-dir", type=Path,
                    help="keep process logs here (default: a temporary dir removed at exit)")
     p.add_argument("--model-cache", type=Path, help="where model directories are generated")
-    p.add_argument("--ready-timeout", type=float, default=20.0)
+    p.add_argument("--ready-timeout", type=float, default=60.0)
     p.add_argument("--smg-log-level", default="debug", choices=["debug", "info", "warn", "error"])
     return p.parse_args(list(argv))
 

@@ -59,7 +59,7 @@ class ClusterConfig:
     log_dir: Path | None = None
     model_cache: Path | None = None
     smg_log_level: str = "debug"
-    ready_timeout: float = 20.0
+    ready_timeout: float = 60.0
     extra_smg_args: list[str] = field(default_factory=list)
     # A second SMG over the same workers with --mm-processing worker (the first then runs
     # --mm-processing router): the same request can be sent both ways.
