@@ -77,7 +77,11 @@ def views() -> None:
         st.warning(named_headline(alert.message, alert.worker, names))
     st.plotly_chart(divergence_figure(fold_view_points(view.points), names), key="kv_views",
                     width="stretch")
-    st.dataframe(name_rows(view.rows, names), hide_index=True, width="stretch")
+    st.dataframe(name_rows(view.rows, names), hide_index=True, width="stretch",
+                 column_config={"source": st.column_config.TextColumn(
+                     "source", help="event_plane: block sets from the router's event plane; "
+                     "index_gauge: SMG's smg_kv_index_blocks count; prediction: per request, "
+                     "predicted vs found")})
     st.caption("router only: blocks the router believes resident that the engine no longer "
                "holds (it evicted them, or the router never heard the removal); engine only: "
                "blocks the engine holds that the router does not know. Sources: event plane "
@@ -119,8 +123,22 @@ def available() -> None:
             st.dataframe([{**r, "worker": worker_label(r["worker"], workers),
                            "best worker": worker_label(r["best worker"], workers)}
                           for r in rows], hide_index=True, width="stretch",
-                         column_config={"causes": st.column_config.TextColumn(
-                             "causes", width="large", help="avoidable tokens by cause")})
+                         column_config={
+                             "causes": st.column_config.TextColumn(
+                                 "causes", width="large", help="avoidable tokens by cause"),
+                             "available": st.column_config.NumberColumn(
+                                 "available", help="tokens the best worker held when the "
+                                 "router chose"),
+                             "on chosen": st.column_config.NumberColumn(
+                                 "on chosen", help="tokens the chosen worker held then"),
+                             "images keyed": st.column_config.TextColumn(
+                                 "images keyed", help="how the router routed the images: "
+                                 "exact (by image content, Dynamo), degraded (by token ids "
+                                 "blind to which image filled them: SMG gRPC, or a count "
+                                 "drift), text_prefix (on text alone), unknown"),
+                             "identities": st.column_config.TextColumn(
+                                 "identities", help="resolved: the engine's name for each "
+                                 "image was learned from the blocks it stored")})
 
 
 live()

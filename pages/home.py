@@ -65,8 +65,9 @@ TERMS = [
      "(smg_kv_index_blocks), compared with the engines' own"),
     ("event index overlap", "SMG's routing mode that matches a request's blocks against the "
      "index built from the workers' KV events"),
-    ("images keyed", "whether the blocks of a request's images were keyed by image content "
-     "(full), only partly (degraded), or not at all"),
+    ("images keyed", "how the router routed a request's images: exact (by content), degraded "
+     "(by token ids, blind to which image filled them, or with a count drift), text_prefix "
+     "(on text alone)"),
     ("seed", "the first send of some images in a Lab run: nothing of it can be cached yet"),
     ("pending / firing / resolved", "an alert's state: its condition seen but not held long "
      "enough yet, held past its hold time, or cleared in the last 5 minutes"),

@@ -91,6 +91,13 @@ def send_run(targets: list[dict], steps: list, model: str, modes: dict[str, str]
     return results
 
 
+@st.fragment(run_every=shared.refresh_every())
+def live_results() -> None:
+    """The last run's results, re-read until the collector has stored every verdict."""
+    with shared.page_guard("Lab"):
+        show_results(st.session_state.get("lab_results") or [])
+
+
 def show_results(results: list[StepResult]) -> None:
     from mmlens.figures.lab import steps_figure
 
@@ -259,7 +266,7 @@ with shared.page_guard("Lab"):
     results = st.session_state.get("lab_results") or []
     if results:
         st.subheader("Results")
-        show_results(results)
+        live_results()
     else:
         st.caption("Compose a request and press Send: per step the worker, the tokens served "
                    "from cache and those computed, the router's prediction, the verdict and "

@@ -40,6 +40,12 @@ def _warm(r: StepResult) -> bool:
     return r.hit is not None and r.hit > WARM_SHARE
 
 
+def _predicted_missing(r: StepResult, block: int = 16) -> bool:
+    """The router predicted more than a block of cache the engine did not find (measured from
+    the step's own counts, so it holds before the collector's verdict is stored)."""
+    return bool(r.predicted) and (r.predicted or 0) > (r.cached_tokens or 0) + block
+
+
 def same_size_warning(sequence: str, sizes: Sequence[tuple[int, int]], count: int,
                       router_kind: str, mode: str | None) -> str | None:
     """Before sending: A and B of one size through a content-blind router in router mode
@@ -69,7 +75,7 @@ def seed_notes(results: Sequence[StepResult]) -> dict[int, str]:
         if r.error:
             continue
         name = r.key.split("+")[0] if r.key else r.step
-        if r.verdict == "false_hit" and r.predicted:
+        if _predicted_missing(r):
             out[i] = (f"seed: first send of {r.key}; the router predicted {r.predicted} cached "
                       f"tokens on {r.worker} from an earlier image of the same size (same token "
                       "ids, other pixels), and the engine found "
@@ -118,7 +124,7 @@ def _judge(sequence: str, rs: Sequence[StepResult], same_size: bool,
             return "the run has fewer steps than the sequence"
         if not _warm(warm):
             return f"{warm.step} found only {_pct(warm)} on {warm.worker}"
-        if other.verdict == "hit" and (other.cached_tokens or 0) > (warm.cached_tokens or 0) / 2:
+        if _warm(other) and (other.cached_tokens or 0) > (warm.cached_tokens or 0) / 2:
             return (f"{other.step} was served {other.cached_tokens} cached tokens: another "
                     "image's cache reused for different pixels")
         return None
@@ -144,7 +150,7 @@ def _judge_abab(rs: Sequence[StepResult], blind: bool) -> str | None:
     for r in rs:
         if r.key not in seeds:
             first = next(iter(seeds.values()), None)
-            if first is not None and first.worker == r.worker and r.verdict == "false_hit":
+            if first is not None and first.worker == r.worker and _predicted_missing(r):
                 return (f"{r.step} went to {r.worker}, {first.step}'s worker: the router "
                         f"predicted {r.predicted} cached tokens there and the engine found "
                         f"{r.cached_tokens or 0}" + cause)

@@ -57,13 +57,16 @@ def live_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDas
     db = work / "mmlens.db"
     port = free_port()
     cmd = [sys.executable, "-m", "mmlens", "dashboard", "--demo", "--port", str(port),
-           "--port-base", str(free_port_base(50)), "--db", str(db), "--ready-file", str(ready)]
+           "--port-base", str(free_port_base(50)), "--db", str(db), "--ready-file", str(ready),
+           # the demo's own 20 s is too short for SMG's start on a loaded 2-core machine
+           "--ready-timeout", "120", "--demo-args", "--ready-timeout 90"]
     log = (work / "dashboard.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
     try:
         try:
-            info = wait_until(lambda: ready_info(ready, proc), 90, 0.3, what="dashboard ready")
+            info = wait_until(lambda: ready_info(ready, proc), 150, 0.3,
+                              what="dashboard ready")
         except (AssertionError, pytest.fail.Exception) as exc:  # timed out, or it exited
             raise RuntimeError("dashboard not ready:\n" + (work / "dashboard.log")
                                .read_text()[-3000:]) from exc

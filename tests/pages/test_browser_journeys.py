@@ -45,6 +45,19 @@ def _no_traceback(page: Any) -> None:
     assert page.locator("[data-testid='stException']").count() == 0
 
 
+def _settled_line(body: Any) -> str:
+    """The Lab's summary line once every step's stored verdict is in (pending until the
+    collector judged it; the results re-read it)."""
+    line = body.get_by_text(re.compile(r"^A → w\d")).first
+    line.wait_for(state="visible", timeout=WAIT_MS)
+    for _ in range(60):
+        text = line.inner_text()
+        if "(pending)" not in text:
+            return text
+        body.page.wait_for_timeout(1000)
+    raise AssertionError(f"verdicts still pending: {text}")
+
+
 def _lab(page: Any, url: str) -> Any:
     page.goto(f"{url}/lab", wait_until="domcontentloaded")
     body = _main(page)
@@ -122,12 +135,11 @@ def test_abab_b_cold_then_both_warm_on_two_workers(live_dashboard: LiveDashboard
     body.get_by_role("button", name="Send").click()
     body.get_by_text("Cached vs computed tokens per step").wait_for(state="visible",
                                                                     timeout=WAIT_MS)
-    line = body.get_by_text(re.compile(r"^A → w\d")).first
-    line.wait_for(state="visible", timeout=WAIT_MS)
-    steps = {m["step"]: m for m in STEP.finditer(line.inner_text())}
-    assert set(steps) == {"A", "B", "A again", "B again"}, line.inner_text()
+    text = _settled_line(body)
+    steps = {m["step"]: m for m in STEP.finditer(text)}
+    assert set(steps) == {"A", "B", "A again", "B again"}, text
     a, b, a2, b2 = (steps[k] for k in ("A", "B", "A again", "B again"))
-    assert a["worker"] != b["worker"], line.inner_text()  # the seeds: on two workers
+    assert a["worker"] != b["worker"], text  # the seeds: on two workers
     assert int(b["pct"]) < 10 and b["verdict"] != "hit"  # B (new pixels) is cold
     assert (a2["worker"], b2["worker"]) == (a["worker"], b["worker"])  # back to their seeds
     assert int(a2["pct"]) > 50 and int(b2["pct"]) > 50  # and both warm
@@ -160,8 +172,7 @@ def test_same_size_abab_on_smg_fails_with_the_content_blind_reason(
     banner.wait_for(state="visible", timeout=WAIT_MS)
     reason = banner.inner_text()
     assert "SMG routes same-size images by position, not content" in reason, reason
-    line = body.get_by_text(re.compile(r"^A → w\d")).first.inner_text()
-    steps = {m["step"]: m for m in STEP.finditer(line)}
+    steps = {m["step"]: m for m in STEP.finditer(_settled_line(body))}
     a, b, a2, b2 = (steps[k] for k in ("A", "B", "A again", "B again"))
     # The reason names what happened: B seeded on A's worker, or a replay on the other's.
     assert (b["worker"] == a["worker"] and reason.startswith(f"FAIL — B went to {a['worker']}, "
