@@ -33,6 +33,7 @@ from mmlens.records import CollectorHealth, SpanRecord
 log = logging.getLogger("mmlens.otlp")
 
 HOST = "127.0.0.1"
+DISCARD_MAX, DISCARD_S = 256 << 20, 5.0  # what of a refused body is read to let the 413 through
 MAX_BODY = 16 << 20  # the OpenTelemetry Collector's default max request size is 4 MiB…16 MiB
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -314,18 +315,37 @@ class _HttpHandler(BaseHTTPRequestHandler):
             raise _BadBody(411, "no_length", "content-length or chunked transfer required")
         if length > self.owner.max_body:
             self.close_connection = True  # the body is not read: the connection cannot be reused
+            self._unread = length
             raise _BadBody(413, "too_large", f"body of {length} bytes over {self.owner.max_body}")
         return self.rfile.read(length)
+
+    def _discard_unread(self) -> None:
+        """After answering a body too large: read what the client still sends (bounded in
+        bytes and time) before closing, so that it gets to read the answer instead of a
+        reset (a socket closed with unread data resets the connection: a broken pipe)."""
+        left = min(self._unread, DISCARD_MAX)
+        try:
+            self.wfile.flush()
+            self.connection.settimeout(DISCARD_S)
+            while left > 0:
+                chunk = self.rfile.read1(min(left, 1 << 20))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
 
     def do_POST(self) -> None:
         if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
             self.close_connection = True  # its body is not read
             self._error(404, "not_found", f"no OTLP endpoint at {self.path} (use /v1/traces)")
             return
+        self._unread = 0
         try:
             body = self._body()
         except _BadBody as exc:
             self._error(exc.status, exc.kind, str(exc))
+            self._discard_unread()
             return
         fmt = self._format()
         if fmt is None:

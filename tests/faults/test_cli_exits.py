@@ -1,6 +1,6 @@
 """Bad input to the commands is exit 2 with a one-line message, never exit 1 with a traceback:
 a NUL in ``log_dirs``, a store on a read-only disk, a model folder whose ``vision_config`` is a
-list."""
+list; an OTLP body over the limit is answered 413, not cut off with a reset."""
 
 from __future__ import annotations
 
@@ -44,3 +44,32 @@ def test_a_model_dir_transformers_refuses_is_a_layout_error(tmp_path: Path, caps
     assert layout.main(["--model", str(tmp_path), "--image", "640x480"]) == 2
     err = capsys.readouterr().err
     assert "transformers cannot load its tokenizer" in err and "Traceback" not in err
+
+
+def post_whole(port: int, body: bytes) -> bytes:
+    """A client that sends its whole request before reading the answer (as curl and most
+    SDK exporters do): what it reads back."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                     b"application/x-protobuf\r\ncontent-length: %d\r\n\r\n" % len(body))
+        sock.sendall(body)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+def test_an_otlp_body_over_the_limit_gets_its_413_not_a_broken_pipe() -> None:
+    from mmlens.collectors.otlp_receiver import OtlpReceiver
+
+    got: list[object] = []
+    rx = OtlpReceiver(got.extend, grpc_port=None, http_port=0, max_body=1 << 20).start()
+    try:  # 24 MiB over a 1 MiB limit: more than the socket buffers between them hold
+        for _ in range(2):
+            answer = post_whole(rx.http_port, b"\0" * (24 << 20))
+            assert answer.startswith(b"HTTP/1.1 413") and b"over 1048576" in answer
+    finally:
+        rx.stop()
+    assert rx.health.errors == {"too_large": 2} and got == []
