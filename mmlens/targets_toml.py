@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,13 @@ def demo_routers(ready: dict[str, Any]) -> list[dict[str, Any]]:
              "log": ready.get("router_log"), "mm_processing": ready.get("mm_processing")}]
 
 
-def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0) -> str:
-    lines = [f"interval_s = {interval_s}", "timeout_s = 2", "",
-             "[store]", "retention_s = 86400", "max_mb = 512", ""]
+def config_toml_from_ready(ready: dict[str, Any], interval_s: float = 2.0,
+                           log_dirs: Sequence[str] = ()) -> str:
+    """``log_dirs``: where the demo's logs are when that is not next to the config."""
+    lines = [f"interval_s = {interval_s}", "timeout_s = 2"]
+    if log_dirs:
+        lines.append(f"log_dirs = [{', '.join(_q(d) for d in log_dirs)}]")
+    lines += ["", "[store]", "retention_s = 86400", "max_mb = 512", ""]
     for r in demo_routers(ready):
         lines += ["[[router]]", f"name = {_q(r['name'])}",
                   f"kind = {_q(ready.get('router_kind', 'smg'))}", f"url = {_q(r['url'])}"]

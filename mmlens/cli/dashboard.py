@@ -156,18 +156,30 @@ def supervise(children: Children, ui: subprocess.Popen[bytes]) -> int:
     return ui.returncode
 
 
+def user_log_dir(extra: list[str]) -> str | None:
+    """A ``--log-dir`` given in ``--demo-args`` (the demo's logs go there instead)."""
+    for i, arg in enumerate(extra):
+        if arg == "--log-dir" and i + 1 < len(extra):
+            return str(Path(extra[i + 1]).resolve())
+        if arg.startswith("--log-dir="):
+            return str(Path(arg.split("=", 1)[1]).resolve())
+    return None
+
+
 def demo_command(args: argparse.Namespace, py: str, scratch: Path) -> list[str]:
     """`mmlens demo` for --demo: on SMG, with a second router in worker mode."""
     extra = args.demo_args.split()
-    cmd = [py, "-m", "mmlens", "demo", "--ready-file", str(scratch / "demo-ready.json"),
-           "--log-dir", str(scratch / "demo-logs")]
+    cmd = [py, "-m", "mmlens", "demo"]
+    if user_log_dir(extra) is None:
+        cmd += ["--log-dir", str(scratch / "demo-logs")]
     if args.port_base:
         cmd += ["--port-base", str(args.port_base)]
     dynamo = any(a in ("dynamo", "--router=dynamo") for a in extra)
     plain = {"--connection", "--engine", "--mm-processing", "--worker-processing"}
     if not (args.one_router or dynamo or plain & {a.split("=", 1)[0] for a in extra}):
         cmd.append("--worker-mode-router")
-    return cmd + extra
+    # The ready file last: one in --demo-args would leave the dashboard waiting for ever.
+    return [*cmd, *extra, "--ready-file", str(scratch / "demo-ready.json")]
 
 
 def main(argv: Sequence[str]) -> int:
@@ -215,7 +227,9 @@ def main(argv: Sequence[str]) -> int:
             info = wait_ready(scratch / "demo-ready.json", demo, args.ready_timeout)
             Path(env["MMLENS_DEMO_READY"]).write_text(json.dumps(info) + "\n")
             if generated and config is not None:
-                config.write_text(config_toml_from_ready(info, args.interval))
+                own_logs = user_log_dir(args.demo_args.split())  # the collector may read it
+                config.write_text(config_toml_from_ready(info, args.interval,
+                                                         [own_logs] if own_logs else []))
             for r in info.get("routers") or [{"name": "demo", "url": info.get("router")}]:
                 print(f"demo ready: router {r['name']} {r['url']}"
                       + (f" ({r['mm_processing']} mode)" if r.get("mm_processing") else ""),

@@ -153,3 +153,25 @@ def test_dashboard_on_a_postgresql_store(tmp_path: Path, postgres) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_a_log_dir_in_demo_args_is_where_the_collector_reads(tmp_path) -> None:
+    import argparse
+
+    from mmlens.cli.dashboard import demo_command
+    from mmlens.config import load_config
+    from mmlens.targets_toml import config_toml_from_ready
+
+    logs = tmp_path / "elsewhere"
+    args = argparse.Namespace(demo_args=f"--log-dir {logs} --ready-file x.json", port_base=0,
+                              one_router=True)
+    cmd = demo_command(args, "python", tmp_path / "scratch")
+    assert cmd.count("--log-dir") == 1 and cmd[cmd.index("--log-dir") + 1] == str(logs)
+    assert cmd[-2:] == ["--ready-file", str(tmp_path / "scratch" / "demo-ready.json")]
+    ready = {"router_kind": "smg", "routers": [{"name": "demo", "url": "http://127.0.0.1:1",
+                                                "log": str(logs / "smg-demo.log")}]}
+    config = tmp_path / "scratch" / "mmlens.toml"
+    config.parent.mkdir()
+    config.write_text(config_toml_from_ready(ready, 2.0, [str(logs)]))
+    (router,) = load_config(config).routers  # was: outside the config's folder, exit 2
+    assert router.log_file == str(logs / "smg-demo.log")
