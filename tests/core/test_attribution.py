@@ -116,3 +116,13 @@ def test_demo_worker_events_at_16_in_flight():
         for rid, v in definite.items():  # and every definite one is it
             assert v.blocks == truth[rid], (seed, rid, v, truth[rid])
         assert len(definite) >= 0.6 * len(requests), (seed, len(definite), len(requests))
+
+
+def test_a_request_of_unknown_length_is_a_rival_not_an_answer():
+    # "r" (10 blocks) and a request whose prompt length nobody logged ran at once; the one
+    # chain of 10 blocks from the root may be either's.
+    c = chains_of((0.0, None, list(range(10))), (5.3, None, [100 + i for i in range(10)]),
+                  (9.0, None, [900]))
+    unknown = Served("q", 5.0, 6.0, None, BS)
+    got = attribute(c, [served("r", 5.0, 10), unknown], "w1")
+    assert set(got) == {"r"} and (got["r"].blocks, got["r"].alternatives) == (0, (10,))

@@ -171,3 +171,12 @@ def test_realized_unknown_is_unknown_with_what_is_missing():
     v = judge(Evidence(logged("r", "w1", predictions=[d])))
     assert v.category == "unknown" and "realized hit is unknown" in v.headline
     assert {"cached_tokens", "realized"} <= set(v.unknown)
+
+
+def test_two_readings_of_a_spill_name_the_spill():
+    d = RoutingDecision("r", "smg", "smg_cache_trace", worker="w2", overlap_blocks=0,
+                        gates=[SpillGate("w1", 90.0, 10.0, 1.5, 64.0, spill=True)])
+    got = Realized(5, None, "kv_events", (0,), "another request on w2 stored blocks of its "
+                   "prompt while it ran")
+    v = judge(Evidence(logged("r", "w2", predictions=[d]), got))
+    assert v.category == "hit_or_spilled" and "5 or 0 blocks" in v.headline

@@ -151,6 +151,12 @@ def _full(r: Served) -> tuple[int, int] | None:
     return r.prompt_tokens // r.block_size, max(0, (r.prompt_tokens - 1) // r.block_size)
 
 
+def _since(r: Served, slack_s: float) -> float:
+    """The earliest a block of ``r`` can be stored (its engine starts after the dispatch;
+    the slack covers the router's and the engines' clocks apart)."""
+    return r.start - slack_s
+
+
 def _hit(seg: Segment, full: int) -> int:
     return full - seg.blocks if seg.base is None else seg.base
 
@@ -159,7 +165,7 @@ def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: flo
           ) -> list[Segment]:
     """Segments stored while ``r`` ran that end at its prompt's depth (or hang off a block
     the index never saw and are no longer than its prompt)."""
-    since, until = r.start - slack_s, r.end + slack_s
+    since, until = _since(r, slack_s), r.end + slack_s
     end = chains.by_end.get(full)
     out = [] if end is None else [
         s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
@@ -193,12 +199,14 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,
                ) -> dict[str, list[Segment]]:
-    """Per request, the segments it may own as its prefill (not another request's decode)."""
+    """Per request, the segments it may own as its prefill (not another request's decode).
+    A request of unknown length may own any segment stored while it ran: it is no one's
+    answer, but a rival that keeps others from claiming its chain."""
     fits: dict[str, list[Segment]] = {}
     for r in served:
         f = _full(r)
-        if f is not None:
-            fits[r.request_id] = _fits(chains, r, *f, slack_s)
+        fits[r.request_id] = chains.window(_since(r, slack_s), r.end + slack_s) if f is None \
+            else _fits(chains, r, *f, slack_s)
     decode = _decodes(chains, served, fits, slack_s)
     if not decode:
         return fits
@@ -284,9 +292,9 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
             # Its chain's blocks above where it starts, stored by another request while it
             # ran: it may have computed them too (an engine stores a block once).
             for seg in [mine] if mine is not None else free:
-                readings |= _computed_alongside(chains, seg, r.start - slack_s, max_hit)
+                readings |= _computed_alongside(chains, seg, _since(r, slack_s), max_hit)
         else:  # no chain of its own known: any chain as deep stored while it ran may be it
-            readings |= {min(b, max_hit) for s in chains.window(r.start - slack_s,
+            readings |= {min(b, max_hit) for s in chains.window(_since(r, slack_s),
                                                                 r.end + slack_s)
                          if (b := s.base) is not None and b < full <= b + s.blocks}
         # Shown first: what a segment it may own says (the other readings are alternatives).

@@ -158,7 +158,9 @@ def _ambiguous(c: _Case, got: Realized) -> tuple[str, str, str | None]:
     if len(readings) == 1 or not {"hit", "false_hit"} & set(readings):
         cat, head = c.one(got)
         return cat, f"{head} ({got.reason})" if got.reason else head, got.reason
-    word = "hit_or_false_hit" if "false_hit" in readings else "hit_or_cold"
+    other = next(c for c in ("false_hit", "spilled", "cold", *readings) if c in readings
+                 and c != "hit")
+    word = f"hit_or_{other if other in ('false_hit', 'spilled') else 'cold'}"
     blocks = " or ".join(str(b) for b in sorted(set(readings.values()), reverse=True))
     return word, (f"{word.replace('_', ' ')}: {c.worker} served {blocks} blocks of it "
                   f"({got.reason or 'the KV events allow both'})"), got.reason

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 CATEGORIES: tuple[str, ...] = (
     "hit", "false_hit", "cold", "spilled", "count_drift", "fallback", "evicted",
-    "events_blind", "unexplained", "error", "hit_or_false_hit", "hit_or_cold", "unknown")
+    "events_blind", "unexplained", "error", "hit_or_false_hit", "hit_or_spilled", "hit_or_cold",
+    "unknown")
 """``unknown``: evidence truly absent (no realized hit and a prediction that needs one);
 ``hit_or_…``: the evidence allows two readings (the verdict's ``reason`` says why). A request
 not judged yet has no verdict at all: views show it as pending (null in JSON)."""
 
 MISSES = frozenset({"false_hit", "cold", "spilled", "count_drift", "fallback", "evicted",
-                    "events_blind", "unexplained", "hit_or_false_hit", "hit_or_cold"})
+                    "events_blind", "unexplained", "hit_or_false_hit", "hit_or_spilled",
+                    "hit_or_cold"})
 
 # Router warnings that mean it did not route on image content. Branch names are not read
 # here: SMG's ``expected_wait_fallback`` is its first-sight branch (min load, nothing matched).

@@ -100,7 +100,8 @@ VERDICT_COLOURS = {
     "false_hit": "#fde2e1", "count_drift": "#fde2e1", "fallback": "#fde2e1",
     "evicted": "#fde2e1", "error": "#fde2e1", "spilled": "#fff1d6", "cold": "#e8eef5",
     "hit": "#e3f6ea", "events_blind": "#fff1d6", "unexplained": "#fde2e1",
-    "hit_or_false_hit": "#f3ecf9", "hit_or_cold": "#f3ecf9",
+    "hit_or_false_hit": "#f3ecf9", "hit_or_spilled": "#f3ecf9",
+    "hit_or_cold": "#f3ecf9",
 }
 
 
