@@ -19,7 +19,7 @@ from mmlens.config import WorkerTarget
 from mmlens.shard import Shard, ShardError, parse_label, parse_shard, shard_of
 from mmlens.store.open import open_store
 from tests.collectors.zmq_publisher import Publisher
-from tests.live_support import REPO, loopback_endpoints, stop_process
+from tests.live_support import REPO, loopback_endpoints, stop_process, wait_until
 
 IDS = [f"grpc://10.0.{i // 250}.{i % 250}:50051" for i in range(1000)]
 
@@ -70,6 +70,17 @@ def _publish(pubs: list[Publisher], stop: threading.Event) -> None:
         time.sleep(0.05)
 
 
+def _shards_up(db: str, procs: list[subprocess.Popen[bytes]]) -> bool:
+    for p in procs:
+        if p.poll() is not None:
+            pytest.fail(p.stderr.read().decode() if p.stderr else "a collector exited")
+    store = open_store(db, readonly=True)
+    try:
+        return sum(h.collector == "shard" for h in store.health()) == 2
+    finally:
+        store.close()
+
+
 @pytest.mark.slow
 def test_two_collector_processes_store_each_worker_once(tmp_path, store_db: str) -> None:
     """On SQLite and on PostgreSQL (`--db postgresql://…`)."""
@@ -84,17 +95,23 @@ def test_two_collector_processes_store_each_worker_once(tmp_path, store_db: str)
     db = store_db
     stop = threading.Event()
     feeder = threading.Thread(target=_publish, args=(pubs, stop), daemon=True)
-    feeder.start()
     procs = [subprocess.Popen(
         [sys.executable, "-m", "mmlens", "collect", "--config", str(tmp_path / "mmlens.toml"),
          "--db", db, "--duration", "4", "--shard", f"{s}/2"], cwd=REPO,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for s in range(2)]
     try:
+        # Publish once both collectors run: the lag asserted below is the pipeline's, not
+        # their start-up (importing the collector alone takes 3-6 s on a loaded 2-core
+        # machine, and events published before it would be that much older when stored).
+        wait_until(lambda: _shards_up(db, procs), 60, 0.1, what="both shards' health rows",
+                   ignore=(Exception,))
+        feeder.start()
         for p in procs:
             assert p.wait(timeout=60) == 0, p.stderr.read().decode() if p.stderr else ""
     finally:
         stop.set()
-        feeder.join()
+        if feeder.is_alive():
+            feeder.join()
         for p in procs:
             stop_process(p)
         for pub in pubs:
