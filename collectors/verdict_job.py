@@ -85,6 +85,12 @@ class VerdictJob:
                 if ts < frontier}
         return self.store.trace_ids_for_keys(sorted(keys)) if keys else set()
 
+    def _drained(self) -> None:
+        """How far the KV side had read each worker's stream (``kv_state``, written after
+        each drain): times before it are covered even when the worker sent nothing since."""
+        for worker, rank, ts in self.store.kv_state_times():
+            self.state.covered(worker if not rank else f"{worker}#{rank}", ts)
+
     def _blind(self, now: float) -> frozenset[str]:
         rows = self.store.samples_since(now - 600.0, [BLIND_METRIC])
         return frozenset(s.label("worker") for s in rows if s.value > 0)
@@ -93,6 +99,7 @@ class VerdictJob:
         """Judge the requests that ended ``settle_s`` (default: the job's) before ``now``."""
         now = time.time() if now is None else now
         late = self._late_kv() | self._late_decisions()
+        self._drained()
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.state.horizon_s
         context = self.store.traces_between(since - self.lookback_s - self.longest, now,

@@ -139,6 +139,11 @@ class StoreReads(SQLBase):
                 out.append(row)
         return out
 
+    def kv_state_times(self) -> list[tuple[str, int, float]]:
+        """(worker, rank, when its summary was last written) per worker rank."""
+        return [(str(w), int(r), float(ts))
+                for w, r, ts in self._rows("SELECT worker, rank, ts FROM kv_state")]
+
     def kv_event_rows(self, limit: int | None = 100, *, since: float | None = None,
                       until: float | None = None, kinds: Sequence[str] = (),
                       hashes: bool = True) -> list[KVEventRow]:

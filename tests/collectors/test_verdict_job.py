@@ -82,3 +82,24 @@ def test_concurrent_requests_judged_from_their_chains_and_rejudged_on_late_event
     assert job.run(now=43.0) == []
     assert (job.judged, job.rejudged) == (4, 3)
     store.close()
+
+
+def test_an_idle_worker_drained_after_a_request_says_its_whole_prompt_was_cached(
+        store_db: str) -> None:
+    store = open_store(store_db)
+    # w1 and w2 each stored a 10-block prompt, then served it again and stayed idle (an
+    # engine stores nothing for a prompt it holds whole). Only w1's stream was drained
+    # after the repeat ended (its resident summary written at 30): w2's silence says nothing.
+    for w, base in (("w1", 1000), ("w2", 2000)):
+        store.add_kv_events([stored(w, 0, 10.5, [base + i for i in range(10)], None)])
+        store.add_traces([observed(f"{w}-first", 10.0, w, 10 * BS + 3),
+                          observed(f"{w}-again", 20.0, w, 10 * BS + 3)])
+        store.add_decisions([decision(f"{w}-first", w, 0, 10, 10.0),
+                             decision(f"{w}-again", w, 10, 10, 20.0)])
+    store.set_kv_state({"w1#0": {"worker": "w1", "rank": 0, "resident_blocks": 10}}, 30.0)
+    store.set_kv_state({"w2#0": {"worker": "w2", "rank": 0, "resident_blocks": 10}}, 15.0)
+    got = {v.request_id: v for v in VerdictJob(store, settle_s=5.0).run(now=40.0)}
+    assert (got["w1-again"].category, got["w1-again"].realized_blocks) == ("hit", 10)
+    assert got["w2-again"].category == "unknown"
+    assert got["w1-first"].category == got["w2-first"].category == "cold"
+    store.close()

@@ -98,6 +98,14 @@ class JudgeState:
             seen.setdefault(unit, []).append(ts)
         return {unit: _ranges(ts_list) for unit, ts_list in seen.items()}
 
+    def covered(self, unit: str, ts: float) -> None:
+        """The collector had drained ``unit``'s KV stream by ``ts``: an idle worker's silence
+        after its last event then says its requests stored nothing (a whole prompt cached);
+        a batch that was missing after all arrives late and re-judges them."""
+        chains = self.chains.get(unit)
+        if chains is not None:
+            chains.last_ts = max(chains.last_ts, ts)
+
     def removed_before(self, unit: str, ts: float) -> int:
         times, counts = self.removals.get(unit, ([], []))
         lo = bisect.bisect_left(times, ts - EVICTION_WINDOW_S)
