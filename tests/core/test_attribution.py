@@ -126,3 +126,13 @@ def test_a_request_of_unknown_length_is_a_rival_not_an_answer():
     unknown = Served("q", 5.0, 6.0, None, BS)
     got = attribute(c, [served("r", 5.0, 10), unknown], "w1")
     assert set(got) == {"r"} and (got["r"].blocks, got["r"].alternatives) == (0, (10,))
+
+
+def test_a_request_of_unknown_length_alone_with_a_root_chain_found_nothing():
+    # SMG logs no length for a text request or a first sight; alone on the worker, the one
+    # chain stored while it ran is its own. From the root: nothing cached. Off a cached
+    # block: how deep it started needs the length, so it stays unknown.
+    c = chains_of((0.0, None, list(range(10))), (5.3, None, [100]), (8.3, 9, [200, 201]))
+    got = attribute(c, [Served("text", 5.0, 6.0, None, BS), Served("q", 8.0, 9.0, None, BS)],
+                    "w1")
+    assert set(got) == {"text"} and (got["text"].blocks, got["text"].alternatives) == (0, ())

@@ -269,6 +269,11 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     for r in served:
         rid, f = r.request_id, _full(r)
         if f is None:
+            # Its length unknown, a chain only it can own says how deep it started only
+            # when that is the root: it found nothing cached (any other depth needs a length).
+            mine = owned.get(rid)
+            if mine is not None and mine.base == 0:
+                out[rid] = Realized(0, None, SOURCE_KV)
             continue
         full, max_hit = f
         if full == 0:
