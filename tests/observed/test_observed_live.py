@@ -71,6 +71,15 @@ def config(path: Path, ext: External, kind: str, otlp: tuple[int, int] | None,
     return path
 
 
+def judge_only(path: Path, ext: External, kind: str) -> Path:
+    """A collector that only judges the store it is given (the tap's: the tap records, the
+    lead collector's verdict job judges); no log, no KV events."""
+    path.write_text("\n".join(["interval_s = 0.5", "[[router]]", 'name = "r"',
+                               f'kind = "{kind}"', f'url = "{ext.router_url}"',
+                               "discover_workers = false"]) + "\n")
+    return path
+
+
 @contextlib.contextmanager
 def running(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
     try:
@@ -130,6 +139,8 @@ def run_observed(tmp_path: Path, kind: str) -> None:
                    str(config(tmp_path / "otlp.toml", ext, kind, otlp))),
             mmlens("tap", "--listen", f"127.0.0.1:{tap_port}", "--upstream", ext.router_url,
                    "--db", str(dbs["tap"]), "--fetch-images", "--fetch-host", "127.0.0.1"),
+            mmlens("collect", "--db", str(dbs["tap"]), "--config",
+                   str(judge_only(tmp_path / "tap.toml", ext, kind))),
         ]
         with running(procs):
             tap_url = f"http://127.0.0.1:{tap_port}"

@@ -46,8 +46,8 @@ from tests.observed.acceptance import (
     wait_judged,
 )
 from tests.observed.capture import messages
-from tests.observed.external import MODEL, External, dynamo_cluster, smg_cluster
-from tests.observed.test_observed_live import config, mmlens, running, traces
+from tests.observed.external import MODEL, dynamo_cluster, smg_cluster
+from tests.observed.test_observed_live import config, judge_only, mmlens, running, traces
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -184,13 +184,6 @@ def run(kind: str, tmp_path: Path) -> Run:
             truth = dynamo_truth(sent, ext.router_log, engine_lines(logs, "request"))
     (tmp_path / "sent.json").write_text(json.dumps([vars(x) for x in sent], indent=1))
     return Run(dbs, truth, sent)
-
-
-def judge_only(path: Path, ext: External, kind: str) -> Path:
-    path.write_text("\n".join(["interval_s = 0.5", "[[router]]", 'name = "r"',
-                               f'kind = "{kind}"', f'url = "{ext.router_url}"',
-                               "discover_workers = false"]) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")
