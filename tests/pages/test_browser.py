@@ -69,7 +69,9 @@ def test_overview_url_and_deep_links_resolve(live_dashboard: LiveDashboard,
     browser_page.goto(f"{live_dashboard.url}/inspector?request={rid}",
                       wait_until="domcontentloaded")
     body.get_by_text("Router view", exact=False).first.wait_for(state="visible", timeout=30_000)
-    body.get_by_text(rid, exact=False).first.wait_for(state="visible", timeout=30_000)
+    # The picker names the request; its collapsed side-by-side expander holds the id too.
+    body.get_by_text(rid, exact=False).filter(visible=True).first.wait_for(
+        state="visible", timeout=30_000)
     assert browser_page.get_by_text("Page not found").count() == 0
     assert browser_page.locator("[data-testid='stException']").count() == 0
 
