@@ -22,7 +22,8 @@ PACKAGE_DIRS = {"mmlens": "mmlens", "collectors": "mmlens.collectors", "demo": "
                 "pages": "mmlens.ui"}
 SCRIPTS = {"app.py": "app"}  # Streamlit's entry script, not importable as a package module
 
-PURE = ("mmlens.layout", "mmlens.ingest", "mmlens.analysis", "mmlens.figures", "mmlens.export")
+PURE = ("mmlens.layout", "mmlens.ingest", "mmlens.analysis", "mmlens.figures", "mmlens.export",
+        "mmlens.whatif")
 FORBIDDEN_IN_PURE_EXTERNAL = (
     # network
     "httpx", "requests", "socket", "urllib.request", "http.client", "http.server", "aiohttp",

@@ -34,6 +34,7 @@ from mmlens.store.base import SQLStore, StoreError
 from mmlens.store.codec import TraceLabels
 from mmlens.store.decisions import attach, trace_keys
 from mmlens.store.open import open_store
+from mmlens.whatif.workload import RecordedRequest, workload
 
 T = TypeVar("T")
 
@@ -76,6 +77,19 @@ class StoreReader:
                       ) -> list[RequestTrace]:
         """Every trace from ``since`` to ``until`` (oldest first), with its decisions."""
         return self.with_decisions(self.traces_between(since, until, limit))
+
+    def workload(self, since: float, until: float, limit: int = 1_000_000,
+                 ) -> list[RecordedRequest]:
+        """Every request recorded from ``since`` to ``until`` as the what-if models and
+        ``mmlens replay`` read it (``mmlens.whatif.workload``): its trace, the decisions
+        router logs gave for it and its stored verdict."""
+        traces = self.window_traces(since, until, limit)
+        verdicts = self._locked(lambda s: s.verdicts_between(since, until, limit))
+        return workload(traces, {v.request_id: v for v in verdicts})
+
+    def trace_span(self) -> tuple[float, float] | None:
+        """The first and last stored trace's times (None: no traces)."""
+        return self._locked(SQLStore.trace_span)
 
     def trace(self, request_id: str) -> RequestTrace | None:
         """A trace by its request id, or by any other id it is known by (response id,

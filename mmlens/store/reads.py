@@ -251,6 +251,13 @@ class StoreReads(SQLBase):
         found = codec.traces(body for (body,) in rows or [])
         return found[0] if found else None
 
+    def trace_span(self) -> tuple[float, float] | None:
+        """The first and last trace's times (None: no traces); both ends by the ts index."""
+        rows = self._rows("SELECT min(ts), max(ts) FROM traces")
+        if not rows or rows[0][0] is None:
+            return None
+        return float(rows[0][0]), float(rows[0][1])
+
     def trace_count(self) -> int:
         # max(key) is O(1) by its index; traces are append-only apart from pruning the oldest.
         return int(self._one(f"SELECT max({self.key}) FROM traces") or 0)
