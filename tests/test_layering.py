@@ -23,7 +23,7 @@ PACKAGE_DIRS = {"mmlens": "mmlens", "collectors": "mmlens.collectors", "demo": "
 SCRIPTS = {"app.py": "app"}  # Streamlit's entry script, not importable as a package module
 
 PURE = ("mmlens.layout", "mmlens.ingest", "mmlens.analysis", "mmlens.figures", "mmlens.export",
-        "mmlens.whatif")
+        "mmlens.whatif", "mmlens.replay")
 FORBIDDEN_IN_PURE_EXTERNAL = (
     # network
     "httpx", "requests", "socket", "urllib.request", "http.client", "http.server", "aiohttp",

@@ -61,6 +61,12 @@ def _tap(argv: list[str]) -> int | None:
     return tap.main(argv)
 
 
+def _replay(argv: list[str]) -> int | None:
+    from mmlens.cli import replay
+
+    return replay.main(argv)
+
+
 COMMANDS: dict[str, tuple[Command, str]] = {
     "layout": (_layout, "token layout of a chat request for a model family"),
     "demo": (_demo, "run the embedded demo cluster (real router, simulated workers)"),
@@ -70,6 +76,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "check": (_check, "run routing scenarios against a live router"),
     "explain": (_explain, "explain why a recorded request missed the cache"),
     "tap": (_tap, "proxy a router and record every request passing through"),
+    "replay": (_replay, "re-send a recorded window to a live router with its timing"),
 }
 
 
