@@ -55,6 +55,12 @@ def _explain(argv: list[str]) -> int | None:
     return explain.main(argv)
 
 
+def _whatif(argv: list[str]) -> int | None:
+    from mmlens.cli import whatif
+
+    return whatif.main(argv)
+
+
 def _tap(argv: list[str]) -> int | None:
     from mmlens.cli import tap
 
@@ -75,6 +81,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "snapshot": (_snapshot, "print the current normalized state of a store"),
     "check": (_check, "run routing scenarios against a live router"),
     "explain": (_explain, "explain why a recorded request missed the cache"),
+    "whatif": (_whatif, "replay a recorded window through other routers, modes and caches"),
     "tap": (_tap, "proxy a router and record every request passing through"),
     "replay": (_replay, "re-send a recorded window to a live router with its timing"),
 }

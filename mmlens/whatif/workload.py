@@ -90,6 +90,9 @@ class RecordedRequest:
     verdict: str | None  # the stored verdict's category (None: not judged yet)
     branch: str | None  # the router's own branch word, when it logged one
     unknown: tuple[str, ...] = ()
+    latency_s: float | None = None  # arrival to last byte, as the client saw it
+    ttft_s: float | None = None
+    stream: bool | None = None
 
     @property
     def image_tokens(self) -> int | None:
@@ -187,7 +190,10 @@ def recorded(t: RequestTrace, verdict: Verdict | None = None) -> RecordedRequest
         prompt_tokens=prompt, rendered_tokens=t.rendered_tokens, output_tokens=output,
         segments=_segments(t), text_chars=_text_chars(t), images=images, keys=_keys(t),
         worker=worker, cached_tokens=cached,
-        verdict=verdict.category if verdict is not None else None, branch=_branch(t))
+        verdict=verdict.category if verdict is not None else None, branch=_branch(t),
+        latency_s=t.latency_s if _told(t, "latency_s", t.latency_s) else None,
+        ttft_s=t.ttft_s if _told(t, "ttft_s", t.ttft_s) else None,
+        stream=t.stream if _told(t, "stream", t.stream) else None)
     missing = [name for name in FIELDS if getattr(rec, name) is None]
     if any(im.identity is None or im.tokens is None for im in images):
         missing.append("images")

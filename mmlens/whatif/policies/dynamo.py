@@ -1,0 +1,94 @@
+"""Dynamo 1.6.1's KV router (frontend ``--router-mode kv``).
+
+Per worker: ``cost = prefill_load_scale × max(raw_prefill_blocks − credit × overlap, 0)
++ decode_blocks + decode_active_request_weight × active requests``, with
+``raw_prefill_blocks = (active prefill tokens + prompt tokens) / block_size`` and
+``decode_blocks`` the blocks of the worker's requests in flight. Lowest cost wins, exact ties
+at random; with ``router_temperature`` > 0, a softmax over the costs normalized to [0, 1].
+
+Its view of a request: with exact MM routing (Qwen3-VL, Kimi) each image's run carries a
+per-image pad value from its mm_hash, so blocks key on content (the ``content`` view); for
+families it does not support (GLM-5.3-Flash) it falls back to the rendered text with one
+placeholder per image (``text_prefix``: the ``unexpanded`` view, which matches the engines'
+blocks only before the first image). Overlap comes from the engines' KV events, or with
+``kv_events`` off (``--no-router-kv-events``) from its own decisions, each block kept
+``router_ttl_secs`` after it was last routed.
+
+Defaults are 1.6.1's (``python -m dynamo.frontend --help``): credit 1.0, prefill load scale
+1.0, temperature 0, decay 0, decode request weight 0, KV events on, TTL 120 s. Not modelled:
+host/disk cache tiers (no offload in the engines modelled), the busy thresholds (unset by
+default), the router queue (off by default), ``overlap_score_credit_decay``, output-block
+tracking (off by default), and the optional BOS of the routing ids.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mmlens.whatif.blocks import Prompt
+from mmlens.whatif.index import BlockIndex, ExpiringIndex
+from mmlens.whatif.policies.base import Choice, Loads, Policy
+
+PARAMS: dict[str, object] = {
+    "router_kv_overlap_score_credit": 1.0, "router_prefill_load_scale": 1.0,
+    "router_temperature": 0.0, "router_decode_active_request_weight": 0.0,
+    "kv_events": True, "router_ttl_secs": 120.0, "mm_routing": "exact",
+}
+
+
+class KvRouter(Policy):
+    name = "dynamo_kv"
+
+    def __init__(self, n_workers: int, block_size: int, seed: int = 0,
+                 router_kv_overlap_score_credit: float = 1.0,
+                 router_prefill_load_scale: float = 1.0, router_temperature: float = 0.0,
+                 router_decode_active_request_weight: float = 0.0, kv_events: bool = True,
+                 router_ttl_secs: float = 120.0, mm_routing: str = "exact",
+                 **_ignored: object) -> None:
+        super().__init__(n_workers, block_size, seed)
+        if mm_routing not in ("exact", "text_prefix"):
+            raise ValueError(f"mm_routing must be exact or text_prefix, not {mm_routing!r}")
+        self.view = "content" if mm_routing == "exact" else "unexpanded"
+        self.credit = float(router_kv_overlap_score_credit)
+        self.scale = float(router_prefill_load_scale)
+        self.temperature = float(router_temperature)
+        self.request_weight = float(router_decode_active_request_weight)
+        self.events = bool(kv_events)
+        self.index = BlockIndex()
+        self.approx = ExpiringIndex(float(router_ttl_secs))
+
+    def choose(self, p: Prompt, keys: tuple[int, ...], now: float, loads: Loads) -> Choice:
+        overlaps = (self.index.overlaps(keys) if self.events
+                    else self.approx.overlaps(keys, now))
+        bs = self.block_size
+        isl = p.tokens
+        scale, credit, weight = self.scale, self.credit, self.request_weight
+        prefill, decode, inflight = loads.prefill_tokens, loads.active_blocks, loads.inflight
+        get = overlaps.get
+        costs = [scale * max((prefill[w] + isl) / bs - credit * get(w, 0), 0.0) + decode[w]
+                 + weight * inflight[w] for w in range(self.n)]
+        w = self._select(costs)
+        depth = get(w, 0)
+        return Choice(w, "overlap" if depth else "no_overlap", depth)
+
+    def _select(self, costs: list[float]) -> int:
+        lo = min(costs)
+        if self.temperature <= 0:
+            tied = [w for w, c in enumerate(costs) if c == lo]
+            return tied[0] if len(tied) == 1 else self.rng.choice(tied)
+        hi = max(costs)
+        span = (hi - lo) or 1.0
+        weights = [math.exp(-((c - lo) / span) / self.temperature) for c in costs]
+        return self.rng.choices(range(self.n), weights)[0]
+
+    def stored(self, worker: int, content: list[int], blind: list[int], now: float) -> None:
+        if self.events:
+            self.index.add(worker, content)
+
+    def removed(self, worker: int, content: int, blind: int) -> None:
+        if self.events:
+            self.index.remove(worker, content)
+
+    def routed(self, worker: int, keys: tuple[int, ...], now: float) -> None:
+        if not self.events:
+            self.approx.add(worker, keys, now)

@@ -1,0 +1,133 @@
+"""The replay core: a recorded workload through one scenario's policy model and engine
+caches, in arrival order, with each request's prefill end and completion taken from its
+recording (KV events reach the router when the prefill ends).
+
+Per request it gives the worker chosen, the router's branch, the blocks the router believed
+cached there, the blocks the engine really had (``hit``) and the most any worker had
+(``best``). Timing is the recording's: a request in another configuration would prefill
+faster or slower; that is not modelled (nor queueing at the engines)."""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mmlens.whatif.blocks import Prompt, prompt
+from mmlens.whatif.engine import Admission, EngineCache
+from mmlens.whatif.policies.base import Loads
+from mmlens.whatif.scenario import Scenario
+from mmlens.whatif.workload import RecordedRequest
+
+_COMMIT, _RELEASE = 0, 1
+
+
+@dataclass(slots=True)
+class Run:
+    """One scenario's outcome, request by request (index into ``requests``)."""
+
+    scenario: Scenario
+    requests: list[RecordedRequest]
+    prompts: list[Prompt]
+    worker: list[int] = field(default_factory=list)
+    branch: list[str] = field(default_factory=list)
+    predicted: list[int] = field(default_factory=list)
+    hit: list[int] = field(default_factory=list)
+    best: list[int] = field(default_factory=list)
+    skipped: int = 0  # requests with no known prompt length: not modelled
+    evictions: int = 0
+    view: str = "content"  # the prompt view the policy routed on (``Prompt.view``)
+
+
+def _durations(workload: Sequence[RecordedRequest]) -> tuple[float, float]:
+    """Typical (prefill end, completion) delays, for requests whose own are unknown."""
+    lat = [r.latency_s for r in workload if r.latency_s is not None]
+    ttft = [r.ttft_s for r in workload if r.ttft_s is not None]
+    latency = statistics.median(lat) if lat else 0.0
+    return (statistics.median(ttft) if ttft else latency), latency
+
+
+def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
+    bs = scenario.block_size
+    policy = scenario.build()
+    n = scenario.workers
+    loads = Loads(n)
+    holders: dict[int, int] = {}  # content key → workers caching it (the best available)
+
+    def evicted(w: int, key: int, blind: int) -> None:
+        left = holders[key] - 1
+        if left:
+            holders[key] = left
+        else:
+            del holders[key]
+        policy.removed(w, key, blind)
+
+    engines = [EngineCache(w, scenario.capacity_blocks, evicted) for w in range(n)]
+    requests, prompts = [], []
+    skipped = 0
+    for r in workload:
+        p = prompt(r, bs) if r.ok else None
+        if p is None:
+            skipped += 1
+            continue
+        requests.append(r)
+        prompts.append(p)
+    out = Run(scenario, requests, prompts, skipped=skipped, view=policy.view)
+    default_ttft, default_latency = _durations(requests)
+    heap: list[tuple[float, int, int, int]] = []
+    admissions: list[Admission | None] = [None] * len(requests)
+    seq = 0
+    view = policy.view
+    events = policy.events
+    worker_out, branch_out, pred_out = out.worker, out.branch, out.predicted
+    hit_out, best_out = out.hit, out.best
+
+    def drain(until: float) -> None:
+        while heap and heap[0][0] <= until:
+            t, _, kind, i = heapq.heappop(heap)
+            a = admissions[i]
+            assert a is not None
+            p = prompts[i]
+            w = a.worker
+            if kind == _COMMIT:
+                stored, stored_blind = engines[w].commit(a)
+                for key in stored:
+                    holders[key] = holders.get(key, 0) + 1
+                if events and stored:
+                    policy.stored(w, stored, stored_blind, t)
+                loads.prefilled(w, p.tokens - a.hit_blocks * bs)
+            else:
+                engines[w].release(a, p.content)
+                loads.finish(w, -(-p.tokens // bs))
+                admissions[i] = None
+
+    for i, (r, p) in enumerate(zip(requests, prompts, strict=True)):
+        now = r.ts
+        drain(now)
+        keys = p.content if view == "content" else (p.blind if view == "blind"
+                                                     else p.unexpanded)
+        choice = policy.choose(p, keys, now, loads)
+        w = choice.worker
+        policy.routed(w, keys, now)
+        best = 0
+        for key in p.content[:max(p.tokens - 1, 0) // bs]:
+            if key not in holders:
+                break
+            best += 1
+        a = engines[w].admit(p.content, p.blind, p.tokens, p.output, bs)
+        admissions[i] = a
+        loads.start(w, p.tokens - a.hit_blocks * bs, -(-p.tokens // bs))
+        ttft = r.ttft_s if r.ttft_s is not None else default_ttft
+        latency = r.latency_s if r.latency_s is not None else max(default_latency, ttft)
+        heapq.heappush(heap, (now + ttft, seq, _COMMIT, i))
+        heapq.heappush(heap, (now + max(latency, ttft), seq + 1, _RELEASE, i))
+        seq += 2
+        worker_out.append(w)
+        branch_out.append(choice.branch)
+        pred_out.append(choice.predicted_blocks)
+        hit_out.append(a.hit_blocks)
+        best_out.append(max(best, a.hit_blocks))
+    drain(float("inf"))
+    out.evictions = sum(e.evictions for e in engines)
+    return out
