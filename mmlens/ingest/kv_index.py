@@ -9,7 +9,8 @@ from itertools import repeat
 from typing import Any
 
 from mmlens.ingest.kv_events import KVEventError, decode_payload, normalize_batch
-from mmlens.layout.content_keys import event_chain, pad_images, state_key
+from mmlens.ingest.kv_fast import fast_batch
+from mmlens.layout.content_keys import event_chain, native, pad_images, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent, count_error
 
 _MISSING: Any = object()
@@ -158,7 +159,9 @@ class ResidentIndex:
         else:
             blocks.update(zip(hashes, states, strict=False))
         res.stored += len(hashes)
-        if ev.images:
+        if ev.images and keep is None and native is not None:
+            native.add_images(res.block_images, res.image_blocks, hashes, ev.images)
+        elif ev.images:
             block_images, image_blocks = res.block_images, res.image_blocks
             ids: tuple[str, ...] = ()
             for h, refs in zip(hashes, ev.images, strict=False):
@@ -177,7 +180,13 @@ class ResidentIndex:
     def _remove(res: WorkerResidency, ev: BlockRemoved) -> None:
         blocks, marks = res.blocks, res.marks
         hashes = ev.block_hashes
-        if marks is None:  # the common case, one C pass over the hashes
+        if marks is None and native is not None:  # the common case, in one compiled call
+            ev.keys, removed, unknown = native.remove_blocks(
+                blocks, res.block_images, res.image_blocks, hashes)
+            res.removed += removed
+            res.removed_unknown += unknown
+            return
+        if marks is None:  # the same in Python
             states = list(map(blocks.pop, hashes, repeat(_MISSING, len(hashes))))
             missing = states.count(_MISSING)
             res.removed_unknown += missing
@@ -263,12 +272,16 @@ class KVIngest:
         """``ingest`` plus the batch time (None for a batch that could not be read);
         ``apply`` puts the events on the index (default: in stream order)."""
         errors = self.errors if errors is None else errors
-        try:
-            ts, _, events = normalize_batch(
-                decode_payload(payload), worker, seq, default_rank, errors)
-        except KVEventError as exc:
-            count_error(errors, exc.kind, str(exc), f"{worker}#{default_rank} seq {seq}")
-            return None, []
+        fast = fast_batch(payload, worker, seq, default_rank)
+        if fast is not None:
+            ts, _, events = fast
+        else:
+            try:
+                ts, _, events = normalize_batch(
+                    decode_payload(payload), worker, seq, default_rank, errors)
+            except KVEventError as exc:
+                count_error(errors, exc.kind, str(exc), f"{worker}#{default_rank} seq {seq}")
+                return None, []
         events = apply_each(self.index.apply if apply is None else apply, events, errors)
         self.batches += 1
         self.events += len(events)

@@ -39,6 +39,13 @@ _BIG_ENDIAN = sys.byteorder == "big"
 if array("I").itemsize != 4:  # every platform CPython supports today has 4-byte unsigned int
     raise ImportError("content keys need a 4-byte array('I')")
 
+try:  # the same chain compiled (``_chain.c``, built at install time when it can be)
+    from mmlens.layout import _chain as native
+except ImportError:
+    native = None
+if _BIG_ENDIAN:  # the compiled chain hashes native-order ids
+    native = None
+
 
 def _u32(ids: Sequence[int]) -> bytes:
     """Little-endian u32 bytes of token ids (the keys must not depend on the machine)."""
@@ -182,7 +189,7 @@ def pad_images(tokens: Sequence[int], block_size: int,
     """Per block, the images of an event whose images are named only by the pad values that
     fill their runs (SGLang): one ``pad:<value>`` per value, at its first position in the
     block; None when no token is a pad value."""
-    if not tokens or max(tokens) < PAD_VALUE_MIN:
+    if not tokens or max_token(tokens) < PAD_VALUE_MIN:
         return None
     out: list[tuple[tuple[str, int], ...] | None] = []
     for lo in range(0, len(tokens) // block_size * block_size, block_size):
@@ -194,6 +201,13 @@ def pad_images(tokens: Sequence[int], block_size: int,
     return out
 
 
+def max_token(tokens: Sequence[int]) -> int:
+    """The largest token id (``tokens`` not empty)."""
+    if native is not None and type(tokens) is array:
+        return native.max_u32(tokens)
+    return max(tokens)
+
+
 def event_chain(state: int, tokens: Sequence[int], block_size: int,
                 images: Sequence[EngineRefs | None] | None,
                 ) -> tuple[list[int], list[int], list[int]]:
@@ -202,6 +216,17 @@ def event_chain(state: int, tokens: Sequence[int], block_size: int,
 
     A state packs a block's shape and identity chains as shape | identity << 64.
     """
+    if native is None:
+        return event_chain_py(state, tokens, block_size, images)
+    if type(tokens) is not array:
+        tokens = array("I", tokens)
+    return native.event_chain(tokens, block_size, state & _MASK64, state >> 64, images)
+
+
+def event_chain_py(state: int, tokens: Sequence[int], block_size: int,
+                   images: Sequence[EngineRefs | None] | None,
+                   ) -> tuple[list[int], list[int], list[int]]:
+    """``event_chain`` in Python (no compiled module): the form the compiled one must equal."""
     raw = _u32(tokens)
     step = 4 * block_size
     n = len(tokens) // block_size
