@@ -42,6 +42,7 @@ from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
 
 _IMAGE_SIZE = re.compile(r"width:\s*(\d+),\s*height:\s*(\d+)")
 _COMPLETED = re.compile(r"^Request (\S+) marked as completed")
+_STREAM_FOR = re.compile(r"^Created AbortOnDropStream for request (\S+)")
 _MODEL_IN = re.compile(r"request for model: ([^,\s]+)")
 _ROUTING_BEST = re.compile(r"\[ROUTING\]\s*Best:\s*worker_(\d+)")
 
@@ -115,6 +116,36 @@ def smg_stream_failure(obj: dict[str, Any]) -> RequestTrace:
     return t
 
 
+def smg_stream_end(engine_id: str, obj: dict[str, Any]) -> RequestTrace:
+    """SMG's completion line of a streamed body (no request span: the handler had returned,
+    and its "finished processing request" latency is the time to the response's head). The
+    engine id joins it to the request (``Created AbortOnDropStream``); the line's second
+    bounds when the stream ended."""
+    when = parse_ts(obj.get("timestamp"))
+    t = fragment(engine_id, SOURCE_LOG, when or 0.0, "smg")
+    label = f"{SOURCE_LOG}:smg"
+    put(t, "stream", True, label)
+    put(t, "ended_by", None if when is None else when + 1.0, label)
+    return t
+
+
+def _engine_alias(obj: dict[str, Any], into: dict[str, RequestTrace]) -> None:
+    """``Created AbortOnDropStream for request <engine id>``: its spans name the request
+    (the outer one) and the engine id it was dispatched under."""
+    spans = obj.get("spans")
+    outer = spans[0] if isinstance(spans, list) and spans else None
+    m = _STREAM_FOR.match(str(obj.get("message", "")))
+    if not isinstance(outer, dict) or m is None or not outer.get("request_id") \
+            or not is_request_path(outer.get("path")):
+        return
+    rid = str(outer["request_id"])
+    t = into.get(rid)
+    if t is None:
+        t = into[rid] = fragment(rid, SOURCE_LOG, parse_ts(obj.get("timestamp")) or 0.0, "smg")
+        t.trace_id = str(outer["trace_id"]) if outer.get("trace_id") else None
+    alias(t, m.group(1))
+
+
 def _smg_says_something(msg: str) -> bool:
     return (msg in _SMG_SAYS or msg.startswith(("smg_mm_timing process_multimodal_plan",
                                                 "Request "))
@@ -151,6 +182,9 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
             label)
     elif (m := _COMPLETED.match(msg)) is not None:
         alias(t, m.group(1))
+        # Inside the request's span: the body was whole when the handler returned (a
+        # stream's ends on a line without it, after the handler's "finished" line).
+        put(t, "stream", False, label)
     elif (m := _MODEL_IN.search(msg)) is not None and "Processing" in msg:
         put(t, "model", m.group(1), label)
     elif msg not in ("Cache routing dispatch", "started processing request"):
@@ -198,6 +232,11 @@ def _dynamo_outcome(t: RequestTrace, obj: dict[str, Any], label: str) -> None:
     if status is None and obj.get("status") == "success":
         status = 200
     put(t, "status", status, label)
+    if obj.get("status") == "error" or obj.get("request.outcome") == "error":
+        # A stream whose worker died after its 200 head: "request completed" says so.
+        put(t, "error", str(obj.get("error_detail") or obj.get("error_type") or "error")[:300],
+            label)
+        put(t, "error_code", obj.get("error_type"), label)
     ms = as_float(obj.get("latency_ms", obj.get("elapsed_ms")))
     put(t, "latency_s", None if ms is None else ms / 1000.0, label)
     put_dynamo_request(t, obj, label)
@@ -219,7 +258,7 @@ def put_dynamo_request(t: RequestTrace, fields: dict[str, Any], label: str) -> N
 NOISE = re.compile(
     r'"message":"(?:Token bucket|Acquired token|multimodal config cache hit|Single-router mode|'
     r"smg_mm_timing mm_tensor_payload_inline|Multimodal processing complete|"
-    r'cache_aware selected|Created AbortOnDropStream|started processing request)')
+    r'cache_aware selected|started processing request)')
 # The messages of SMG lines `router_logs.decision_from` makes decisions of.
 SMG_DECISIONS = (*SMG_SELECTIONS, "Cache routing dispatch",
                  "smg_mm_timing process_multimodal_plan", "Token expansion complete",
@@ -293,10 +332,14 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
             decisions.append(d)
         elif msg == "finished processing request" and isinstance(obj.get("span"), dict):
             attempts.done(str(obj["span"].get("request_id")))
-        if isinstance(obj.get("span"), dict):
+        if msg.startswith("Created AbortOnDropStream"):
+            _engine_alias(obj, smg)
+        elif isinstance(obj.get("span"), dict):
             f = smg_fragment(obj, into=smg)  # one fragment per request, not per line
         elif msg.startswith(_SMG_STREAM_ENDED):
             frags.append(smg_stream_failure(obj))
+        elif (m := _COMPLETED.match(msg)) is not None:
+            frags.append(smg_stream_end(m.group(1), obj))
         else:
             f = dynamo_fragment(obj)
             if f is not None:

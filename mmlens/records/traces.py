@@ -132,16 +132,24 @@ class RequestTrace:
     aliases: list[str] = field(default_factory=list)
     trace_id: str | None = None
     rendered_tokens: int | None = None  # the prompt before image expansion (router's count)
+    # The latest the response can have ended, where its latency does not say it (SMG logs a
+    # streamed body's end on a line of its own, stamped to the second).
+    ended_by: float | None = None
 
     @property
     def failed(self) -> bool:
         return self.error is not None or (self.status or 200) >= 400
 
     def to_json(self) -> dict[str, Any]:
-        """The stored and printed shape: every field, the layout in its summary shape."""
+        """The printed shape: every field, the layout in its summary shape; an observed
+        request's model and router no source named are null (stored, they are empty)."""
         out = asdict(self)
         out["expected_layout"] = (None if self.expected_layout is None
                                   else self.expected_layout.to_json())
+        if self.origin == "observed":
+            for name in ("model", "router"):
+                if not out[name] and name not in self.provenance:
+                    out[name] = None
         return out
 
 

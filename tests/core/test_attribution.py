@@ -115,7 +115,9 @@ def test_demo_worker_events_at_16_in_flight():
             assert truth[rid] in (v.blocks, *v.alternatives), (seed, rid, v, truth[rid])
         for rid, v in definite.items():  # and every definite one is it
             assert v.blocks == truth[rid], (seed, rid, v, truth[rid])
-        assert len(definite) >= 0.6 * len(requests), (seed, len(definite), len(requests))
+        # What a matching of chains to requests proves (the rest get every reading): about
+        # half here, where all 16 allocate before any stores.
+        assert len(definite) >= 0.45 * len(requests), (seed, len(definite), len(requests))
 
 
 def test_a_request_of_unknown_length_is_a_rival_not_an_answer():
@@ -136,3 +138,46 @@ def test_a_request_of_unknown_length_alone_with_a_root_chain_found_nothing():
     got = attribute(c, [Served("text", 5.0, 6.0, None, BS), Served("q", 8.0, 9.0, None, BS)],
                     "w1")
     assert set(got) == {"text"} and (got["text"].blocks, got["text"].alternatives) == (0, ())
+
+
+def test_chains_two_requests_must_own_leave_the_third_its_own():
+    # "a" and "b" ended before "c" started; three 10-block chains from the root: the first
+    # two only "a" and "b" can have stored, so the third (which all three may have) is c's.
+    c = chains_of((0.0, None, list(range(10))), (5.1, None, [100 + i for i in range(10)]),
+                  (5.2, None, [200 + i for i in range(10)]),
+                  (5.3, None, [300 + i for i in range(10)]), (9.0, None, [900]))
+    got = attribute(c, [served("a", 5.0, 10, end=5.35), served("b", 5.0, 10, end=5.35),
+                        served("c", 5.25, 10)], "w1")
+    assert {r: (v.blocks, v.alternatives) for r, v in got.items()} == {
+        "a": (0, ()), "b": (0, ()), "c": (0, ())}
+    # Without "b", one of the three chains is nobody's here: "c" may have stored nothing.
+    got = attribute(c, [served("a", 5.0, 10, end=5.35), served("c", 5.25, 10)], "w1")
+    assert got["c"].alternatives and got["a"].blocks == 0
+
+
+def test_a_decode_block_from_the_root_may_be_a_short_prompts():
+    # "short" (under a block) decodes one block from the root; "t" (one block) found its
+    # block cached earlier. The root block stored while both ran may be short's decode, so
+    # it is no proof that "t" computed its block.
+    c = chains_of((0.0, None, [1]), (5.2, None, [7]), (9.0, None, [900]))
+    got = attribute(c, [Served("short", 5.0, 5.5, 15, BS), Served("t", 5.1, 5.5, 18, BS)],
+                    "w1")
+    assert got["short"].blocks == 0
+    assert {got["t"].blocks, *got["t"].alternatives} == {0, 1}
+
+
+def test_the_prompt_length_smg_logs_where_the_engine_tells_none():
+    from mmlens.analysis.judgement.batch import prompt_of
+    from mmlens.ingest.observed import fragment
+    from mmlens.records import RoutingDecision
+
+    def logged(**fields) -> int | None:
+        t = fragment("r", "router_log", 1.0, "smg")
+        t.predictions = [RoutingDecision("r", "smg", "log:x", **fields)]
+        return prompt_of(t, BS)
+
+    assert logged(expanded_tokens=84) == 84  # Token expansion complete: the engine's count
+    assert logged(input_units=81, prediction_source="approximate_tree") == 81  # tokens
+    assert logged(input_units=5, prediction_source="event_index_overlap") is None  # blocks
+    assert logged(request_blocks=0) == 1  # a text prompt under a block: nothing to hit
+    assert logged(request_blocks=5) == 81

@@ -11,8 +11,9 @@ import pytest
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.verdict_job import VerdictJob
 
+from mmlens.analysis.judgement.batch import span_of
 from mmlens.ingest.observed import merge_all, name_router
-from mmlens.ingest.observed_logs import Attempts, read_lines
+from mmlens.ingest.observed_logs import Attempts, parse_ts, read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import parse_export
 from mmlens.records import SpanRecord
@@ -148,7 +149,8 @@ def test_logs_alone_say_what_is_unknown(tmp_path: Path, router: str) -> None:
 
 def test_logs_leave_unknown_fields_null_and_keep_smg_image_sizes(tmp_path: Path) -> None:
     """What no source said is null with no provenance (not a 0 or a false), every value set
-    names its source; SMG's "Fetched images" sizes survive the token count line after it."""
+    names its source; SMG's "Fetched images" sizes survive the token count line after it;
+    whether a body streamed, and when a stream ended, come from its completion line."""
     reader = StoreReader(load(tmp_path, "smg_1.13", with_otlp=False))
     try:
         sizes = {"red": (64, 64), "red-again": (64, 64), "blue": (224, 224),
@@ -158,7 +160,13 @@ def test_logs_leave_unknown_fields_null_and_keep_smg_image_sizes(tmp_path: Path)
             assert t is not None
             body = t.to_json()
             assert body["cached_tokens"] is None and "cached_tokens" not in t.provenance
-            assert body["stream"] is None and "stream" not in t.provenance  # SMG logs no mode
+            # SMG names no mode, but a whole body's completion line comes inside the
+            # request's span (a stream's after it closed: this capture ends before it).
+            if name == "red-stream":
+                assert body["stream"] is None and "stream" not in t.provenance
+            else:
+                assert (body["stream"], t.provenance["stream"]) == (False, "router_log:smg")
+            assert body["ended_by"] is None
             for f in ("worker", "model", "status", "latency_s"):
                 assert body[f] is not None and t.provenance[f] == "router_log:smg", (name, f)
             if sizes[name] is None:
@@ -236,3 +244,33 @@ def test_smg_warming_worker_line_names_the_worker() -> None:
     assert (t.worker, t.provenance["worker"]) == ("grpc://127.0.0.1:22330", "router_log:smg")
     (sel,) = [d for d in decisions if d.source.startswith("log:Cache miss")]
     assert (sel.branch, sel.request_blocks, sel.attempt) == ("warmup_slice", 0, 0)
+
+
+def test_smg_stream_mode_and_end_from_its_completion_line() -> None:
+    """SMG 1.13's log names no mode: a streamed body's completion line comes after the
+    handler returned (no span; "finished processing request" was the response's head) and
+    bounds when the stream ended; a whole body's comes inside the request's span."""
+    lines = (CAPTURES / "smg_1.13_stream_end_log.jsonl").read_text().splitlines()
+    decisions, frags = read_lines(lines)
+    got = {t.request_id: t for t in merge_all(frags)}
+    stream, whole = got["acc-029"], got["acc-030"]
+    assert (stream.stream, stream.provenance["stream"]) == (True, "router_log:smg")
+    assert stream.latency_s is not None and stream.latency_s < 0.1  # the head, not the end
+    assert stream.ended_by == parse_ts("2026-12-02 00:12:01") + 1.0
+    assert any(a.startswith("acc-029-") for a in stream.aliases)  # the engine's id
+    assert (whole.stream, whole.ended_by) == (False, None)
+    stream.predictions = [d for d in decisions if d.request_id == "acc-029"]
+    start, end = span_of(stream)  # from the exact dispatch to the completion line's bound
+    assert start == pytest.approx(1796170321.147563, abs=1e-6) and end == stream.ended_by
+
+
+def test_dynamo_stream_that_died_after_its_head_is_an_error() -> None:
+    """Dynamo 1.6.1 answered the stream 200, its worker died; "request completed" says
+    error (the client got a broken stream): the record is failed, not served."""
+    lines = (CAPTURES / "dynamo_1.6.1_stream_error_log.jsonl").read_text().splitlines()
+    _, frags = read_lines(lines)
+    got = {a: t for t in merge_all(frags) for a in t.aliases}
+    dead, fine = got["acc-161"], got["acc-155"]
+    assert dead.failed and (dead.error_code, dead.provenance["error"]) == (
+        "unavailable", "router_log:dynamo")
+    assert not fine.failed and fine.error is None

@@ -68,3 +68,13 @@ def test_a_fragment_joining_two_records_merges_them(store_db: str) -> None:
     (t,) = store.traces(10)
     assert (t.worker, t.cached_tokens) == ("w1", 32) and "other" in t.aliases
     store.close()
+
+
+def test_a_model_and_router_no_source_named_print_as_null() -> None:
+    from mmlens.ingest.observed import fragment, put
+
+    t = fragment("r1", "router_log", 1.0, "smg")
+    assert (t.to_json()["model"], t.to_json()["router"]) == (None, None)
+    put(t, "model", "m", "router_log:smg")
+    t.router, t.provenance["router"] = "gw", "config:log_file"
+    assert (t.to_json()["model"], t.to_json()["router"]) == ("m", "gw")

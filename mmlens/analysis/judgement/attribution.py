@@ -3,15 +3,17 @@
 An engine announces the blocks a request computed once its prefill is done: one stored
 segment whose parent is the last block it found cached (none: it found nothing). So the
 depth of that parent is the request's realized hit, and parent depth plus the segment's
-blocks is the request's full prompt blocks. Each worker's segments are matched to the
-requests it served by time (stored between dispatch and end) and length (base + blocks =
-``prompt_tokens // block_size``): a segment only one request can own goes to it, which may
-leave another request a single candidate, and so on. A request with no segment at all found
-its whole prompt cached (all but the last token, recomputed), when the worker's events are
-known to cover its time. Requests of the same length at once that the evidence cannot tell
-apart get both readings (``Realized.alternatives``) and the reason.
+blocks is the request's full prompt blocks. A request may have stored a segment when it was
+stored between its dispatch and its end and ends at its prompt's depth; every prompt segment
+was stored by one such request, and a request stores one (``ownership``: the readings of
+each request over every assignment that gives every segment an owner). Its decode stores
+one block at a time off its prompt's last block: such a block may be a running request's
+decode, so it owes no prompt an owner. A request that may have stored nothing found its
+whole prompt cached (all but the last token, recomputed) when the worker's events are known
+to cover its time, or computed it while another request stored the same blocks (an engine
+stores a block once). Readings the evidence cannot tell apart are all given
+(``Realized.alternatives``), with the reason.
 """
-
 from __future__ import annotations
 
 import bisect
@@ -19,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mmlens.analysis.judgement.evidence import Realized
+from mmlens.analysis.judgement.ownership import Owners
 from mmlens.ingest.observed import SOURCE_KV
 
-SLACK_S = 0.3  # events reach the store stamped up to this long after the engine's work
+SLACK_S = 0.05  # the router's and the engines' clocks apart (KV batches carry the engine's)
 
 
 @dataclass(slots=True, eq=False)
@@ -205,12 +208,41 @@ def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = 
     fits: dict[str, list[Segment]] = {}
     for r in served:
         f = _full(r)
-        fits[r.request_id] = chains.window(_since(r, slack_s), r.end + slack_s) if f is None \
-            else _fits(chains, r, *f, slack_s)
+        if f is None:
+            fits[r.request_id] = chains.window(_since(r, slack_s), r.end + slack_s)
+        elif f[0] == 0:  # a prompt shorter than a block: its decode starts a chain
+            fits[r.request_id] = [s for s in chains.window(_since(r, slack_s), r.end + slack_s)
+                                  if s.parent is None and s.blocks == 1]
+        else:
+            fits[r.request_id] = _fits(chains, r, *f, slack_s)
     decode = _decodes(chains, served, fits, slack_s)
     if not decode:
         return fits
     return {rid: [s for s in segs if decode.get(s, rid) == rid] for rid, segs in fits.items()}
+
+
+def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: float,
+                   ) -> dict[Segment, set[str]]:
+    """Segments some request may have stored as its decode: one block (a decode fills one
+    at a time) stored while it ran, hung off a block at its prompt's depth or off such a
+    block of its decode before (any, for a request whose length nobody told): they owe no
+    prompt an owner. Segment → the requests it may be the decode of."""
+    out: dict[Segment, set[str]] = {}
+    for r in served:
+        f = _full(r)
+        mine = {s for s in chains.window(_since(r, slack_s), r.end + slack_s)
+                if s.blocks == 1 and (f is None or s.base is None or s.base == f[0])}
+        tips = [s.last for s in mine]
+        while tips and f is not None:
+            kids = chains.children.get(tips.pop())
+            for child in () if kids is None else kids.between(_since(r, slack_s),
+                                                              r.end + slack_s):
+                if child.blocks == 1 and child not in mine:
+                    mine.add(child)
+                    tips.append(child.last)
+        for seg in mine:
+            out.setdefault(seg, set()).add(r.request_id)
+    return out
 
 
 def _computed_alongside(chains: WorkerChains, seg: Segment, since: float, max_hit: int,
@@ -263,51 +295,48 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     """The realized hit of each request in ``served`` (one worker's) that its KV events
     show; a request they say nothing definite about is left out."""
     cands = candidates(chains, served, slack_s)
-    owners, owned = _settle(cands)
-    taken = set(owned.values())
+    decodes = _maybe_decodes(chains, served, slack_s)
+    owners = Owners(cands, frozenset(decodes))
     out: dict[str, Realized] = {}
     for r in served:
         rid, f = r.request_id, _full(r)
+        mine = [s for s in cands.get(rid, []) if owners.may_own(rid, s)]
+        none = owners.may_own_none(rid)
         if f is None:
-            # Its length unknown, a chain only it can own says how deep it started only
-            # when that is the root: it found nothing cached (any other depth needs a length).
-            mine = owned.get(rid)
-            if mine is not None and mine.base == 0:
+            # Its length unknown, a chain from the root that no other request can have
+            # stored (as its prompt or its decode) is its: it found nothing cached (its
+            # prompt, or a prompt shorter than a block under its decode). Any other depth
+            # needs the length.
+            if (mine and not none and all(s.base == 0 for s in mine)) or any(
+                    s.base == 0 and set(owners.rivals[s]) | decodes.get(s, set()) == {rid}
+                    for s in cands.get(rid, [])):
                 out[rid] = Realized(0, None, SOURCE_KV)
             continue
         full, max_hit = f
         if full == 0:
             out[rid] = Realized(0, None, SOURCE_KV)
             continue
-        free: list[Segment] = []
-        rivals: set[str] = set()
-        mine = owned.get(rid)
-        if mine is not None:
-            readings = {_hit(mine, full)}
-        else:
-            free = [s for s in cands.get(rid, []) if s not in taken]
-            rivals = {o for s in free for o in owners[s] if o != rid and o not in owned}
-            shared = {s for o in (rid, *rivals) for s in cands.get(o, []) if s not in taken}
-            readings = {_hit(s, full) for s in free}
-            if not free and chains.last_ts < r.end + slack_s:
-                continue  # the worker's events may not have arrived yet
-            if len(rivals) + 1 > len(shared):  # one of them stored nothing: its prompt hit
-                readings.add(max_hit)
-        if mine is not None or free:
+        if not mine and chains.last_ts < r.end + slack_s:
+            continue  # the worker's events may not have arrived yet
+        since = _since(r, slack_s)
+        own = {_hit(s, full) for s in mine}
+        readings = set(own)
+        for seg in mine:
             # Its chain's blocks above where it starts, stored by another request while it
             # ran: it may have computed them too (an engine stores a block once).
-            for seg in [mine] if mine is not None else free:
-                readings |= _computed_alongside(chains, seg, _since(r, slack_s), max_hit)
-        else:  # no chain of its own known: any chain as deep stored while it ran may be it
-            readings |= {min(b, max_hit) for s in chains.window(_since(r, slack_s),
-                                                                r.end + slack_s)
+            readings |= _computed_alongside(chains, seg, since, max_hit)
+        alongside = set()
+        if none:
+            readings.add(max_hit)  # it stored nothing: its prompt was cached...
+            # ...or another request stored the same prompt while it computed it too.
+            alongside = {min(b, max_hit) for s in chains.window(since, r.end + slack_s)
                          if (b := s.base) is not None and b < full <= b + s.blocks}
-        # Shown first: what a segment it may own says (the other readings are alternatives).
-        own = {_hit(s, full) for s in ([mine] if mine is not None else free)}
+            readings |= alongside
         best = max(own or readings)
         alt = tuple(sorted(readings - {best}, reverse=True))
-        same = mine is None and rivals and len({_hit(s, full) for s in free}) > 1
+        rivals = len(own) + none > 1
         out[rid] = Realized(best, None, SOURCE_KV, alt, None if not alt else (
-            f"{len(rivals) + 1} requests of {full} blocks on {worker} at once" if same
+            f"{len({o for s in mine for o in owners.rivals[s]} | {rid})} requests "
+            f"of {full} blocks on {worker} at once" if rivals
             else f"another request on {worker} stored blocks of its prompt while it ran"))
     return out

@@ -35,7 +35,12 @@ def dispatch_ts(t: RequestTrace) -> float:
 
 
 def span_of(t: RequestTrace) -> tuple[float, float]:
+    """Dispatch to the latest it can have ended. A stream's latency in SMG's log is the time
+    to the response's head: its end is the bound its own completion line gives."""
     start = dispatch_ts(t)
+    if t.stream and t.provenance.get("latency_s", "").endswith(":smg"):
+        return start, max(start, t.ended_by) if t.ended_by is not None \
+            else start + UNKNOWN_SPAN_S
     return start, start + (UNKNOWN_SPAN_S if t.latency_s is None else float(t.latency_s))
 
 
@@ -47,14 +52,22 @@ def block_size_of(t: RequestTrace) -> int:
 
 
 def prompt_of(t: RequestTrace, block_size: int) -> int | None:
-    """The engine's prompt length; else what the router's block count implies (SMG counts
-    full blocks, Dynamo a last partial one too; a prompt is rarely a whole number of blocks)."""
+    """The engine's prompt length; else the router's count of it (SMG logs its expanded
+    prompt and its approximate tree's input tokens); else what the router's block count
+    implies (SMG counts full blocks, Dynamo a last partial one too; a prompt is rarely a
+    whole number of blocks)."""
     if t.prompt_tokens and known(t, "prompt_tokens"):
         return int(t.prompt_tokens)
-    blocks = next((p.request_blocks for p in t.predictions if p.request_blocks), None)
+    told = next((p.expanded_tokens for p in t.predictions if p.expanded_tokens), None) or \
+        next((p.input_units for p in t.predictions if p.input_units
+              and p.prediction_source == "approximate_tree"), None)
+    if told:
+        return int(told)
+    blocks = next((p.request_blocks for p in t.predictions if p.request_blocks is not None),
+                  None)
     if blocks is None:
         return None
-    return (blocks - (1 if t.router_kind == "dynamo" else 0)) * block_size + 1
+    return max(0, blocks - (1 if t.router_kind == "dynamo" else 0)) * block_size + 1
 
 
 TOUCH_GAP_S = 1.0
