@@ -232,7 +232,6 @@ def _fill_state(store: SQLStore, n_blocks: int, now: float, workers: list[str]) 
 
 def time_pages(runs: int, pages: tuple[str, ...] = PAGES, n_traces: int = 100_000,
                ) -> dict[str, tuple[float, float]]:
-    import streamlit as st
     from mmlens.ui import shared
     from streamlit.testing.v1 import AppTest
 
@@ -245,9 +244,7 @@ def time_pages(runs: int, pages: tuple[str, ...] = PAGES, n_traces: int = 100_00
                 at.query_params["request"] = f"bench-{n_traces // 2:06d}"  # a stored one
             at.run()
             at.switch_page(f"pages/{page}.py")
-            st.cache_data.clear()
-            for cached in (shared.snapshot, shared.recent_traces, shared.trace_by_id):
-                cached.clear()  # records are cached as shared objects (st.cache_resource)
+            shared.forget_store_reads()  # as after a change in the store
             t = time.perf_counter()
             at.run()
             c = time.perf_counter() - t

@@ -231,8 +231,7 @@ with shared.page_guard("Lab"):
             progress=progress, media_origin=router.get("media_origin"))
         bar.empty()
         st.session_state["lab_scenario"] = result.as_json()
-        shared.recent_traces.clear()
-        shared.snapshot.clear()
+        shared.forget_store_reads()
     elif go:
         run_seed = seed if pinned else random.randrange(1, 1_000_000)
         specs = run_images(kind, inputs.sizes, count, run_seed)
@@ -250,8 +249,7 @@ with shared.page_guard("Lab"):
         st.session_state["lab_results"] = send_run(
             known if compare else [router], steps, model or "default", modes,
             layout_model=layout_model, stream=stream, keep_text=keep_text)
-        shared.recent_traces.clear()
-        shared.snapshot.clear()
+        shared.forget_store_reads()
 
     scenario = st.session_state.get("lab_scenario")
     if scenario:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -31,11 +32,11 @@ from mmlens.state import Snapshot
 from mmlens.store.open import NoStoreYet, StoreError
 from mmlens.store.open import label as store_label
 from mmlens.store.reader import StoreReader, open_reader
-from mmlens.store.snapshot import build_snapshot
+from mmlens.store.snapshot import build_snapshot, with_health
 
 ENV_DB = "MMLENS_DB"
-TTL_S = 3
 REFRESH_S = 5
+T = TypeVar("T")
 
 
 def db_path() -> str | None:
@@ -103,7 +104,14 @@ def _note_caught(what: str, exc: Exception) -> None:
     st.session_state[CAUGHT_KEY] = caught[-CAUGHT_KEEP:]
 
 
-# --- cached queries (keyed by store path; the reader is not hashed) --------------------------
+# --- cached queries (keyed by store path and the versions of the tables they read) --------
+
+# A cached read lives until a table it reads changes (``mmlens.store.versions``), so coming
+# back to a page after a minute redraws it from the cache when the store has nothing new;
+# VERSIONS_TTL_S bounds how often the versions themselves are read (all sessions share them),
+# SAFETY_TTL_S the life of an entry whose change no version shows.
+VERSIONS_TTL_S = 1.0
+SAFETY_TTL_S = 60.0
 
 # Queries returning request records are cached as shared objects, not copies: st.cache_data
 # pickles its value on every hit, which for 500 traces costs ~150 ms per page run. Pages and
@@ -111,58 +119,106 @@ def _note_caught(what: str, exc: Exception) -> None:
 records_cache = st.cache_resource
 
 
-@records_cache(ttl=TTL_S, show_spinner=False, max_entries=8)
-def snapshot(path: str, n_traces: int = 200) -> Snapshot:
+@st.cache_data(ttl=VERSIONS_TTL_S, show_spinner=False, max_entries=4)
+def store_versions(path: str) -> dict[str, tuple[Any, ...]]:
+    return _reader(path).data_versions()
+
+
+def _versions_of(path: str, tables: tuple[str, ...]) -> tuple[tuple[Any, ...], ...]:
+    found = store_versions(path)
+    return tuple(found.get(t, ()) for t in tables)
+
+
+def store_cached(*tables: str, records: bool = False, max_entries: int = 8,
+                 ttl: float = SAFETY_TTL_S) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Cache ``read(path, ...)`` until one of ``tables`` changes (``records``: the value is
+    shared, not copied; see ``records_cache``)."""
+    def wrap(read: Callable[..., T]) -> Callable[..., T]:
+        def versioned(path: str, versions: tuple[Any, ...], *args: Any) -> T:
+            return read(path, *args)
+
+        # Streamlit keys a cache by the function's qualified name and source: each read
+        # gets its own.
+        versioned.__qualname__ = f"{read.__qualname__}.versioned"
+        versioned.__module__ = read.__module__
+        cache = records_cache if records else st.cache_data
+        cached = cache(ttl=ttl, show_spinner=False, max_entries=max_entries)(versioned)
+
+        @functools.wraps(read)
+        def current(path: str, *args: Any) -> T:
+            return cached(path, _versions_of(path, tables), *args)
+
+        current.clear = cached.clear  # type: ignore[attr-defined]
+        return current
+    return wrap
+
+
+def forget_store_reads() -> None:
+    """Drop every cached read (after this session wrote to the store itself)."""
+    st.cache_data.clear()
+    for read in (_snapshot, recent_traces, recent_verdicts, verdict, verdicts_by_id,
+                 trace_by_id):
+        read.clear()  # type: ignore[attr-defined]
+
+
+@store_cached("traces", "decisions", "verdicts", "samples", "kv_state", "meta", "quarantine",
+              records=True)
+def _snapshot(path: str, n_traces: int) -> Snapshot:
     return build_snapshot(_reader(path), n_traces=n_traces, count_kv_events=False)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=16)
+def snapshot(path: str, n_traces: int = 200) -> Snapshot:
+    """The store's snapshot; its collector health (rewritten every tick) read fresh."""
+    return with_health(_snapshot(path, n_traces), _reader(path).health())
+
+
+@store_cached("meta", max_entries=16)
 def meta(path: str, key: str) -> Any:
     return _reader(path).meta(key)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("meta")
 def worker_names(path: str) -> dict[str, str]:
     """The config's worker names (w1, w2) by the URLs routers and events use for them."""
     return _worker_names(_reader(path).meta("targets"))
 
 
-@records_cache(ttl=TTL_S, show_spinner=False, max_entries=256)
+@store_cached("traces", "verdicts", records=True, max_entries=256)
 def verdict(path: str, request_id: str) -> Verdict | None:
     """A request's stored verdict (None: not judged yet)."""
     return _reader(path).verdict(request_id)
 
 
-@records_cache(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("traces", "decisions", records=True)
 def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
     return _reader(path).recent_traces(limit)
 
 
-@records_cache(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("traces", "decisions", "verdicts", records=True)
 def recent_verdicts(path: str, limit: int = 300) -> dict[str, Verdict]:
     """The stored verdicts of ``recent_traces(path, limit)`` (a request not judged yet has
     none: pending)."""
     return _reader(path).verdicts_for(recent_traces(path, limit))
 
 
-@records_cache(ttl=TTL_S, show_spinner=False, max_entries=32)
+@store_cached("verdicts", records=True, max_entries=32)
 def verdicts_by_id(path: str, request_ids: tuple[str, ...]) -> dict[str, Verdict]:
     r = _reader(path)
     return r.store_verdicts(request_ids)
 
 
-@records_cache(ttl=60, show_spinner=False, max_entries=256)
+@store_cached("traces", "decisions", records=True, max_entries=256)
 def trace_by_id(path: str, request_id: str) -> RequestTrace | None:
     return _reader(path).trace(request_id)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("samples")
 def samples(path: str, names: tuple[str, ...], window_s: float) -> list[MetricSample]:
     """The ``window_s`` of samples named ``names`` before the latest one."""
     return _reader(path).recent_samples(window_s, names)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("samples", "worker_minutes")
 def hit_rates(path: str, window_s: float) -> tuple[dict[str, list[tuple[float, float]]], float]:
     """Prefix hit-rate lines over ``window_s`` and their bucket width: on a fleet (or a long
     window) from the rollup minutes, else from the counters' samples (``fleet_hit_rates``);
@@ -173,7 +229,7 @@ def hit_rates(path: str, window_s: float) -> tuple[dict[str, list[tuple[float, f
     return fleet_hit_rates(_reader(path).recent_series(window_s, HIT_NAMES))
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("kv_events", "worker_minutes")
 def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float, str, str, int]]:
     """KV blocks per (bucket, worker, kind), the busiest workers named and the rest summed:
     on a fleet (or a long window) per minute from the rollups, else from the events."""
@@ -183,7 +239,7 @@ def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float
     return fold_timeline(_reader(path).kv_timeline(window_s, bucket_s))
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("samples", "kv_views", "kv_state", "traces", "decisions", "verdicts")
 def worker_view(path: str, window_s: float = 900.0) -> WorkersView:
     """Per worker: live or gone (since when), its KV-event transport, and the alerts."""
     r = _reader(path)
@@ -196,25 +252,25 @@ def worker_view(path: str, window_s: float = 900.0) -> WorkersView:
     return workers_view(live, r.kv_state(), views, traces, r.verdicts_for(traces), time.time())
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("samples", "kv_views")
 def kv_views(path: str, window_s: float) -> list[tuple[Any, ...]]:
     r = _reader(path)
     latest = r.latest_sample_ts() or time.time()
     return r.kv_views(latest - window_s)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("kv_events")
 def recent_kv_events(path: str, limit: int) -> list[KVEventRow]:
     return _reader(path).recent_kv_events(limit)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("availability")
 def availability(path: str, window_s: float) -> AvailabilityView:
     """Available vs achieved over the last ``window_s`` of evaluated requests."""
     return view_model(*_reader(path).availability_window(window_s), window_s)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=8)
+@store_cached("kv_state")
 def kv_state(path: str) -> list[ResidentSummary]:
     return _reader(path).kv_state()
 

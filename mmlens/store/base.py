@@ -10,10 +10,12 @@ from mmlens.store.dialect import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, Stor
 from mmlens.store.reads import StoreReads
 from mmlens.store.rollups import RollupTables
 from mmlens.store.verdicts import VerdictTables
+from mmlens.store.versions import StoreVersions
 from mmlens.store.writes import StoreWrites
 
 __all__ = ["PRUNED_TABLES", "SCHEMA_VERSION", "NoStoreYet", "SQLStore", "StoreError"]
 
 
-class SQLStore(StoreWrites, StoreReads, AvailabilityTables, VerdictTables, RollupTables):
+class SQLStore(StoreWrites, StoreReads, AvailabilityTables, VerdictTables, RollupTables,
+               StoreVersions):
     """One store connection: a collector's writer, or (``readonly``) the dashboard's reader."""

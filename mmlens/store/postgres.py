@@ -93,6 +93,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     better_blocks integer, judged_at double precision NOT NULL, version integer NOT NULL,
     body text NOT NULL);
 CREATE INDEX IF NOT EXISTS verdicts_ts ON verdicts (ts);
+CREATE INDEX IF NOT EXISTS verdicts_judged ON verdicts (judged_at);
 CREATE TABLE IF NOT EXISTS health (
     collector text NOT NULL, target text NOT NULL, updated double precision NOT NULL,
     last_success double precision, last_error text, last_error_ts double precision,

@@ -274,6 +274,11 @@ class StoreReader:
     def schema_version(self) -> int:
         return self._locked(SQLStore.schema_version)
 
+    def data_versions(self) -> dict[str, tuple[Any, ...]]:
+        """Per table, a version that moves only when its rows do
+        (``mmlens.store.versions``)."""
+        return self._locked(SQLStore.data_versions)
+
 
 def open_reader(path: str | Path | None) -> StoreReader:
     if not path:

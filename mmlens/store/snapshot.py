@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from mmlens.records import CollectorHealth
 from mmlens.state import KVEndpointHealth, Snapshot
 
 if TYPE_CHECKING:
@@ -31,11 +33,20 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
         health=health,
         metrics=reader.normalized_since(since),
         dynamo_mm_routing=reader.meta("dynamo_mm_routing") or {},
-        kv_endpoints={h.target: KVEndpointHealth.of(h) for h in health
-                      if h.collector == "kv_events"},
+        kv_endpoints=kv_endpoints(health),
         kv_stored=reader.kv_event_counts() if count_kv_events else None,
         resident=reader.kv_state(),
         traces=traces,
         verdicts=reader.verdicts_for(traces),
         quarantined=reader.quarantined(),
     )
+
+
+def kv_endpoints(health: list[CollectorHealth]) -> dict[str, KVEndpointHealth]:
+    return {h.target: KVEndpointHealth.of(h) for h in health if h.collector == "kv_events"}
+
+
+def with_health(snap: Snapshot, health: list[CollectorHealth]) -> Snapshot:
+    """``snap`` with newer collector health (rewritten on every collector tick, so the pages
+    read it on each run and cache the rest of the snapshot)."""
+    return replace(snap, health=health, kv_endpoints=kv_endpoints(health))

@@ -19,6 +19,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     headline TEXT NOT NULL, worker TEXT, better_worker TEXT, better_blocks INTEGER,
     judged_at REAL NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS verdicts_ts ON verdicts (ts);
+CREATE INDEX IF NOT EXISTS verdicts_judged ON verdicts (judged_at);
 """
 _COLUMNS = ("request_id", "ts", "category", "headline", "worker", "better_worker",
             "better_blocks", "judged_at", "version", "body")

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import streamlit as st
 from mmlens.ui import shared
 from streamlit.testing.v1 import AppTest
 
@@ -49,9 +48,7 @@ def _cache_page_reads(db: str, counted: Reads, monkeypatch: pytest.MonkeyPatch,
                       ) -> tuple[int, int, Any]:
     monkeypatch.setenv("MMLENS_DB", db)
     monkeypatch.delenv("MMLENS_CONFIG", raising=False)
-    st.cache_data.clear()
-    for cached in (shared.snapshot, shared.recent_traces, shared.trace_by_id):
-        cached.clear()
+    shared.forget_store_reads()
     shared._reader.clear()
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()  # the Overview first, as a visitor arrives; only the Cache page is counted

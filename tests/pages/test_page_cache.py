@@ -1,0 +1,63 @@
+"""The pages' cached reads are keyed by the store's data versions: a collector tick that wrote
+nothing new leaves a revisited page on its cache (no trace is read again), a new request is on
+the page at the next run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from mmlens.ui import shared
+from streamlit.testing.v1 import AppTest
+
+from mmlens.records import RequestTrace
+from mmlens.store.open import open_store
+from mmlens.store.sqlite import Store
+from tests.core.test_store_versions import tick
+from tests.pages.apptest_util import APP
+
+
+def trace(rid: str, ts: float) -> RequestTrace:
+    return RequestTrace(rid, "http://127.0.0.1:30000", "smg", "m", ts, False, status=200,
+                        worker="grpc://127.0.0.1:50051", prompt_tokens=64, cached_tokens=0)
+
+
+def test_revisit_after_an_idle_tick_reads_no_trace(tmp_path: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "s.db")
+    store = open_store(db)
+    now = time.time()
+    store.add_traces([trace(f"req-{i}", now - 60 + i) for i in range(5)])
+    tick(store, now)
+    sql: list[str] = []
+    original = Store._rows
+
+    def logged(self: Any, query: str, args: Any = ()) -> Any:
+        sql.append(query)
+        return original(self, query, args)
+
+    monkeypatch.setattr(Store, "_rows", logged)
+    monkeypatch.setenv("MMLENS_DB", db)
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    shared.forget_store_reads()
+    shared._reader.clear()
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.switch_page("pages/routing.py").run()
+    assert not at.exception
+    assert any("FROM traces" in q for q in sql)
+
+    def rerun_after_tick() -> list[str]:
+        # the versions are read again, and a timer-based cache (3 s, before) would expire
+        time.sleep(max(shared.VERSIONS_TTL_S + 0.2, 3.5))
+        del sql[:]
+        at.run()
+        assert not at.exception
+        return [q for q in sql if "FROM traces" in q and "max(" not in q]
+
+    tick(store, now + 5)
+    assert rerun_after_tick() == []
+    store.add_traces([trace("req-new", now + 6)])
+    assert rerun_after_tick()
+    assert any("req-new" in str(df.value.to_csv()) for df in at.dataframe)
+    store.close()
