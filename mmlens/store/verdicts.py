@@ -26,6 +26,17 @@ _COLUMNS = ("request_id", "ts", "category", "headline", "worker", "better_worker
 _hashes = msgspec.msgpack.Decoder()
 
 
+def _images(text: str | None) -> list[str]:
+    """An event's stored image identities (a JSON list), [] when none or unreadable."""
+    if not text:
+        return []
+    try:
+        got = json.loads(text)
+    except ValueError:
+        return []
+    return [str(i) for i in got] if isinstance(got, list) else []
+
+
 def _decode(body: str) -> Verdict | None:
     try:
         return msgspec.json.decode(body, type=Verdict, strict=False)
@@ -75,17 +86,18 @@ class VerdictTables(SQLBase):
         return {str(c): int(n) for c, n in rows}
 
     def kv_chain_tail(self, tail: IdTail, limit: int = 50_000,
-                      ) -> list[tuple[float, str, str, str | None, list[str]]]:
+                      ) -> list[tuple[float, str, str, str | None, list[str], list[str]]]:
         """KV events ``tail`` has not returned yet (``IdTail``), in store order, as the
-        verdict job's chain index reads them: (ts, worker#rank, kind, parent, hashes), the
-        hashes as text like a stored parent."""
+        verdict job's chain index reads them: (ts, worker#rank, kind, parent, hashes, the
+        identities of the images in the blocks), the hashes as text like a stored parent."""
         out = []
-        for _, ts, worker, rank, kind, parent, hashes in self._tail(
-                "kv_events", f"{self.key}, ts, worker, rank, kind, parent, hashes", tail,
-                limit):
+        for _, ts, worker, rank, kind, parent, hashes, images in self._tail(
+                "kv_events", f"{self.key}, ts, worker, rank, kind, parent, hashes, images",
+                tail, limit):
             unit = worker if not rank else f"{worker}#{rank}"
             out.append((float(ts), unit, kind, None if parent is None else str(parent),
-                        [str(h) for h in _hashes.decode(hashes)] if hashes else []))
+                        [str(h) for h in _hashes.decode(hashes)] if hashes else [],
+                        _images(images)))
         return out
 
     def oldest_trace_ts(self) -> float | None:

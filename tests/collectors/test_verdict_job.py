@@ -103,3 +103,32 @@ def test_an_idle_worker_drained_after_a_request_says_its_whole_prompt_was_cached
     assert got["w2-again"].category == "unknown"
     assert got["w1-first"].category == got["w2-first"].category == "cold"
     store.close()
+
+
+def test_image_identities_from_the_log_meet_the_kv_events_images(store_db: str) -> None:
+    # Dynamo's log names each image's hash; the engines' KV events key blocks by it. "warm"
+    # (image B, on w1 already) and "new" (image A, its chain from the root) ran at once.
+    from mmlens.records import ImageInfo, ImageRef
+
+    store = open_store(store_db)
+    a_id, b_id = "aaaa1111aaaa1111" + "0" * 48, "bbbb2222bbbb2222" + "0" * 48
+
+    def imaged(hashes: list[int], seq: int, ts: float, image: str) -> BlockStored:
+        ev = stored("w1", seq, ts, hashes, None)
+        ev.images = [(ImageRef(image, 0),)] * len(hashes)
+        return ev
+
+    store.add_kv_events([imaged([1, 2, 3, 4, 5], 0, 1.0, b_id),
+                         imaged([11, 12, 13, 14, 15], 1, 20.3, a_id)])
+    traces = [observed(rid, ts, "w1", 5 * BS + 3) for rid, ts in (("warm", 20.0),
+                                                                   ("new", 20.1))]
+    for t, image in zip(traces, ("bbbb2222bbbb2222", "aaaa1111aaaa1111"), strict=True):
+        t.images = [ImageInfo("data", tokens=64, identities={"dynamo_mm_hash": image})]
+        t.provenance["images"] = "router_log:dynamo"
+    store.add_traces(traces)
+    store.add_kv_events([stored("w1", 2, 30.0, [99], None)])  # the stream went on
+    got = {v.request_id: v for v in VerdictJob(store, settle_s=0.0).run(now=40.0)}
+    assert (got["warm"].realized_blocks, got["warm"].evidence["realized_alternatives"]) == (
+        5, [])
+    assert (got["new"].realized_blocks, got["new"].evidence["realized_alternatives"]) == (
+        0, [])

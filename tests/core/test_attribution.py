@@ -181,3 +181,24 @@ def test_the_prompt_length_smg_logs_where_the_engine_tells_none():
     assert logged(input_units=5, prediction_source="event_index_overlap") is None  # blocks
     assert logged(request_blocks=0) == 1  # a text prompt under a block: nothing to hit
     assert logged(request_blocks=5) == 81
+
+
+def test_image_identities_tell_same_length_requests_apart():
+    # Two 5-block requests at once: "x" of image B (on the worker already), "y" of a new
+    # image A, which stored a chain from the root. Without identities either may have; with
+    # them (Dynamo logs each image's hash, the first 8 bytes of the one its engine keys
+    # blocks by) the chain of A is y's and x found its prompt cached.
+    a_id, b_id = "aaaa1111aaaa1111" + "0" * 48, "bbbb2222bbbb2222" + "0" * 48
+    c = WorkerChains()
+    c.stored(1.0, None, ["b1", "b2", "b3", "b4", "b5"], [b_id])
+    c.stored(5.2, None, ["a1", "a2", "a3", "a4", "a5"], [a_id])
+    c.stored(5.35, "a5", ["a6"])  # y's decode: off its prompt's last block, no image
+    c.stored(9.0, None, ["tail"])
+    blind = attribute(c, [served("x", 5.0, 5), served("y", 5.1, 5)], "w1")
+    assert all(set(v.alternatives) | {v.blocks} == {0, 5} for v in blind.values())
+    x = Served("x", 5.0, 6.0, 5 * BS + 3, BS, images=frozenset({b_id[:16]}))
+    y = Served("y", 5.1, 6.0, 5 * BS + 3, BS, images=frozenset({a_id[:16]}))
+    seen = attribute(c, [x, y], "w1")
+    assert {r: (v.blocks, v.alternatives) for r, v in seen.items()} == {
+        "x": (5, ()), "y": (0, ())}
+    assert c.segment_of["a6"].images == c.segment_of["a1"].images  # the chain's, below it

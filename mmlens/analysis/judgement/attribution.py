@@ -17,8 +17,8 @@ stores a block once). Readings the evidence cannot tell apart are all given
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from mmlens.analysis.judgement.evidence import Realized
 from mmlens.analysis.judgement.ownership import Owners
@@ -31,19 +31,22 @@ SLACK_S = 0.05  # the router's and the engines' clocks apart (KV batches carry t
 class Segment:
     """One stored-blocks event: when, how deep its parent sits (None: the parent was stored
     before the index saw it), how many blocks, its parent and last block. Compared by
-    identity: two events alike are two segments."""
+    identity: two events alike are two segments. ``images``: the identities of the images
+    in its blocks and the blocks below it (its engine's extra keys)."""
 
     ts: float
     base: int | None
     blocks: int
     parent: str | None = None
     last: str = ""
+    images: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class Served:
     """A request a worker served: dispatch to end, prompt length, the engine's own count
-    when a source told it (it then only claims a segment that agrees)."""
+    when a source told it (it then only claims a segment that agrees), its images'
+    identities when every image's is known (it then only claims a chain of those images)."""
 
     request_id: str
     start: float
@@ -51,6 +54,7 @@ class Served:
     prompt_tokens: int | None
     block_size: int
     known_blocks: int | None = None
+    images: frozenset[str] | None = None
 
 
 @dataclass(slots=True)
@@ -95,11 +99,14 @@ class WorkerChains:
     def segments(self) -> list[Segment]:
         return self.all.segs
 
-    def stored(self, ts: float, parent: str | None, hashes: Sequence[str]) -> None:
+    def stored(self, ts: float, parent: str | None, hashes: Sequence[str],
+               images: Iterable[str] = ()) -> None:
         if not hashes:
             return
         base = 0 if parent is None else self.depth.get(parent)
-        seg = Segment(ts, base, len(hashes), parent, hashes[-1])
+        below = None if parent is None else self.segment_of.get(parent)
+        seg = Segment(ts, base, len(hashes), parent, hashes[-1], frozenset(images) | (
+            below.images if below is not None else frozenset()))
         if base is not None:
             for i, h in enumerate(hashes, start=base + 1):
                 self.depth[h] = i
@@ -160,6 +167,34 @@ def _since(r: Served, slack_s: float) -> float:
     return r.start - slack_s
 
 
+def image_key(identity: str) -> str:
+    """An image identity as both sides can compare it: its first 8 bytes (Dynamo logs that
+    much of the hash its workers key blocks by; the engines' events carry all of it)."""
+    return identity[:16].lower()
+
+
+def same_images(seg: Segment, images: frozenset[str] | None) -> bool:
+    """Whether ``seg``'s chain may be a prompt of ``images`` (keys; None: unknown, any)."""
+    return images is None or all(image_key(a) in images for a in seg.images)
+
+
+def _blind_to(chains: WorkerChains, served: Sequence[Served], slack_s: float,
+              known: frozenset[str] | None) -> list[Served]:
+    """``served`` with the images the worker's events name but no request's identity does
+    (``known``: every identity told, by default those of ``served``; an image keyed by a
+    hash mmlens does not know) added to every known set: such an image may be anyone's."""
+    if known is None:
+        known = frozenset(k for r in served if r.images for k in r.images)
+    if not known or not any(r.images for r in served):
+        return list(served)
+    since = min(r.start for r in served) - slack_s
+    until = max(r.end for r in served) + slack_s
+    strange = frozenset(k for seg in chains.window(since, until) for a in seg.images
+                        if (k := image_key(a)) not in known)
+    return [r if r.images is None or not strange else replace(r, images=r.images | strange)
+            for r in served]
+
+
 def _hit(seg: Segment, full: int) -> int:
     return full - seg.blocks if seg.base is None else seg.base
 
@@ -174,7 +209,7 @@ def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: flo
         s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
         and (r.known_blocks is None or abs(r.known_blocks - s.base) <= 1)]
     out += [s for s in chains.unrooted.between(since, until) if s.blocks <= full]
-    return out
+    return [s for s in out if same_images(s, r.images)] if r.images is not None else out
 
 
 def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, list[Segment]],
@@ -291,9 +326,12 @@ def _settle(cands: dict[str, list[Segment]]) -> tuple[dict[Segment, set[str]],
 
 
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
-              slack_s: float = SLACK_S) -> dict[str, Realized]:
+              slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
+              ) -> dict[str, Realized]:
     """The realized hit of each request in ``served`` (one worker's) that its KV events
-    show; a request they say nothing definite about is left out."""
+    show; a request they say nothing definite about is left out. ``known_images``: the
+    image identities (keys) of every request around, on any worker."""
+    served = _blind_to(chains, served, slack_s, known_images)
     cands = candidates(chains, served, slack_s)
     decodes = _maybe_decodes(chains, served, slack_s)
     owners = Owners(cands, frozenset(decodes))
@@ -330,7 +368,8 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
             readings.add(max_hit)  # it stored nothing: its prompt was cached...
             # ...or another request stored the same prompt while it computed it too.
             alongside = {min(b, max_hit) for s in chains.window(since, r.end + slack_s)
-                         if (b := s.base) is not None and b < full <= b + s.blocks}
+                         if (b := s.base) is not None and b < full <= b + s.blocks
+                         and same_images(s, r.images)}
             readings |= alongside
         best = max(own or readings)
         alt = tuple(sorted(readings - {best}, reverse=True))

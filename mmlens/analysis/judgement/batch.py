@@ -9,7 +9,13 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from mmlens.analysis.judgement.attribution import SLACK_S, Served, WorkerChains, attribute
+from mmlens.analysis.judgement.attribution import (
+    SLACK_S,
+    Served,
+    WorkerChains,
+    attribute,
+    image_key,
+)
 from mmlens.analysis.judgement.evidence import Evidence, usage_realized
 from mmlens.analysis.judgement.holdings import HeldIndex
 from mmlens.analysis.judgement.rules import judge
@@ -18,7 +24,9 @@ from mmlens.records import RequestTrace, Verdict
 
 EVICTION_WINDOW_S = 300.0
 UNKNOWN_SPAN_S = 30.0  # a request without a latency may have run this long
-KVRow = tuple[float, str, str, "str | None", list[str]]  # ts, unit, kind, parent, hashes
+# ts, unit, kind, parent, hashes[, the images' identities in the blocks]
+KVRow = tuple[float, str, str, "str | None", list[str]] | tuple[
+    float, str, str, "str | None", list[str], list[str]]
 
 
 def unit_of(t: RequestTrace) -> str | None:
@@ -70,6 +78,15 @@ def prompt_of(t: RequestTrace, block_size: int) -> int | None:
     return max(0, blocks - (1 if t.router_kind == "dynamo" else 0)) * block_size + 1
 
 
+def identities_of(t: RequestTrace) -> frozenset[str] | None:
+    """Its images' identities when every image has one a source told (Dynamo's log names
+    each image's hash; SMG's gives sizes only): None when any is unknown."""
+    if not t.images:
+        return None
+    ids = [[v for v in im.identities.values() if v] for im in t.images]
+    return frozenset(image_key(v) for vs in ids for v in vs) if all(ids) else None
+
+
 TOUCH_GAP_S = 1.0
 
 
@@ -94,12 +111,13 @@ class JudgeState:
         """Apply KV rows; per unit the time ranges they cover (rows less than
         ``TOUCH_GAP_S`` apart in one range): what late rows touch."""
         seen: dict[str, list[float]] = {}
-        for ts, unit, kind, parent, hashes in rows:
+        for row in rows:
+            ts, unit, kind, parent, hashes = row[:5]
             chains = self.chains.get(unit)
             if chains is None:
                 chains = self.chains[unit] = WorkerChains()
             if kind == "stored":
-                chains.stored(ts, parent, hashes)
+                chains.stored(ts, parent, hashes, row[5] if len(row) > 5 else ())
             elif kind == "removed":
                 chains.removed(ts, hashes)
                 times, sums = self.removals.setdefault(unit, ([], []))
@@ -152,10 +170,11 @@ class JudgeState:
             known = usage_realized(t, bs)
             served.setdefault(u, []).append(Served(
                 t.request_id, start, end, prompt_of(t, bs), bs,
-                None if known is None else known.blocks))
+                None if known is None else known.blocks, identities_of(t)))
+        known = frozenset(k for t in context if (ids := identities_of(t)) for k in ids)
         realized = {}
         for u, rows in served.items():
-            realized.update(attribute(self.chains[u], rows, u, SLACK_S))
+            realized.update(attribute(self.chains[u], rows, u, SLACK_S, known))
         out = []
         for t in wanted:
             u = unit_of(t)
