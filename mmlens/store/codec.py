@@ -87,6 +87,20 @@ def traces(bodies: Iterable[str | bytes]) -> list[RequestTrace]:
     return [t for t in map(trace, bodies) if t is not None]
 
 
+decisions_dec = msgspec.json.Decoder(list[RoutingDecision])
+traces_dec = msgspec.json.Decoder(list[RequestTrace])
+
+
+def all_read_back(bodies: list[str], decoder: msgspec.json.Decoder[list[Any]]) -> bool:
+    """Every body decodes strictly as its reader decodes it, in one decode of them all
+    (``decisions_dec`` or ``traces_dec``); a False says only that one might not: check each
+    then."""
+    try:
+        return len(decoder.decode("[" + ",".join(bodies) + "]")) == len(bodies)
+    except (msgspec.DecodeError, UnicodeError):
+        return False
+
+
 def decisions(bodies: Iterable[str | bytes]) -> list[RoutingDecision]:
     out = []
     for body in bodies:

@@ -13,7 +13,7 @@ from mmlens.records import ErrorCounts, count_error
 
 T = TypeVar("T")
 MAX_TS = float(1 << 33)  # the year 2242: past it, no clock is right (nor a partition's name)
-_ENCODE_ERRORS = (UnicodeError, ValueError, TypeError, OverflowError, RecursionError)
+ENCODE_ERRORS = (UnicodeError, ValueError, TypeError, OverflowError, RecursionError)
 
 
 def text_ok(value: str | None) -> bool:
@@ -45,7 +45,7 @@ def checked(rejected: ErrorCounts, kind: str, where: str, encode: Callable[[], T
         if reads_back(out):
             return out
         detail = "does not read back"
-    except _ENCODE_ERRORS as exc:
+    except ENCODE_ERRORS as exc:
         detail = f"{type(exc).__name__}: {exc}"
     count_error(rejected, f"unwritable_{kind}", detail, where)
     return None

@@ -27,7 +27,7 @@ from mmlens.records import (
 from mmlens.store import codec
 from mmlens.store.availability import AvailabilityTables
 from mmlens.store.dialect import StoreError, marks
-from mmlens.store.readback import all_text_ok, checked, text_ok, ts_ok
+from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
 
 _enc = msgspec.msgpack.Encoder()
@@ -59,6 +59,19 @@ def _trace_reads_back(t: RequestTrace) -> bool:
     """Its body decodes as the readers decode it, its columns are storable text."""
     return (ts_ok(t.ts) and all_text_ok(t.request_id, t.router)
             and codec.trace(codec.trace_body(t)) is not None)
+
+
+def _trace_bodies(traces: list[RequestTrace]) -> list[str] | None:
+    """The bodies of traces that all read back (``_trace_reads_back``, the decode done once
+    for the batch), or None: check each then."""
+    try:
+        bodies = [codec.trace_body(t) for t in traces]
+    except ENCODE_ERRORS:
+        return None
+    if all(ts_ok(t.ts) and all_text_ok(t.request_id, t.router) for t in traces) and \
+            codec.all_read_back(bodies, codec.traces_dec):
+        return bodies
+    return None
 
 
 class StoreWrites(AvailabilityTables):
@@ -165,6 +178,15 @@ class StoreWrites(AvailabilityTables):
         """Routing decisions read from router logs; ``ts`` stands in where a decision has
         no time of its own."""
         now = self._now(ts)
+        decisions = list(decisions)
+        try:  # the whole batch checked at once; should it fail, each decision alone
+            rows = [(now if d.ts is None else d.ts, d.request_id, d.router, d.source,
+                     codec.decision_body(d)) for d in decisions]
+            if (all(ts_ok(r[0]) and all_text_ok(*r[1:4]) for r in rows)
+                    and codec.all_read_back([r[4] for r in rows], codec.decisions_dec)):
+                return self._append("decisions", "ts, request_id, router, source, body", rows)
+        except ENCODE_ERRORS:
+            pass
         rows = []
         for d in decisions:
             row = checked(self.rejected, "decision", f"request {d.request_id!a}",
@@ -201,29 +223,33 @@ class StoreWrites(AvailabilityTables):
         """Store traces, one row per request: a trace sharing a key (request id, response
         id, engine id, trace id) with a stored one is merged into it
         (``mmlens.ingest.observed.merge``), whichever source wrote first."""
-        traces = [t for t in traces if checked(
-            self.rejected, "trace", f"request {t.request_id!a}", lambda t=t: t,
-            _trace_reads_back) is not None]
+        traces = list(traces)
+        bodies = _trace_bodies(traces)
+        if bodies is None:  # one of them does not read back: each alone
+            kept = [checked(self.rejected, "trace", f"request {t.request_id!a}",
+                            lambda t=t: t, _trace_reads_back) for t in traces]
+            traces = [t for t in kept if t is not None]
+            bodies = [codec.trace_body(t) for t in traces]
         self._before_append("traces", (t.ts for t in traces))
         # One writer at a time from the read of matching rows to the write: the tap and
         # the collector may record the same request from two processes.
         with self._tx(exclusive=True):
-            self._upsert_traces(traces)
+            self._upsert_traces(traces, bodies)
         return len(traces)
 
-    def _upsert_traces(self, traces: list[RequestTrace]) -> None:
+    def _upsert_traces(self, traces: list[RequestTrace], bodies: list[str]) -> None:
         """A request no stored row (nor an earlier one of this batch) shares a key with is
         inserted without a lookup of its own: one query finds the batch's stored keys."""
         keys = [observed.keys_of(t) for t in traces]
         taken = self._stored_keys(sorted(set().union(*keys)))
         index: list[tuple[str, int]] = []
-        for t, mine in zip(traces, keys, strict=True):
+        for t, body, mine in zip(traces, bodies, keys, strict=True):
             if mine & taken:
                 taken |= self._upsert_trace(t)
                 continue
             row = int(self._one(f"INSERT INTO traces (ts, request_id, router, body) "
                                 f"VALUES (?,?,?,?) RETURNING {self.key}",
-                                (t.ts, t.request_id, t.router, codec.trace_body(t))))
+                                (t.ts, t.request_id, t.router, body)))
             index += [(k, row) for k in mine]
             taken |= mine
         if index:
