@@ -1,6 +1,6 @@
 """The token-layout figure: aligned horizontal bars per view, the block grid, hashes on hover.
 
-One ``go.Bar`` trace per span kind (text, special, structural, anchor) and one per image
+One bar trace per span kind (text, special, structural, anchor) and one per image
 identity, so the legend reads as a key and each image keeps its colour in every view. Block
 boundaries are vertical lines; the first divergent block is shaded; an invisible marker per
 block carries its hash and image keys for hover.
@@ -8,9 +8,10 @@ block carries its hash and image keys for hover.
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+from typing import Any
 
 from mmlens.analysis.request_view import RequestView
+from mmlens.figures.plain import PlainFigure
 from mmlens.layout.composition import SpanKind
 
 KIND_COLORS = {
@@ -32,15 +33,22 @@ def image_color(index: int) -> str:
     return IMAGE_COLORS[index % len(IMAGE_COLORS)]
 
 
-def layout_figure(rv: RequestView, title: str | None = None) -> go.Figure:
-    fig = go.Figure()
+def _bar(name: str, x: list[Any], base: list[Any], y: list[Any], color: str,
+         text: list[str], **extra: Any) -> dict[str, Any]:
+    return {"type": "bar", "name": name, "x": x, "base": base, "y": y, "orientation": "h",
+            "marker": {"color": color, "line": {"width": 0}}, "hovertext": text,
+            "hoverinfo": "text", **extra}
+
+
+def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
+    data: list[dict[str, Any]] = []
     rows = [r.name for r in rv.rows]
     engine_row = None
     if rv.counts.get("engine_prompt_tokens") is not None:
         engine_row = f"engine ({rv.counts['engine_prompt_tokens']}, cached {rv.cached_tokens or 0})"
     y_order = ([engine_row] if engine_row else []) + rows[::-1]
 
-    groups: dict[str, dict[str, list[float | str]]] = {}
+    groups: dict[str, dict[str, list[Any]]] = {}
     for row in rv.rows:
         for s in row.spans:
             if s.kind is SpanKind.IMAGE and s.image_index is not None:
@@ -58,52 +66,50 @@ def layout_figure(rv: RequestView, title: str | None = None) -> go.Figure:
             color = image_color(int(key.split()[1]))
         else:
             color = KIND_COLORS.get(SpanKind(key), "#829ab1")
-        fig.add_trace(go.Bar(
-            name=key, x=g["x"], base=g["base"], y=g["y"], orientation="h",
-            marker={"color": color, "line": {"width": 0}}, hovertext=g["text"],
-            hoverinfo="text", legendgroup=key))
+        data.append(_bar(key, g["x"], g["base"], g["y"], color, g["text"], legendgroup=key))
 
     if engine_row:
         prompt = int(rv.counts["engine_prompt_tokens"] or 0)
         cached = min(int(rv.cached_tokens or 0), prompt)
-        fig.add_trace(go.Bar(name="cached (engine)", x=[cached], base=[0], y=[engine_row],
-                             orientation="h", marker={"color": CACHED_COLOR},
-                             hovertext=[f"cached tokens 0–{cached}"], hoverinfo="text"))
-        fig.add_trace(go.Bar(name="computed (engine)", x=[prompt - cached], base=[cached],
-                             y=[engine_row], orientation="h", marker={"color": COMPUTED_COLOR},
-                             hovertext=[f"computed tokens {cached}–{prompt}"],
-                             hoverinfo="text"))
+        data.append(_bar("cached (engine)", [cached], [0], [engine_row], CACHED_COLOR,
+                         [f"cached tokens 0–{cached}"]))
+        data.append(_bar("computed (engine)", [prompt - cached], [cached], [engine_row],
+                         COMPUTED_COLOR, [f"computed tokens {cached}–{prompt}"]))
         if rv.predicted_tokens is not None:
-            fig.add_trace(go.Scatter(
-                name="router predicted", x=[rv.predicted_tokens], y=[engine_row],
-                mode="markers", marker={"symbol": "line-ns-open", "size": 26,
-                                        "color": "#e12d39", "line": {"width": 3}},
-                hovertext=[f"router predicted {rv.predicted_tokens} cached tokens"],
-                hoverinfo="text"))
+            data.append({
+                "type": "scatter", "name": "router predicted", "x": [rv.predicted_tokens],
+                "y": [engine_row], "mode": "markers",
+                "marker": {"symbol": "line-ns-open", "size": 26, "color": "#e12d39",
+                           "line": {"width": 3}},
+                "hovertext": [f"router predicted {rv.predicted_tokens} cached tokens"],
+                "hoverinfo": "text"})
 
-    _block_hover(fig, rv)
-    _block_grid(fig, rv)
+    data += _block_hover(rv)
+    shapes, annotations = _block_grid(rv), []
     for d in rv.divergences[:3]:
         x0 = d.block * rv.block_size
-        fig.add_vrect(x0=x0, x1=x0 + rv.block_size, fillcolor="#e12d39", opacity=0.18,
-                      line_width=0, annotation_text=f"block {d.block}: {d.reason}",
-                      annotation_position="top left",
-                      # dark on white: the default grey is illegible over the image run
-                      annotation={"font": {"color": "#1f2933", "size": 12},
-                                  "bgcolor": "rgba(255,255,255,0.9)"})
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": x0,
+                       "x1": x0 + rv.block_size, "y0": 0, "y1": 1, "fillcolor": "#e12d39",
+                       "opacity": 0.18, "line": {"width": 0}, "layer": "below"})
+        # dark on white: the default grey is illegible over the image run
+        annotations.append({"text": f"block {d.block}: {d.reason}", "xref": "x",
+                            "yref": "paper", "x": x0, "y": 1, "xanchor": "left",
+                            "yanchor": "top", "showarrow": False,
+                            "font": {"color": "#1f2933", "size": 12},
+                            "bgcolor": "rgba(255,255,255,0.9)"})
     longest = max([r.length for r in rv.rows] + [int(rv.counts.get("engine_prompt_tokens")
                                                      or 0)] + [1])
-    fig.update_layout(
-        barmode="overlay", title=title, height=140 + 55 * len(y_order),
-        xaxis={"title": f"token position (block size {rv.block_size})",
-               "range": [0, longest * 1.01]},
-        yaxis={"categoryorder": "array", "categoryarray": y_order},
-        legend={"orientation": "h", "y": -0.35}, margin=MARGIN,
-        hovermode="closest")
-    return fig
+    return PlainFigure({"data": data, "layout": {
+        "barmode": "overlay", "title": {"text": title} if title else {},
+        "height": 140 + 55 * len(y_order),
+        "xaxis": {"title": {"text": f"token position (block size {rv.block_size})"},
+                  "range": [0, longest * 1.01]},
+        "yaxis": {"categoryorder": "array", "categoryarray": y_order},
+        "legend": {"orientation": "h", "y": -0.35}, "margin": MARGIN,
+        "hovermode": "closest", "shapes": shapes, "annotations": annotations}})
 
 
-def _block_hover(fig: go.Figure, rv: RequestView) -> None:
+def _block_hover(rv: RequestView) -> list[dict[str, Any]]:
     bs = rv.block_size
     xs: list[float] = []
     ys: list[str] = []
@@ -124,18 +130,18 @@ def _block_hover(fig: go.Figure, rv: RequestView) -> None:
             xs.append(start + (end - start) / 2)
             ys.append(row.name)
             texts.append(text)
-    if xs:
-        fig.add_trace(go.Scatter(name="blocks", x=xs, y=ys, mode="markers",
-                                 marker={"size": 14, "opacity": 0.0}, hovertext=texts,
-                                 hoverinfo="text", showlegend=False))
+    if not xs:
+        return []
+    return [{"type": "scatter", "name": "blocks", "x": xs, "y": ys, "mode": "markers",
+             "marker": {"size": 14, "opacity": 0.0}, "hovertext": texts, "hoverinfo": "text",
+             "showlegend": False}]
 
 
-def _block_grid(fig: go.Figure, rv: RequestView) -> None:
+def _block_grid(rv: RequestView) -> list[dict[str, Any]]:
     bs = rv.block_size
     longest = max([r.length for r in rv.rows] + [0])
     n = longest // bs
     step = max(1, -(-n // MAX_GRID_LINES))
-    shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": b * bs, "x1": b * bs,
-               "y0": 0, "y1": 1, "line": {"color": "rgba(31,41,51,0.35)", "width": 1}}
-              for b in range(step, n + 1, step)]
-    fig.update_layout(shapes=shapes)
+    return [{"type": "line", "xref": "x", "yref": "paper", "x0": b * bs, "x1": b * bs,
+             "y0": 0, "y1": 1, "line": {"color": "rgba(31,41,51,0.35)", "width": 1}}
+            for b in range(step, n + 1, step)]
