@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.judgement.shown import category
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.figures.plain import PlainFigure
 from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.figures.workers import faded, worker_colour
@@ -200,18 +201,26 @@ def prefix_tree_figure(events: Sequence[KVEventRow],
     return fig
 
 
+MAX_WORKER_BARS = 40  # on a fleet: the lowest hit rates, the workers to look at
+
+
 def worker_hit_rate_bars(hit_rates: Sequence[HitRate],
-                         worker_names: Mapping[str, str] | None = None) -> go.Figure:
-    """Per worker: token-weighted hit rate over the window (cumulative when idle)."""
+                         worker_names: Mapping[str, str] | None = None) -> PlainFigure:
+    """Per worker: token-weighted hit rate over the window (cumulative when idle); on a
+    fleet the ``MAX_WORKER_BARS`` lowest."""
     names = worker_names or {}
     rows = [h for h in hit_rates if h.hit_rate is not None]
-    fig = go.Figure(go.Bar(
-        name="hit rate", x=[names.get(h.worker, h.worker) for h in rows],
-        y=[h.hit_rate for h in rows],
-        text=[f"{h.hit_rate:.0%}" for h in rows],
-        marker={"color": [worker_colour(names.get(h.worker, h.worker)) for h in rows]},
-        hovertext=[f"{h.worker}: {h.hits_increase:.0f} of {h.queries_increase:.0f} tokens in "
-                   f"{h.window_s:.0f} s ({h.source})" for h in rows]))
-    fig.update_layout(title="Engine prefix hit rate per worker (last 5 min)",
-                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=300, margin=MARGIN)
-    return fig
+    title = "Engine prefix hit rate per worker (last 5 min)"
+    if len(rows) > MAX_WORKER_BARS:
+        title = f"Engine prefix hit rate: the {MAX_WORKER_BARS} lowest of {len(rows)} workers " \
+                "(last 5 min)"
+        rows = sorted(rows, key=lambda h: (h.hit_rate or 0.0, h.worker))[:MAX_WORKER_BARS]
+    labels = [names.get(h.worker, h.worker) for h in rows]
+    return PlainFigure({"data": [{
+        "type": "bar", "name": "hit rate", "x": labels, "y": [h.hit_rate for h in rows],
+        "text": [f"{h.hit_rate:.0%}" for h in rows],
+        "marker": {"color": [worker_colour(n) for n in labels]},
+        "hovertext": [f"{h.worker}: {h.hits_increase:.0f} of {h.queries_increase:.0f} tokens "
+                      f"in {h.window_s:.0f} s ({h.source})" for h in rows]}],
+        "layout": {"title": {"text": title}, "height": 300, "margin": MARGIN,
+                   "yaxis": {"range": [0, 1.05], "tickformat": ".0%"}}})

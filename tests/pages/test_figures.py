@@ -308,3 +308,16 @@ def test_time_bars_keep_their_width_and_ticks_never_repeat() -> None:
     stops = {tuple(s["dtickrange"]): s["value"]
              for s in early.to_dict()["layout"]["xaxis"]["tickformatstops"]}
     assert stops[(None, 1000)] == "%H:%M:%S.%L"  # sub-second ticks: two never read the same
+
+
+def test_fleet_hit_rate_bars_show_the_lowest_workers() -> None:
+    from mmlens.figures.cache import MAX_WORKER_BARS, worker_hit_rate_bars
+
+    rates = [HitRate("r", f"grpc://w{i}", "m", "vllm", i, 100, 60.0, i / 100, i / 100, i / 100)
+             for i in range(100)]
+    fig = worker_hit_rate_bars(rates[::-1]).to_dict()
+    (bars,) = fig["data"]
+    assert len(bars["x"]) == MAX_WORKER_BARS
+    assert bars["x"][:2] == ["grpc://w0", "grpc://w1"]
+    assert max(bars["y"]) == (MAX_WORKER_BARS - 1) / 100
+    assert "of 100 workers" in fig["layout"]["title"]["text"]
