@@ -1,21 +1,23 @@
-"""Judging requests: the verdict job's pure pass (KV-chain attribution on busy workers, 16
-requests in flight each, then the one judgement) per request, beside a floor that touches
-the same records without judging; and re-judging when late KV events arrive, against the
-number of requests they affect (prints figures; not a unit test).
+"""Judging requests, measured in CPU seconds: (1) the verdict job's pure pass (KV-chain
+attribution on busy workers, 16 requests in flight each, then the one judgement) beside a
+floor that touches the same records without judging; (2) the whole job path on a SQLite
+store in steady state (the collector's 5 s ticks: KV rows and requests read from the store,
+decisions joined, verdicts written) beside a floor that reads the same rows once without
+judging; (3) re-judging when late KV events arrive, against the number of requests they
+affect (prints figures; not a unit test).
 
 Usage: taskset -c 0 python benchmarks/judge_bench.py [--requests 20000] [--workers 2]
-    [--batch 512] [--json]
+    [--batch 512] [--no-store] [--json]
 
-The workload: each worker runs the demo's vLLM-like prefix cache (demo/prefix_cache.py) at 16
-in flight (16 allocated before any commits, so some compute blocks another is computing),
-with 20 decode tokens each; requests are logged SMG records (worker, prompt tokens, latency,
-a predicted overlap) without cached tokens, so every realized hit comes from attribution.
-Judged in batches of ``--batch`` (the job judges a run's settled requests against the window
-around them). The floor decodes the same records: for each request its prediction fields,
-for each KV row one depth-index update per block (the index the attribution needs).
-Re-judging: late KV rows for 1, 4 and 16 time ranges are applied and only the requests on
-those workers in those ranges re-judged (the job's index of judged requests by worker and
-time), beside one full re-judge of every request.
+Run under the collector's garbage-collector settings (``mmlens.cli.gc_tuning``). The
+workload (``tests/busy_workers.py``): the demo's vLLM-like prefix cache at 16 in
+flight per worker, logged SMG records without cached tokens, so every realized hit comes
+from attribution. The pure pass judges in batches of ``--batch`` (each against the batch
+and the 64 requests before it, as a run's window); its floor decodes the same records: for
+each request its prediction fields, for each KV row one depth-index update per block (the
+index the attribution needs). Re-judging: late KV rows for 1, 4 and 16 time ranges are
+applied and only the requests on those workers in those ranges re-judged (the job's index
+of judged requests by worker and time), beside one full re-judge of every request.
 """
 
 from __future__ import annotations
@@ -24,78 +26,40 @@ import argparse
 import json
 import os
 import random
+import sys
+import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from mmlens.collectors.verdict_job import _Judged
-from mmlens.demo.prefix_cache import MediaSpan, PrefixCache, StoredBlocks
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mmlens.collectors.verdict_job import VerdictJob, _Judged
 
 from mmlens.analysis.judgement.batch import JudgeState, span_of, unit_of
-from mmlens.records import RequestTrace, RoutingDecision
+from mmlens.cli.gc_tuning import tune_gc
+from mmlens.config import Config
+from mmlens.records import RequestTrace
+from mmlens.store.open import open_store
+from mmlens.store.tail import IdTail
+from tests.busy_workers import BS, IN_FLIGHT, KVRow, Workload, workload
 
-BS = 16
-IN_FLIGHT = 16
-LOGGED = {"worker": "router_log:smg", "prompt_tokens": "router_log:smg",
-          "status": "router_log:smg", "latency_s": "router_log:smg"}
-
-
-def workload(n: int, workers: int, seed: int = 7) -> tuple[list[RequestTrace], list[tuple],
-                                                             dict[str, int]]:
-    """Traces (logged SMG records), KV rows (ts, unit, kind, parent, hashes), and each
-    request's true hit in blocks (the prefix cache's own count)."""
-    rng = random.Random(seed)
-    traces, rows, truth = [], [], {}
-    for w in range(workers):
-        unit = f"grpc://127.0.0.1:{50051 + w}"
-        cache = PrefixCache(block_size=BS, num_blocks=400_000)
-        prefixes = [[rng.randrange(1000, 5000) for _ in range(rng.choice((40, 90, 170, 330)))]
-                    for _ in range(12)]
-        t = 0.0
-        for wave in range(n // workers // IN_FLIGHT):
-            live = []
-            for i in range(IN_FLIGHT):
-                rid = f"{w}-{wave}-{i}"
-                tokens = rng.choice(prefixes) + [rng.randrange(5000, 9000)
-                                                 for _ in range(rng.randrange(1, 80))]
-                media = [MediaSpan(f"img{rng.randrange(4)}", 5, 30)] if rng.random() < .5 else []
-                events: list = []
-                alloc = cache.allocate(tokens, media, events)
-                truth[rid] = alloc.hit_blocks
-                live.append((rid, t + i * 0.01, tokens, alloc, events))
-            for k, (rid, start, tokens, alloc, events) in enumerate(live):
-                commit = t + 0.2 + k * 0.02
-                cache.commit(alloc, events)
-                stamped = [(commit, e) for e in events]
-                more: list = []
-                cache.extend(alloc, [rng.randrange(9000, 9999) for _ in range(20)], more)
-                stamped += [(commit + 0.3, e) for e in more]
-                for ts, e in stamped:
-                    if isinstance(e, StoredBlocks):
-                        rows.append((ts, unit, "stored", None if e.parent_block_hash is None
-                                     else str(e.parent_block_hash),
-                                     [str(h) for h in e.block_hashes]))
-                cache.release(alloc)
-                predicted = min(len(tokens) // BS, alloc.hit_blocks + rng.choice((0, 0, 0, 3)))
-                traces.append(RequestTrace(
-                    rid, "smg", "smg", "m", start, False, worker=unit, status=200,
-                    prompt_tokens=len(tokens), latency_s=commit + 0.4 - start,
-                    origin="observed", sources=["router_log"], provenance=dict(LOGGED),
-                    predictions=[RoutingDecision(rid, "smg", "router_log:smg", worker=unit,
-                                                 branch="event_hit" if predicted else
-                                                 "event_miss", overlap_blocks=predicted,
-                                                 request_blocks=len(tokens) // BS,
-                                                 block_size=BS, ts=start)]))
-            t += 2.0
-    rows.sort(key=lambda r: r[0])
-    traces.sort(key=lambda t: t.ts)
-    return traces, rows, truth
+TICK_S = Config().interval_s  # the collector's default tick
 
 
-def judge_all(traces: list[RequestTrace], rows: list[tuple], batch: int,
-              ) -> tuple[float, JudgeState, list]:
+def cpu(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """CPU seconds and wall seconds ``fn`` took, and what it returned."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.process_time() - c0, time.perf_counter() - w0, out
+
+
+def judge_all(traces: list[RequestTrace], rows: list[KVRow], batch: int,
+              ) -> tuple[JudgeState, list]:
     """The job's pure work over the workload: every KV row applied, every request judged in
     batches (each against the batch and the 64 requests before it, as a run's window)."""
-    started = time.perf_counter()
     state = JudgeState(horizon_s=1e9)
     state.apply_kv(rows)
     verdicts = []
@@ -103,13 +67,12 @@ def judge_all(traces: list[RequestTrace], rows: list[tuple], batch: int,
         context = traces[max(0, i - 64):i + batch]
         verdicts += state.judge(context, [t.request_id for t in traces[i:i + batch]],
                                 judged_at=0.0)
-    return time.perf_counter() - started, state, verdicts
+    return state, verdicts
 
 
-def floor(traces: list[RequestTrace], rows: list[tuple]) -> float:
+def floor(traces: list[RequestTrace], rows: list[KVRow]) -> int:
     """The same records read without judging: each request's prediction fields, each KV
     row's blocks into a depth index."""
-    started = time.perf_counter()
     depth: dict[str, dict[str, int]] = {}
     for _, unit, _, parent, hashes in rows:
         d = depth.setdefault(unit, {})
@@ -121,7 +84,56 @@ def floor(traces: list[RequestTrace], rows: list[tuple]) -> float:
         p = t.predictions[0]
         seen += (p.overlap_blocks or 0) + (t.prompt_tokens or 0) // BS + (t.worker is not None)
     assert seen
-    return time.perf_counter() - started
+    return seen
+
+
+def filled_store(path: str, w: Workload) -> None:
+    """What the collector stores of the workload: logged traces, decisions, KV events."""
+    store = open_store(path)
+    traces, decisions = w.logged()
+    for i in range(0, len(traces), 2000):
+        store.add_traces(traces[i:i + 2000])
+    store.add_decisions(decisions)
+    for i in range(0, len(w.events), 5000):
+        store.add_kv_events(w.events[i:i + 5000])
+    store.close()
+
+
+def job_ticks(path: str, w: Workload) -> tuple[VerdictJob, float]:
+    """The lead collector's verdict job every tick (5 s of traffic time) from the first
+    request until the last has settled; returns it and the CPU seconds of its judging."""
+    store = open_store(path)
+    job = VerdictJob(store)
+    spent = [0.0]
+    pure = job.state.judge
+
+    def timed(*a: Any, **k: Any) -> Any:
+        c0 = time.process_time()
+        out = pure(*a, **k)
+        spent[0] += time.process_time() - c0
+        return out
+
+    job.state.judge = timed  # type: ignore[method-assign]
+    last = max(span_of(t)[1] for t in w.traces)
+    now = w.traces[0].ts + TICK_S
+    while now < last + job.settle_s + 2 * TICK_S:
+        job.run(now)
+        now += TICK_S
+    store.close()
+    return job, spent[0]
+
+
+def store_floor(path: str) -> int:
+    """The job's rows read once from the store, decoded, without judging: every trace, the
+    decisions logged for them, every KV row."""
+    store = open_store(path)
+    traces = store.traces_between(float("-inf"), float("inf"), 10**9)
+    found = len(store.decisions([t.request_id for t in traces]))
+    tail = IdTail()
+    while rows := store.kv_chain_tail(tail):
+        found += len(rows)
+    store.close()
+    return found + len(traces)
 
 
 def rejudge(traces: list[RequestTrace], state: JudgeState, ranges: int, rng: random.Random,
@@ -138,19 +150,23 @@ def rejudge(traces: list[RequestTrace], state: JudgeState, ranges: int, rng: ran
     picks = rng.sample(traces, ranges)
     late = [(span_of(t)[0] + 0.25, unit_of(t) or "", "stored", None,
              [f"late-{t.request_id}-{i}" for i in range(3)]) for t in picks]
-    started = time.perf_counter()
-    touched = state.apply_kv(late)
-    again: set[str] = set()
-    for unit, ranges in touched.items():
-        for lo, hi in ranges:
-            again.update(judged.touched(unit, lo, hi, longest))
-    context_ids = set(again)
-    for rid in again:  # the requests that ran beside them compete for the same chains
-        start, end = span_of(by_id[rid])
-        context_ids.update(judged.touched(unit_of(by_id[rid]) or "", start, end, longest))
-    context = sorted((by_id[r] for r in context_ids), key=lambda t: t.ts)
-    state.judge(context, sorted(again), judged_at=0.0)
-    return time.perf_counter() - started, len(again)
+
+    def again() -> int:
+        touched = state.apply_kv(late)
+        found: set[str] = set()
+        for unit, spans in touched.items():
+            for lo, hi in spans:
+                found.update(judged.touched(unit, lo, hi, longest))
+        context_ids = set(found)
+        for rid in found:  # the requests that ran beside them compete for the same chains
+            start, end = span_of(by_id[rid])
+            context_ids.update(judged.touched(unit_of(by_id[rid]) or "", start, end, longest))
+        context = sorted((by_id[r] for r in context_ids), key=lambda t: t.ts)
+        state.judge(context, sorted(found), judged_at=0.0)
+        return len(found)
+
+    spent, _, n = cpu(again)
+    return spent, n
 
 
 def main() -> None:
@@ -158,44 +174,73 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--no-store", action="store_true", help="skip the whole job path")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    traces, rows, truth = workload(args.requests, args.workers)
-    n = len(traces)
-    spent, state, verdicts = judge_all(traces, rows, args.batch)
-    bare = floor(traces, rows)
+    tune_gc()  # the collector's settings (``mmlens collect`` runs the job)
+    w = workload(args.requests, args.workers, t0=1_700_000_000.0)
+    n = len(w.traces)
+    spent, wall, (state, verdicts) = cpu(lambda: judge_all(w.traces, w.rows, args.batch))
+    bare, _, _ = cpu(lambda: floor(w.traces, w.rows))
     by_id = {v.request_id: v for v in verdicts}
     definite = [v for v in verdicts if v.realized_blocks is not None
                 and not v.evidence.get("realized_alternatives")]
-    right = sum(1 for v in definite if v.realized_blocks == truth[v.request_id])
+    right = sum(1 for v in definite if v.realized_blocks == w.truth[v.request_id])
     rng = random.Random(1)
-    late = {k: rejudge(traces, state, k, rng) for k in (1, 4, 16)}
-    full, _, _ = judge_all(traces, rows, args.batch)
-    out = {
-        "requests": n, "kv_rows": len(rows), "workers": args.workers, "in_flight": IN_FLIGHT,
+    late = {k: rejudge(w.traces, state, k, rng) for k in (1, 4, 16)}
+    full, _, _ = cpu(lambda: judge_all(w.traces, w.rows, args.batch))
+    out: dict[str, Any] = {
+        "requests": n, "kv_rows": len(w.rows), "workers": args.workers, "in_flight": IN_FLIGHT,
         "cpu_affinity": sorted(os.sched_getaffinity(0)), "load": os.getloadavg(),
-        "judge_s": spent, "judge_per_s": n / spent, "floor_s": bare, "floor_per_s": n / bare,
-        "ratio": spent / bare,
+        "judge_cpu_s": spent, "judge_wall_s": wall, "judge_per_s": n / spent,
+        "floor_cpu_s": bare, "floor_per_s": n / bare, "ratio": spent / bare,
         "categories": dict(Counter(v.category for v in by_id.values()).most_common()),
         "realized_definite": len(definite), "realized_right": right,
-        "rejudge": {k: {"s": s, "requests": m, "per_request_ms": 1e3 * s / max(m, 1)}
+        "rejudge": {k: {"cpu_s": s, "requests": m, "per_request_ms": 1e3 * s / max(m, 1)}
                     for k, (s, m) in late.items()},
-        "full_rejudge_s": full,
+        "full_rejudge_cpu_s": full,
     }
+    if not args.no_store:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "judge.db")
+            filled_store(path, w)
+            job_s, job_wall, (job, pure_s) = cpu(lambda: job_ticks(path, w))
+            read_s, _, _ = cpu(lambda: store_floor(path))
+            stored = open_store(path)
+            kept = stored.verdicts_between(float("-inf"), None, 10**9)
+            stored.close()
+        same = sum(1 for v in kept if (b := by_id.get(v.request_id)) is not None
+                   and (v.category, v.realized_blocks) == (b.category, b.realized_blocks))
+        out["job"] = {"cpu_s": job_s, "wall_s": job_wall, "per_s": n / job_s,
+                      "judge_cpu_s": pure_s, "store_cpu_s": job_s - pure_s,
+                      "stored": len(kept), "same_as_pure": same, "judged": job.judged,
+                      "floor_cpu_s": read_s, "floor_per_s": n / read_s,
+                      "ratio": job_s / read_s}
+    out["load_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(out))
         return
-    print(f"{n} requests on {args.workers} workers at {IN_FLIGHT} in flight, {len(rows)} KV "
-          f"rows; CPUs {out['cpu_affinity']}, load {out['load'][0]:.2f}")
-    print(f"judge (attribution + judgement): {spent:.3f} s = {n / spent:,.0f} requests/s")
+    print(f"{n} requests on {args.workers} workers at {IN_FLIGHT} in flight, {len(w.rows)} KV "
+          f"rows; CPUs {out['cpu_affinity']}, load {out['load'][0]:.2f} "
+          f"(after: {out['load_after'][0]:.2f}); CPU seconds")
+    print(f"judge (attribution + judgement): {spent:.3f} s = {n / spent:,.0f} requests/s "
+          f"(wall {wall:.3f} s)")
     print(f"floor (same records, no judging): {bare:.3f} s = {n / bare:,.0f} requests/s; "
           f"ratio {spent / bare:.1f}x")
     print(f"realized hit definite on {len(definite)}/{n}, right on {right}/{len(definite)}; "
           f"categories {out['categories']}")
     for k, r in out["rejudge"].items():
         print(f"late KV rows in {k:>2} range(s): {r['requests']:>4} requests re-judged in "
-              f"{r['s'] * 1e3:.1f} ms ({r['per_request_ms']:.3f} ms each)")
+              f"{r['cpu_s'] * 1e3:.1f} ms ({r['per_request_ms']:.3f} ms each)")
     print(f"full re-judge of all {n} requests: {full:.3f} s")
+    if "job" in out:
+        j = out["job"]
+        print(f"job path (SQLite, {TICK_S:.0f} s ticks): {j['cpu_s']:.3f} s = "
+              f"{j['per_s']:,.0f} requests/s (judging {j['judge_cpu_s']:.3f} s, store reads, "
+              f"joins and writes {j['store_cpu_s']:.3f} s; wall {j['wall_s']:.3f} s); "
+              f"{j['stored']} verdicts stored, {j['same_as_pure']} as the pure pass")
+        print(f"job floor (the same rows read once, no judging): {j['floor_cpu_s']:.3f} s = "
+              f"{j['floor_per_s']:,.0f} requests/s; ratio {j['ratio']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,26 @@ class Prediction:
 
 def merged(preds: Sequence[RoutingDecision], attempt: int | None) -> Prediction:
     """Each field from the first decision that told it, those with an overlap first."""
+    if len(preds) == 1:
+        return _one(preds[0], attempt)
+    return _merged(preds, attempt)
+
+
+def _one(p: RoutingDecision, attempt: int | None) -> Prediction:
+    """``_merged`` of one decision (most requests have one), without the merging."""
+    bs = p.block_size or 16
+    predicted = p.overlap_blocks
+    if predicted is None and p.credited_units is not None:
+        predicted = p.credited_units // bs
+    fired = [g for g in p.gates if g.spill]
+    return Prediction(
+        attempt, p.worker, predicted, p.request_blocks, bs, p.branch, p.expanded_tokens,
+        bool(fired) or p.branch in SPILL_BRANCHES, next((g.worker for g in fired if g.worker),
+                                                         None),
+        [str(w) for w in p.warnings], [p.source])
+
+
+def _merged(preds: Sequence[RoutingDecision], attempt: int | None) -> Prediction:
     ordered = sorted(preds, key=lambda p: p.overlap_blocks is None) if len(preds) > 1 \
         else preds
     got: dict[str, Any] = {}
@@ -71,7 +91,10 @@ def attempts(t: RequestTrace) -> tuple[Prediction, list[Prediction]]:
     worker. With no attempt numbers at all, decisions naming another worker URL than the one
     that answered, logged before the serving worker's, are a failed attempt (SMG logs one
     routing line per dispatch)."""
-    preds = list(t.predictions)
+    preds = t.predictions
+    if len(preds) == 1 and preds[0].attempt is None:
+        return _one(preds[0], None), []  # one dispatch (most requests)
+    preds = list(preds)
     if all(p.attempt is None for p in preds) and len({p.worker for p in preds}) <= 1:
         return merged(preds, None), []  # one dispatch: nothing to tell apart
     groups: dict[int, list[RoutingDecision]] = {}
