@@ -30,7 +30,7 @@ from mmlens.collectors.prometheus_source import PromQLSource
 from mmlens.collectors.rollup_job import RollupJob
 from mmlens.collectors.router_state import RouterStateCollector
 from mmlens.collectors.runner_kv import KVSide
-from mmlens.collectors.store_buffer import BufferedStore
+from mmlens.collectors.store_buffer import MAX_MEMORY, BufferedStore
 from mmlens.collectors.supervisor import guarded
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.verdict_job import VerdictJob
@@ -63,11 +63,12 @@ class CollectorRunner:
     def __init__(self, cfg: Config, store: SQLStore, http: httpx.Client | None = None,
                  zmq_context: Any = None, prom: Any = None,
                  log_streams: dict[str, Any] | None = None, shard: Shard | None = None,
-                 spill_dir: str | Path | None = None) -> None:
+                 spill_dir: str | Path | None = None, buffer_records: int = MAX_MEMORY,
+                 ) -> None:
         self.cfg = cfg
         self.configured_workers = {w.name for w in cfg.workers}  # named by the config file
         # Appends held through a store outage (bounded, spilling to ``spill_dir``), retried.
-        self.store: Any = BufferedStore(store, spill_dir)
+        self.store: Any = BufferedStore(store, spill_dir, max_memory=buffer_records)
         self.shard = shard
         self.leads = shard is None or shard.leads
         self.http = http or httpx.Client(follow_redirects=False)
@@ -278,7 +279,9 @@ class CollectorRunner:
             h.ok(now)
             h.count("lines", len(lines))
             h.count("decisions", len(found))
-        if self.store.down_since is None:  # the lines read are held with the decisions
+        # The lines read count as read once their decisions are stored or in a spill file
+        # (what only this process holds would be lost with it).
+        if self.store.down_since is None and not self.store.held_in_memory:
             try:
                 self._log_positions = save_positions(self.store, self.followers,
                                                      self._log_positions)

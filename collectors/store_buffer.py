@@ -1,14 +1,22 @@
-"""A store that survives its outages: the collector's appends (samples, KV events, traces,
-decisions, views) go through ``BufferedStore``, which holds what a down store (PostgreSQL
-restarted, a full disk) refused, asks again with back-off (reconnecting to PostgreSQL first),
-and writes the backlog in order once the store is back. The backlog is bounded in memory; past
-the bound the oldest records spill to a local file (msgpack, read back the same way), and past
-the file's bound records are dropped, counted. Latest-value writes (health, meta, resident
-summaries) are skipped while down: the next tick writes them again. Everything else is the
-store's own (``__getattr__``).
+"""A store that survives its outages: the collector's and the tap's appends (samples, KV
+events, traces, decisions, views) go through ``BufferedStore``, which holds what a down store
+(PostgreSQL restarted, a full disk) refused, asks again with back-off (reconnecting to
+PostgreSQL first), and writes the backlog in order once the store is back. The backlog is
+bounded in memory; past the bound the oldest records spill to a local file
+(``mmlens.collectors.spill_file``: msgpack, read back the same way). Records are dropped, and
+counted, only when the spill file cannot take them (past its bound, or its disk full).
+Latest-value writes (health, meta, resident summaries) are skipped while down: the next tick
+writes them again. Everything else is the store's own (``__getattr__``).
 
-Reusable by any writer of the store (the tap): ``BufferedStore(store, spill_dir)``, then call
-the store's add methods on it and ``retry()`` now and then; ``outage_health`` says what it holds.
+Exactly once, across kill -9: each spilled frame is written in one transaction with a meta row
+saying how far its file is written (``spill:<file>``), so a replay cut short resumes after
+the last frame stored. A writer that stops with a backlog spills what it holds in memory; a
+writer started on the same store and spill folder adopts the files a dead one left
+(``orphans``) and replays them before its own records, reported on its outage row
+(``recovered_files``, ``recovered_records``).
+
+Usage: ``BufferedStore(store, spill_dir)``, then the store's add methods on it and
+``retry()`` now and then; ``outage_health`` says what it holds.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from mmlens.collectors.spill_file import SpillFile, orphans, scope_of
 
 from mmlens.analysis.kv_divergence import ViewPoint
 from mmlens.records import (
@@ -64,7 +73,8 @@ LATEST = ("set_meta", "set_health", "set_kv_state", "set_quarantined")
 class BufferedStore:
     def __init__(self, store: SQLStore, spill_dir: str | Path | None = None,
                  max_memory: int = MAX_MEMORY, max_spill_bytes: int = MAX_SPILL_BYTES,
-                 backoff: tuple[float, float] = BACKOFF_S) -> None:
+                 backoff: tuple[float, float] = BACKOFF_S, health_target: str = "outage",
+                 ) -> None:
         self.store = store
         self.max_memory, self.max_spill_bytes = max_memory, max_spill_bytes
         self.backoff = backoff
@@ -73,11 +83,17 @@ class BufferedStore:
         self._retry_at = 0.0
         self._held: deque[tuple[str, list[Any], Any]] = deque()  # (method, records, extra)
         self._held_n = 0
-        spill_dir = Path(spill_dir) if spill_dir else Path(tempfile.gettempdir())
-        self._spill_path = spill_dir / f"mmlens-backlog-{os.getpid()}-{id(self):x}.spill"
-        self._spill_read = 0  # bytes of the spill file written back already
-        self._spilled_n = 0
-        self.outage_health = CollectorHealth("store", "outage")
+        self.outage_health = CollectorHealth("store", health_target)
+        self._dir = Path(spill_dir) if spill_dir else Path(tempfile.gettempdir())
+        self._scope = scope_of(store_identity(store))
+        # Files to write before anything held in memory: those adopted, then this process's.
+        self._files: deque[SpillFile] = deque(orphans(self._dir, self._scope))
+        self._spilled_n = sum(f.records(self._marker(f)) for f in self._files)
+        if self._files:
+            self.outage_health.count("recovered_files", len(self._files))
+            self.outage_health.count("recovered_records", self._spilled_n)
+        self._spill: SpillFile | None = None  # the file this process appends to
+        self._count()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -119,6 +135,11 @@ class BufferedStore:
         """Records not in the store yet (in memory and spilled)."""
         return self._held_n + self._spilled_n
 
+    @property
+    def held_in_memory(self) -> int:
+        """Records only this process holds (lost if it is killed)."""
+        return self._held_n
+
     # --- outage handling --------------------------------------------------------------------
 
     def _append(self, method: str, records: list[Any], extra: Any = None) -> int:
@@ -150,6 +171,25 @@ class BufferedStore:
         fn = getattr(self.store, method)
         return fn(records) if extra is None else fn(records, extra)
 
+    def _write(self, method: str, records: list[Any], extra: Any) -> None:
+        """Write held records; ones the store refuses for their content (not an outage) are
+        set aside alone, counted, instead of stalling the backlog behind them."""
+        try:
+            self._call(method, records, extra)
+            return
+        except Exception as exc:
+            if self.store.is_outage(exc):
+                raise
+        for r in records:
+            try:
+                self._call(method, [r], extra)
+            except Exception as exc:
+                if self.store.is_outage(exc):
+                    raise
+                self.outage_health.count("unwritable_records")
+                self.outage_health.error("unwritable", f"{method}: {type(exc).__name__}: "
+                                         f"{exc}", time.time())
+
     def _went_down(self, exc: Exception) -> None:
         now = time.time()
         if self.down_since is None:
@@ -165,25 +205,30 @@ class BufferedStore:
         self._held.append((method, records, extra))
         self._held_n += len(records)
         while self._held_n > self.max_memory and len(self._held) > 1:
-            self._spill(self._held.popleft())
+            self._spill_item(self._held.popleft())
         self._count()
 
-    def _spill(self, item: tuple[str, list[Any], Any]) -> None:
+    def _spill_item(self, item: tuple[str, list[Any], Any]) -> None:
         method, records, extra = item
         self._held_n -= len(records)
         encode = _SPILL[method][0]
         frame = _enc.encode([method, extra, [encode(r) for r in records]])
-        size = self._spill_path.stat().st_size if self._spill_path.exists() else 0
-        if size + len(frame) + 8 > self.max_spill_bytes:
-            self.outage_health.count("dropped_records", len(records))  # the last resort, counted
-            self.outage_health.error("backlog_full", f"{len(records)} records of {method} dropped",
-                              time.time())
+        if self._spill is None:
+            self._spill = SpillFile.new(self._dir, self._scope)
+            self._files.append(self._spill)
+        why = None
+        if self._spill.size() + len(frame) + 12 > self.max_spill_bytes:
+            why = f"the spill file is at its bound ({self.max_spill_bytes} bytes)"
+        else:
+            try:
+                self._spill.append(frame, len(records))
+            except OSError as exc:
+                why = f"the spill file cannot be written: {exc}"
+        if why is not None:
+            self.outage_health.count("dropped_records", len(records))  # the last resort
+            self.outage_health.error("backlog_full", f"{len(records)} records of {method} "
+                                     f"dropped: {why}", time.time())
             return
-        fd = os.open(self._spill_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, len(frame).to_bytes(8, "big") + frame)
-        finally:
-            os.close(fd)
         self._spilled_n += len(records)
         self.outage_health.count("spilled_records", len(records))
 
@@ -199,7 +244,7 @@ class BufferedStore:
             self._write_spilled()
             while self._held:
                 method, records, extra = self._held[0]
-                self._call(method, records, extra)
+                self._write(method, records, extra)
                 self._held.popleft()
                 self._held_n -= len(records)
                 self.outage_health.count("retried_records", len(records))
@@ -215,21 +260,37 @@ class BufferedStore:
         self._count()
         return True
 
+    def _marker(self, spill: SpillFile) -> int:
+        """Bytes of ``spill`` already in the store (0 when the store cannot say now: its
+        count is then an upper bound until the replay reads the marker)."""
+        try:
+            found = self.store.meta(f"spill:{spill.name}")
+        except Exception as exc:
+            if not self.store.is_outage(exc):
+                raise
+            return 0
+        return int(found) if isinstance(found, int) else 0
+
     def _write_spilled(self) -> None:
-        if not self._spilled_n:
-            return
-        with self._spill_path.open("rb") as f:
-            f.seek(self._spill_read)
-            while header := f.read(8):
-                frame = f.read(int.from_bytes(header, "big"))
+        """The spill files in order, each frame with its file's marker in one transaction;
+        a file wholly written is removed, then its marker."""
+        while self._files:
+            spill = self._files[0]
+            key = f"spill:{spill.name}"
+            for end, count, frame in spill.frames(self._marker(spill)):
                 method, extra, raw = _dec.decode(frame)
                 records = [_SPILL[method][1](r) for r in raw]
-                self._call(method, records, extra)
-                self._spill_read = f.tell()
-                self._spilled_n -= len(records)
-                self.outage_health.count("retried_records", len(records))
-        self._spill_path.unlink(missing_ok=True)
-        self._spill_read = self._spilled_n = 0
+                with self.store.atomically():
+                    self._write(method, records, extra)
+                    self.store.set_meta(key, end)
+                self._spilled_n -= count
+                self.outage_health.count("retried_records", count)
+            self._files.popleft()
+            if spill is self._spill:
+                self._spill = None
+            spill.remove()
+            self.store.delete_meta(key)
+        self._spilled_n = 0
 
     def _count(self) -> None:
         c = self.outage_health.counters
@@ -238,10 +299,22 @@ class BufferedStore:
         c["down"] = int(self.down_since is not None)
 
     def flush_backlog(self) -> None:
-        """On stop: try the backlog once more; what is still held then is reported (the
-        spilled part stays in its file)."""
+        """On stop: try the backlog once more; what is still held in memory then is spilled,
+        for the next writer on this store and folder to write (what cannot be is dropped,
+        counted)."""
         self._retry_at = 0.0
-        if not self.retry() and self.backlog:
-            self.outage_health.count("dropped_records", self._held_n)
-            self.outage_health.error("stopped_with_backlog", f"{self._held_n} records not written, "
-                              f"{self._spilled_n} left in {self._spill_path}", time.time())
+        if self.retry() or not self.backlog:
+            return
+        while self._held:
+            self._spill_item(self._held.popleft())
+        self._count()
+        if self._spill is not None:
+            self._spill.close()  # its lock goes with it: the next writer adopts it
+        self.outage_health.error("stopped_with_backlog", f"{self._spilled_n} records left in "
+                                 f"{self._dir} for the next start", time.time())
+
+
+def store_identity(store: Any) -> str:
+    """What names the store a backlog belongs to: its file, or its URL (password redacted)."""
+    path = str(getattr(store, "path", "") or id(store))
+    return path if "://" in path else os.path.realpath(path)

@@ -18,6 +18,7 @@ from mmlens.collectors.config_reload import ConfigWatcher, reload_if_changed
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.metrics_export import MetricsServer, StoreExport
 from mmlens.collectors.runner import CollectorRunner
+from mmlens.collectors.store_buffer import MAX_MEMORY
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.config import (
@@ -66,7 +67,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--metrics-host", default="127.0.0.1",
                     help="address of the --metrics-port listener (default 127.0.0.1)")
     ap.add_argument("--spill-dir", help="where records held through a store outage spill "
-                    "past the in-memory bound (default: the system's temporary folder)")
+                    "past the in-memory bound (default: the system's temporary folder); a "
+                    "collector started on the same store and folder writes what one that "
+                    "died left there")
+    ap.add_argument("--buffer-records", type=int, default=MAX_MEMORY,
+                    help="records held in memory through a store outage before the oldest "
+                    f"spill to --spill-dir (default {MAX_MEMORY:,})")
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap.parse_args(list(argv))
 
@@ -134,7 +140,8 @@ def main(argv: Sequence[str]) -> int:
         streams[name] = StreamFollower(sys.stdin) if path == "-" else LogFollower(path)
     client = httpx.Client()
     runner = CollectorRunner(cfg, store, http=client, log_streams=streams,
-                             prom=_prometheus(cfg), shard=shard, spill_dir=args.spill_dir)
+                             prom=_prometheus(cfg), shard=shard, spill_dir=args.spill_dir,
+                             buffer_records=args.buffer_records)
     try:
         metrics = _metrics_server(args, runner)
     except OSError as exc:

@@ -167,6 +167,18 @@ class PostgresStore(SQLStore):
                 self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
             yield
 
+    @contextlib.contextmanager
+    def atomically(self) -> Iterator[None]:
+        """One transaction around several writes (theirs nest in it as savepoints); the
+        partitions it made are forgotten again when it rolls back."""
+        try:
+            with self._tx():
+                yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._load_partitions()
+            raise
+
     def _bucket(self, column: str) -> str:
         return f"floor({column} / ?) * ?"
 

@@ -70,10 +70,44 @@ class Store(SQLStore):
     @contextlib.contextmanager
     def _tx(self, exclusive: bool = False) -> Iterator[None]:
         self._writable()
+        if self.__dict__.get("_depth"):  # inside ``atomically``: a savepoint of its transaction
+            with self._savepoint():
+                yield
+            return
         with self.db:
             if exclusive and not self.db.in_transaction:
                 self.db.execute("BEGIN IMMEDIATE")  # the write lock before the first read
             yield
+
+    @contextlib.contextmanager
+    def atomically(self) -> Iterator[None]:
+        """One transaction around several writes (each write's own becomes a savepoint of
+        it, so a write that falls back to row by row still does inside it)."""
+        self._writable()
+        with self.db:
+            if not self.db.in_transaction:
+                self.db.execute("BEGIN IMMEDIATE")
+            self._depth = 1
+            try:
+                yield
+            finally:
+                self._depth = 0
+
+    @contextlib.contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        self._depth += 1
+        name = f"mmlens_{self._depth}"
+        self.db.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self.db.execute(f"ROLLBACK TO {name}")
+            self.db.execute(f"RELEASE {name}")
+            raise
+        else:
+            self.db.execute(f"RELEASE {name}")
+        finally:
+            self._depth -= 1
 
     def _bucket(self, column: str) -> str:
         return f"CAST({column} / ? AS INTEGER) * ?"  # ts > 0: truncation is floor

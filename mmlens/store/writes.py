@@ -142,6 +142,10 @@ class StoreWrites(AvailabilityTables):
                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                        (key, json.dumps(value)))
 
+    def delete_meta(self, key: str) -> None:
+        with self._tx():
+            self._exec("DELETE FROM meta WHERE key = ?", (key,))
+
     def add_samples(self, samples: Iterable[MetricSample]) -> int:
         rows = [(s.ts, s.target, s.name, json.dumps(dict(s.labels), separators=(",", ":")),
                  s.value) for s in samples]
