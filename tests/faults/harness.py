@@ -80,9 +80,13 @@ def health_rows(db: Path | str) -> list[dict[str, Any]]:
     import json
 
     if is_postgres_url(db):
+        from mmlens.store.dialect import NoStoreYet
         from mmlens.store.postgres import PostgresStore
 
-        store = PostgresStore(str(db), readonly=True)
+        try:
+            store = PostgresStore(str(db), readonly=True)
+        except NoStoreYet:  # the collector has not created its tables yet
+            return []
         try:
             return [{"collector": h.collector, "target": h.target, "errors": h.errors,
                      "counters": h.counters, "instance": h.instance} for h in store.health()]
@@ -274,11 +278,65 @@ def two_collectors(db: Path, events: int = 5000) -> Tally:
         pub.close()
 
 
-def collect_process(config: Path, db: Path) -> subprocess.Popen[bytes]:
+def collect_process(config: Path, db: Path | str, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         [sys.executable, "-m", "mmlens", "collect", "--config", str(config), "--db", str(db),
-         "--interval", "0.2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+         "--interval", "0.2", *args], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def spilled(folder: Path) -> int:
+    """Records in the spill files in ``folder``."""
+    from mmlens.collectors.spill_file import SpillFile
+
+    return sum(SpillFile(p).records() for p in folder.glob("*.spill"))
+
+
+def kill9_with_backlog(db: str, tmp: Path, down: Callable[[], None], up: Callable[[], None],
+                       events: int = 12_000, buffer_records: int = 1_000,
+                       rate: float = 4_000.0) -> Tally:
+    """``mmlens collect`` killed with SIGKILL while the store is down and most of its backlog
+    is spilled, the store back, a new collector on the same spill folder. The worker's
+    replay buffer holds the last quarter of the batches only (what the killed collector held
+    in memory and more): the rest reaches the store from the spill file or not at all."""
+    pub = FaultPublisher(*loopback_endpoints(2), buffer_steps=events // 16).up()
+    endpoint, replay = pub.endpoints
+    config = tmp / "faults.toml"
+    config.write_text(f'[[worker]]\nname = "w"\nkv_events = "{endpoint}"\n'
+                      f'kv_replay = "{replay}"\n')
+    spill = tmp / "spill"
+    spill.mkdir()
+    args = ("--spill-dir", str(spill), "--buffer-records", str(buffer_records))
+    t0 = time.monotonic()
+    proc = collect_process(config, db, *args)
+    try:
+        wait_for(lambda: health_rows(db), 30, "collector running")
+        pub.wait_subscribed()
+        down()
+        pub.stream(events, rate=rate)
+        wait_for(lambda: spilled(spill) >= events - 4 * pub.buffer_steps, 60,
+                 "the backlog spilled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        up()
+        proc = collect_process(config, db, *args)
+        wait_for(stored_all(db, events), 60, "all stored after the restart")
+        wait_for(lambda: not list(spill.glob("*.spill")), 30, "the spill file written")
+        time.sleep(0.6)  # a tick writes the health rows
+        return tally(pub, db, t0)
+    finally:
+        stop_process(proc)
+        pub.close()
 
 
 def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_000.0,
@@ -306,12 +364,7 @@ def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_
         wait_for(stored_all(db, events), 60, "all stored after the restart")
         return tally(pub, db, t0)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
         pub.close()
 
 

@@ -97,3 +97,27 @@ def test_postgresql_restarted_mid_collect_loses_nothing(tmp_path: Path) -> None:
     row = outage_row(t)
     assert row["counters"]["outages"] >= 1 and row["errors"]["store_down"] >= 1
     assert row["counters"]["backlog_records"] == 0
+
+
+def test_a_collector_killed_with_a_spilled_backlog_is_followed_by_one_that_writes_it(
+        tmp_path: Path) -> None:
+    """PostgreSQL stopped, 12,000 events streamed, ``mmlens collect`` (1,000 records in
+    memory) killed with SIGKILL, the server started again, a new collector on the same spill
+    folder: the worker's replay has only the last quarter, the spill file the rest."""
+    if postgres_bin() is None:
+        pytest.skip("PostgreSQL not installed")
+    with postgres_server() as pg:
+        url = new_database(pg)
+        starts: list = []
+        t = h.kill9_with_backlog(url, tmp_path, down=lambda: starts.append(stop_server(pg)),
+                                 up=lambda: starts.pop()())
+        rows = [r for r in t.health if r["collector"] == "store" and r["target"] == "outage"]
+    print(f"\nkill -9 with a spilled backlog: published {t.published} stored {t.stored} lost "
+          f"{t.lost} duplicates {t.duplicates}; "
+          f"recovered {[r['counters'].get('recovered_records') for r in rows]}")
+    assert (t.lost, t.duplicates) == (0, 0)
+    (after,) = [r for r in rows if r["counters"].get("recovered_files")]
+    c = after["counters"]
+    # The killed one's file: at least what the worker's replay no longer had.
+    assert c["recovered_files"] == 1 and c["recovered_records"] >= t.published * 3 // 4
+    assert c["backlog_records"] == 0 and c.get("dropped_records", 0) == 0
