@@ -9,6 +9,7 @@ Usage: python benchmarks/fuzz_inputs.py [--target 100000] [--chunk 10000] [--onl
 
 Appends one JSON line per chunk to ``--out`` (the running totals are re-read from it, so a
 second run continues the first) and prints the table of inputs tried per parser at the end.
+Each round gives every unfinished parser one chunk (in ``--only``'s order when given);
 ``--budget-s`` stops starting new chunks after that many seconds (0: no limit).
 """
 
@@ -73,6 +74,11 @@ def totals(rows: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def finished(done: dict[str, dict[str, float]], node: str, target: int) -> bool:
+    got = done.get(short(node))
+    return got is not None and (got["passing"] >= target or bool(got["failing_chunks"]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=int, default=100_000)
@@ -85,19 +91,23 @@ def main() -> int:
         else []
     nodes = [n for n in parsers()
              if not args.only or any(part in n for part in args.only.split(","))]
+    if args.only:  # in the order asked for
+        nodes.sort(key=lambda n: next(i for i, part in enumerate(args.only.split(","))
+                                      if part in n))
     started = time.monotonic()
-    for node in nodes:
-        while True:
-            done = totals(rows).get(short(node), {"passing": 0, "failing_chunks": 0})
-            if done["passing"] >= args.target or done["failing_chunks"]:
-                break
-            if args.budget_s and time.monotonic() - started > args.budget_s:
-                break
+    while True:  # one chunk of each parser a round, so a budget cut shares out evenly
+        todo = [n for n in nodes if not finished(totals(rows), n, args.target)]
+        if not todo or (args.budget_s and time.monotonic() - started > args.budget_s):
+            break
+        for node in todo:
+            done = totals(rows).get(short(node), {"passing": 0})
             row = run_chunk(node, min(args.chunk, args.target - int(done["passing"])))
             rows.append(row)
             with args.out.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
             print(json.dumps({k: v for k, v in row.items() if k != "output"}), flush=True)
+            if args.budget_s and time.monotonic() - started > args.budget_s:
+                break
     print("\n| parser | inputs tried | of which passing | failing chunks | CPU s |\n"
           "|---|---:|---:|---:|---:|")
     for name, t in totals(rows).items():

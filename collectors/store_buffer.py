@@ -299,11 +299,14 @@ class BufferedStore:
         c["down"] = int(self.down_since is not None)
 
     def flush_backlog(self) -> None:
-        """On stop: try the backlog once more; what is still held in memory then is spilled,
-        for the next writer on this store and folder to write (what cannot be is dropped,
-        counted)."""
-        self._retry_at = 0.0
-        if self.retry() or not self.backlog:
+        """On stop: try the backlog once more unless the store is down (a stop does not wait
+        out another timeout); what is still held in memory then is spilled, for the next
+        writer on this store and folder to write (what cannot be is dropped, counted)."""
+        if self.down_since is None:
+            self._retry_at = 0.0
+            if self.retry():
+                return
+        if not self.backlog:
             return
         while self._held:
             self._spill_item(self._held.popleft())

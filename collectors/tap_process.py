@@ -117,10 +117,13 @@ def _child(setup: Setup, q: Any, in_flight: Any, collector: str, target: str) ->
             in_flight.value -= ex.size()
 
     rec.taken = taken  # type: ignore[method-assign]
+    parent = mp.parent_process()
     while True:
         try:
             item = q.get(timeout=1.0)
         except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                break  # the proxy was killed: what is held goes to the spill file
             continue
         except (EOFError, OSError):
             break

@@ -8,8 +8,10 @@ its own, after the client got its answer.
   back here), and the readers' own decode of the record's stored form: a record that would
   not read back is quarantined alone (counted by kind, the last ones kept for a look).
 - Writes in batches; a batch the store refuses is retried one record at a time, so one
-  record the store cannot take loses nothing else. When the store refuses even a lone
-  record it is down: the batch waits (bounded) and is retried with back-off.
+  record the store cannot take loses nothing else. A store that is down is the ``buffer``'s
+  (``mmlens.collectors.store_buffer.BufferedStore``, the collector's own): records are held
+  in memory, then spilled to a file, written when it is back (on every batch and idle tick),
+  and a tap started after one that died writes what that one left.
 - Health is flushed after each write and, when something changed, on a timer even when no
   traffic comes (the ``recorded`` count does not lag behind an idle tap).
 """
@@ -25,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import aiohttp
 from mmlens.collectors.tap_images import ImageFetcher
@@ -38,6 +41,17 @@ log = logging.getLogger("mmlens.tap")
 
 LayoutFn = Callable[[RequestFacts, RequestTrace], None]
 Write = Callable[[list[RequestTrace]], object]
+
+
+class StoreBuffer(Protocol):
+    """What the recorder needs of the store's outage buffer (``BufferedStore``)."""
+
+    @property
+    def backlog(self) -> int: ...
+
+    def retry(self) -> bool: ...
+
+    def flush_backlog(self) -> None: ...
 MAX_BATCH = 2000
 MAX_BACKLOG_BYTES = 256 << 20  # exchanges waiting to be recorded, bodies included
 KEPT_QUARANTINED = 100
@@ -68,20 +82,13 @@ def unreadable(t: RequestTrace) -> str | None:
     return None if codec.trace(body) is not None else "decode: the readers skip it"
 
 
-def outage(exc: BaseException) -> bool:
-    """Whether a failed write says the store is unavailable (retry later) rather than that
-    it refuses this record: sockets and files (``OSError``), and the DB-API's
-    ``OperationalError`` (SQLite's locked or full database, PostgreSQL's lost connection)."""
-    return isinstance(exc, OSError | TimeoutError) or any(
-        c.__name__ == "OperationalError" for c in type(exc).__mro__)
-
-
 class Recorder:
     def __init__(self, write: Write, health: CollectorHealth, *, router: str = "",
                  store_text: bool = False, layout: LayoutFn | None = None,
                  fetcher: ImageFetcher | None = None,
                  flush_health: Callable[[CollectorHealth], None] | None = None,
-                 max_backlog: int = 10_000, max_backlog_bytes: int = MAX_BACKLOG_BYTES,
+                 buffer: StoreBuffer | None = None, max_backlog: int = 10_000,
+                 max_backlog_bytes: int = MAX_BACKLOG_BYTES,
                  health_every_s: float = 1.0) -> None:
         self.write = write
         self.health = health
@@ -89,6 +96,7 @@ class Recorder:
         self.store_text = store_text
         self.layout = layout
         self.flush_health = flush_health
+        self.buffer = buffer
         self.max_backlog = max_backlog
         self.max_backlog_bytes = max_backlog_bytes
         self._backlog_bytes = 0  # of the exchanges waiting
@@ -96,9 +104,6 @@ class Recorder:
         self.health_every_s = health_every_s
         self.quarantined: deque[Quarantined] = deque(maxlen=KEPT_QUARANTINED)
         self._q: queue.SimpleQueue[Exchange | _Fetched | None] = queue.SimpleQueue()
-        self._waiting: list[RequestTrace] = []  # the store was down: retried with back-off
-        self._retry_at = 0.0
-        self._backoff = 0.5
         self._flushed: tuple[float, int] | None = None
         self._last = 0.0
         self._fetch = FetchLoop(fetcher, self._q.put) if fetcher is not None else None
@@ -150,7 +155,9 @@ class Recorder:
                 except queue.Empty:
                     break
                 stop = item is None
-            self._store(batch, final=stop)
+            self._store(batch, retry=not stop)
+            if stop and self.buffer is not None:
+                self.buffer.flush_backlog()  # what is still held waits in its spill file
             self._health(force=stop)
             if stop:
                 return
@@ -188,48 +195,28 @@ class Recorder:
         self.health.count("quarantined")
         self.health.error(f"quarantined_{kind}", f"{request_id}: {reason}", time.time())
 
-    def _store(self, batch: list[RequestTrace], final: bool = False) -> None:
-        if self._waiting:
-            if not final and time.monotonic() < self._retry_at:
-                self._hold(batch)
-                return
-            batch, self._waiting = self._waiting + batch, []
-        if not batch:
-            return
-        try:
-            self.write(batch)
-            self._stored(len(batch))
-            return
-        except Exception:  # told apart record by record below
-            pass
-        # One at a time: a record the store cannot take is quarantined alone; the store
-        # itself failing (connection, disk, lock) is an outage, and what is left waits.
-        for i, t in enumerate(batch):
+    def _store(self, batch: list[RequestTrace], retry: bool = True) -> None:
+        """Write ``batch`` (the buffer holds it when the store is down) and, with ``retry``,
+        what the buffer held before, when its back-off allows."""
+        if self.buffer is not None and retry:
+            with contextlib.suppress(Exception):  # a store that fails even so stays held
+                self.buffer.retry()
+        if batch:
             try:
-                self.write([t])
-                self._stored(1)
-            except Exception as exc:
-                if outage(exc):
-                    self.health.error("store", f"{type(exc).__name__}: {exc}", time.time())
-                    self._retry_at = time.monotonic() + self._backoff
-                    self._backoff = min(self._backoff * 2, 30.0)
-                    self._hold(batch[i:])
-                    return
-                self._quarantine("store_rejected", t.request_id,
-                                 f"{type(exc).__name__}: {exc}")
-
-    def _hold(self, batch: list[RequestTrace]) -> None:
-        self._waiting += batch
-        over = len(self._waiting) - self.max_backlog
-        if over > 0:
-            del self._waiting[:over]
-            self.health.count("dropped_store_down", over)
-        self.health.counters["store_backlog"] = len(self._waiting)
+                self.write(batch)
+                self._stored(len(batch))
+            except Exception:  # one at a time: a record the store refuses is set aside alone
+                for t in batch:
+                    try:
+                        self.write([t])
+                        self._stored(1)
+                    except Exception as exc:
+                        self._quarantine("store_rejected", t.request_id,
+                                         f"{type(exc).__name__}: {exc}")
+        self.health.counters["store_backlog"] = self.buffer.backlog if self.buffer else 0
 
     def _stored(self, n: int) -> None:
-        self._backoff = 0.5
         self.health.count("recorded", n)
-        self.health.counters["store_backlog"] = len(self._waiting)
         self.health.ok(time.time())
 
     def _health(self, force: bool = False) -> None:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import httpx
 
+from mmlens.cli.buffer_options import add_buffer_options
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.config_reload import ConfigWatcher, reload_if_changed
 from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.metrics_export import MetricsServer, StoreExport
 from mmlens.collectors.runner import CollectorRunner
-from mmlens.collectors.store_buffer import MAX_MEMORY
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.config import (
@@ -66,13 +66,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                     help="serve Prometheus metrics of the store on this port (0: any free one)")
     ap.add_argument("--metrics-host", default="127.0.0.1",
                     help="address of the --metrics-port listener (default 127.0.0.1)")
-    ap.add_argument("--spill-dir", help="where records held through a store outage spill "
-                    "past the in-memory bound (default: the system's temporary folder); a "
-                    "collector started on the same store and folder writes what one that "
-                    "died left there")
-    ap.add_argument("--buffer-records", type=int, default=MAX_MEMORY,
-                    help="records held in memory through a store outage before the oldest "
-                    f"spill to --spill-dir (default {MAX_MEMORY:,})")
+    add_buffer_options(ap)
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap.parse_args(list(argv))
 

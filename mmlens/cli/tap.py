@@ -15,13 +15,17 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from mmlens.cli.buffer_options import add_buffer_options
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.collectors.observed_sink import ObservedSink
+from mmlens.collectors.store_buffer import BufferedStore
 from mmlens.collectors.tap import MAX_RECORD_BODY, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
 from mmlens.collectors.tap_process import RecorderProcess
@@ -59,6 +63,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--dynamo-worker-id", action="store_true",
                     help="ask a Dynamo frontend for nvext.worker_id and timing on requests "
                     "that did not, and remove them from the answer the client gets")
+    add_buffer_options(ap)
     ap.add_argument("--recorder", choices=("process", "thread"), default="process",
                     help="where records are made: a process of its own (the proxy never "
                     "waits for it), or a thread of the proxy's process (less CPU per record)")
@@ -90,16 +95,19 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
 
 def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
                    ) -> tuple[Callable[[list[RequestTrace]], None], dict[str, Any]]:
-    """In the recorder's process: the store it writes and the recorder's options."""
-    store = open_store(args.db)
-    sink = ObservedSink(TraceSink(store.add_traces).record_all, hold_s=0.0)
+    """In the recorder's process: the store it writes (through the outage buffer the
+    collector uses) and the recorder's options."""
+    buffer = BufferedStore(open_store(args.db), args.spill_dir, max_memory=args.buffer_records)
+    sink = ObservedSink(TraceSink(buffer.add_traces).record_all, hold_s=0.0)
+    outage_instance = f"tap {socket.gethostname()}:{os.getpid()}"
 
     def write(batch: list[RequestTrace]) -> None:
         sink.add(batch)
         sink.flush(force=True)
 
     def flush_health(row: CollectorHealth) -> None:
-        store.set_health([row, sink.health])
+        buffer.set_health([row, sink.health])
+        buffer.set_health([buffer.outage_health], instance=outage_instance)
 
     fetcher = ImageFetcher(health, frozenset(h.lower() for h in args.fetch_host) or None,
                            args.fetch_max_bytes, args.fetch_timeout,
@@ -108,7 +116,7 @@ def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
     return write, {"router": args.upstream, "store_text": args.store_text,
                    "layout": layout_fn(args.layout_model, args.store_text)
                    if args.layout_model else None, "fetcher": fetcher,
-                   "flush_health": flush_health}
+                   "flush_health": flush_health, "buffer": buffer}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -6,10 +6,12 @@ quarantined alone and counted, and the rest of its batch is stored."""
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 from pathlib import Path
 
 import httpx
+from mmlens.collectors.store_buffer import BufferedStore
 
 from mmlens.records import RequestTrace
 from mmlens.store.open import open_store
@@ -99,27 +101,40 @@ def test_one_record_the_store_refuses_does_not_lose_its_batch() -> None:
     assert tap.health.errors.get("quarantined_store_rejected") == 1
 
 
-def test_the_store_down_holds_records_and_writes_them_when_it_is_back() -> None:
-    written: list[RequestTrace] = []
-    down = [True]
-
-    def flaky(batch: list[RequestTrace]) -> None:
-        if down[0]:
-            raise OSError("store unreachable")
-        written.extend(batch)
-
-    with tap_in_front(write=flaky) as (tap, url, _), httpx.Client() as c:
-        for i in range(5):
-            assert c.post(url + "/v1/chat/completions", json={"model": "m", "messages": []},
-                          headers={"x-request-id": f"r{i}"}).status_code == 200
-        wait_until(lambda: tap.health.counters.get("store_backlog") == 5, 5, 0.02,
-                   what="five records held")
-        assert written == [] and tap.health.errors["store"] >= 1
-        down[0] = False
-        recorded(written, 5)
-    assert sorted(t.request_id for t in written) == [f"r{i}" for i in range(5)]
-    assert tap.health.errors["store"] >= 1 and tap.health.counters["recorded"] == 5
-    assert tap.health.counters["store_backlog"] == 0
+def test_the_store_down_holds_records_spills_them_and_writes_them_when_it_is_back(
+        tmp_path: Path) -> None:
+    """The collector's outage buffer: two records in memory, the rest spilled to a file while
+    a real SQLite store is locked; all written once the lock goes, the file removed."""
+    db = tmp_path / "tap.db"
+    store = open_store(db)
+    store.db.execute("PRAGMA busy_timeout=100")  # locked: down in 0.1 s
+    buffer = BufferedStore(store, tmp_path, max_memory=2, backoff=(0.05, 0.2))
+    lock = sqlite3.connect(db, isolation_level=None)
+    router = Served(odd_app(), free_port())  # a response id of each request's own
+    try:
+        with tap_in_front(router.url, write=buffer.add_traces, buffer=buffer) as (tap, url, _), \
+                httpx.Client() as c:
+            lock.execute("BEGIN EXCLUSIVE")
+            for i in range(8):
+                r = c.post(url + "/v1/chat/completions", json={"model": "m", "messages": []},
+                           headers={"x-request-id": f"r{i}"})
+                assert r.status_code == 200
+            wait_until(lambda: tap.health.counters.get("store_backlog") == 8, 10, 0.02,
+                       what="eight records held")
+            c_ = buffer.outage_health.counters  # past two held, the older batches spilled
+            assert c_["down"] == 1 and c_["backlog_records"] == 8 and c_["spilled_records"] >= 1
+            assert len(list(tmp_path.glob("*.spill"))) == 1
+            lock.execute("ROLLBACK")
+            wait_until(lambda: tap.health.counters.get("store_backlog") == 0, 10, 0.05,
+                       what="the backlog written")
+        stored = sorted(t.request_id for t in store.traces(limit=50))
+    finally:
+        router.stop()
+        lock.close()
+        store.close()
+    assert stored == [f"r{i}" for i in range(8)]
+    assert buffer.outage_health.counters["retried_records"] == 8
+    assert tap.health.counters["recorded"] == 8 and list(tmp_path.glob("*.spill")) == []
 
 
 def test_idle_health_is_flushed_without_more_traffic() -> None:
