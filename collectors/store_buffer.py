@@ -21,6 +21,7 @@ Usage: ``BufferedStore(store, spill_dir)``, then the store's add methods on it a
 
 from __future__ import annotations
 
+import array
 import os
 import tempfile
 import time
@@ -48,7 +49,15 @@ BACKOFF_S = (0.5, 30.0)
 MAX_MEMORY = 200_000  # records held in memory before the oldest spill
 MAX_SPILL_BYTES = 1 << 30
 _KV = {"stored": BlockStored, "removed": BlockRemoved, "cleared": AllBlocksCleared}
-_enc = msgspec.msgpack.Encoder()
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, array.array):  # token ids as the fast KV path decodes them
+        return obj.tolist()
+    raise NotImplementedError(f"cannot spill {type(obj).__name__}")
+
+
+_enc = msgspec.msgpack.Encoder(enc_hook=_plain)
 _dec = msgspec.msgpack.Decoder()
 
 
