@@ -40,7 +40,8 @@ class Replayer:
 
     def send_all(self, plan: Plan, to: str, *, router_kind: str = "auto",
                  stream: bool = False) -> tuple[list[Outcome], float]:
-        """Each replayed request's outcome (by send time) and the seconds it all took."""
+        """Each replayed request's outcome (by send time) and the seconds it all took;
+        a request streams when it was recorded streaming, or every one with ``stream``."""
         outcomes: list[Outcome] = []
         lock = threading.Lock()
         slots = threading.Semaphore(self.concurrency)
@@ -71,7 +72,7 @@ class Replayer:
             images = [ImagePart(cached_identity_png(im.identity, im.width, im.height))
                       for im in p.images]
             t = self.tracer.send(to, p.model, p.text, images, router_kind=router_kind,
-                                 stream=stream, max_tokens=p.max_tokens, request_id=rid)
+                                 stream=stream or p.stream, max_tokens=p.max_tokens, request_id=rid)
         except Exception as exc:  # a store that refused the trace: the request still counts
             return Outcome(p, rid, sent_at, sent_at - p.offset_s, None,
                            f"replay_error: {type(exc).__name__}", None, None, None, None)

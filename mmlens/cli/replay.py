@@ -50,7 +50,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "the recorded layouts' family)")
     p.add_argument("--max-tokens", type=int, help="instead of the recorded output lengths")
     p.add_argument("--router-kind", choices=["auto", "smg", "dynamo"], default="auto")
-    p.add_argument("--stream", action="store_true", help="send streaming requests")
+    p.add_argument("--stream", action="store_true",
+                   help="send every request streaming (default: as recorded)")
     p.add_argument("--record-db", help="store the replayed requests' traces here")
     p.add_argument("--limit", type=int, default=1_000_000, help="at most this many requests")
     p.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")

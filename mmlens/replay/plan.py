@@ -64,6 +64,8 @@ class RecordedLike(Protocol):
     def images(self) -> Sequence[RecordedImageLike]: ...
     @property
     def keys(self) -> BlockKeysLike | None: ...
+    @property
+    def stream(self) -> bool | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ class PlannedRequest:
     recorded_prompt: int | None  # the engine's prompt_tokens when recorded
     recorded_cached: int | None
     recorded_worker: str | None
+    stream: bool = False  # as recorded (False when unknown)
 
 
 @dataclass
@@ -187,7 +190,7 @@ def plan(recorded: Sequence[RecordedLike], fitter: TextFitter, *, speed: float =
             text=text, text_source=source, prompt_tokens=length, fitted_tokens=fitted,
             max_tokens=max(int(out_tokens), 1), recorded_prompt=r.prompt_tokens,
             recorded_cached=r.cached_tokens,
-            recorded_worker=r.worker))
+            recorded_worker=r.worker, stream=bool(r.stream)))
     t0 = kept[0] if kept else 0.0
     out = [replace(p, offset_s=(ts - t0) / speed) for p, ts in zip(out, kept, strict=True)]
     span = (kept[-1] - t0) if kept else 0.0

@@ -20,9 +20,10 @@ PLOT = "Summarize the plot of a film in which nothing happens for two hours."
 
 
 def sent(rid: str, dt: float, text: str, images: list[bytes], *, cached: int = 0,
-         keep_text: bool = False, status: int = 200, output: int = 12) -> RequestTrace:
+         keep_text: bool = False, status: int = 200, output: int = 12,
+         stream: bool = False) -> RequestTrace:
     t = RequestTrace(request_id=rid, router="http://r", router_kind="smg",
-                     model="Qwen/Qwen3-VL-2B-Instruct", ts=T0 + dt, stream=False,
+                     model="Qwen/Qwen3-VL-2B-Instruct", ts=T0 + dt, stream=stream,
                      status=status, worker="grpc://w1", cached_tokens=cached,
                      completion_tokens=output, processing_mode="router")
     if status >= 400:
@@ -49,7 +50,7 @@ def mixed_traces() -> list[RequestTrace]:
         sent("red-again", 1.0, DESCRIBE, [RED], cached=304),
         sent("blue", 2.0, DESCRIBE, [BLUE]),
         sent("haiku", 3.0, HAIKU, []),
-        sent("plot", 3.5, PLOT, []),
+        sent("plot", 3.5, PLOT, [], stream=True),
         sent("haiku-again", 4.0, HAIKU, [], cached=16),
         sent("red-hd", 5.0, DESCRIBE, [RED_HD]),
         sent("failed", 6.0, DESCRIBE, [RED], status=503),

@@ -100,6 +100,8 @@ def test_sends_on_the_planned_schedule_with_the_identities_bytes(the_plan: Plan)
     assert red == again and len(red) == 2
     assert blue[1] == red[1] and blue[0] != red[0]
     assert {b["max_tokens"] for b in router.bodies} == {12}
+    streamed = {o.planned.source_id for o in outcomes if router.by_id[o.request_id]["stream"]}
+    assert streamed == {"plot"}  # as recorded
     # The router answered the two repeats (red-again, haiku-again) cached.
     assert summary.hit_rate == pytest.approx(128 / 700)
     assert summary.recorded_hit_rate == pytest.approx(
