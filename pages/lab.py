@@ -148,7 +148,7 @@ with shared.page_guard("Lab"):
         st.info("No router configured yet: add one on the Targets page (or start "
                 "`mmlens dashboard --demo`).")
         st.stop()
-    modes = router_modes(shared.snapshot(path).metrics.mm_processing)
+    modes = router_modes(shared.router_metrics(path).mm_processing)
     c1, c2 = st.columns(2)
     urls = {x["name"]: x["url"] for x in known}
     name = c1.selectbox(

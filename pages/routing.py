@@ -24,20 +24,22 @@ window = shared.time_window()
 @st.fragment(run_every=shared.refresh_every())
 def live() -> None:
     with shared.page_guard("Routing"):
-        snap = shared.snapshot(path)
+        metrics = shared.router_metrics(path)
+        traces = shared.recent_traces(path, 200)
+        verdicts_of = shared.recent_verdicts(path, 200)
         series = mode_reason_series(shared.samples(path, (MODE_SERIES,), float(window)))
         if series:
             st.plotly_chart(mode_reason_figure(series), key="mode_reason", width="stretch")
-        elif snap.metrics.mm_processing:
+        elif metrics.mm_processing:
             st.info("No image requests in this window; totals since the router started: "
-                    + mode_totals(snap.metrics))
+                    + mode_totals(metrics))
         else:
             st.info("No `smg_mm_processing_total` yet: no image request has reached an SMG "
                     "router (or the router's metrics are not scraped).")
-        if snap.metrics.cache_aware_branches:
-            st.plotly_chart(branches_figure(snap.metrics.cache_aware_branches), key="branches",
+        if metrics.cache_aware_branches:
+            st.plotly_chart(branches_figure(metrics.cache_aware_branches), key="branches",
                             width="stretch")
-        applied = applied_events(snap.metrics)
+        applied = applied_events(metrics)
         if applied:
             st.plotly_chart(dynamo_events_figure(applied), key="dynamo_events", width="stretch")
 
@@ -55,8 +57,8 @@ def live() -> None:
                                 help="requests whose verdict is a miss: false hit, count "
                                      "drift, fallback, eviction, spill, cold or error")
         routers = router_names(shared.meta(path, "targets"))
-        everything = decision_table(snap.traces, snap.verdicts, names, routers=routers)
-        decisions = decision_table(snap.traces, snap.verdicts, names, misses_only, routers)
+        everything = decision_table(traces, verdicts_of, names, routers=routers)
+        decisions = decision_table(traces, verdicts_of, names, misses_only, routers)
         if decisions:
             st.caption(verdict_counts([r["verdict"] for r in everything]))
             shared.request_table(decisions, "routing_decisions", column_config={
@@ -75,14 +77,14 @@ def live() -> None:
                        "(`SMG_CACHE_TRACE=1` log lines, followed by `mmlens collect`) and "
                        "Dynamo's routing log; the `x-smg-cache-trace` header alone names only "
                        "the chosen worker and its prediction.")
-            shared.decision_detail(snap.traces, key="routing_decision", names=names)
+            shared.decision_detail(traces, key="routing_decision", names=names)
         elif everything:
             st.success("No misses among the recent requests.")
         else:
             st.info("No traced requests yet: send some from the Lab page.")
 
         st.subheader("Strict-mode and routing errors")
-        errors = strict_mode_rows(snap.traces)
+        errors = strict_mode_rows(traces)
         if errors:
             st.dataframe(pd.DataFrame(errors), hide_index=True, width="stretch")
         else:

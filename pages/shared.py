@@ -26,6 +26,7 @@ from mmlens.analysis.views.common import short_worker as short_worker
 from mmlens.analysis.views.common import verdict_css
 from mmlens.analysis.views.common import worker_label as worker_label
 from mmlens.analysis.views.common import worker_names as _worker_names
+from mmlens.ingest.metrics_normalize import NormalizedMetrics
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary, Verdict
 from mmlens.state import Snapshot
@@ -170,6 +171,12 @@ def _snapshot(path: str, n_traces: int) -> Snapshot:
 def snapshot(path: str, n_traces: int = 200) -> Snapshot:
     """The store's snapshot; its collector health (rewritten every tick) read fresh."""
     return with_health(_snapshot(path, n_traces), _reader(path).health())
+
+
+@store_cached("samples")
+def router_metrics(path: str) -> NormalizedMetrics:
+    """The last 5 min of the routers' own series, normalized (no engine series)."""
+    return _reader(path).router_metrics()
 
 
 @store_cached("meta", max_entries=16)

@@ -37,6 +37,7 @@ from mmlens.store.open import open_store
 from mmlens.whatif.workload import RecordedRequest, workload
 
 T = TypeVar("T")
+ENGINE_PREFIXES = ("vllm:", "sglang:", "sglang_")  # the workers' own series
 
 
 class StoreReader:
@@ -145,6 +146,16 @@ class StoreReader:
         target's names, for its flavor): a vLLM worker exposes 60+ series, they read a few."""
         return normalize(self.series(since, sorted(READ_NAMES), READ_PREFIXES),
                          self.sample_names(since))
+
+    def router_metrics(self, window_s: float = 300.0) -> NormalizedMetrics:
+        """The window normalized from the routers' series only (SMG's and Dynamo's, not the
+        engines'): what the Routing and Lab pages show, without reading a fleet's worker
+        series."""
+        latest = self.latest_sample_ts()
+        if latest is None:
+            return normalize({})
+        names = sorted(n for n in READ_NAMES if not n.startswith(ENGINE_PREFIXES))
+        return normalize(self.series(latest - window_s, names, READ_PREFIXES))
 
     def recent_samples(self, window_s: float, names: Sequence[str] | None = None,
                        ) -> list[MetricSample]:

@@ -44,8 +44,8 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
     yield reads
 
 
-def _cache_page_reads(db: str, counted: Reads, monkeypatch: pytest.MonkeyPatch,
-                      ) -> tuple[int, int, Any]:
+def _page_reads(db: str, counted: Reads, monkeypatch: pytest.MonkeyPatch,
+                page: str = "cache") -> tuple[int, int, Any]:
     monkeypatch.setenv("MMLENS_DB", db)
     monkeypatch.delenv("MMLENS_CONFIG", raising=False)
     shared.forget_store_reads()
@@ -53,7 +53,7 @@ def _cache_page_reads(db: str, counted: Reads, monkeypatch: pytest.MonkeyPatch,
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()  # the Overview first, as a visitor arrives; only the Cache page is counted
     before = (counted.queries, counted.rows)
-    at.switch_page("pages/cache.py").run()
+    at.switch_page(f"pages/{page}.py").run()
     assert not at.exception
     return counted.queries - before[0], counted.rows - before[1], at
 
@@ -71,8 +71,8 @@ def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: An
     sparse, dense = db("sparse"), db("dense")
     fill(sparse, WORKERS, MINUTES, density=1)
     fill(dense, WORKERS, MINUTES, density=4)
-    q1, r1, at = _cache_page_reads(sparse, counted, monkeypatch)
-    q4, r4, _ = _cache_page_reads(dense, counted, monkeypatch)
+    q1, r1, at = _page_reads(sparse, counted, monkeypatch)
+    q4, r4, _ = _page_reads(dense, counted, monkeypatch)
     assert q1 > 0 and r1 > 0
     assert (q4, r4) == (q1, r1)
     for title in ("hit rate", "KV events"):
@@ -82,3 +82,23 @@ def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: An
                  for t in fig["data"]}
         assert f"{WORKERS - 12} other workers" in names, (title, names)
         assert len(names) == 13, (title, names)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_routing_page_reads_no_engine_series(backend: str, tmp_path: Any,
+                                             request: pytest.FixtureRequest, counted: Reads,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Routing page reads the routers' series, not the engines': four times the workers'
+    counter samples leave its queries and rows as they were."""
+    def db(name: str) -> str:
+        if backend == "sqlite":
+            return str(tmp_path / f"{name}.db")
+        return new_database(request.getfixturevalue("postgres"))
+
+    sparse, dense = db("sparse"), db("dense")
+    fill(sparse, WORKERS, MINUTES, density=1)
+    fill(dense, WORKERS, MINUTES, density=4)
+    q1, r1, _ = _page_reads(sparse, counted, monkeypatch, "routing")
+    q4, r4, _ = _page_reads(dense, counted, monkeypatch, "routing")
+    assert q1 > 0
+    assert (q4, r4) == (q1, r1)
