@@ -58,11 +58,10 @@ def _page_reads(db: str, counted: Reads, monkeypatch: pytest.MonkeyPatch,
     return counted.queries - before[0], counted.rows - before[1], at
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: Any,
-                                                      request: pytest.FixtureRequest,
-                                                      counted: Reads,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def _sparse_and_dense(backend: str, tmp_path: Any, request: pytest.FixtureRequest,
+                      counted: Reads, monkeypatch: pytest.MonkeyPatch, page: str,
+                      ) -> tuple[tuple[int, int, Any], tuple[int, int, Any]]:
+    """A page's reads on a store, and on one with four times its raw events and samples."""
     def db(name: str) -> str:
         if backend == "sqlite":
             return str(tmp_path / f"{name}.db")
@@ -71,8 +70,17 @@ def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: An
     sparse, dense = db("sparse"), db("dense")
     fill(sparse, WORKERS, MINUTES, density=1)
     fill(dense, WORKERS, MINUTES, density=4)
-    q1, r1, at = _page_reads(sparse, counted, monkeypatch)
-    q4, r4, _ = _page_reads(dense, counted, monkeypatch)
+    return (_page_reads(sparse, counted, monkeypatch, page),
+            _page_reads(dense, counted, monkeypatch, page))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: Any,
+                                                      request: pytest.FixtureRequest,
+                                                      counted: Reads,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    (q1, r1, at), (q4, r4, _) = _sparse_and_dense(backend, tmp_path, request, counted,
+                                                  monkeypatch, "cache")
     assert q1 > 0 and r1 > 0
     assert (q4, r4) == (q1, r1)
     for title in ("hit rate", "KV events"):
@@ -90,15 +98,7 @@ def test_routing_page_reads_no_engine_series(backend: str, tmp_path: Any,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The Routing page reads the routers' series, not the engines': four times the workers'
     counter samples leave its queries and rows as they were."""
-    def db(name: str) -> str:
-        if backend == "sqlite":
-            return str(tmp_path / f"{name}.db")
-        return new_database(request.getfixturevalue("postgres"))
-
-    sparse, dense = db("sparse"), db("dense")
-    fill(sparse, WORKERS, MINUTES, density=1)
-    fill(dense, WORKERS, MINUTES, density=4)
-    q1, r1, _ = _page_reads(sparse, counted, monkeypatch, "routing")
-    q4, r4, _ = _page_reads(dense, counted, monkeypatch, "routing")
+    (q1, r1, _), (q4, r4, _) = _sparse_and_dense(backend, tmp_path, request, counted,
+                                                 monkeypatch, "routing")
     assert q1 > 0
     assert (q4, r4) == (q1, r1)
