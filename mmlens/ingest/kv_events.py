@@ -60,9 +60,23 @@ def decode_payload(payload: bytes) -> Any:
     try:
         return _decoder.decode(payload)
     except msgspec.DecodeError as exc:
-        raise KVEventError("undecodable_msgpack", str(exc)) from None
+        if "UTF-8" not in str(exc):
+            raise KVEventError("undecodable_msgpack", str(exc)) from None
+        # One string of the batch is not UTF-8 (an image id with a lone surrogate's escape):
+        # read it with the bytes escaped, so only the event holding it is set aside.
+        return _decode_escaped(payload, exc)
     except RecursionError:  # msgspec refuses nesting deeper than the interpreter allows
         raise KVEventError("too_deep", "payload nested too deeply") from None
+
+
+def _decode_escaped(payload: bytes, exc: Exception) -> Any:
+    import msgpack
+
+    try:
+        return msgpack.unpackb(payload, raw=False, unicode_errors="surrogateescape",
+                               strict_map_key=False)
+    except Exception:  # anything else wrong with it too: the batch is undecodable
+        raise KVEventError("undecodable_msgpack", str(exc)) from None
 
 
 def parse_seq(frame: bytes) -> int:

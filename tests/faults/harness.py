@@ -370,9 +370,10 @@ def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_
 
 def poisoned(db: Path | str, batches: int = 2000, bad_every: int = 400,
              bad_offset: int = 1 << 31, bad_ts: float | None = None,
-             ) -> tuple[Tally, list[int]]:
+             bad_id: bytes | None = None) -> tuple[Tally, list[int]]:
     """``batches`` of 4 events; in every ``bad_every``-th one the first event's image offset is
-    ``bad_offset`` (a stored event the rest of the pipeline cannot take), or with ``bad_ts``
+    ``bad_offset`` (a stored event the rest of the pipeline cannot take), or with ``bad_id``
+    its image id is those 32 bytes (not UTF-8: a lone surrogate's escape), or with ``bad_ts``
     the batch's time is that (its one event set aside with it). Published counts the valid
     events only; returns the tally and the seqs of the poisoned batches."""
     pub = FaultPublisher(*loopback_endpoints(2)).up()
@@ -386,13 +387,17 @@ def poisoned(db: Path | str, batches: int = 2000, bad_every: int = 400,
                     pub.events -= 1  # not a valid event: its batch has no valid time
                     poisoned_seqs.append(pub.publish(_enc.encode([bad_ts, event, 0])))
                 elif i % bad_every == bad_every // 2:
+                    image = "Z" * 32 if bad_id is not None else "ab" * 16
                     bad = {"type": "BlockStored", "block_hashes": [(1 << 62) + i],
                            "parent_block_hash": None, "token_ids": [7] * 16,
                            "block_size": 16, "medium": "GPU",
-                           "extra_keys": [[["ab" * 16, bad_offset]]]}
+                           "extra_keys": [[[image, 0 if bad_id is not None else bad_offset]]]}
                     events = _dec.decode(pub.batch(3))
                     events[1].insert(0, bad)
-                    poisoned_seqs.append(pub.publish(_enc.encode(events)))
+                    payload = _enc.encode(events)
+                    if bad_id is not None:  # the same str header, bytes no decoder takes
+                        payload = payload.replace(b"Z" * 32, bad_id)
+                    poisoned_seqs.append(pub.publish(payload))
                 else:
                     pub.publish(pub.batch(4))
                 if i % 50 == 0:

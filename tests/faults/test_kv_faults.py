@@ -160,6 +160,20 @@ def test_a_bad_event_is_quarantined_alone_and_the_stream_moves_past_it(tmp_path,
     assert all(q["kind"] == "oversize_number" and str(offset) in q["detail"] for q in named)
 
 
+def test_an_image_id_that_is_not_utf8_takes_only_its_event(tmp_path) -> None:
+    """vLLM's image id as a msgpack str whose bytes are a lone surrogate's UTF-8 escape."""
+    bad_id = b"\xed\xb2\x80" * 10 + b"ab"
+    t, seqs = h.poisoned(tmp_path / "s.db", batches=2000, bad_every=400, bad_id=bad_id)
+    print(f"\nKV image id not UTF-8: published {t.published} stored {t.stored} "
+          f"lost {t.lost} duplicates {t.duplicates} quarantined {len(seqs)}")
+    assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
+    row = kv_health(t)
+    assert row["counters"]["last_seq"] == 1999 and row["counters"]["lost_batches"] == 0
+    assert sum(v for k, v in row["errors"].items() if k != "replay_timeout") == len(seqs)
+    named = [q for q in h.quarantined(tmp_path / "s.db") if q["collector"] == "kv_events"]
+    assert [q["where"] for q in named] == [f"w#0 seq {s} event 0" for s in seqs]
+
+
 @pytest.mark.parametrize("ts", [float("inf"), 1e300])
 def test_a_batch_with_an_impossible_time_on_postgresql_takes_only_itself(
         tmp_path, postgres, ts) -> None:
