@@ -23,6 +23,7 @@ from typing import Any
 
 from mmlens.analysis.routing_table import decision_rows
 from mmlens.cli import explain as explain_cli
+from mmlens.records import RequestTrace, Verdict
 from mmlens.store.reader import StoreReader
 from tests.live_support import REPO
 
@@ -209,14 +210,19 @@ def snapshot_verdicts(db: Path) -> dict[str, str]:
             for t in doc["traces"]}
 
 
-def routing_verdicts(db: Path) -> dict[str, str]:
-    """The Routing page's table rows (``decision_rows``, what the page renders)."""
+def stored_verdicts(db: Path) -> tuple[list[RequestTrace], dict[str, Verdict]]:
+    """Every request of the store and its stored verdict (as the pages read them)."""
     reader = StoreReader(db)
     try:
         traces = reader.recent_traces(100_000)
-        verdicts = reader.verdicts_for(traces)
+        return traces, reader.verdicts_for(traces)
     finally:
         reader.close()
+
+
+def routing_verdicts(db: Path) -> dict[str, str]:
+    """The Routing page's table rows (``decision_rows``, what the page renders)."""
+    traces, verdicts = stored_verdicts(db)
     return {r["request"]: r["verdict"] for r in decision_rows(traces, verdicts,
                                                               limit=len(traces))}
 
@@ -303,3 +309,14 @@ def table(tallies: Mapping[str, Mapping[str, Tally]], truth: Mapping[str, Truth]
             lines.append(f"{store:<13} {view:<10} {t.right:>6} {t.unknown:>8} "
                          f"{t.ambiguous:>10} {t.wrong:>6}")
     return "\n".join(lines)
+
+
+def ambiguous_reasons(db: Path) -> Counter[str]:
+    """The stored two-reading verdicts by their reason, with the counts in it dropped (the
+    README's "what stays ambiguous")."""
+    import re
+
+    _, verdicts = stored_verdicts(db)
+    return Counter(re.sub(r"\d+ requests of \d+ blocks on \S+", "N requests of one length on a "
+                          "worker", re.sub(r"on \S+ stored", "on its worker stored", v.reason))
+                   for v in verdicts.values() if v.category.startswith("hit_or_") and v.reason)

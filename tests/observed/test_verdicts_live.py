@@ -37,6 +37,7 @@ from tests.observed.acceptance import (
     Sent,
     Tally,
     Truth,
+    ambiguous_reasons,
     dynamo_truth,
     engine_lines,
     measure,
@@ -234,7 +235,10 @@ def check_stored_once(run: Run, kind: str) -> None:
             reader.close()
 
 
-def check_verdicts(run: Run) -> None:
+def check_verdicts(run: Run, definite: bool) -> None:
+    """Issue 21's Done-when: the views agree, every definite verdict from logs + KV events
+    is right, the tap is right on every request; with ``definite``, also that logs + KV
+    events give a definite verdict on >= 95 % of requests."""
     truth, dbs = run.truth, run.dbs
     tallies: dict[str, dict[str, Tally]] = {}
     disagreements: dict[str, list[str]] = {}
@@ -248,12 +252,14 @@ def check_verdicts(run: Run) -> None:
     for name, views in tallies.items():
         for view, t in views.items():
             print(f"{name}/{view} wrong: {t.wrong_examples}")
-    # Done when (issue 21): logs + KV events give a definite verdict on >= 95 % of requests,
-    # every definite verdict right; the tap is right on every request; the views agree.
+    print("logs+kv ambiguous, by reason: " + ", ".join(
+        f"{n} {why}" for why, n in ambiguous_reasons(dbs["logs+kv"]).most_common()))
     assert disagreements == {name: [] for name in dbs}
     for view, t in tallies["logs+kv"].items():
         assert t.total == REQUESTS
-        assert t.wrong == 0 and t.definite >= REQUESTS * 0.95, (view, t)
+        assert t.wrong == 0, (view, t)
+        if definite:
+            assert t.definite >= REQUESTS * 0.95, (view, t)
     for view, t in tallies["tap"].items():
         assert t.right == REQUESTS, (view, t)
 
@@ -262,16 +268,21 @@ def test_smg_traffic_is_production_shaped_and_every_request_stored_once(smg_run:
     check_stored_once(smg_run, "smg")
 
 
-# Not met yet (README, "Which sources give which verdicts"): with logs + KV events most
-# requests stay ambiguous at 16 in flight, SMG's approximate-tree predictions are not read,
-# and the Routing page and the Inspector still judge on their own.
-WAITS_FOR_VERDICTS = pytest.mark.xfail(
-    reason="issue 21's Done-when is not met yet: see the printed table", strict=False)
+# Not met on SMG 1.13 (README, "Which sources give which verdicts"): its log names no
+# image's identity, so same-length image requests at once on a worker cannot be told apart
+# from logs + KV events (one found its prompt cached, another computed a new image's chain).
+NOT_DEFINITE_YET = pytest.mark.xfail(
+    reason="issue 21's >= 95 % definite is not met from logs + KV events: see the table",
+    strict=False)
 
 
-@WAITS_FOR_VERDICTS
 def test_smg_verdicts_against_the_engines_own_logs(smg_run: Run) -> None:
-    check_verdicts(smg_run)
+    check_verdicts(smg_run, definite=False)
+
+
+@NOT_DEFINITE_YET
+def test_smg_verdicts_are_definite_on_95_percent(smg_run: Run) -> None:
+    check_verdicts(smg_run, definite=True)
 
 
 def test_dynamo_traffic_is_production_shaped_and_every_request_stored_once(
@@ -279,6 +290,10 @@ def test_dynamo_traffic_is_production_shaped_and_every_request_stored_once(
     check_stored_once(dynamo_run, "dynamo")
 
 
-@WAITS_FOR_VERDICTS
 def test_dynamo_verdicts_against_the_engines_own_logs(dynamo_run: Run) -> None:
-    check_verdicts(dynamo_run)
+    check_verdicts(dynamo_run, definite=False)
+
+
+@NOT_DEFINITE_YET
+def test_dynamo_verdicts_are_definite_on_95_percent(dynamo_run: Run) -> None:
+    check_verdicts(dynamo_run, definite=True)
