@@ -23,6 +23,7 @@ PAGES = {
         page("pages/affinity.py", "Affinity", "image", "affinity"),
         page("pages/cache.py", "Cache", "memory", "cache"),
         page("pages/lab.py", "Lab", "science", "lab"),
+        page("pages/whatif.py", "What if", "compare_arrows", "whatif"),
     ],
     "Settings": [
         page("pages/targets.py", "Targets", "settings", "targets"),

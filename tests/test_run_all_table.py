@@ -22,6 +22,9 @@ FIGURES = {
                                        "lines": 300_000, "decode_s": 0.5}}},
     "layout": {"layout_cli": {"median_s": {"qwen3-vl dir": 0.8, "kimi-k3 dir": 1.2,
                                            "qwen3-vl family name": 0.7}, "stderr": []}},
+    "whatif": {"whatif": {"requests": 100_000, "workers": 64, "capacity": 100_000,
+                          "floor_s": 0.5, "scenarios": {"dynamo kv exact": {"cpu_s": 12.0},
+                                                        "round_robin": {"cpu_s": 5.0}}}},
 }
 
 
@@ -30,7 +33,7 @@ def test_every_benchmark_gives_rows_with_ratio_and_verdict():
     text = run_all.table(rows)
     lines = text.splitlines()
     assert lines[0].startswith("| path | mmlens | peer / floor")
-    assert len(lines) == 2 + len(rows) == 2 + 7
+    assert len(lines) == 2 + len(rows) == 2 + 9
     by_path = {r.path: r for r in rows}
     ingest = by_path["KV ingest (`KVIngest`), 400k-block resident index"]
     assert (ingest.ratio, ingest.met) == ("0.25×", False)
@@ -38,6 +41,9 @@ def test_every_benchmark_gives_rows_with_ratio_and_verdict():
     assert (sqlite.ratio, sqlite.met) == ("0.50×", True)
     avail = by_path["availability per distinct request (300), 64 workers × 100k blocks"]
     assert (avail.ratio, avail.met) == ("2.00×", True)
+    slow = by_path["`mmlens whatif` replay, 100k requests over 64 workers × 100k blocks: "
+                   "dynamo kv exact"]
+    assert (slow.ratio, slow.met) == ("24×", False)
     logs = by_path["SMG router-log ingest (to rows in SQLite)"]
     assert logs.mmlens.startswith("60,000 decisions/s") and logs.met
     met = {r.path.split(", ")[-1]: r.met for r in rows if r.path.startswith("`mmlens layout")}

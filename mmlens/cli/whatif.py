@@ -25,8 +25,8 @@ from mmlens.store.open import StoreError
 from mmlens.store.reader import open_reader
 from mmlens.whatif.blocks import BlockSizeError
 from mmlens.whatif.compare import Comparison, compare, recorded_capacity
-from mmlens.whatif.report import Figures, ScenarioReport
 from mmlens.whatif.scenario import Scenario, ScenarioError, parse, recorded_workers
+from mmlens.whatif.table import aligned, figure_rows, headers, minute_rows, pct
 
 DEFAULT_CAPACITY = 2048  # the demo engines' --num-blocks, when the store does not say
 
@@ -109,92 +109,27 @@ def main(argv: Sequence[str]) -> int:
 
 # --- the text table ---------------------------------------------------------------------------
 
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.1f}%"
-
-
-def _num(v: float | None) -> str:
-    return "—" if v is None else f"{v:,.0f}"
-
-
-ROWS = (("hit rate (tokens)", "hit_rate", _pct), ("cached tokens", "cached_tokens", _num),
-        ("false-hit tokens", "false_hit_tokens", _num),
-        ("avoidable tokens", "avoidable_tokens", _num),
-        ("prefill tokens", "prefill_tokens", _num), ("load spread (max/mean)", "spread",
-                                                     lambda v: "—" if v is None else f"{v:.2f}"))
-
-
-def _err(name: str, value: float | None, fmt: str) -> str:
-    if value is None:
-        return ""
-    if name == "hit_rate":
-        return f" ±{abs(100 * value):.1f}pt"
-    return f" ±{abs(value):,.0f}" if fmt == "num" else f" ±{abs(value):.2f}"
-
-
-def _column(f: Figures, err: dict[str, float | None] | None) -> list[str]:
-    out = []
-    for _, name, fmt in ROWS:
-        cell = fmt(getattr(f, name))
-        if err is not None:
-            cell += _err(name, err.get(name), "num" if fmt is _num else "x")
-        out.append(cell)
-    return out
-
-
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def table(c: Comparison, span: tuple[float, float], minutes: bool = False) -> list[str]:
     b = c.baseline
+    sc = b.run.scenario
     lines = [f"window {_when(span[0])} – {_when(span[1])} UTC: {len(c.workload)} requests, "
              f"{len(b.run.requests)} modelled ({b.run.skipped} of unknown prompt length "
              f"skipped; keys synthesized for {sum(p.synthetic for p in b.run.prompts)}), "
              f"{c.measured.requests} measured, workers {' '.join(c.workers) or '—'}",
-             f"baseline: {b.run.scenario.policy} {b.run.scenario.mode or ''} "
-             f"bs{b.run.scenario.block_size} {b.run.scenario.workers}w "
-             f"{b.run.scenario.capacity_blocks}blk; routed as recorded for "
-             f"{_pct(b.worker_agreement)} of requests",
+             f"baseline: {sc.policy} {sc.mode or ''} bs{sc.block_size} {sc.workers}w "
+             f"{sc.capacity_blocks}blk; routed as recorded for {pct(b.worker_agreement)} of "
+             "requests",
              "± after a figure: the baseline model's distance from the measurement there"]
-    heads = ["", "recorded", "baseline", *[s.run.scenario.label for s in c.scenarios]]
-    cols = [[label for label, _, _ in ROWS], _column(c.measured, None),
-            _column(b.total, c.error), *[_column(s.total, c.error) for s in c.scenarios]]
-    extra = [("saving vs recorded", ["", _num(b.saving_tokens),
-                                     *[_num(s.saving_tokens) for s in c.scenarios]])]
-    verdicts = sorted({k for f in [c.measured, b.total, *(s.total for s in c.scenarios)]
-                       for k, v in f.verdicts.items() if v})
-    for k in verdicts:
-        extra.append((f"verdict {k}", [str(f.verdicts.get(k, 0)) for f in
-                                       [c.measured, b.total, *(s.total for s in c.scenarios)]]))
-    for label, cells in extra:
-        cols[0].append(label)
-        for col, cell in zip(cols[1:], cells, strict=True):
-            col.append(cell)
-    widths = [max(len(h), *(len(x) for x in col)) for h, col in zip(heads, cols, strict=True)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)))
-    for row in range(len(cols[0])):
-        lines.append("  ".join(col[row].ljust(w) for col, w in zip(cols, widths, strict=True)))
-    lines += _worker_lines(c)
-    if minutes:
-        lines += _minute_lines(c)
-    return lines
-
-
-def _worker_lines(c: Comparison) -> list[str]:
-    out = ["requests per worker:"]
-    for name, f in [("recorded", c.measured), ("baseline", c.baseline.total),
+    lines += aligned(headers(c), figure_rows(c))
+    lines.append("requests per worker:")
+    for name, f in [("recorded", c.measured), ("baseline", b.total),
                     *[(s.run.scenario.label, s.total) for s in c.scenarios]]:
-        out.append(f"  {name}: " + " ".join(f"{w}={n}" for w, n in f.worker_requests.items()))
-    return out
-
-
-def _minute_lines(c: Comparison) -> list[str]:
-    reports: list[ScenarioReport] = [c.baseline, *c.scenarios]
-    out = ["hit rate per minute: " + " | ".join(["recorded", *[r.run.scenario.label
-                                                               for r in reports]])]
-    for m, f in c.measured_minutes.items():
-        cells = [_pct(f.hit_rate)] + [_pct(r.minutes[m].hit_rate) if m in r.minutes else "—"
-                                      for r in reports]
-        out.append(f"  {_when(m)[11:16]}  " + " | ".join(cells))
-    return out
+        lines.append(f"  {name}: " + " ".join(f"{w}={n}" for w, n in f.worker_requests.items()))
+    if minutes:
+        lines.append("hit rate per minute (UTC):")
+        lines += ["  " + line for line in aligned(["minute", *headers(c)[1:]], minute_rows(c))]
+    return lines

@@ -35,30 +35,33 @@ class BlockIndex:
             if not s:
                 del self.holders[key]
 
-    def overlaps(self, keys: tuple[int, ...]) -> dict[int, int]:
-        """Worker → consecutive leading blocks of ``keys`` it holds (workers with none are
-        absent)."""
+    def groups(self, keys: tuple[int, ...]) -> list[tuple[int, set[int]]]:
+        """(depth, the workers whose consecutive match of ``keys`` ends there), shallowest
+        first; workers with no match are in none."""
         holders = self.holders
         if not keys:
-            return {}
+            return []
         cur = holders.get(keys[0])
         if not cur:
-            return {}
+            return []
         cur = set(cur)
-        out: dict[int, int] = {}
+        out: list[tuple[int, set[int]]] = []
         depth = 1
         for k in keys[1:]:
             nxt = holders.get(k)
             if not nxt:
                 break
             if not cur <= nxt:
-                for w in cur - nxt:
-                    out[w] = depth
+                out.append((depth, cur - nxt))
                 cur &= nxt
             depth += 1
-        for w in cur:
-            out[w] = depth
+        out.append((depth, cur))
         return out
+
+    def overlaps(self, keys: tuple[int, ...]) -> dict[int, int]:
+        """Worker → consecutive leading blocks of ``keys`` it holds (workers with none are
+        absent)."""
+        return {w: d for d, ws in self.groups(keys) for w in ws}
 
     def deepest(self, keys: tuple[int, ...]) -> tuple[int, set[int]]:
         """The longest match and the workers that have it (0 and none: no match)."""
@@ -105,9 +108,10 @@ class ExpiringIndex:
             else:
                 d[worker] = until
 
-    def overlaps(self, keys: tuple[int, ...], now: float) -> dict[int, int]:
+    def groups(self, keys: tuple[int, ...], now: float) -> list[tuple[int, set[int]]]:
+        """As ``BlockIndex.groups``, over the blocks not expired at ``now``."""
         expiry = self.expiry
-        out: dict[int, int] = {}
+        out: list[tuple[int, set[int]]] = []
         cur: set[int] | None = None
         depth = 0
         for k in keys:
@@ -115,13 +119,15 @@ class ExpiringIndex:
             live = {w for w, t in d.items() if t > now} if d else set()
             if cur is None:
                 cur = live
-            else:
-                for w in cur - live:
-                    out[w] = depth
+            elif not cur <= live:
+                out.append((depth, cur - live))
                 cur &= live
             if not cur:
                 break
             depth += 1
-        for w in cur or ():
-            out[w] = depth
+        if cur:
+            out.append((depth, cur))
         return out
+
+    def overlaps(self, keys: tuple[int, ...], now: float) -> dict[int, int]:
+        return {w: d for d, ws in self.groups(keys, now) for w in ws}

@@ -14,7 +14,7 @@ from mmlens.ui.shared import CAUGHT_KEY
 from streamlit.testing.v1 import AppTest
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
-PAGES = ("overview", "inspector", "routing", "affinity", "cache", "lab", "targets")
+PAGES = ("overview", "inspector", "routing", "affinity", "cache", "lab", "whatif", "targets")
 
 
 def open_page(page: str, query: dict[str, str] | None = None, timeout: float = 60.0) -> AppTest:

@@ -16,6 +16,7 @@ from mmlens.whatif.workload import RecordedRequest, recorded
 
 TEXT = "Describe this image in detail please."
 T0 = 1_800_000_000.0
+W1, W2 = "grpc://127.0.0.1:50051", "grpc://127.0.0.1:50052"
 
 
 @cache

@@ -163,3 +163,34 @@ def test_models_match_a_recorded_real_router_run(capture: str, scenario: Scenari
         assert verdict_of(out, blue) == "false_hit"
     else:
         assert verdict_of(out, blue) == "cold"
+
+
+def test_dynamo_lowest_cost_equals_the_full_scan() -> None:
+    """The incremental cost (only the workers whose load changed are recosted) picks a
+    worker of the full formula's lowest cost, over random loads and overlaps."""
+    import random
+
+    from mmlens.whatif.policies.base import Loads
+    from mmlens.whatif.policies.dynamo import KvRouter
+
+    rnd = random.Random(3)
+    for _ in range(300):
+        n = rnd.randint(1, 8)
+        router = KvRouter(n, 16, seed=rnd.randint(0, 9))
+        loads = Loads(n)
+        for w in range(n):
+            for _ in range(rnd.randint(0, 2)):
+                loads.start(w, rnd.choice((0, 16, 81)), rnd.choice((1, 6)))
+        isl = rnd.choice((15, 81, 300))
+        # An overlap is at most the prompt's full blocks.
+        overlaps = {w: rnd.randint(1, isl // 16) for w in range(n)
+                    if isl >= 16 and rnd.random() < 0.4}
+        groups: dict[int, set[int]] = {}
+        for w, d in overlaps.items():
+            groups.setdefault(d, set()).add(w)
+        base = router._base_costs(loads)
+        chosen, depth = router._lowest(base, sorted(groups.items()), isl / 16)
+        assert depth == overlaps.get(chosen, 0)
+        full = [max((loads.prefill_tokens[w] + isl) / 16 - overlaps.get(w, 0), 0.0)
+                + loads.active_blocks[w] for w in range(n)]
+        assert full[chosen] == pytest.approx(min(full))

@@ -25,6 +25,8 @@ class Loads:
     processed: list[int] = field(default_factory=list)
     order: list[int] = field(default_factory=list)
     total_inflight: int = 0
+    # Workers whose load changed since a policy last looked (None: no policy asked).
+    touched: set[int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("inflight", "prefill_tokens", "active_blocks", "processed"):
@@ -41,15 +43,21 @@ class Loads:
         self.prefill_tokens[w] += tokens
         self.active_blocks[w] += blocks
         self.order[w] = self._order(w)
+        if self.touched is not None:
+            self.touched.add(w)
 
     def prefilled(self, w: int, tokens: int) -> None:
         self.prefill_tokens[w] -= tokens
+        if self.touched is not None:
+            self.touched.add(w)
 
     def finish(self, w: int, blocks: int) -> None:
         self.inflight[w] -= 1
         self.total_inflight -= 1
         self.active_blocks[w] -= blocks
         self.order[w] = self._order(w)
+        if self.touched is not None:
+            self.touched.add(w)
 
     def least_loaded(self) -> int:
         return 0xFFFF - (min(self.order) & 0xFFFF)

@@ -56,20 +56,75 @@ class KvRouter(Policy):
         self.events = bool(kv_events)
         self.index = BlockIndex()
         self.approx = ExpiringIndex(float(router_ttl_secs))
+        self._base: list[float] = []
 
     def choose(self, p: Prompt, keys: tuple[int, ...], now: float, loads: Loads) -> Choice:
-        overlaps = (self.index.overlaps(keys) if self.events
-                    else self.approx.overlaps(keys, now))
-        bs = self.block_size
-        isl = p.tokens
-        scale, credit, weight = self.scale, self.credit, self.request_weight
-        prefill, decode, inflight = loads.prefill_tokens, loads.active_blocks, loads.inflight
-        get = overlaps.get
-        costs = [scale * max((prefill[w] + isl) / bs - credit * get(w, 0), 0.0) + decode[w]
-                 + weight * inflight[w] for w in range(self.n)]
-        w = self._select(costs)
-        depth = get(w, 0)
+        groups = (self.index.groups(keys) if self.events
+                  else self.approx.groups(keys, now))
+        base = self._base_costs(loads)
+        own = self.scale * p.tokens / self.block_size
+        if self.temperature > 0 or self.credit > 1:
+            overlaps = {w: d for d, ws in groups for w in ws}
+            costs = [own + b for b in base]
+            for w, ov in overlaps.items():
+                costs[w] = self._cost(w, ov, p.tokens, loads)
+            w = self._select(costs)
+            depth = overlaps.get(w, 0)
+        else:
+            w, depth = self._lowest(base, groups, own)
         return Choice(w, "overlap" if depth else "no_overlap", depth)
+
+    def _cost(self, w: int, overlap: int, isl: int, loads: Loads) -> float:
+        """The formula whole (its clamp at 0 bites only with a credit over 1)."""
+        return (self.scale * max((loads.prefill_tokens[w] + isl) / self.block_size
+                                 - self.credit * overlap, 0.0)
+                + loads.active_blocks[w] + self.request_weight * loads.inflight[w])
+
+    def _base_costs(self, loads: Loads) -> list[float]:
+        """Per worker, its cost without the request's own prompt and overlap (kept up to date
+        for the workers whose load changed: the fleet's other workers cost the same)."""
+        if loads.touched is None or len(self._base) != self.n:
+            loads.touched = set(range(self.n))
+            self._base = [0.0] * self.n
+        bs, scale, weight = self.block_size, self.scale, self.request_weight
+        base = self._base
+        for w in loads.touched:
+            base[w] = (scale * loads.prefill_tokens[w] / bs + loads.active_blocks[w]
+                       + weight * loads.inflight[w])
+        loads.touched.clear()
+        return base
+
+    def _lowest(self, base: list[float], groups: list[tuple[int, set[int]]], own: float,
+                ) -> tuple[int, int]:
+        """The lowest cost (its worker and overlap), exact ties at random. With a credit of at
+        most 1 the clamp never bites (an overlap is at most the prompt), so a worker costs
+        ``own + base − scale × credit × overlap``: per overlap depth only its cheapest
+        workers can win, and among the rest the cheapest base."""
+        step = self.scale * self.credit
+        seen: set[int] = set()
+        best = float("inf")
+        tied: list[tuple[int, int]] = []
+        for depth, workers in groups:
+            seen |= workers
+            lo = min(map(base.__getitem__, workers)) - step * depth
+            if lo < best:
+                best, tied = lo, [(depth, w) for w in workers if base[w] - step * depth == lo]
+            elif lo == best:
+                tied += [(depth, w) for w in workers if base[w] - step * depth == lo]
+        lo = min(base)
+        if len(seen) < self.n and lo <= best:
+            plain = [w for w, b in enumerate(base) if b == lo and w not in seen] if (
+                base.count(lo) > 1 or base.index(lo) in seen) else [base.index(lo)]
+            if not plain:
+                rest = [b for w, b in enumerate(base) if w not in seen]
+                lo = min(rest)
+                plain = [w for w, b in enumerate(base) if b == lo and w not in seen]
+            if lo < best:
+                tied = [(0, w) for w in plain]
+            elif lo == best:
+                tied += [(0, w) for w in plain]
+        depth, w = tied[0] if len(tied) == 1 else self.rng.choice(sorted(tied, key=lambda x: x[1]))
+        return w, depth
 
     def _select(self, costs: list[float]) -> int:
         lo = min(costs)
