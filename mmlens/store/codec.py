@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from mmlens.records import KVEventRow, RequestTrace, ResidentSummary, RoutingDecision
+from mmlens.records import KVEventRow, RequestTrace, ResidentSummary, RoutingDecision, Verdict
 
 log = logging.getLogger("mmlens.store")
 
@@ -34,6 +34,17 @@ def trace_body(t: RequestTrace) -> str:
     out = {name: getattr(t, name) for name in _TRACE_FIELDS}
     if t.expected_layout is not None:
         out["expected_layout"] = t.expected_layout.to_json()
+    return _json.encode(out).decode()
+
+
+_VERDICT_FIELDS = tuple(f.name for f in dataclasses.fields(Verdict))
+
+
+def verdict_body(v: Verdict) -> str:
+    """``Verdict.as_json`` as JSON text, without its deep copy (the verdict job writes one
+    per request)."""
+    out = {name: getattr(v, name) for name in _VERDICT_FIELDS}
+    out.update(realized_tokens=v.realized_tokens, best_tokens=v.best_tokens)
     return _json.encode(out).decode()
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from mmlens.records import Verdict
+from mmlens.store.codec import verdict_body
 from mmlens.store.dialect import SQLBase
 from mmlens.store.tail import IdTail
 
@@ -50,7 +51,7 @@ class VerdictTables(SQLBase):
     def add_verdicts(self, verdicts: Iterable[Verdict]) -> int:
         rows = [(v.request_id, v.ts, v.category, v.headline, v.worker, v.better_worker,
                  v.better_blocks, v.judged_at, v.version,
-                 json.dumps(v.as_json(), default=str)) for v in verdicts]
+                 verdict_body(v)) for v in verdicts]
         return self._upsert("verdicts", _COLUMNS, rows)
 
     def verdict_versions(self, request_ids: Sequence[str]) -> dict[str, int]:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 from mmlens.collectors.verdict_job import VerdictJob
 
 from mmlens.analysis.judgement.attempts import _merged, _one, attempts
 from mmlens.analysis.judgement.batch import JudgeState, span_of
 from mmlens.records import RoutingDecision, SpillGate
+from mmlens.store.codec import verdict_body
 from mmlens.store.open import open_store
 from tests.busy_workers import workload
 
@@ -56,3 +58,6 @@ def test_the_job_on_a_store_stores_the_verdicts_of_one_pass_over_all(store_db: s
         got = dataclasses.replace(stored[rid], judged_at=0.0)
         assert got == v, rid
     assert all(attempts(t)[0].attempt is None for t in w.traces)
+    # The stored body is the JSON the verdict's ``as_json`` gives.
+    for v in list(expected.values())[:200]:
+        assert json.loads(verdict_body(v)) == json.loads(json.dumps(v.as_json()))

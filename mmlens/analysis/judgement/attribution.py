@@ -17,7 +17,7 @@ stores a block once). Readings the evidence cannot tell apart are all given
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from mmlens.analysis.judgement.evidence import Realized
@@ -325,18 +325,44 @@ def _settle(cands: dict[str, list[Segment]]) -> tuple[dict[Segment, set[str]],
     return owners, owned
 
 
+def _connected(cands: dict[str, list[Segment]], only: Collection[str],
+               ) -> dict[str, list[Segment]]:
+    """The candidates of the requests linked to one of ``only`` through shared segments
+    (directly or through others), in their order: the others' segments are matched apart
+    and cannot change who may own these (``Owners`` matches each group on its own)."""
+    rivals: dict[Segment, list[str]] = {}
+    for rid, segs in cands.items():
+        for s in segs:
+            rivals.setdefault(s, []).append(rid)
+    keep: set[str] = set()
+    todo = [r for r in only if r in cands]
+    while todo:
+        rid = todo.pop()
+        if rid not in keep:
+            keep.add(rid)
+            for s in cands[rid]:
+                todo.extend(rivals[s])
+    return {rid: segs for rid, segs in cands.items() if rid in keep}
+
+
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
-              ) -> dict[str, Realized]:
+              only: Collection[str] | None = None) -> dict[str, Realized]:
     """The realized hit of each request in ``served`` (one worker's) that its KV events
     show; a request they say nothing definite about is left out. ``known_images``: the
-    image identities (keys) of every request around, on any worker."""
+    image identities (keys) of every request around, on any worker. ``only``: the requests
+    whose hit is wanted (the others still compete for the segments): the job judges a
+    tick's settled requests against the minutes around them."""
     served = _blind_to(chains, served, slack_s, known_images)
     cands = candidates(chains, served, slack_s)
+    if only is not None:
+        cands = _connected(cands, only)
     decodes = _maybe_decodes(chains, served, slack_s)
     owners = Owners(cands, frozenset(decodes))
     out: dict[str, Realized] = {}
     for r in served:
+        if only is not None and r.request_id not in only:
+            continue
         rid, f = r.request_id, _full(r)
         mine = [s for s in cands.get(rid, []) if owners.may_own(rid, s)]
         none = owners.may_own_none(rid)

@@ -159,6 +159,7 @@ class JudgeState:
         self.held.add(context)
         by_id = {t.request_id: t for t in context}
         wanted = [by_id[r] for r in dict.fromkeys(todo) if r in by_id]
+        judging = {t.request_id for t in wanted}
         units = {u for t in wanted if (u := unit_of(t)) in self.chains}
         served: dict[str, list[Served]] = {}
         for t in context:
@@ -174,7 +175,7 @@ class JudgeState:
         known = frozenset(k for t in context if (ids := identities_of(t)) for k in ids)
         realized = {}
         for u, rows in served.items():
-            realized.update(attribute(self.chains[u], rows, u, SLACK_S, known))
+            realized.update(attribute(self.chains[u], rows, u, SLACK_S, known, judging))
         out = []
         for t in wanted:
             u = unit_of(t)
