@@ -86,23 +86,29 @@ def prediction_points(traces: Iterable[RequestTrace], default_block_size: int = 
     out = []
     for t in traces:
         predicted = predicted_tokens(t)
-        if predicted is None or not t.worker or t.error:
-            continue
+        if predicted is None or not t.worker or t.error or t.cached_tokens is None:
+            continue  # an unknown realized hit is no evidence of a missing block
         sizes = [p.block_size for p in t.predictions if p.block_size]
         lay = t.expected_layout
         bs = sizes[0] if sizes else (lay.block_size if lay is not None else 0)
         bs = bs or default_block_size
-        pred_blocks, cached_blocks = predicted // bs, (t.cached_tokens or 0) // bs
+        pred_blocks, cached_blocks = predicted // bs, t.cached_tokens // bs
         out.append(ViewPoint(t.ts or 0.0, t.worker, "prediction", pred_blocks,
                              cached_blocks, max(0, pred_blocks - cached_blocks),
                              max(0, cached_blocks - pred_blocks), t.request_id))
     return sorted(out, key=lambda p: p.ts)
 
 
-def false_hit_ids(verdicts: Mapping[str, Verdict]) -> frozenset[str]:
-    """Requests whose stored verdict is a content-blind false hit: their predicted-but-missing
-    blocks are that verdict's (alerted as ``false_hits``), not a router view gone stale."""
-    return frozenset(rid for rid, v in verdicts.items() if v.category == "false_hit")
+# Verdicts that read a predicted-but-missing block as content-blind (alerted as ``false_hits``)
+# or as possibly so, not as a router view gone stale.
+CONTENT_BLIND = frozenset({"false_hit", "hit_or_false_hit"})
+
+
+def counted_ids(verdicts: Mapping[str, Verdict]) -> frozenset[str]:
+    """Requests whose prediction is evidence of a stale router view: judged (the verdict job
+    stores it some seconds after the response; until then a content-blind false hit looks
+    like one) and not judged content-blind."""
+    return frozenset(rid for rid, v in verdicts.items() if v.category not in CONTENT_BLIND)
 
 
 def latest(points: Iterable[ViewPoint]) -> dict[tuple[str, str], ViewPoint]:
@@ -130,20 +136,20 @@ def _streak_start(series: Sequence[ViewPoint], holds: Callable[[ViewPoint], bool
 
 
 def alerts(points: Sequence[ViewPoint], share: float = ALERT_SHARE,
-           min_blocks: int = ALERT_MIN_BLOCKS, explained: Collection[str] = (),
+           min_blocks: int = ALERT_MIN_BLOCKS, counted: Collection[str] | None = None,
            ) -> list[DivergenceAlert]:
     """Workers whose router view diverges from the engine's holdings past ``share`` of the
     router's blocks (at least ``min_blocks``), judged on each source's latest point (the sum
     of a prediction's recent points: one request is one sample); each says since when.
 
     Not alerted, since a healthy content-blind router shows them all the time: predictions of
-    requests in ``explained`` (already judged, e.g. content-blind false hits, and alerted as
-    such), and a count-only index (SMG) holding fewer blocks than the engine: it keys blocks
-    by token ids, so two images of one size share its entries while the engine stores both."""
+    requests not in ``counted`` (when given: see ``counted_ids``), and a count-only index
+    (SMG) holding fewer blocks than the engine: it keys blocks by token ids, so two images of
+    one size share its entries while the engine stores both."""
     found: list[DivergenceAlert] = []
     series: dict[tuple[str, str], list[ViewPoint]] = {}
     for p in sorted(points, key=lambda q: q.ts):
-        if p.source != "prediction" or p.request_id not in explained:
+        if p.source != "prediction" or counted is None or p.request_id in counted:
             series.setdefault((p.worker, p.source), []).append(p)
     for (worker, source), items in sorted(series.items()):
         p = items[-1]
@@ -198,4 +204,4 @@ def view_model(stored: Sequence[Sequence[Any]], traces: Sequence[RequestTrace],
     rows = [{"worker": p.worker, "source": p.source, "router blocks": p.router_blocks,
              "engine blocks": p.engine_blocks, "router only": p.router_only,
              "engine only": p.engine_only} for (_, _), p in sorted(latest(points).items())]
-    return ViewModel(points, alerts(points, explained=false_hit_ids(verdicts)), rows)
+    return ViewModel(points, alerts(points, counted=counted_ids(verdicts)), rows)

@@ -111,5 +111,5 @@ def workers_view(live: Sequence[WorkerLiveness], kv_state: Sequence[ResidentSumm
     points += kv_divergence.prediction_points(traces)
     alerts += [Alert("warning", "kv_view_divergence", a.message, since=a.since)
                for a in kv_divergence.alerts(
-                   points, explained=kv_divergence.false_hit_ids(verdicts))]
+                   points, counted=kv_divergence.counted_ids(verdicts))]
     return WorkersView(rows, alerts)

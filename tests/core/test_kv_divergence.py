@@ -7,6 +7,7 @@ from mmlens.analysis.kv_divergence import (
     alerts,
     compare_counts,
     compare_sets,
+    counted_ids,
     engine_block_sets,
     prediction_points,
     view_model,
@@ -20,6 +21,7 @@ from mmlens.records import (
     RequestTrace,
     ResidentSummary,
     RoutingDecision,
+    Verdict,
     labels_of,
 )
 
@@ -66,16 +68,28 @@ def test_predictions_that_the_engine_did_not_find() -> None:
                                 block_size=block_size)])
 
     traces = [trace("a", "w1", 1.0, 0, 6), trace("b", "w1", 2.0, 80, 5),
-              trace("c", "w2", 3.0, 0, 5, None, "boom")]
+              trace("c", "w2", 3.0, 0, 5, None, "boom"), trace("d", "w2", 4.0, None, 9)]
     points = prediction_points(traces)
     assert [(p.request_id, p.router_only, p.engine_only) for p in points] == [
-        ("a", 6, 0), ("b", 0, 0)]
+        ("a", 6, 0), ("b", 0, 0)]  # an error, and a realized hit nobody told, are no points
     found = alerts(points)
     assert found and "believes resident" in found[0].message  # 6 of 11 predicted missing
     assert found[0].since == 1.0
-    # A request already judged (a content-blind false hit, alerted as such) is not counted
-    # again as a stale router view.
-    assert not alerts(points, explained={"a"})
+
+    def judged(**categories: str) -> dict[str, Verdict]:
+        return {rid: Verdict(rid, 5.0, c, c) for rid, c in categories.items()}
+
+    # Judged evicted: the router kept blocks the engine removed, a stale view.
+    assert alerts(points, counted=counted_ids(judged(a="evicted", b="hit")))
+    # Judged a content-blind false hit (alerted as such), or possibly one: not counted again.
+    for category in ("false_hit", "hit_or_false_hit"):
+        assert not alerts(points, counted=counted_ids(judged(a=category, b="hit")))
+    # Not judged yet: a content-blind false hit looks just like a stale view until its
+    # verdict is stored, seconds later (a fresh demo raised a divergence alarm meanwhile).
+    assert not alerts(points, counted=counted_ids(judged(b="hit")))
+    vm = view_model([], traces, judged(b="hit"))
+    assert len(vm.points) == 2 and not vm.alerts
+    assert view_model([], traces, judged(a="evicted", b="hit")).alerts
 
 
 def test_engine_block_sets_merge_ranks() -> None:

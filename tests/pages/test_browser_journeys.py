@@ -65,9 +65,6 @@ def _lab(page: Any, url: str) -> Any:
     return body
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 23: a fresh demo sometimes raises a real kv_view_divergence (w1: 20 blocks the router "
-    "believes resident are not in the engine), seen once in a full run; not yet explained"))
 def test_a_fresh_demo_raises_only_its_deliberate_false_hit(live_dashboard: LiveDashboard,
                                                           browser_page: Any) -> None:
     """A healthy cluster looks healthy: the one firing alert is the warm-up's content-blind
