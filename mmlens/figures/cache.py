@@ -118,6 +118,7 @@ def resident_blocks_figure(kv_state: Sequence[ResidentSummary],
 # ("+N blocks") instead of one each: Plotly lays out (and the browser parses) every node,
 # drawn or not, and a 64-block chain is 52 nodes nobody sees.
 VISIBLE_DEPTH = 12
+SHOWN_LEVELS = 7  # levels drawn at once (the worker and six blocks), each wide enough to read
 
 
 def prefix_tree_figure(events: Sequence[KVEventRow],
@@ -191,13 +192,16 @@ def prefix_tree_figure(events: Sequence[KVEventRow],
             break
     fig = go.Figure(go.Icicle(ids=ids, parents=parents, text=texts, labels=texts,
                               hovertext=hovers, marker={"colors": colors},
-                              maxdepth=VISIBLE_DEPTH, textinfo="text",
-                              textfont={"color": ["#ffffff" if c == IMAGE_COLORS[2]
-                                                  else "#1f2933" for c in colors]},
+                              maxdepth=SHOWN_LEVELS, textinfo="text",
+                              textfont={"size": 13, "color": [
+                                  "#ffffff" if c == IMAGE_COLORS[2] else "#1f2933"
+                                  for c in colors]},
                               hovertemplate="%{hovertext}<extra></extra>"))
+    # A label that does not fit its tile at a readable size is hidden (its hover names it),
+    # not shrunk to a few pixels.
     fig.update_layout(title="Prefix tree of recent blocks, by the request that stored them "
-                      "(purple: image, grey: text, pale: removed since)",
-                      height=420, margin=MARGIN)
+                      "(purple: image, grey: text, pale: removed since; click to zoom)",
+                      height=460, margin=MARGIN, uniformtext={"minsize": 11, "mode": "hide"})
     return fig
 
 

@@ -25,6 +25,10 @@ IMAGE_COLORS = ("#2680c2", "#3ebd93", "#8719e0", "#f35627", "#0f609b", "#c65d21"
 CACHED_COLOR = "#199473"
 COMPUTED_COLOR = "#d9e2ec"
 MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}  # every dashboard figure's margins
+LEGEND_GAP_PX = 58  # below the plot: tick labels and the x axis title
+# Room below the plot for the gap and a legend wrapped to three rows (800 px): a margin that
+# fits it is not grown by Plotly, so the gap, a share of the plot height, stays in pixels.
+LEGEND_MARGIN_PX = LEGEND_GAP_PX + 3 * 26
 MAX_GRID_LINES = 160
 MAX_HOVER_BLOCKS = 2000
 
@@ -99,14 +103,20 @@ def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
                             "bgcolor": "rgba(255,255,255,0.9)"})
     longest = max([r.length for r in rv.rows] + [int(rv.counts.get("engine_prompt_tokens")
                                                      or 0)] + [1])
+    plot_px = 90 + 55 * len(y_order)
+    margin = {**MARGIN, "b": LEGEND_MARGIN_PX}
     return PlainFigure({"data": data, "layout": {
         "barmode": "overlay", "title": {"text": title} if title else {},
-        "height": 140 + 55 * len(y_order),
+        "height": plot_px + margin["t"] + margin["b"],
         "xaxis": {"title": {"text": f"token position (block size {rv.block_size})"},
                   "range": [0, longest * 1.01]},
         "yaxis": {"categoryorder": "array", "categoryarray": y_order},
-        "legend": {"orientation": "h", "y": -0.35}, "margin": MARGIN,
-        "hovermode": "closest", "shapes": shapes, "annotations": annotations}})
+        # The legend's top a fixed distance below the axis title, whatever the rows: a share
+        # of the plot height put it over the title on short charts.
+        "legend": {"orientation": "h", "yanchor": "top", "x": 0,
+                   "y": -LEGEND_GAP_PX / plot_px},
+        "margin": margin, "hovermode": "closest", "shapes": shapes,
+        "annotations": annotations}})
 
 
 def _block_hover(rv: RequestView) -> list[dict[str, Any]]:

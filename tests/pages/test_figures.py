@@ -68,6 +68,25 @@ def test_layout_figure_rows_blocks_and_hashes(qwen3) -> None:
     json.loads(fig.to_json())
 
 
+def test_layout_legend_sits_below_the_axis_title_at_any_height(qwen3) -> None:
+    """The legend's top is the same pixel distance under the plot for two rows or five: as
+    a share of the plot height it overlapped the x axis title on short charts."""
+    from mmlens.figures.token_layout import LEGEND_GAP_PX
+
+    one = from_layout(qwen3.layout([ImageInput(640, 480), "hi"], block_size=16))
+    gaps = []
+    for rv in (one, from_layout(qwen3.layout([ImageInput(640, 480), "hi"], block_size=16,
+                                             engine_count_drift=2))):
+        lay = layout_figure(rv).layout
+        assert lay.legend.yanchor == "top" and lay.legend.y < 0
+        plot_px = lay.height - lay.margin.t - lay.margin.b
+        gaps.append(round(-lay.legend.y * plot_px))
+        # the margin holds the gap and a legend of three rows, so Plotly does not grow it
+        # (a grown margin would shrink the plot and the gap with it)
+        assert lay.margin.b >= LEGEND_GAP_PX + 3 * 24
+    assert gaps == [LEGEND_GAP_PX, LEGEND_GAP_PX] and LEGEND_GAP_PX >= 50
+
+
 def test_engine_drift_marks_first_divergent_block(qwen3) -> None:
     layout = qwen3.layout([ImageInput(640, 480), "hi"], block_size=16, engine_count_drift=2)
     rv = from_layout(layout)
@@ -151,6 +170,11 @@ def test_prefix_tree_links_chains_and_marks_images() -> None:
     assert parent == {"worker w": "", "w/1": "worker w", "w/2": "w/1", "w/3": "w/2"}
     colors = dict(zip(tree.ids, tree.marker.colors, strict=True))
     assert colors["w/1"] != colors["w/3"]
+    # Labels keep a readable size: one that does not fit its tile is hidden (the hover names
+    # it), never shrunk to a few pixels; fewer levels at once leave each one wider.
+    lay = prefix_tree_figure(events).layout
+    assert lay.uniformtext.mode == "hide" and lay.uniformtext.minsize >= 11
+    assert tree.maxdepth is not None and tree.maxdepth <= 8
 
 
 def test_affinity_and_sankey() -> None:
