@@ -31,6 +31,7 @@ from mmlens.config import read_ready_file
 from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 from mmlens.records import RequestTrace
+from mmlens.targets_toml import router_name_of
 
 # Long enough that a request's last block holds text (a repeat then beats the same image
 # tokens elsewhere), and not the Lab's default text: the Lab's first A and B find only
@@ -138,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = run(sender, ready, args.delay)
     finally:
         sender.close()
-    names = {str(w.get("url")): str(w.get("name")) for w in ready.get("workers") or []
-             if w.get("name")}
+    names = {router_name_of(w): str(w["name"]) for w in ready.get("workers") or []
+             if w.get("name")}  # SMG names a worker by URL, Dynamo by its decimal id
     print(f"warm-up: {len(out.traces)} requests, {out.failed} failed, workers "
           f"{', '.join(names.get(w, w) for w in out.workers) or 'none'}", flush=True)
     return 1 if out.failed == len(out.traces) else 0

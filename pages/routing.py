@@ -13,6 +13,7 @@ from mmlens.analysis.views.routing import (
     decision_table,
     mode_reason_series,
     mode_totals,
+    routers_of_kind,
 )
 from mmlens.figures.routing import branches_figure, dynamo_events_figure, mode_reason_figure
 
@@ -33,7 +34,7 @@ def live() -> None:
         elif metrics.mm_processing:
             st.info("No image requests in this window; totals since the router started: "
                     + mode_totals(metrics))
-        else:
+        elif routers_of_kind(shared.meta(path, "targets"), "smg"):
             st.info("No `smg_mm_processing_total` yet: no image request has reached an SMG "
                     "router (or the router's metrics are not scraped).")
         if metrics.cache_aware_branches:

@@ -42,7 +42,7 @@ with shared.page_guard("Targets"):
                                        for x in cfg.routers]), hide_index=True, width="stretch")
         if cfg.workers:
             st.dataframe(pd.DataFrame([{"name": w.name, "engine": w.engine,
-                                        "router url": w.router_url or "—",
+                                        "router calls it": w.router_url or "—",
                                         "metrics": w.metrics_url or "—",
                                         "kv events": w.kv_events or "—"}
                                        for w in cfg.workers]), hide_index=True, width="stretch")

@@ -16,6 +16,9 @@ from mmlens.state import Snapshot
 EVENTS_STALE_S = 120.0
 TARGET_STALE_S = 30.0
 FALSE_HIT_SHARE = 0.05
+# A load balancer spills now and then by design (SMG's worker mode, which cannot key images,
+# places a repeat by load half the time): fewer spills than this are not worth an alert.
+SPILL_MIN = 3
 EXAMPLES = 6  # requests an alert links
 # Collectors that succeed when something arrives (a KV batch, a request, a span) rather than
 # on a schedule: silence past the stale age is an idle cluster, not a broken collector (a
@@ -232,7 +235,7 @@ def _false_hit_alerts(traces: Sequence[RequestTrace], verdicts: Mapping[str, Ver
             f"(content-blind false hits), e.g. {ex.request_id}: {exj.headline}"
             + (f"; {unknown} more with the realized hit unknown" if unknown else "")),
             ex.request_id, tuple(t.request_id for t, _ in false_hits[1:EXAMPLES])))
-    if spills and len(spills) >= FALSE_HIT_SHARE * max(len(known), 1):
+    if len(spills) >= max(SPILL_MIN, FALSE_HIT_SHARE * len(known)):
         ex, exj = spills[0]
         out.append(Alert("info", "spills", (
             f"{len(spills)} of {len(known)} recent requests were spilled or load-balanced "

@@ -45,7 +45,10 @@ def main(argv: Sequence[str]) -> int:
         print(json.dumps(verdict.as_json(), default=str))
         return 0
     # Workers by their config names (w1, w2), as on every page; the JSON keeps addresses.
-    print(f"{verdict.category}: {named_text(verdict.headline, names)}")
+    headline = named_text(verdict.headline, names)
+    # Most headlines open with their category's words ("hit: 15 blocks ..."): not twice.
+    print(headline if headline.startswith(verdict.category.replace("_", " ")) else
+          f"{verdict.category}: {headline}")
     print(f"  {cause_sentence(verdict, names)}")
     for key, value in verdict.evidence.items():
         if value not in (None, [], {}):

@@ -54,3 +54,24 @@ def test_the_data_can_show_a_condition_began_before_it_was_first_seen() -> None:
     fresh = Alert("warning", "worker_gone", "w2 gone since ...", since=60.0)
     assert _states(AlertTracker({"worker_gone": 10.0}).update([fresh], 65.0)) == [
         ("worker_gone", "pending")]
+
+
+def test_one_spill_among_fifteen_requests_raises_nothing_three_do() -> None:
+    """A load balancer spills now and then (the demo's worker-mode router places an image
+    repeat by load): one spill on a fresh demo is no alert; a pattern of them is."""
+    from mmlens.analysis.overview import alerts
+    from mmlens.records import RequestTrace, Verdict
+    from mmlens.state import Snapshot
+
+    def run(spilled: int) -> list[str]:
+        traces = [RequestTrace(f"r{i}", "http://r", "smg", "m", float(i), False, worker="w1",
+                               cached_tokens=0) for i in range(15)]
+        verdicts = {t.request_id: Verdict(t.request_id, t.ts or 0.0,
+                                          "spilled" if i < spilled else "cold", "headline",
+                                          predicted_blocks=0)
+                    for i, t in enumerate(traces)}
+        snap = Snapshot(traces=traces, verdicts=verdicts)
+        return [a.cause for a in alerts(snap, traces, 20.0)]
+
+    assert "spills" not in run(1) and "spills" not in run(2)
+    assert "spills" in run(3)

@@ -38,7 +38,7 @@ def test_explain_names_workers_and_gives_the_cause(tmp_path: Path) -> None:
     store.close()
     text = _run(db)
     assert "grpc://" not in text and "127.0.0.1" not in text, text
-    assert text.splitlines()[0] == ("spilled: spilled or load-balanced away: w1 held 10 "
+    assert text.splitlines()[0] == ("spilled or load-balanced away: w1 held 10 "
                                     "blocks, the router sent it to w2, which served 0")
     assert text.splitlines()[1].strip().startswith("w1 held 10 of these blocks; the router "
                                                    "chose w2")

@@ -91,3 +91,18 @@ def test_overview_names_a_store_outage_what_it_holds_and_what_was_dropped() -> N
     assert notes[1][1].startswith("7 records could not be held")
     assert "unwritable_decision 1" in notes[2][1]
     assert overview_view(Snapshot(health=[store_row("outage")]), [], 0.0).store_notes == []
+
+
+def test_dynamo_events_chart_keeps_the_pairs_that_happened() -> None:
+    """Dynamo's frontend exports every type/status pair, nearly all at 0: the chart shows the
+    ones that happened, not thirty empty ticks; the SMG-only notice needs an SMG router."""
+    from mmlens.analysis.views.routing import applied_events, routers_of_kind
+    from mmlens.ingest.metrics_records import NormalizedMetrics
+
+    m = NormalizedMetrics(kv_event_health={
+        "demo": {"events_applied": {"stored/ok": 16.0, "removed/ok": 0.0,
+                                    "cleared/block_not_found": 0.0}},
+        "idle": {"events_applied": {"stored/ok": 0.0}}})
+    assert applied_events(m) == {"demo": {"stored/ok": 16.0}}
+    targets = {"routers": [{"name": "demo", "kind": "dynamo"}, {"name": "s", "kind": "smg"}]}
+    assert routers_of_kind(targets, "smg") == ["s"] and routers_of_kind(None, "smg") == []

@@ -28,9 +28,20 @@ def mode_totals(metrics: NormalizedMetrics) -> str:
 
 
 def applied_events(metrics: NormalizedMetrics) -> dict[str, Any]:
-    """Dynamo's KV events applied per status, per frontend."""
-    return {t: h["events_applied"] for t, h in metrics.kv_event_health.items()
-            if h.get("events_applied")}
+    """Dynamo's KV events applied per status, per frontend: the pairs that happened (its
+    frontend exports every type/status pair, most of them at 0)."""
+    out = {}
+    for target, h in metrics.kv_event_health.items():
+        seen = {k: n for k, n in (h.get("events_applied") or {}).items() if n}
+        if seen:
+            out[target] = seen
+    return out
+
+
+def routers_of_kind(targets: Mapping[str, Any] | None, kind: str) -> list[str]:
+    """The configured routers of one kind (``smg``, ``dynamo``), by name."""
+    return [str(r.get("name")) for r in (targets or {}).get("routers") or []
+            if r.get("kind") == kind]
 
 
 def decision_table(traces: Sequence[RequestTrace], verdicts: Mapping[str, Verdict],
