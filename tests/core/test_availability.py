@@ -215,6 +215,12 @@ def test_stale_index_and_unattributed() -> None:
     assert stale.causes == {"stale_index": 96}
     blind = c.evaluate(trace("u", summary, 2.0, "w2", 0))
     assert blind.causes == {"unattributed": 96}
+    # SMG in worker mode routes on one anchor per image: its index never holds the engine's
+    # image blocks, so not seeing them is content blindness, not a stale index.
+    anchored = trace("m", summary, 2.0, "w2", 0, decisions=[smg_decision(
+        "m", "w2", 0, branch="expected_wait_fallback")])
+    anchored.processing_mode = "worker"
+    assert c.evaluate(anchored).causes == {"content_blind": 96}
 
 
 def test_dynamo_cost_lines_show_a_load_choice() -> None:

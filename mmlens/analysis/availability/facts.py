@@ -129,9 +129,11 @@ def fidelity(trace: RequestTrace, view: RouterView, layout: Any, drift: bool) ->
             return "text_prefix"
         return "degraded" if drift else "exact"
     if trace.router_kind == "smg" and trace.worker:
-        # SMG's HTTP router routes on the text parts only; its gRPC router on expanded ids
-        # (or anchors), blind to which image filled them.
-        return "text_prefix" if trace.worker.startswith("http") else "degraded"
+        # SMG's HTTP router routes on the text parts only, and so does its gRPC router in
+        # worker mode (one anchor per image: no engine image block ever matches it); in
+        # router mode on expanded ids, blind to which image filled them.
+        text_only = trace.worker.startswith("http") or trace.processing_mode == "worker"
+        return "text_prefix" if text_only else "degraded"
     return "unknown"
 
 
