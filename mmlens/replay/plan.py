@@ -2,9 +2,9 @@
 recorded sizes, bytes made from the recorded identities) and the text (the stored text, or
 synthetic words of the recorded length), and how many output tokens to ask for.
 
-The input is the recorded workload (``mmlens.whatif.workload.RecordedRequest``, read here
-through the few fields a replay needs). A request the replay cannot rebuild is skipped and
-counted under its reason; one it rebuilds only approximately is counted too.
+The input is the recorded workload (``mmlens.whatif.workload.RecordedRequest``). A request
+the replay cannot rebuild is skipped and counted under its reason; one it rebuilds only
+approximately is counted too.
 """
 
 from __future__ import annotations
@@ -12,60 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from mmlens.errors import LayoutError
 from mmlens.replay.text import TextFitter
+from mmlens.whatif.workload import RecordedRequest
 
 DEFAULT_MAX_TOKENS = 8
-
-
-class RecordedImageLike(Protocol):
-    @property
-    def width(self) -> int | None: ...
-    @property
-    def height(self) -> int | None: ...
-    @property
-    def identity(self) -> str | None: ...
-
-
-class SegmentLike(Protocol):
-    @property
-    def length(self) -> int: ...
-
-
-class BlockKeysLike(Protocol):
-    @property
-    def shapes(self) -> tuple[int, ...]: ...
-
-
-class RecordedLike(Protocol):
-    """The fields of ``mmlens.whatif.workload.RecordedRequest`` a replay reads."""
-
-    @property
-    def request_id(self) -> str: ...
-    @property
-    def ts(self) -> float: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def prompt_tokens(self) -> int | None: ...
-    @property
-    def output_tokens(self) -> int | None: ...
-    @property
-    def cached_tokens(self) -> int | None: ...
-    @property
-    def worker(self) -> str | None: ...
-    @property
-    def segments(self) -> Sequence[SegmentLike] | None: ...
-    @property
-    def images(self) -> Sequence[RecordedImageLike]: ...
-    @property
-    def keys(self) -> BlockKeysLike | None: ...
-    @property
-    def stream(self) -> bool | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +59,14 @@ class Plan:
         return (len(self.requests) - 1) / span if len(self.requests) > 1 and span > 0 else None
 
 
-def recorded_length(r: RecordedLike) -> int | None:
+def recorded_length(r: RecordedRequest) -> int | None:
     """The prompt's expanded length: the recorded layout's, else the engine's count."""
     if r.segments:
         return sum(s.length for s in r.segments)
     return r.prompt_tokens
 
 
-def text_key(r: RecordedLike, length: int) -> str | None:
+def text_key(r: RecordedRequest, length: int) -> str | None:
     """What identifies the request's text without the text: the content-blind block chain
     (equal for two prompts with equal tokens in every full block, whatever the images'
     content) and the length; None when the store holds no block keys."""
@@ -124,7 +76,7 @@ def text_key(r: RecordedLike, length: int) -> str | None:
     return f"shapes:{last}:{length}:{len(r.images)}"
 
 
-def _images(r: RecordedLike) -> tuple[PlannedImage, ...] | None:
+def _images(r: RecordedRequest) -> tuple[PlannedImage, ...] | None:
     out = []
     for i, im in enumerate(r.images):
         if im.width is None or im.height is None:
@@ -135,7 +87,7 @@ def _images(r: RecordedLike) -> tuple[PlannedImage, ...] | None:
     return tuple(out)
 
 
-def plan(recorded: Sequence[RecordedLike], fitter: TextFitter, *, speed: float = 1.0,
+def plan(recorded: Sequence[RecordedRequest], fitter: TextFitter, *, speed: float = 1.0,
          texts: Mapping[str, str] | None = None, model: str | None = None,
          max_tokens: int | None = None) -> Plan:
     """The replay of ``recorded`` (by arrival) at ``speed`` x its timing. ``texts``: the

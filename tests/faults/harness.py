@@ -29,6 +29,7 @@ from mmlens.config import Config, WorkerTarget
 from mmlens.store.open import is_postgres_url, open_store
 from tests.faults.publisher import FaultPublisher as FaultPublisher
 from tests.faults.publisher import loopback_endpoints as loopback_endpoints
+from tests.live_support import stop_process
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
@@ -286,15 +287,6 @@ def collect_process(config: Path, db: Path | str, *args: str) -> subprocess.Pope
         stderr=subprocess.DEVNULL)
 
 
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
 def spilled(folder: Path) -> int:
     """Records in the spill files in ``folder``."""
     from mmlens.collectors.spill_file import SpillFile
@@ -335,7 +327,7 @@ def kill9_with_backlog(db: str, tmp: Path, down: Callable[[], None], up: Callabl
         time.sleep(0.6)  # a tick writes the health rows
         return tally(pub, db, t0)
     finally:
-        stop_process(proc)
+        stop_process(proc, timeout=20)
         pub.close()
 
 
@@ -364,7 +356,7 @@ def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_
         wait_for(stored_all(db, events), 60, "all stored after the restart")
         return tally(pub, db, t0)
     finally:
-        stop_process(proc)
+        stop_process(proc, timeout=20)
         pub.close()
 
 
