@@ -41,7 +41,10 @@ class Workload:
         return bare, [p for t in self.traces for p in t.predictions]
 
 
-def workload(n: int, workers: int, seed: int = 7, t0: float = 0.0) -> Workload:
+def workload(n: int, workers: int, seed: int = 7, t0: float = 0.0, wave_s: float = 2.0,
+             ) -> Workload:
+    """``wave_s``: from one wave of 16 to the next on a worker (a wave runs about 0.9 s;
+    below that the waves overlap and the worker is never idle)."""
     rng = random.Random(seed)
     out = Workload()
     stamped: list[tuple[float, str, StoredBlocks]] = []
@@ -80,7 +83,7 @@ def workload(n: int, workers: int, seed: int = 7, t0: float = 0.0) -> Workload:
                                                  "event_miss", overlap_blocks=predicted,
                                                  request_blocks=len(tokens) // BS,
                                                  block_size=BS, ts=start)]))
-            t += 2.0
+            t += wave_s
     stamped.sort(key=lambda s: s[0])
     seqs: dict[str, int] = {}
     for ts, unit, e in stamped:

@@ -345,6 +345,30 @@ def _connected(cands: dict[str, list[Segment]], only: Collection[str],
     return {rid: segs for rid, segs in cands.items() if rid in keep}
 
 
+def _overlapping(served: Sequence[Served], only: Collection[str], slack_s: float,
+                 ) -> list[Served]:
+    """The requests of ``served`` whose run overlaps, directly or through others, one of
+    ``only``'s (each widened by the slack), in their order. Every segment a request may own,
+    decode or share lies in its run, so the rest touch none of the segments the runs of
+    ``only`` reach and cannot change their readings: they are left out unexamined."""
+    ids = set(only)
+    spans = sorted((r.start - slack_s, r.end + slack_s, i) for i, r in enumerate(served))
+    keep: set[int] = set()
+    group: list[int] = []
+    wanted, reach = False, float("-inf")
+    for lo, hi, i in spans:
+        if group and lo > reach:
+            if wanted:
+                keep.update(group)
+            group, wanted = [], False
+        group.append(i)
+        wanted = wanted or served[i].request_id in ids
+        reach = max(reach, hi) if len(group) > 1 else hi
+    if wanted:
+        keep.update(group)
+    return [r for i, r in enumerate(served) if i in keep]
+
+
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
               only: Collection[str] | None = None) -> dict[str, Realized]:
@@ -354,6 +378,8 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     whose hit is wanted (the others still compete for the segments): the job judges a
     tick's settled requests against the minutes around them."""
     served = _blind_to(chains, served, slack_s, known_images)
+    if only is not None:
+        served = _overlapping(served, only, slack_s)
     cands = candidates(chains, served, slack_s)
     if only is not None:
         cands = _connected(cands, only)
