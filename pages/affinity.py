@@ -1,6 +1,5 @@
 """Affinity: which worker each image identity went to, how sticky it is, where it lives."""
 
-import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
@@ -26,12 +25,12 @@ def live() -> None:
             st.plotly_chart(affinity_sankey(sankey_links(affinities), sizes, names),
                             key="affinity_sankey", width="stretch")
             st.subheader("Per image (router-side identity)")
-            st.dataframe(pd.DataFrame(image_rows(affinities, names)), hide_index=True,
+            st.dataframe(shared.table(image_rows(affinities, names)), hide_index=True,
                          width="stretch")
         links = identity_links(shared.recent_kv_events(path, 500), traces)
         st.subheader("Image identity: router side ↔ engine side")
         if links:
-            st.dataframe(pd.DataFrame(identity_rows(links, names)), hide_index=True,
+            st.dataframe(shared.table(identity_rows(links, names)), hide_index=True,
                          width="stretch")
             st.caption("Learned from the image blocks a worker stored while it served a "
                        "one-image request. In router mode the engine keys an image by the "
@@ -49,11 +48,11 @@ def live() -> None:
         if several:
             st.warning(f"{len(several)} image(s) resident on more than one worker: each copy "
                        "was prefilled again.")
-            st.dataframe(pd.DataFrame(multi_resident_rows(several)), hide_index=True,
+            st.dataframe(shared.table(multi_resident_rows(several)), hide_index=True,
                          width="stretch")
         else:
             st.caption("No image is resident on more than one worker.")
-        st.dataframe(pd.DataFrame(worker_rows(worker_image_sets(state), names)),
+        st.dataframe(shared.table(worker_rows(worker_image_sets(state), names)),
                      hide_index=True, width="stretch")
 
 

@@ -77,7 +77,7 @@ def views() -> None:
         st.warning(named_headline(alert.message, alert.worker, names))
     st.plotly_chart(divergence_figure(fold_view_points(view.points), names), key="kv_views",
                     width="stretch")
-    st.dataframe(name_rows(view.rows, names), hide_index=True, width="stretch",
+    st.dataframe(shared.table(name_rows(view.rows, names)), hide_index=True, width="stretch",
                  column_config={"source": st.column_config.TextColumn(
                      "source", help="event_plane: block sets from the router's event plane; "
                      "index_gauge: SMG's smg_kv_index_blocks count; prediction: per request, "
@@ -114,15 +114,16 @@ def available() -> None:
         by = st.radio("Per", ["router", "model", "worker"], horizontal=True, key="avail_by")
         groups = view.group_rows(by)
         names = {"router": routers, "worker": shared.worker_names(path)}.get(by, {})
-        st.dataframe([{**g, by: names.get(g[by], g[by])} for g in groups], hide_index=True,
+        st.dataframe(shared.table([{**g, by: names.get(g[by], g[by])} for g in groups]),
+                     hide_index=True,
                      width="stretch")
         rows = view.rows()
         if rows:
             st.markdown("**Requests that lost tokens or had a false hit** (newest first)")
             workers = shared.worker_names(path)
-            st.dataframe([{**r, "worker": worker_label(r["worker"], workers),
-                           "best worker": worker_label(r["best worker"], workers)}
-                          for r in rows], hide_index=True, width="stretch",
+            st.dataframe(shared.table([{**r, "worker": worker_label(r["worker"], workers),
+                                        "best worker": worker_label(r["best worker"], workers)}
+                                       for r in rows]), hide_index=True, width="stretch",
                          column_config={
                              "causes": st.column_config.TextColumn(
                                  "causes", width="large", help="avoidable tokens by cause"),

@@ -3,7 +3,6 @@ request through a router-mode and a worker-mode router and compare what the engi
 
 import random
 
-import pandas as pd
 import streamlit as st
 from mmlens.collectors.sender import Sender
 from mmlens.ui import shared
@@ -133,7 +132,7 @@ def show_results(results: list[StepResult]) -> None:
     comparisons = compare_modes(results)
     for c in comparisons:
         st.subheader(f"Router mode vs worker mode: {c.step}")
-        st.dataframe(pd.DataFrame(c.rows), hide_index=True, width="stretch")
+        st.dataframe(shared.table(c.rows), hide_index=True, width="stretch")
         for note in c.notes:
             st.info(note)
     if not comparisons and len(routers(shared.meta(path, "targets"))) > 1:
@@ -257,7 +256,7 @@ with shared.page_guard("Lab"):
         box = {"pass": st.success, "fail": st.error}.get(scenario["verdict"], st.warning)
         box(f"**{scenario['verdict']}** — {scenario['summary']}")
         if scenario["requests"]:
-            st.dataframe(pd.DataFrame(scenario["requests"]), hide_index=True, width="stretch")
+            st.dataframe(shared.table(scenario["requests"]), hide_index=True, width="stretch")
         with st.expander("Evidence"):
             st.json(scenario["evidence"])
 

@@ -2,13 +2,12 @@
 
 import time
 
-import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis.alert_states import TrackedAlert, counts
 from mmlens.analysis.availability.view import CAUSE_TEXT, AvailabilityView
-from mmlens.analysis.views.common import clock, name_rows, named_text, pct
+from mmlens.analysis.views.common import by_worker_name, clock, name_rows, named_text, pct
 from mmlens.analysis.views.overview import mark_routers_down, overview_view
 from mmlens.figures.cache import worker_hit_rate_bars
 
@@ -51,21 +50,23 @@ def live() -> None:
                    "Prometheus: not configured (metrics are scraped directly from /metrics).")
         if view.targets:
             rows = [{**r, "target": named_text(str(r["target"]), names)} for r in view.targets]
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+            st.dataframe(shared.table(rows), hide_index=True, width="stretch")
         if view.shards:
             st.markdown("**Collector shards** (`mmlens collect --shard I/N`)")
-            st.dataframe(pd.DataFrame(view.shards), hide_index=True, width="stretch")
+            st.dataframe(shared.table(view.shards), hide_index=True, width="stretch")
         for name in view.routers_down:
             st.error(f"Router {name} is down or unreachable: its /workers did not answer.")
         if view.router_workers:
             st.markdown("**Workers as the router lists them**")
-            st.dataframe(pd.DataFrame(name_rows(view.router_workers, names)), hide_index=True,
+            st.dataframe(shared.table(by_worker_name(name_rows(view.router_workers, names))),
+                         hide_index=True,
                          width="stretch")
         if workers_seen.rows:
             st.markdown("**Workers: liveness (from the routers' own series) and where their KV "
                         "events come from**")
-            rows = mark_routers_down(name_rows(workers_seen.rows, names), view.routers_down)
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+            rows = mark_routers_down(by_worker_name(name_rows(workers_seen.rows, names)),
+                                     view.routers_down)
+            st.dataframe(shared.table(rows), hide_index=True, width="stretch")
         if snap.metrics.hit_rates:
             st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates, names),
                             key="overview_hit_rates", width="stretch")

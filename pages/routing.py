@@ -1,7 +1,6 @@
 """Routing: processing mode and reason over time, cache-aware branches, Dynamo event
 statuses, recent decisions, strict-mode errors with what to change."""
 
-import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
@@ -47,7 +46,7 @@ def live() -> None:
         verdicts = shared.meta(path, "dynamo_mm_routing") or {}
         if verdicts:
             st.subheader("Dynamo: image-aware routing per model")
-            st.dataframe(pd.DataFrame(dynamo_verdict_rows(verdicts)), hide_index=True,
+            st.dataframe(shared.table(dynamo_verdict_rows(verdicts)), hide_index=True,
                          width="stretch")
             st.caption("From the frontend's `mm_routing` log at model registration. Per-request "
                        "fallbacks (e.g. image dims not fetched) appear under warnings below.")
@@ -87,7 +86,7 @@ def live() -> None:
         st.subheader("Strict-mode and routing errors")
         errors = strict_mode_rows(traces)
         if errors:
-            st.dataframe(pd.DataFrame(errors), hide_index=True, width="stretch")
+            st.dataframe(shared.table(errors), hide_index=True, width="stretch")
         else:
             st.caption("No request failed with a routing or multimodal-processing error.")
 

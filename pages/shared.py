@@ -322,11 +322,31 @@ def sidebar_status() -> None:
     st.sidebar.caption(f"Store `{store_label(path)}` · last scrape {ago(snap_ts)}")
 
 
+EMPTY_CELL = "—"
+
+
+def table(rows: Any) -> pd.DataFrame:
+    """``rows`` as a frame to show: a column with gaps (None/NaN) shows them as "—", its other
+    values as text, so no cell reads "None" and no column mixes numbers and text."""
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    for col in df.columns:
+        gaps = df[col].isna()
+        if gaps.any():
+            df[col] = [EMPTY_CELL if gap else _cell(v)
+                       for v, gap in zip(df[col], gaps, strict=True)]
+    return df
+
+
+def _cell(v: Any) -> str:
+    # pandas turns an int column with a gap into floats: 3 must not read "3.0"
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 def request_table(rows: list[dict[str, Any]], key: str,
                   column_config: dict[str, Any] | None = None) -> None:
     """Requests as a table, each row coloured by its verdict (misses stand out); selecting a
     row opens that request in the inspector, in this tab: one click."""
-    df = pd.DataFrame(rows)
+    df = table(rows)
     styled = df.style.apply(lambda row: [verdict_css(row.get("verdict"))] * len(row), axis=1)
     event = st.dataframe(styled, hide_index=True, width="stretch", key=key,
                          on_select="rerun", selection_mode="single-row",
@@ -348,7 +368,7 @@ def routing_detail(trace: RequestTrace, names: dict[str, str] | None = None) -> 
     candidates = candidate_rows(view, names)
     if candidates:
         st.markdown("**Candidates** — the workers the router considered, their load and health")
-        st.dataframe(pd.DataFrame(candidates), hide_index=True, width="stretch")
+        st.dataframe(table(candidates), hide_index=True, width="stretch")
     else:
         st.caption("No candidates reported: they come from SMG's cache-trace log "
                    "(`SMG_CACHE_TRACE=1`, router log followed by `mmlens collect`) or "
@@ -357,12 +377,12 @@ def routing_detail(trace: RequestTrace, names: dict[str, str] | None = None) -> 
     if scores:
         st.markdown("**Scores** — per worker, what the policy weighed (SMG: cached blocks and "
                     "expected wait; Dynamo: cost, lower wins)")
-        st.dataframe(pd.DataFrame(scores), hide_index=True, width="stretch")
+        st.dataframe(table(scores), hide_index=True, width="stretch")
     gates = gate_rows(view, names)
     if gates:
         st.markdown("**Spill gates** — whether load moved the request off the worker holding "
                     "its prefix (load > average × relative and > average + absolute)")
-        st.dataframe(pd.DataFrame(gates), hide_index=True, width="stretch")
+        st.dataframe(table(gates), hide_index=True, width="stretch")
     elif candidates:
         st.caption("No spill gate: the router had no preferred worker to keep or spill "
                    "(e.g. first sight of a prefix → least expected wait).")

@@ -3,7 +3,6 @@
 import os
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
@@ -36,12 +35,12 @@ with shared.page_guard("Targets"):
         st.success(f"Valid: {len(cfg.routers)} router(s), {len(cfg.workers)} worker(s), "
                    f"Prometheus {'at ' + cfg.prometheus_url if cfg.prometheus_url else 'off'}.")
         if cfg.routers:
-            st.dataframe(pd.DataFrame([{"name": x.name, "kind": x.kind, "url": x.url,
+            st.dataframe(shared.table([{"name": x.name, "kind": x.kind, "url": x.url,
                                         "metrics": x.metrics_url or "—",
                                         "api key from": x.api_key_env or "—"}
                                        for x in cfg.routers]), hide_index=True, width="stretch")
         if cfg.workers:
-            st.dataframe(pd.DataFrame([{"name": w.name, "engine": w.engine,
+            st.dataframe(shared.table([{"name": w.name, "engine": w.engine,
                                         "router calls it": w.router_url or "—",
                                         "metrics": w.metrics_url or "—",
                                         "kv events": w.kv_events or "—"}

@@ -76,13 +76,13 @@ with shared.page_guard("What if"):
         err = result.error.get("hit_rate")
         cols[2].metric("Baseline model error", "—" if err is None else f"{100 * err:+.1f} pt")
         head = headers(result)
-        st.dataframe(pd.DataFrame(figure_rows(result), columns=["figure", *head[1:]]),
-                     hide_index=True, width="stretch")
+        figures = pd.DataFrame(figure_rows(result), columns=["figure", *head[1:]])
+        st.dataframe(shared.table(figures), hide_index=True, width="stretch")
         st.plotly_chart(minute_hit_rates(minute_series(result)), key="whatif_minutes",
                         width="stretch")
         with st.expander("Per minute"):
-            st.dataframe(pd.DataFrame(minute_rows(result), columns=["minute", *head[1:]]),
-                         hide_index=True, width="stretch")
+            minutes = pd.DataFrame(minute_rows(result), columns=["minute", *head[1:]])
+            st.dataframe(shared.table(minutes), hide_index=True, width="stretch")
         st.caption(
             f"Baseline: {b.run.scenario.label}; routed as the recording shows for "
             + ("—" if b.worker_agreement is None else f"{100 * b.worker_agreement:.0f}%")

@@ -28,6 +28,9 @@ def test_every_page_renders_without_traceback(db: Recorded, page: str) -> None:
     at = open_page(page)
     assert_clean(at)
     assert at.title, f"{page} has no title"
+    for frame in at.dataframe:  # a gap reads "—", never "None"/"nan"
+        cells = {str(v) for v in frame.value.to_numpy().ravel()}
+        assert not cells & {"None", "nan", "NaN", "<NA>"}, (page, frame.value)
 
 
 def test_overview_headline_and_alerts_name_their_cause(db: Recorded) -> None:

@@ -121,3 +121,13 @@ def verdict_counts(verdicts: Sequence[str]) -> str:
     by = {v: misses.count(v) for v in MISS_VERDICTS if v in misses}
     detail = ", ".join(f"{k} {n}" for k, n in by.items())
     return f"{len(misses)} miss(es) of {len(verdicts)}" + (f" ({detail})" if detail else "")
+
+
+def by_worker_name(rows: Sequence[dict[str, Any]], key: str = "worker") -> list[dict[str, Any]]:
+    """Rows in their workers' name order, numbers compared as numbers (w2 before w10), per
+    router where rows carry one; Dynamo's own order (lease ids) means nothing to a user."""
+    def order(row: dict[str, Any]) -> tuple[str, list[Any]]:
+        parts = re.split(r"(\d+)", str(row.get(key) or ""))
+        return (str(row.get("router") or ""),
+                [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts])
+    return sorted(rows, key=order)
