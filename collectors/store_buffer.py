@@ -46,6 +46,9 @@ from mmlens.store import codec
 from mmlens.store.base import SQLStore
 
 BACKOFF_S = (0.5, 30.0)
+# While the store is down a retry waits this long for its lock, not the store's usual wait:
+# a writer stopping (or a tap whose proxy was killed) then spills within about this long.
+DOWN_LOCK_WAIT_S = 0.5
 MAX_MEMORY = 200_000  # records held in memory before the oldest spill
 MAX_SPILL_BYTES = 1 << 30
 _KV = {"stored": BlockStored, "removed": BlockRemoved, "cleared": AllBlocksCleared}
@@ -102,6 +105,7 @@ class BufferedStore:
             self.outage_health.count("recovered_files", len(self._files))
             self.outage_health.count("recovered_records", self._spilled_n)
         self._spill: SpillFile | None = None  # the file this process appends to
+        self._lock_wait: float | None = None  # the store's own, while it is down
         self._count()
 
     def __getattr__(self, name: str) -> Any:
@@ -205,6 +209,10 @@ class BufferedStore:
             self.down_since = now
             self.outage_health.count("outages")
             self._wait = self.backoff[0]
+            was = self.store.lock_wait()
+            if was is not None and was > DOWN_LOCK_WAIT_S:
+                self._lock_wait = was
+                self.store.lock_wait(DOWN_LOCK_WAIT_S)
         self.outage_health.error("store_down", f"{type(exc).__name__}: {exc}", now)
         self._retry_at = time.monotonic() + self._wait
         self._wait = min(self._wait * 2, self.backoff[1])
@@ -265,6 +273,9 @@ class BufferedStore:
         if self.down_since is not None:
             self.outage_health.counters["last_outage_s"] = time.time() - self.down_since
             self.outage_health.ok(time.time())
+            if self._lock_wait is not None:
+                self.store.lock_wait(self._lock_wait)
+                self._lock_wait = None
         self.down_since = None
         self._count()
         return True

@@ -109,13 +109,14 @@ class Recorder:
         self._fetch = FetchLoop(fetcher, self._q.put) if fetcher is not None else None
         if fetcher is not None:
             fetcher.health = health  # its outcomes are the tap's
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tap-recorder", daemon=True)
         self._thread.start()
 
     def submit(self, ex: Exchange) -> None:
         """Called on the proxy's loop: never blocks."""
         size = ex.size()
-        if (self._q.qsize() >= self.max_backlog
+        if (self._closing.is_set() or self._q.qsize() >= self.max_backlog
                 or self._backlog_bytes + size > self.max_backlog_bytes):
             self.health.count("dropped_backlog")
             return
@@ -128,9 +129,13 @@ class Recorder:
         with self._bytes_lock:
             self._backlog_bytes -= ex.size()
 
-    def close(self, timeout_s: float = 10.0) -> None:
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Record what is queued and spill what the store did not take. The store is not
+        retried once closing starts, so this waits for at most the store call under way
+        (bounded by the store's own lock wait and back-off) and the spill."""
         if self._fetch is not None:
-            self._fetch.close(timeout_s)
+            self._fetch.close(min(timeout_s, 10.0))
+        self._closing.set()
         self._q.put(None)
         self._thread.join(timeout=timeout_s)
 
@@ -198,7 +203,7 @@ class Recorder:
     def _store(self, batch: list[RequestTrace], retry: bool = True) -> None:
         """Write ``batch`` (the buffer holds it when the store is down) and, with ``retry``,
         what the buffer held before, when its back-off allows."""
-        if self.buffer is not None and retry:
+        if self.buffer is not None and retry and not self._closing.is_set():
             with contextlib.suppress(Exception):  # a store that fails even so stays held
                 self.buffer.retry()
         if batch:

@@ -81,6 +81,11 @@ class SQLBase:
     def reconnect(self) -> None:
         """Open the connection again if it was lost (PostgreSQL restarted)."""
 
+    def lock_wait(self, seconds: float | None = None) -> float | None:
+        """How long a write waits for another writer's lock, in seconds (None where the
+        store has no such wait); with ``seconds``, set to that first."""
+        return None
+
     def close(self) -> None:
         raise NotImplementedError
 

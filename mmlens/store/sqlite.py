@@ -115,6 +115,11 @@ class Store(SQLStore):
     def _columns(self, table: str) -> set[str]:
         return columns(self.db, table)
 
+    def lock_wait(self, seconds: float | None = None) -> float | None:
+        if seconds is not None:
+            self.db.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
+        return int(self.db.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
+
     def is_outage(self, exc: Exception) -> bool:
         # A full disk, an I/O error, a lock held past the busy timeout: all pass.
         return isinstance(exc, sqlite3.OperationalError | OSError) and not self._missing_table(

@@ -12,11 +12,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from mmlens.collectors.spill_file import SpillFile, orphans, scope_of
-from mmlens.collectors.store_buffer import BufferedStore, store_identity
+from mmlens.collectors.store_buffer import DOWN_LOCK_WAIT_S, BufferedStore, store_identity
 
 from mmlens.records import MetricSample
 from mmlens.store.sqlite import Store
@@ -113,3 +114,25 @@ def test_a_frame_cut_short_ends_the_file(tmp_path: Path) -> None:
     assert adopted.records() == 3
     adopted.remove()
     assert not f.path.exists()
+
+
+def test_a_down_store_is_retried_with_a_short_lock_wait_then_its_own(tmp_path: Path) -> None:
+    """While the store is down a retry waits 0.5 s for its lock, not the store's usual wait
+    (a writer stopping with a backlog spills that much sooner); back, the usual wait again."""
+    store = Store(tmp_path / "a.db")
+    store.lock_wait(1.5)
+    lock = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    try:
+        buffered = BufferedStore(store, tmp_path, max_memory=10, backoff=(0.0, 0.0))
+        lock.execute("BEGIN EXCLUSIVE")
+        buffered.add_samples([MetricSample("t", "n", (), 1.0, 1.0)])
+        assert buffered.down_since is not None and store.lock_wait() == DOWN_LOCK_WAIT_S
+        started = time.monotonic()
+        assert not buffered.retry()
+        assert time.monotonic() - started < 1.4  # not the store's 1.5 s
+        lock.execute("ROLLBACK")
+        assert buffered.retry() and store.lock_wait() == 1.5
+        assert samples(tmp_path / "a.db") == (1, 1)
+    finally:
+        lock.close()
+        store.close()
