@@ -19,7 +19,13 @@ from mmlens.analysis.decisions import merged
 from mmlens.analysis.fleet import KEEP, fleet_hit_rates, fold_timeline
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
 from mmlens.analysis.overview import Alert
-from mmlens.analysis.rollups import MINUTE_S, hit_lines_of, prefer_rollups, timeline_of
+from mmlens.analysis.rollups import (
+    MINUTE_S,
+    hit_lines_of,
+    hit_rates_of_sums,
+    prefer_rollups,
+    timeline_of,
+)
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.analysis.timeseries import HIT_NAMES
 from mmlens.analysis.views.common import short_worker as short_worker
@@ -162,14 +168,18 @@ def forget_store_reads() -> None:
         read.clear()  # type: ignore[attr-defined]
 
 
-@store_cached("traces", "decisions", "verdicts", "samples", "kv_state", "meta", "quarantine",
-              records=True)
+@store_cached("traces", "decisions", "verdicts", "samples", "worker_minutes", "meta",
+              "quarantine", records=True)
 def _snapshot(path: str, n_traces: int) -> Snapshot:
-    return build_snapshot(_reader(path), n_traces=n_traces, count_kv_events=False)
+    # health: read fresh on every run (``snapshot``), so not here
+    return build_snapshot(_reader(path), n_traces=n_traces, count_kv_events=False,
+                          metrics=overview_metrics(path), resident=False, health=[],
+                          traces=recent_traces(path, n_traces))
 
 
 def snapshot(path: str, n_traces: int = 200) -> Snapshot:
-    """The store's snapshot; its collector health (rewritten every tick) read fresh."""
+    """The Overview's snapshot (no resident summaries; see ``overview_metrics``); its
+    collector health (rewritten every tick) read fresh."""
     return with_health(_snapshot(path, n_traces), _reader(path).health())
 
 
@@ -177,6 +187,25 @@ def snapshot(path: str, n_traces: int = 200) -> Snapshot:
 def router_metrics(path: str) -> NormalizedMetrics:
     """The last 5 min of the routers' own series, normalized (no engine series)."""
     return _reader(path).router_metrics()
+
+
+# Router series the Overview does not show (the Routing page does): the per-worker request
+# counts, on a fleet the bulk of the routers' samples, and Dynamo's per-stage overheads,
+# found by a name prefix that no index serves (a scan of the window's every sample).
+NOT_ON_OVERVIEW = ("smg_worker_requests_total", "dynamo_router_overhead_")
+
+
+@store_cached("samples", "worker_minutes")
+def overview_metrics(path: str, window_s: float = 300.0) -> NormalizedMetrics:
+    """The last ``window_s`` normalized; on a fleet the routers' series and each worker's hit
+    rate from its rollup minutes (one row per worker), not every worker's raw counters."""
+    r = _reader(path)
+    sums = r.worker_hit_sums(window_s)
+    if sums is None or not prefer_rollups(window_s, len(sums)):
+        return r.normalized(window_s)
+    metrics = r.router_metrics(window_s, skip=NOT_ON_OVERVIEW)
+    metrics.hit_rates += hit_rates_of_sums(sums)
+    return metrics
 
 
 @store_cached("meta", max_entries=16)
@@ -251,12 +280,12 @@ def worker_view(path: str, window_s: float = 900.0) -> WorkersView:
     """Per worker: live or gone (since when), its KV-event transport, and the alerts."""
     r = _reader(path)
     latest = r.latest_sample_ts() or time.time()
-    samples = r.samples(latest - window_s, liveness_names())
+    samples = r.last_samples(latest - window_s, liveness_names())
     routers = sorted({s.target for s in samples})
     live = worker_liveness(samples, r.scrape_times(latest - window_s, routers))
     views = r.kv_views(latest - 120.0)
-    traces = r.recent_traces(200)
-    return workers_view(live, r.kv_state(), views, traces, r.verdicts_for(traces), time.time())
+    return workers_view(live, kv_state(path), views, recent_traces(path, 200),
+                        recent_verdicts(path, 200), time.time())
 
 
 @store_cached("samples", "kv_views")

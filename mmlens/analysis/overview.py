@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.analysis.rollups import ROLLUP_SOURCE
 from mmlens.records import CollectorHealth, RequestTrace, Verdict
 from mmlens.shard import COLLECTOR as SHARD_COLLECTOR
 from mmlens.shard import parse_label
@@ -26,6 +27,8 @@ EXAMPLES = 6  # requests an alert links
 EVENT_DRIVEN = frozenset({"kv_events", "kv_event_plane", "observed", "otlp", "tap"})
 # Rows only worth a line when something went wrong (they never report a success).
 QUIET_UNLESS_FAILING = frozenset({"discovery", "supervisor"})
+# Hit rates the headline sums: the engines' own counters (per-minute rollups on a fleet).
+ENGINE_SOURCES = frozenset({"vllm", "sglang", ROLLUP_SOURCE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +110,7 @@ def _shard_order(row: dict[str, Any]) -> tuple[int, int, str]:
 
 
 def headline(snap: Snapshot, traces: Sequence[RequestTrace]) -> Headline:
-    engines = [r for r in snap.metrics.hit_rates if r.source in ("vllm", "sglang")]
+    engines = [r for r in snap.metrics.hit_rates if r.source in ENGINE_SOURCES]
     hits = sum(r.hits_increase for r in engines)
     queries = sum(r.queries_increase for r in engines)
     if queries <= 0:  # no traffic in the window: fall back to the cumulative counters

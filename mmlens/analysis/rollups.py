@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from mmlens.analysis.fleet import KEEP, TimelineRow, other_label
 from mmlens.analysis.timeseries import BucketCounts, Point, ratio_of
+from mmlens.ingest.metrics_records import HitRate
 from mmlens.records import ResidentSummary, WorkerMinute
 
 MINUTE_S = 60.0
@@ -78,6 +79,20 @@ def hit_lines_of(rows: Sequence[WorkerMinute], n_workers: int) -> dict[str, list
         if r.query_tokens > 0:
             counts.setdefault(name, {})[r.ts] = (r.hit_tokens, r.query_tokens)
     return {w: ratio_of(c) for w, c in counts.items()}
+
+
+ROLLUP_SOURCE = "rollups"  # a HitRate read from worker minutes, not from a worker's counters
+
+
+def hit_rates_of_sums(sums: Sequence[tuple[str, float, float, int]]) -> list[HitRate]:
+    """Per-worker hit rates from their minutes' summed hit and queried tokens
+    (``StoreReader.worker_hit_sums``); a worker without queries has no rate."""
+    out = []
+    for worker, hits, queries, minutes in sums:
+        rate = hits / queries if queries > 0 else None
+        out.append(HitRate(worker, worker, "", ROLLUP_SOURCE, hits, queries, minutes * MINUTE_S,
+                           rate, None, rate))
+    return out
 
 
 def prefer_rollups(window_s: float, n_workers: int, keep: int = KEEP) -> bool:

@@ -68,6 +68,7 @@ _trace_dec = msgspec.json.Decoder(RequestTrace)
 _labels_dec = msgspec.json.Decoder(TraceLabels)
 _decision_dec = msgspec.json.Decoder(RoutingDecision)
 _hashes_dec = msgspec.msgpack.Decoder()
+_resident_dec = msgspec.json.Decoder(ResidentSummary)
 
 
 def _decode(body: str | bytes, decoder: msgspec.json.Decoder[T], kind: type[T]) -> T | None:
@@ -130,12 +131,9 @@ def json_dict(text: str | None) -> dict[str, Any]:
 
 
 def resident(summary: str, updated: float) -> ResidentSummary | None:
-    try:
-        row = msgspec.convert(json.loads(summary), ResidentSummary, strict=False)
-    except (ValueError, TypeError, msgspec.ValidationError) as exc:
-        log.warning("skipping an undecodable resident-block summary: %s", exc)
-        return None
-    row.updated = updated
+    row = _decode(summary, _resident_dec, ResidentSummary)
+    if row is not None:
+        row.updated = updated
     return row
 
 

@@ -128,6 +128,10 @@ class StoreReader:
     def samples(self, since: float, names: Sequence[str] | None = None) -> list[MetricSample]:
         return self._locked(lambda s: s.samples_since(since, names))
 
+    def last_samples(self, since: float, names: Sequence[str]) -> list[MetricSample]:
+        """The newest sample of each series and value of ``names`` since ``since``."""
+        return self._locked(lambda s: s.last_samples(since, names))
+
     def series(self, since: float, names: Sequence[str] | None = None,
                prefixes: Sequence[str] = ()) -> Series:
         """Samples since ``since`` as series, of ``names`` and ``prefixes`` (default: all)."""
@@ -147,15 +151,18 @@ class StoreReader:
         return normalize(self.series(since, sorted(READ_NAMES), READ_PREFIXES),
                          self.sample_names(since))
 
-    def router_metrics(self, window_s: float = 300.0) -> NormalizedMetrics:
+    def router_metrics(self, window_s: float = 300.0, skip: Sequence[str] = (),
+                       ) -> NormalizedMetrics:
         """The window normalized from the routers' series only (SMG's and Dynamo's, not the
         engines'): what the Routing and Lab pages show, without reading a fleet's worker
-        series."""
+        series; ``skip``: names (and ``READ_PREFIXES``) the caller does not show."""
         latest = self.latest_sample_ts()
         if latest is None:
             return normalize({})
-        names = sorted(n for n in READ_NAMES if not n.startswith(ENGINE_PREFIXES))
-        return normalize(self.series(latest - window_s, names, READ_PREFIXES))
+        names = sorted(n for n in READ_NAMES
+                       if not n.startswith(ENGINE_PREFIXES) and n not in skip)
+        prefixes = [p for p in READ_PREFIXES if p not in skip]
+        return normalize(self.series(latest - window_s, names, prefixes))
 
     def recent_samples(self, window_s: float, names: Sequence[str] | None = None,
                        ) -> list[MetricSample]:
@@ -196,6 +203,15 @@ class StoreReader:
             if n > len(top):
                 rows += s.other_minutes(since, top)
             return sorted(rows, key=lambda r: r.ts), n
+        return self._locked(read)
+
+    def worker_hit_sums(self, window_s: float) -> list[tuple[str, float, float, int]] | None:
+        """Per worker, its prefix hit and queried tokens over the rollup minutes of the last
+        ``window_s`` (up to the newest minute) and how many minutes; None before any
+        rollup. One query, one row per worker."""
+        def read(s: SQLStore) -> list[tuple[str, float, float, int]] | None:
+            latest = s.latest_minute()
+            return None if latest is None else s.worker_hit_sums(latest + 60.0 - window_s)
         return self._locked(read)
 
     def recent_kv_events(self, limit: int = 300) -> list[KVEventRow]:

@@ -118,6 +118,17 @@ class StoreReads(SQLBase):
     def latest_sample_ts(self) -> float | None:
         return self.latest_ts("samples")
 
+    def last_samples(self, since: float, names: Sequence[str]) -> list[MetricSample]:
+        """Per series of ``names`` and each value it took since ``since``, the newest such
+        sample: one row per series and value, however many scrapes the window holds."""
+        if not names:
+            return []
+        rows = self._rows(
+            "SELECT max(ts), target, name, labels, value FROM samples WHERE ts >= ? AND name IN "
+            f"({marks(len(names))}) GROUP BY target, name, labels, value", (since, *names))
+        return [MetricSample(target, name, tuple(sorted(json.loads(labels).items())), value, ts)
+                for ts, target, name, labels, value in rows]
+
     def scrape_times(self, since: float, targets: Sequence[str]) -> dict[str, list[float]]:
         """When each of ``targets`` was scraped since ``since``."""
         if not targets:

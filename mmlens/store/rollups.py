@@ -73,6 +73,17 @@ class RollupTables(SQLBase):
         return [_minute(r) for r in self._rows_if_table(sql + " ORDER BY ts, worker", args)
                 or []]
 
+    def worker_hit_sums(self, since: float) -> list[tuple[str, float, float, int]] | None:
+        """Per worker: prefix hit and queried tokens of its minutes since ``since`` and how
+        many minutes those are (one row per worker whatever the raw samples behind them);
+        None before any rollup."""
+        rows = self._rows_if_table(
+            "SELECT worker, sum(hit_tokens), sum(query_tokens), count(*) FROM worker_minutes "
+            "WHERE ts >= ? GROUP BY worker ORDER BY worker", (since,))
+        if rows is None:
+            return None
+        return [(str(w), float(h or 0.0), float(q or 0.0), int(n)) for w, h, q, n in rows]
+
     def other_minutes(self, since: float, exclude: Sequence[str]) -> list[WorkerMinute]:
         """Every other worker's minutes summed per minute (``worker`` None)."""
         where = f" AND worker NOT IN ({marks(len(exclude))})" if exclude else ""

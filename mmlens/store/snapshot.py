@@ -7,7 +7,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from mmlens.records import CollectorHealth
+from mmlens.ingest.metrics_records import NormalizedMetrics
+from mmlens.records import CollectorHealth, RequestTrace
 from mmlens.state import KVEndpointHealth, Snapshot
 
 if TYPE_CHECKING:
@@ -15,14 +16,20 @@ if TYPE_CHECKING:
 
 
 def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int = 20,
-                   now: float | None = None, *, count_kv_events: bool = True) -> Snapshot:
+                   now: float | None = None, *, count_kv_events: bool = True,
+                   metrics: NormalizedMetrics | None = None, resident: bool = True,
+                   health: list[CollectorHealth] | None = None,
+                   traces: list[RequestTrace] | None = None) -> Snapshot:
     """``count_kv_events=False`` skips the one full-table scan (per-worker stored-event
-    counts) for the pages, which refresh every few seconds."""
+    counts) for the pages, which refresh every few seconds; ``metrics``: the window's metrics
+    as the caller read them (a fleet page's from the rollups), instead of normalizing every
+    raw sample of the window; ``resident=False`` leaves the resident summaries out;
+    ``health``, ``traces``: as the caller already read them."""
     now = time.time() if now is None else now
     latest = reader.latest_sample_ts()
     since = (latest if latest is not None else now) - window_s
-    health = reader.health()
-    traces = reader.recent_traces(n_traces)
+    health = reader.health() if health is None else health
+    traces = reader.recent_traces(n_traces) if traces is None else traces
     return Snapshot(
         schema_version=reader.schema_version(),
         generated_at=now,
@@ -31,11 +38,11 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
         targets=reader.meta("targets"),
         router_state=reader.meta("router_state"),
         health=health,
-        metrics=reader.normalized_since(since),
+        metrics=reader.normalized_since(since) if metrics is None else metrics,
         dynamo_mm_routing=reader.meta("dynamo_mm_routing") or {},
         kv_endpoints=kv_endpoints(health),
         kv_stored=reader.kv_event_counts() if count_kv_events else None,
-        resident=reader.kv_state(),
+        resident=reader.kv_state() if resident else [],
         traces=traces,
         verdicts=reader.verdicts_for(traces),
         quarantined=reader.quarantined(),

@@ -17,6 +17,10 @@ LB = labels_of({"model_name": "m", "engine": "0"})
 HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 
 
+def worker_urls(n: int) -> list[str]:
+    return [f"grpc://10.0.0.{i}:50051" for i in range(n)]
+
+
 def fill(db: str, workers: int, minutes: int, density: int = 1) -> dict[str, dict[str, float]]:
     """Worker ``i`` stores ``(i + 1) * 16`` blocks and removes 16 a minute, in ``density``
     times as many events; its counters rise by 100 (hits) and 400 (queries) tokens a minute,
@@ -26,8 +30,7 @@ def fill(db: str, workers: int, minutes: int, density: int = 1) -> dict[str, dic
     try:
         events: list[BlockStored | BlockRemoved] = []
         samples = []
-        for i in range(workers):
-            w = f"grpc://10.0.0.{i}:50051"
+        for i, w in enumerate(worker_urls(workers)):
             seq = 0
             for m in range(minutes):
                 for k in range((i + 1) * density):
