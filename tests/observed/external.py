@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from mmlens.demo.cluster import SMG_SHUTDOWN_GRACE_S
 from mmlens.demo.model_dirs import ensure_model_dir
 from mmlens.demo.procs import Proc, smg_command, spawn, with_repo_on_path
 
@@ -98,7 +99,8 @@ def smg_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str | N
                "--prometheus-host", HOST, "--prometheus-port", str(base + 1),
                "--worker-urls", *[w["grpc"] for w in ext.workers], "--policy", "cache_aware",
                "--model-path", str(ensure_model_dir("qwen3-vl")), "--log-level", "debug",
-               "--log-json", "--log-mm-timing", "--mm-allow-private-media-hosts", *smg_args]
+               "--log-json", "--log-mm-timing", "--mm-allow-private-media-hosts",
+               "--shutdown-grace-period-secs", str(SMG_SHUTDOWN_GRACE_S), *smg_args]
         if otlp_grpc:
             cmd += ["--enable-trace", "--otlp-traces-endpoint", otlp_grpc]
         ext.procs.append(spawn(ext.log_dir, "smg", cmd, env))
