@@ -5,11 +5,18 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import IO, Any, Protocol
 
 LOG_POSITIONS = "log_positions"  # store meta: where each followed log file was read up to
+
+
+def fresh_seq() -> int:
+    """The first line number of a log read from scratch: the microsecond it started, above
+    any number an earlier reader (one line per microsecond at most) gave a line."""
+    return time.time_ns() // 1000
 
 
 class _Meta(Protocol):
@@ -25,7 +32,10 @@ class LogFollower:
 
     The file is the one ``path`` named when the follower started (a symlink then is resolved
     once): a symlink swapped in for it later is not followed, only counted (``refused``), so a
-    log allowed by the config cannot be turned into any file the collector can read."""
+    log allowed by the config cannot be turned into any file the collector can read.
+
+    ``seq`` numbers the lines in the order they were written (``first_seq``: the first line
+    of the last read's); it goes on across a rotation and a resumed collector."""
 
     def __init__(self, path: str, from_start: bool = True, max_line: int = 1 << 20,
                  max_read: int = 8 << 20) -> None:
@@ -37,6 +47,7 @@ class LogFollower:
         self.max_line = max_line
         self.max_read = max_read  # per call: a huge log is read over several ticks
         self._partial = b""
+        self.seq = self.first_seq = fresh_seq()
 
     def _stat(self) -> tuple[int | None, int]:
         try:
@@ -49,8 +60,9 @@ class LogFollower:
         return st.st_ino, st.st_size
 
     def position(self) -> dict[str, int | None]:
-        """Where the next complete line starts."""
-        return {"inode": self.inode, "offset": self.offset - len(self._partial)}
+        """Where the next complete line starts, and its number."""
+        return {"inode": self.inode, "offset": self.offset - len(self._partial),
+                "seq": self.seq}
 
     def resume(self, saved: object) -> bool:
         """Go on from a ``position()`` of the same file; anything else is ignored."""
@@ -61,6 +73,9 @@ class LogFollower:
         if inode != ino or type(offset) is not int or not 0 <= offset <= size:
             return False
         self.offset, self._partial = offset, b""
+        seq = saved.get("seq")
+        if type(seq) is int:
+            self.seq = self.first_seq = seq
         return True
 
     def read_new(self) -> list[str]:
@@ -84,7 +99,9 @@ class LogFollower:
         self._partial = lines.pop()
         if len(self._partial) > self.max_line:
             self._partial = b""
-        return [ln.decode("utf-8", "replace") for ln in lines if ln.strip()]
+        out = [ln.decode("utf-8", "replace") for ln in lines if ln.strip()]
+        self.first_seq, self.seq = self.seq, self.seq + len(out)
+        return out
 
 
 class StreamFollower:
@@ -92,6 +109,7 @@ class StreamFollower:
 
     def __init__(self, stream: IO[str], max_buffer: int = 100_000) -> None:
         self.lines: deque[str] = deque(maxlen=max_buffer)
+        self.seq = self.first_seq = fresh_seq()
         self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
         self._thread.start()
 
@@ -104,6 +122,7 @@ class StreamFollower:
         out = []
         while self.lines:
             out.append(self.lines.popleft())
+        self.first_seq, self.seq = self.seq, self.seq + len(out)
         return out
 
 

@@ -263,7 +263,8 @@ class CollectorRunner:
             if not lines:
                 continue
             found, frags = read_lines(lines, h.errors,
-                                      self._attempts.setdefault(name, Attempts()))
+                                      self._attempts.setdefault(name, Attempts()),
+                                      getattr(follower, "first_seq", None))
             name_router(frags, name, "config:log_file")
             # Dynamo says once per model whether it routes images exactly, and why not.
             if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):

@@ -31,7 +31,7 @@ _RANK = {SOURCE_MMLENS: 5, SOURCE_TAP: 4, SOURCE_OTLP: 3, SOURCE_LOG: 2, SOURCE_
 
 MERGED_FIELDS = ("model", "worker", "dp_rank", "status", "prompt_tokens", "cached_tokens",
                  "completion_tokens", "latency_s", "ttft_s", "processing_mode", "error",
-                 "error_code", "stream", "rendered_tokens", "ended_by")
+                 "error_code", "stream", "rendered_tokens", "ended_by", "sent_seq", "ended_seq")
 
 REQUEST_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate", "/v1/responses",
                  "/v1/messages")

@@ -35,8 +35,8 @@ from mmlens.ingest.observed import (
 from mmlens.ingest.router_logs import (
     SMG_SELECTIONS,
     decision_or_count,
+    numbered_objects,
     parse_line,
-    parsed_objects,
 )
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
 
@@ -66,10 +66,12 @@ def _parse_ts(v: str) -> float | None:
 
 
 def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG, ts: float | None = None,
-                 into: dict[str, RequestTrace] | None = None) -> RequestTrace | None:
+                 into: dict[str, RequestTrace] | None = None, seq: int | None = None,
+                 ) -> RequestTrace | None:
     """One SMG line's fragment, or None when the line says nothing about a served request.
     With ``into`` (request id → fragment), a later line of a request already there is
-    written into its fragment (later lines win, as ``coalesce`` would fold them)."""
+    written into its fragment (later lines win, as ``coalesce`` would fold them). ``seq``:
+    the line's number in its log (a dispatch and a completion line keep theirs)."""
     span = obj.get("span")
     if not isinstance(span, dict) or not span.get("request_id"):
         return None
@@ -89,7 +91,7 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG, ts: float | None
             t.ts = when
         if not t.trace_id and span.get("trace_id"):
             t.trace_id = str(span["trace_id"])
-    if not _smg_fields(t, obj, span, msg, f"{source}:smg"):
+    if not _smg_fields(t, obj, span, msg, f"{source}:smg", seq):
         return None
     if into is not None:
         into[rid] = t
@@ -116,7 +118,8 @@ def smg_stream_failure(obj: dict[str, Any]) -> RequestTrace:
     return t
 
 
-def smg_stream_end(engine_id: str, obj: dict[str, Any]) -> RequestTrace:
+def smg_stream_end(engine_id: str, obj: dict[str, Any], seq: int | None = None,
+                   ) -> RequestTrace:
     """SMG's completion line of a streamed body (no request span: the handler had returned,
     and its "finished processing request" latency is the time to the response's head). The
     engine id joins it to the request (``Created AbortOnDropStream``); the line's second
@@ -126,6 +129,7 @@ def smg_stream_end(engine_id: str, obj: dict[str, Any]) -> RequestTrace:
     label = f"{SOURCE_LOG}:smg"
     put(t, "stream", True, label)
     put(t, "ended_by", None if when is None else when + 1.0, label)
+    put(t, "ended_seq", seq, label)
     return t
 
 
@@ -153,11 +157,12 @@ def _smg_says_something(msg: str) -> bool:
 
 
 def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg: str,
-                label: str) -> bool:
+                label: str, seq: int | None = None) -> bool:
     """What one SMG line says, set on ``t``; False when it says nothing."""
     if msg in SMG_SELECTIONS:
         put(t, "worker", obj.get("worker"), label)
         put(t, "model", obj.get("model_id"), label)
+        put(t, "sent_seq", seq, label)  # a retry's selection comes later: the serving one
     elif msg == "finished processing request":
         put(t, "status", as_int(span.get("status_code")), label)
         lat = as_float(span.get("latency"))
@@ -185,10 +190,13 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
         # Inside the request's span: the body was whole when the handler returned (a
         # stream's ends on a line without it, after the handler's "finished" line).
         put(t, "stream", False, label)
+        put(t, "ended_seq", seq, label)
     elif (m := _MODEL_IN.search(msg)) is not None and "Processing" in msg:
         put(t, "model", m.group(1), label)
-    elif msg not in ("Cache routing dispatch", "started processing request"):
-        return False  # a dispatch line's decision is `router_logs`'; the request exists
+    elif msg == "Cache routing dispatch":  # its decision is `router_logs`'
+        put(t, "sent_seq", seq, label)
+    elif msg != "started processing request":
+        return False  # the request exists, the line says nothing more
     return True
 
 
@@ -311,17 +319,20 @@ class Attempts:
 
 
 def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
-               attempts: Attempts | None = None,
+               attempts: Attempts | None = None, first_seq: int | None = None,
                ) -> tuple[list[RoutingDecision], list[RequestTrace]]:
     """Each line parsed once: the routing decisions (``router_logs.decision_from``) and the
     observed-request fragments it carries. ``attempts`` carries SMG's retries over from the
-    reads before (a new one per call without it)."""
+    reads before (a new one per call without it). ``first_seq``: the first line's number in
+    its log (the follower's count), kept on SMG's dispatch and completion lines."""
     decisions: list[RoutingDecision] = []
     frags: list[RequestTrace] = []
     smg: dict[str, RequestTrace] = {}
     attempts = Attempts() if attempts is None else attempts
-    kept = (line for line in lines if not NOISE.search(line))
-    for obj in parsed_objects(kept, errors, _parse):
+    kept = ((n, line) for n, line in enumerate(lines, first_seq or 0)
+            if not NOISE.search(line))
+    for n, obj in numbered_objects(kept, errors, _parse):
+        seq = None if first_seq is None else n
         msg = str(obj.get("message", ""))
         smg_other = "span" in obj and not msg.startswith(SMG_DECISIONS)
         d = None if smg_other else decision_or_count(obj, errors)
@@ -335,11 +346,11 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
         if msg.startswith("Created AbortOnDropStream"):
             _engine_alias(obj, smg)
         elif isinstance(obj.get("span"), dict):
-            f = smg_fragment(obj, into=smg)  # one fragment per request, not per line
+            f = smg_fragment(obj, into=smg, seq=seq)  # one fragment per request
         elif msg.startswith(_SMG_STREAM_ENDED):
             frags.append(smg_stream_failure(obj))
         elif (m := _COMPLETED.match(msg)) is not None:
-            frags.append(smg_stream_end(m.group(1), obj))
+            frags.append(smg_stream_end(m.group(1), obj, seq))
         else:
             f = dynamo_fragment(obj)
             if f is not None:

@@ -282,8 +282,15 @@ def parsed_objects(lines: Iterable[str], errors: dict[str, int] | None = None,
                    ) -> Iterator[dict[str, Any]]:
     """Each line that parses to an object (``parse``, default ``parse_line``); malformed lines
     are counted as ``malformed_log_line`` and skipped."""
+    return (obj for _, obj in numbered_objects(enumerate(lines), errors, parse))
+
+
+def numbered_objects(lines: Iterable[tuple[int, str]], errors: dict[str, int] | None = None,
+                     parse: Callable[[str], dict[str, Any] | None] | None = None,
+                     ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``parsed_objects`` of numbered lines, each object with its line's number."""
     parse = parse or parse_line
-    for line in lines:
+    for n, line in lines:
         try:
             obj = parse(line)
         except ValueError:
@@ -291,7 +298,7 @@ def parsed_objects(lines: Iterable[str], errors: dict[str, int] | None = None,
                 errors["malformed_log_line"] = errors.get("malformed_log_line", 0) + 1
             continue
         if obj is not None:
-            yield obj
+            yield n, obj
 
 
 def parse_lines(lines: Iterable[str], errors: dict[str, int] | None = None,

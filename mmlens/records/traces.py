@@ -135,6 +135,11 @@ class RequestTrace:
     # The latest the response can have ended, where its latency does not say it (SMG logs a
     # streamed body's end on a line of its own, stamped to the second).
     ended_by: float | None = None
+    # Where its router's log said it was dispatched (the serving attempt) and that it was
+    # completed: line numbers of one log (``mmlens.analysis.judgement.order``). Its lines'
+    # order is exact where their times are whole seconds.
+    sent_seq: int | None = None
+    ended_seq: int | None = None
 
     @property
     def failed(self) -> bool:

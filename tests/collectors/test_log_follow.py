@@ -75,6 +75,26 @@ def test_rotation_truncation_and_bounded_reads(tmp_path) -> None:
     assert other.resume(f.position()) and other.read_new() == []
 
 
+def test_lines_are_numbered_in_order_across_reads_rotation_and_resume(tmp_path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("one\n\ntwo\nthr")
+    f = LogFollower(str(log), max_read=5)
+    start = f.seq
+    assert f.read_new() == ["one"] and f.first_seq == start
+    assert f.read_new() == ["two"] and f.first_seq == start + 1  # a blank line has none
+    os.replace(log, tmp_path / "old.log")
+    log.write_text("new1\nnew2\n")  # rotated: numbering goes on
+    f.max_read = 1 << 20
+    assert f.read_new() == ["new1", "new2"] and f.first_seq == start + 2
+    with open(log, "a") as fh:
+        fh.write("new3\n")
+    other = LogFollower(str(log))  # a restarted collector, from where this one stopped
+    assert other.resume(f.position()) and other.read_new() == ["new3"]
+    assert other.first_seq == start + 4
+    # A log read from scratch later numbers its lines above every earlier reader's.
+    assert LogFollower(str(log)).seq > other.seq
+
+
 def test_a_symlink_swapped_in_for_the_log_is_not_followed(tmp_path) -> None:
     log, secret = tmp_path / "smg.log", tmp_path / "secret"
     log.write_text("one\n")

@@ -152,19 +152,11 @@ def run_observed(tmp_path: Path, kind: str) -> None:
                 wait_until(lambda db=db: db.exists() and traces(db) >= len(WORKLOAD), 30,
                            what=f"{mode} store", ignore=(Exception,))
             time.sleep(7.0)  # routers batch their spans for up to 5 s
-    ambiguous: list[str] = []
     for mode, db in dbs.items():
+        # From SMG's log, a stream's end is its completion line's whole second: the next
+        # request's dispatch, after that line, ends its window (``judgement.order``).
         got = {name: explain(db, rid) for name, rid in ids.items()}
         verdicts = {name: j["category"] for name, j in got.items()}
-        if mode == "logs" and kind == "smg":
-            # Known, issue 21: a stream's window now runs to its completion line's second + 1
-            # (SMG logs whole seconds), so one request at a time can still overlap the next
-            # same-length image request; its verdict then names both readings. Only that
-            # exact two-reading answer is set aside, and the test ends as an xfail naming it.
-            ambiguous = [n for n, v in verdicts.items()
-                         if v == "hit_or_false_hit" and EXPECTED[kind][n] in ("hit", "false_hit")]
-            verdicts = {n: EXPECTED[kind][n] if n in ambiguous else v
-                        for n, v in verdicts.items()}
         assert verdicts == EXPECTED[kind], (mode, {n: j["headline"] for n, j in got.items()})
         want = {"logs": "kv_events", "otlp": "otlp:llm_request", "tap": "tap"}[mode]
         for name, j in got.items():
@@ -177,9 +169,6 @@ def run_observed(tmp_path: Path, kind: str) -> None:
     assert (green.url_kind, green.width, green.height, green.byte_size) == (
         "http", 64, 64, len(GREEN))
     assert green.identities["smg_blake3"] == inline.info.identities["smg_blake3"]
-    if ambiguous:
-        pytest.xfail(f"issue 21: from SMG's log + KV events {ambiguous} read hit_or_false_hit "
-                     "one request at a time (a stream's whole-second end overlaps the next)")
 
 
 def stored_trace(db: Path, rid: str) -> RequestTrace:

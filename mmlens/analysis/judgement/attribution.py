@@ -46,7 +46,9 @@ class Segment:
 class Served:
     """A request a worker served: dispatch to end, prompt length, the engine's own count
     when a source told it (it then only claims a segment that agrees), its images'
-    identities when every image's is known (it then only claims a chain of those images)."""
+    identities when every image's is known (it then only claims a chain of those images).
+    ``stored_by``: the latest its engine can have stored a block, on the engine's clock,
+    where the router's line order bounds it (``order``)."""
 
     request_id: str
     start: float
@@ -55,6 +57,7 @@ class Served:
     block_size: int
     known_blocks: int | None = None
     images: frozenset[str] | None = None
+    stored_by: float | None = None
 
 
 @dataclass(slots=True)
@@ -167,6 +170,12 @@ def _since(r: Served, slack_s: float) -> float:
     return r.start - slack_s
 
 
+def _until(r: Served, slack_s: float) -> float:
+    """The latest a block of ``r`` can be stored."""
+    late = r.end + slack_s
+    return late if r.stored_by is None else min(late, r.stored_by)
+
+
 def image_key(identity: str) -> str:
     """An image identity as both sides can compare it: its first 8 bytes (Dynamo logs that
     much of the hash its workers key blocks by; the engines' events carry all of it)."""
@@ -188,7 +197,7 @@ def _blind_to(chains: WorkerChains, served: Sequence[Served], slack_s: float,
     if not known or not any(r.images for r in served):
         return list(served)
     since = min(r.start for r in served) - slack_s
-    until = max(r.end for r in served) + slack_s
+    until = max(_until(r, slack_s) for r in served)
     strange = frozenset(k for seg in chains.window(since, until) for a in seg.images
                         if (k := image_key(a)) not in known)
     return [r if r.images is None or not strange else replace(r, images=r.images | strange)
@@ -203,7 +212,7 @@ def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: flo
           ) -> list[Segment]:
     """Segments stored while ``r`` ran that end at its prompt's depth (or hang off a block
     the index never saw and are no longer than its prompt)."""
-    since, until = _since(r, slack_s), r.end + slack_s
+    since, until = _since(r, slack_s), _until(r, slack_s)
     end = chains.by_end.get(full)
     out = [] if end is None else [
         s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
@@ -222,7 +231,7 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
         f = _full(r)
         if not mine or f is None:
             continue
-        since, until = min(s.ts for s in mine), r.end + slack_s
+        since, until = min(s.ts for s in mine), _until(r, slack_s)
         own = set(mine)
         tips = [s.last for s in mine]
         while tips:
@@ -244,9 +253,10 @@ def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = 
     for r in served:
         f = _full(r)
         if f is None:
-            fits[r.request_id] = chains.window(_since(r, slack_s), r.end + slack_s)
+            fits[r.request_id] = chains.window(_since(r, slack_s), _until(r, slack_s))
         elif f[0] == 0:  # a prompt shorter than a block: its decode starts a chain
-            fits[r.request_id] = [s for s in chains.window(_since(r, slack_s), r.end + slack_s)
+            fits[r.request_id] = [s for s in chains.window(_since(r, slack_s),
+                                                           _until(r, slack_s))
                                   if s.parent is None and s.blocks == 1]
         else:
             fits[r.request_id] = _fits(chains, r, *f, slack_s)
@@ -265,13 +275,13 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
     out: dict[Segment, set[str]] = {}
     for r in served:
         f = _full(r)
-        mine = {s for s in chains.window(_since(r, slack_s), r.end + slack_s)
+        mine = {s for s in chains.window(_since(r, slack_s), _until(r, slack_s))
                 if s.blocks == 1 and (f is None or s.base is None or s.base == f[0])}
         tips = [s.last for s in mine]
         while tips and f is not None:
             kids = chains.children.get(tips.pop())
             for child in () if kids is None else kids.between(_since(r, slack_s),
-                                                              r.end + slack_s):
+                                                              _until(r, slack_s)):
                 if child.blocks == 1 and child not in mine:
                     mine.add(child)
                     tips.append(child.last)
@@ -371,12 +381,14 @@ def _overlapping(served: Sequence[Served], only: Collection[str], slack_s: float
 
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
-              only: Collection[str] | None = None) -> dict[str, Realized]:
+              only: Collection[str] | None = None, latest: dict[str, float] | None = None,
+              ) -> dict[str, Realized]:
     """The realized hit of each request in ``served`` (one worker's) that its KV events
     show; a request they say nothing definite about is left out. ``known_images``: the
     image identities (keys) of every request around, on any worker. ``only``: the requests
     whose hit is wanted (the others still compete for the segments): the job judges a
-    tick's settled requests against the minutes around them."""
+    tick's settled requests against the minutes around them. ``latest``, when given, gets
+    for each request that stored a segment in every assignment the latest it may own."""
     served = _blind_to(chains, served, slack_s, known_images)
     if only is not None:
         served = _overlapping(served, only, slack_s)
@@ -392,6 +404,8 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         rid, f = r.request_id, _full(r)
         mine = [s for s in cands.get(rid, []) if owners.may_own(rid, s)]
         none = owners.may_own_none(rid)
+        if latest is not None and mine and not none:
+            latest[rid] = max(s.ts for s in mine)
         if f is None:
             # Its length unknown, a chain from the root that no other request can have
             # stored (as its prompt or its decode) is its: it found nothing cached (its
@@ -406,7 +420,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         if full == 0:
             out[rid] = Realized(0, None, SOURCE_KV)
             continue
-        if not mine and chains.last_ts < r.end + slack_s:
+        if not mine and chains.last_ts < _until(r, slack_s):
             continue  # the worker's events may not have arrived yet
         since = _since(r, slack_s)
         own = {_hit(s, full) for s in mine}
@@ -419,7 +433,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         if none:
             readings.add(max_hit)  # it stored nothing: its prompt was cached...
             # ...or another request stored the same prompt while it computed it too.
-            alongside = {min(b, max_hit) for s in chains.window(since, r.end + slack_s)
+            alongside = {min(b, max_hit) for s in chains.window(since, _until(r, slack_s))
                          if (b := s.base) is not None and b < full <= b + s.blocks
                          and same_images(s, r.images)}
             readings |= alongside

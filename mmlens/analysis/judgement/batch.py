@@ -18,6 +18,13 @@ from mmlens.analysis.judgement.attribution import (
 )
 from mmlens.analysis.judgement.evidence import Evidence, usage_realized
 from mmlens.analysis.judgement.holdings import HeldIndex
+from mmlens.analysis.judgement.order import (
+    ahead_by_less_than,
+    clocks_apart,
+    closed,
+    ended_by_order,
+    exact_dispatch,
+)
 from mmlens.analysis.judgement.rules import judge
 from mmlens.ingest.observed import known
 from mmlens.records import RequestTrace, Verdict
@@ -162,6 +169,7 @@ class JudgeState:
         judging = {t.request_id for t in wanted}
         units = {u for t in wanted if (u := unit_of(t)) in self.chains}
         served: dict[str, list[Served]] = {}
+        ended = ended_by_order(context)
         for t in context:
             u = unit_of(t)
             if u not in units or t.failed:
@@ -174,8 +182,23 @@ class JudgeState:
                 None if known is None else known.blocks, identities_of(t)))
         known = frozenset(k for t in context if (ids := identities_of(t)) for k in ids)
         realized = {}
+        exact: dict[str, float] | None = None
         for u, rows in served.items():
-            realized.update(attribute(self.chains[u], rows, u, SLACK_S, known, judging))
+            ordered = any(r.request_id in ended for r in rows)
+            apart = clocks_apart(u)
+            if ordered:
+                rows = closed(rows, ended, apart)
+            latest: dict[str, float] | None = {} if ordered and apart > 0 else None
+            got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest)
+            if latest:
+                if exact is None:
+                    exact = {t.request_id: at for t in context
+                             if (at := exact_dispatch(t)) is not None}
+                ahead = ahead_by_less_than(latest, exact)
+                if ahead is not None and ahead < apart:
+                    got = attribute(self.chains[u], closed(rows, ended, ahead), u, SLACK_S,
+                                    known, judging)
+            realized.update(got)
         out = []
         for t in wanted:
             u = unit_of(t)
