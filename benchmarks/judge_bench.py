@@ -1,13 +1,16 @@
 """Judging requests, measured in CPU seconds: (1) the verdict job's pure pass (KV-chain
 attribution on busy workers, 16 requests in flight each, then the one judgement) beside a
-floor that touches the same records without judging; (2) the whole job path on a SQLite
-store in steady state (the collector's 5 s ticks: KV rows and requests read from the store,
-decisions joined, verdicts written) beside a floor that reads the same rows once without
-judging; (3) re-judging when late KV events arrive, against the number of requests they
-affect (prints figures; not a unit test).
+floor that touches the same records without judging; (2) the whole job path on SQLite and
+PostgreSQL (default durability) in steady state: the traffic written to the store as it
+happens (a trace and its logged decision at the request's end, KV events at their time)
+and the collector's 5 s ticks (the job's runs alone are timed: new rows read, decisions
+joined, verdicts written), beside a floor that reads the same rows once without judging,
+with the most settled requests ever left unjudged after a tick (falling behind); (3)
+re-judging when late KV events arrive, against the number of requests they affect (prints
+figures; not a unit test).
 
 Usage: taskset -c 0 python benchmarks/judge_bench.py [--requests 20000] [--workers 2]
-    [--batch 512] [--no-store] [--json]
+    [--batch 512] [--wave-s 2.0] [--store sqlite|postgresql|both] [--no-store] [--json]
 
 Run under the collector's garbage-collector settings (``mmlens.cli.gc_tuning``). The
 workload (``tests/busy_workers.py``): the demo's vLLM-like prefix cache at 16 in
@@ -27,7 +30,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mmlens.collectors.verdict_job import VerdictJob, _Judged
 
+from benchmarks.kv_ingest import store_url
 from mmlens.analysis.judgement.batch import JudgeState, span_of, unit_of
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.config import Config
@@ -87,22 +90,25 @@ def floor(traces: list[RequestTrace], rows: list[KVRow]) -> int:
     return seen
 
 
-def filled_store(path: str, w: Workload) -> None:
-    """What the collector stores of the workload: logged traces, decisions, KV events."""
-    store = open_store(path)
+def _feed(w: Workload) -> list[tuple[float, str, Any]]:
+    """The workload's records in the order they reach a store: a request's trace and its
+    logged decision when its log line is written (its end), each KV event at its time."""
     traces, decisions = w.logged()
-    for i in range(0, len(traces), 2000):
-        store.add_traces(traces[i:i + 2000])
-    store.add_decisions(decisions)
-    for i in range(0, len(w.events), 5000):
-        store.add_kv_events(w.events[i:i + 5000])
-    store.close()
+    by_id = {d.request_id: d for d in decisions}
+    out: list[tuple[float, str, Any]] = [(span_of(t)[1], "trace", (t, by_id[t.request_id]))
+                                         for t in traces]
+    out += [(e.ts, "kv", e) for e in w.events]
+    out.sort(key=lambda r: r[0])
+    return out
 
 
-def job_ticks(path: str, w: Workload) -> tuple[VerdictJob, float]:
-    """The lead collector's verdict job every tick (5 s of traffic time) from the first
-    request until the last has settled; returns it and the CPU seconds of its judging."""
-    store = open_store(path)
+def job_ticks(url: str, w: Workload) -> dict[str, Any]:
+    """The lead collector's verdict job every tick (5 s of traffic time) while the traffic
+    is written to the store as it happens, from the first request until the last has
+    settled. CPU seconds of the job's runs (the writes are not counted), of its pure
+    judging among them, and how far it ever fell behind: settled requests not judged by the
+    end of a tick (at most)."""
+    store = open_store(url)
     job = VerdictJob(store)
     spent = [0.0]
     pure = job.state.judge
@@ -114,19 +120,44 @@ def job_ticks(path: str, w: Workload) -> tuple[VerdictJob, float]:
         return out
 
     job.state.judge = timed  # type: ignore[method-assign]
-    last = max(span_of(t)[1] for t in w.traces)
+    feed = _feed(w)
+    ends = sorted(span_of(t)[1] for t in w.traces)
+    last = ends[-1]
     now = w.traces[0].ts + TICK_S
+    at, settled, judged, behind, run_s, ticks = 0, 0, 0, 0, 0.0, 0
     while now < last + job.settle_s + 2 * TICK_S:
-        job.run(now)
+        traces, decisions, events = [], [], []
+        while at < len(feed) and feed[at][0] <= now:
+            _, kind, rec = feed[at]
+            if kind == "trace":
+                traces.append(rec[0])
+                decisions.append(rec[1])
+            else:
+                events.append(rec)
+            at += 1
+        if decisions:
+            store.add_decisions(decisions)
+        if events:
+            store.add_kv_events(events)
+        if traces:
+            store.add_traces(traces)
+        c0 = time.process_time()
+        judged += len(job.run(now))
+        run_s += time.process_time() - c0
+        ticks += 1
+        while settled < len(ends) and ends[settled] <= now - job.settle_s:
+            settled += 1
+        behind = max(behind, settled - judged)
         now += TICK_S
     store.close()
-    return job, spent[0]
+    return {"cpu_s": run_s, "judge_cpu_s": spent[0], "ticks": ticks, "judged": job.judged,
+            "rejudged": job.rejudged, "max_behind": behind}
 
 
-def store_floor(path: str) -> int:
+def store_floor(url: str) -> int:
     """The job's rows read once from the store, decoded, without judging: every trace, the
     decisions logged for them, every KV row."""
-    store = open_store(path)
+    store = open_store(url)
     traces = store.traces_between(float("-inf"), float("inf"), 10**9)
     found = len(store.decisions([t.request_id for t in traces]))
     tail = IdTail()
@@ -175,10 +206,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--no-store", action="store_true", help="skip the whole job path")
+    ap.add_argument("--store", choices=("sqlite", "postgresql", "both"), default="both")
+    ap.add_argument("--wave-s", type=float, default=2.0,
+                    help="from one wave of 16 requests to the next on a worker")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tune_gc()  # the collector's settings (``mmlens collect`` runs the job)
-    w = workload(args.requests, args.workers, t0=1_700_000_000.0)
+    w = workload(args.requests, args.workers, t0=1_700_000_000.0, wave_s=args.wave_s)
     n = len(w.traces)
     spent, wall, (state, verdicts) = cpu(lambda: judge_all(w.traces, w.rows, args.batch))
     bare, _, _ = cpu(lambda: floor(w.traces, w.rows))
@@ -190,7 +224,8 @@ def main() -> None:
     late = {k: rejudge(w.traces, state, k, rng) for k in (1, 4, 16)}
     full, _, _ = cpu(lambda: judge_all(w.traces, w.rows, args.batch))
     out: dict[str, Any] = {
-        "requests": n, "kv_rows": len(w.rows), "workers": args.workers, "in_flight": IN_FLIGHT,
+        "requests": n, "rate": args.workers * IN_FLIGHT / args.wave_s,
+        "kv_rows": len(w.rows), "workers": args.workers, "in_flight": IN_FLIGHT,
         "cpu_affinity": sorted(os.sched_getaffinity(0)), "load": os.getloadavg(),
         "judge_cpu_s": spent, "judge_wall_s": wall, "judge_per_s": n / spent,
         "floor_cpu_s": bare, "floor_per_s": n / bare, "ratio": spent / bare,
@@ -200,22 +235,23 @@ def main() -> None:
                     for k, (s, m) in late.items()},
         "full_rejudge_cpu_s": full,
     }
-    if not args.no_store:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = str(Path(tmp) / "judge.db")
-            filled_store(path, w)
-            job_s, job_wall, (job, pure_s) = cpu(lambda: job_ticks(path, w))
-            read_s, _, _ = cpu(lambda: store_floor(path))
-            stored = open_store(path)
+    for backend in () if args.no_store else (
+            ("sqlite", "postgresql") if args.store == "both" else (args.store,)):
+        with store_url(backend) as (fresh, server_s):
+            url = fresh()
+            s0 = server_s()
+            job = job_ticks(url, w)
+            job["server_cpu_s"] = server_s() - s0
+            read_s, _, _ = cpu(lambda u=url: store_floor(u))
+            stored = open_store(url)
             kept = stored.verdicts_between(float("-inf"), None, 10**9)
             stored.close()
         same = sum(1 for v in kept if (b := by_id.get(v.request_id)) is not None
                    and (v.category, v.realized_blocks) == (b.category, b.realized_blocks))
-        out["job"] = {"cpu_s": job_s, "wall_s": job_wall, "per_s": n / job_s,
-                      "judge_cpu_s": pure_s, "store_cpu_s": job_s - pure_s,
-                      "stored": len(kept), "same_as_pure": same, "judged": job.judged,
-                      "floor_cpu_s": read_s, "floor_per_s": n / read_s,
-                      "ratio": job_s / read_s}
+        job.update(per_s=n / job["cpu_s"], store_cpu_s=job["cpu_s"] - job["judge_cpu_s"],
+                   stored=len(kept), same_as_pure=same, floor_cpu_s=read_s,
+                   floor_per_s=n / read_s, ratio=job["cpu_s"] / read_s)
+        out[f"job_{backend}"] = job
     out["load_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(out))
@@ -233,15 +269,19 @@ def main() -> None:
         print(f"late KV rows in {k:>2} range(s): {r['requests']:>4} requests re-judged in "
               f"{r['cpu_s'] * 1e3:.1f} ms ({r['per_request_ms']:.3f} ms each)")
     print(f"full re-judge of all {n} requests: {full:.3f} s")
-    if "job" in out:
-        j = out["job"]
-        print(f"job path (SQLite, {TICK_S:.0f} s ticks): {j['cpu_s']:.3f} s = "
-              f"{j['per_s']:,.0f} requests/s (judging {j['judge_cpu_s']:.3f} s, store reads, "
-              f"joins and writes {j['store_cpu_s']:.3f} s; wall {j['wall_s']:.3f} s); "
-              f"{j['stored']} verdicts stored, {j['same_as_pure']} as the pure pass")
-        print(f"job floor (the same rows read once, no judging): {j['floor_cpu_s']:.3f} s = "
-              f"{j['floor_per_s']:,.0f} requests/s; ratio {j['ratio']:.1f}x")
-
+    for backend in ("sqlite", "postgresql"):
+        if (j := out.get(f"job_{backend}")) is None:
+            continue
+        server = f"; the server {j['server_cpu_s']:.3f} s" if backend == "postgresql" else ""
+        print(f"job path ({backend}, {TICK_S:.0f} s ticks, traffic written as it happens, "
+              f"{out['rate']:.0f} requests/s): {j['cpu_s']:.3f} s = {j['per_s']:,.0f} "
+              f"requests/s (judging {j['judge_cpu_s']:.3f} s, store reads, joins and writes "
+              f"{j['store_cpu_s']:.3f} s{server}); {j['ticks']} ticks, at most "
+              f"{j['max_behind']} settled requests not judged after a tick; {j['stored']} "
+              f"verdicts stored, {j['same_as_pure']} as the pure pass")
+        print(f"job floor ({backend}, the same rows read once, no judging): "
+              f"{j['floor_cpu_s']:.3f} s = {j['floor_per_s']:,.0f} requests/s; ratio "
+              f"{j['ratio']:.1f}x")
 
 if __name__ == "__main__":
     main()

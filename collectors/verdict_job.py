@@ -3,7 +3,10 @@ arrives (``mmlens.analysis.judgement``); run by the lead collector beside the av
 
 Each run reads the KV events stored since the last run (every shard's, ``IdTail``) into the
 job's chain index, then the requests around the settled ones (with their logged decisions),
-judges those not judged yet and writes one verdict row each. KV rows that arrive for a time
+judges those not judged yet and writes one verdict row each. The requests of the lookback
+window stay decoded between runs (``_Window``): a run reads only the trace rows added since,
+the bodies of the requests it has not judged yet (a merge rewrites a row in place) and the
+decisions logged since; a restarted job reads its window whole once. KV rows that arrive for a time
 a judged request on that worker covered, and decisions logged after a request was judged,
 re-judge those requests once (``version`` 1): the index of judged requests by worker and
 time finds them without a rescan.
@@ -14,10 +17,12 @@ from __future__ import annotations
 import bisect
 import time
 from dataclasses import dataclass, field
+from math import inf
 
 from mmlens.analysis.judgement.attribution import SLACK_S
 from mmlens.analysis.judgement.batch import JudgeState, span_of, unit_of
 from mmlens.records import RequestTrace, Verdict
+from mmlens.store import codec
 from mmlens.store.base import SQLStore
 from mmlens.store.decisions import attach, trace_keys
 from mmlens.store.tail import IdTail
@@ -50,6 +55,68 @@ class _Judged:
             del spans[:bisect.bisect_left(spans, (before,))]
 
 
+@dataclass(slots=True)
+class _Kept:
+    """A decoded request of the window: its store row, the body it was decoded from, the
+    keys its decisions may be logged under."""
+
+    row: int
+    body: str
+    trace: RequestTrace
+    keys: frozenset[str]
+
+
+@dataclass
+class _Window:
+    """The decoded requests of the job's lookback window, by start (then row, as the store
+    orders them), with their keys: what a run judges against, kept between runs."""
+
+    rows: dict[int, _Kept] = field(default_factory=dict)
+    order: list[tuple[float, int]] = field(default_factory=list)
+    by_key: dict[str, set[int]] = field(default_factory=dict)
+
+    def put(self, row: int, body: str, t: RequestTrace) -> _Kept:
+        if row in self.rows:
+            self.drop(row)
+        kept = self.rows[row] = _Kept(row, body, t, frozenset(trace_keys(t)))
+        bisect.insort(self.order, (t.ts, row))
+        for k in kept.keys:
+            self.by_key.setdefault(k, set()).add(row)
+        return kept
+
+    def drop(self, row: int) -> None:
+        kept = self.rows.pop(row)
+        del self.order[bisect.bisect_left(self.order, (kept.trace.ts, row))]
+        self._unkey(kept)
+
+    def _unkey(self, kept: _Kept) -> None:
+        for k in kept.keys:
+            rows = self.by_key[k]
+            rows.discard(kept.row)
+            if not rows:
+                del self.by_key[k]
+
+    def between(self, since: float, until: float) -> list[RequestTrace]:
+        lo = bisect.bisect_left(self.order, (since, -1))
+        hi = bisect.bisect_right(self.order, (until, float("inf")))
+        return [self.rows[row].trace for _, row in self.order[lo:hi]]
+
+    def named(self, keys: set[str]) -> set[int]:
+        """The rows of the requests known by any of ``keys``."""
+        return {row for k in keys for row in self.by_key.get(k, ())}
+
+    def prune(self, before: float) -> list[str]:
+        """Drop the requests that started before ``before``; their ids."""
+        cut = bisect.bisect_left(self.order, (before, -1))
+        gone = []
+        for _, row in self.order[:cut]:
+            kept = self.rows.pop(row)
+            self._unkey(kept)
+            gone.append(kept.trace.request_id)
+        del self.order[:cut]
+        return gone
+
+
 class VerdictJob:
     def __init__(self, store: SQLStore, settle_s: float = 12.0, lookback_s: float = 120.0,
                  horizon_s: float = 900.0) -> None:
@@ -59,6 +126,9 @@ class VerdictJob:
         self.state = JudgeState(horizon_s)
         self.kv_tail = IdTail()
         self.decision_tail = IdTail()
+        self.trace_tail = IdTail()
+        self.window: _Window | None = None  # None: read it whole at the next run
+        self.versions: dict[str, int] = {}  # of the window's requests judged already
         self.judged_once = _Judged()
         self.longest = 0.0  # the longest request judged: how far back a late row may reach
         self.since: float | None = None  # requests before this are judged
@@ -77,13 +147,15 @@ class VerdictJob:
                 for lo, hi in ranges:
                     out.update(self.judged_once.touched(unit, lo, hi, self.longest))
 
-    def _late_decisions(self) -> set[str]:
-        """Requests judged already that a decision logged since names (its line's time is
-        before the judged frontier: it came late)."""
+    def _new_decisions(self) -> tuple[set[str], set[str]]:
+        """The keys of the decisions logged since the last run, and the requests judged
+        already that one of them names (its line's time is before the judged frontier: it
+        came late)."""
         frontier = self.since if self.since is not None else float("-inf")
-        keys = {rid for rid, ts in self.store.decision_tail(self.decision_tail)
-                if ts < frontier}
-        return self.store.trace_ids_for_keys(sorted(keys)) if keys else set()
+        news = self.store.decision_tail(self.decision_tail)
+        late = {rid for rid, ts in news if ts < frontier}
+        return {rid for rid, _ in news}, (self.store.trace_ids_for_keys(sorted(late))
+                                          if late else set())
 
     def _drained(self) -> None:
         """How far the KV side had read each worker's stream (``kv_state``, written after
@@ -95,24 +167,85 @@ class VerdictJob:
         rows = self.store.samples_since(now - 600.0, [BLIND_METRIC])
         return frozenset(s.label("worker") for s in rows if s.value > 0)
 
+    def _read(self, lo: float, now: float, logged: set[str]) -> bool:
+        """Bring the window up to the store: drop what is older than ``lo``, decode the rows
+        added since the last run and the rows of requests not judged yet that a merge
+        rewrote, join their logged decisions (again, from a fresh decode, for requests a
+        decision logged since names: as one join of them all would); those that started
+        after ``now`` are not judged against yet and are looked at then. False when the window
+        had to be read whole and held more than a run judges (a backlog)."""
+        fresh: dict[int, str] = {}
+        whole = self.window is None
+        if self.window is None:
+            self.window = _Window()
+            self.trace_tail.after, found = self.store.trace_rows_from(lo, TRACES_PER_RUN)
+            fresh.update(found)
+        else:
+            for rid in self.window.prune(lo):
+                self.versions.pop(rid, None)
+            while found := self.store.trace_rows_tail(self.trace_tail):
+                fresh.update(found)
+        win = self.window
+        judged = self.versions
+        waiting = [row for _, row in win.order[:bisect.bisect_right(win.order, (now, inf))]
+                   if row not in fresh and win.rows[row].trace.request_id not in judged]
+        if waiting:
+            now_stored = self.store.trace_bodies(waiting)
+            for row in waiting:
+                body = now_stored.get(row)
+                if body is None:
+                    win.drop(row)  # merged into another row
+                elif body != win.rows[row].body:
+                    fresh[row] = body
+        again = win.named(logged) - set(fresh)
+        fresh.update((row, win.rows[row].body) for row in again)
+        decoded: list[_Kept] = []
+        for row, body in fresh.items():
+            t = codec.trace(body)
+            if t is None:
+                if row in win.rows:
+                    win.drop(row)
+                continue
+            if t.ts < lo:
+                continue
+            decoded.append(win.put(row, body, t))
+        keys = sorted({k for kept in decoded for k in kept.keys})
+        if keys:
+            attach([kept.trace for kept in decoded], self.store.decisions(keys))
+        unseen = [kept.trace.request_id for kept in decoded
+                  if kept.trace.request_id not in judged]
+        if unseen:
+            judged.update(self.store.verdict_versions(unseen))
+        if whole and len(fresh) >= TRACES_PER_RUN:
+            return False
+        return True
+
     def run(self, now: float | None = None, settle_s: float | None = None) -> list[Verdict]:
         """Judge the requests that ended ``settle_s`` (default: the job's) before ``now``."""
         now = time.time() if now is None else now
-        late = self._late_kv() | self._late_decisions()
+        late = self._late_kv()
+        logged, late_logged = self._new_decisions()
+        late |= late_logged
         self._drained()
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.state.horizon_s
-        context = self.store.traces_between(since - self.lookback_s - self.longest, now,
-                                            TRACES_PER_RUN)
+        lo = since - self.lookback_s - self.longest
+        caught_up = self._read(lo, now, logged)
+        assert self.window is not None
+        context = self.window.between(lo, now)
         full = len(context) >= TRACES_PER_RUN
-        versions = self.store.verdict_versions([t.request_id for t in context])
+        del context[TRACES_PER_RUN:]
+        if not caught_up:
+            self.window = None  # a backlog: judged a run's worth at a time, read each run
+        versions = self.versions
         late = {r for r in late if versions.get(r) == 0}
         missing = late - {t.request_id for t in context}
         if missing:  # late evidence for requests older than the window: read those too
-            context += [t for r in sorted(missing) if (t := self.store.trace(r)) is not None]
-        keys = sorted({k for t in context for k in trace_keys(t)})
-        if keys:
-            attach(context, self.store.decisions(keys))
+            older = [t for r in sorted(missing) if (t := self.store.trace(r)) is not None]
+            keys = sorted({k for t in older for k in trace_keys(t)})
+            if keys:
+                attach(older, self.store.decisions(keys))
+            context += older
         todo, pending = [], 0
         for t in context:
             if t.request_id in versions and t.request_id not in late:
@@ -131,13 +264,15 @@ class VerdictJob:
         self.rejudged += sum(1 for v in verdicts if v.version)
         self.judged += sum(1 for v in verdicts if not v.version)
         self.pending = pending
+        done = set(todo)
         oldest_open = min((t.ts for t in context if t.request_id not in versions and
-                           t.request_id not in todo), default=until)
+                           t.request_id not in done), default=until)
+        for v in verdicts:
+            versions[v.request_id] = v.version
         self.since = min(until, oldest_open, context[-1].ts if full else until)
         self.state.prune(until - self.state.horizon_s)
         self.judged_once.prune(until - self.state.horizon_s)
         return verdicts
-
     def catch_up(self, now: float | None = None) -> int:
         """Judge every stored request that has ended (a store filled offline: ``mmlens
         check``'s own, a recorded capture), from the oldest on; returns how many."""

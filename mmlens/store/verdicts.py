@@ -101,6 +101,31 @@ class VerdictTables(SQLBase):
                         _images(images)))
         return out
 
+    def trace_rows_from(self, since: float, limit: int) -> tuple[int, list[tuple[int, str]]]:
+        """The highest trace row id, then (row, body) of the traces from ``since`` on,
+        oldest first, at most ``limit``: where the verdict job's window starts (rows
+        added since come by ``trace_rows_tail`` from that id)."""
+        top = int(self._one(f"SELECT max({self.key}) FROM traces") or 0)
+        return top, [(int(r), body) for r, body in self._rows(
+            f"SELECT {self.key}, body FROM traces WHERE ts >= ? ORDER BY ts, {self.key} "
+            "LIMIT ?", (since, limit))]
+
+    def trace_rows_tail(self, tail: IdTail, limit: int = 50_000) -> list[tuple[int, str]]:
+        """(row, body) of the trace rows ``tail`` has not returned yet. A merge rewrites a
+        row in place and is not among them: ``trace_bodies`` tells it."""
+        return [(int(r), body) for r, body in self._tail("traces", f"{self.key}, body", tail,
+                                                          limit)]
+
+    def trace_bodies(self, rows: Sequence[int]) -> dict[int, str]:
+        """The bodies of these trace rows as stored now (a row merged away is absent)."""
+        out: dict[int, str] = {}
+        ids = sorted(set(rows))
+        for start in range(0, len(ids), 5000):
+            out.update((int(r), body) for r, body in self._rows(
+                f"SELECT {self.key}, body FROM traces WHERE {self._id_in()}",
+                (self._id_set(ids[start:start + 5000]),)))
+        return out
+
     def oldest_trace_ts(self) -> float | None:
         found = self._one("SELECT min(ts) FROM traces")
         return None if found is None else float(found)

@@ -144,6 +144,11 @@ class WorkerChains:
         return self.all.between(since, until)
 
     def prune(self, before: float, max_blocks: int = 1_000_000) -> None:
+        self.prune_segments(before)
+        self.cap(max_blocks)
+
+    def prune_segments(self, before: float) -> None:
+        """Forget the segments stored before ``before`` (reads never reach back so far)."""
         self.all.prune(before)
         self.unrooted.prune(before)
         for end in self.by_end.values():
@@ -151,6 +156,9 @@ class WorkerChains:
         for kids in self.children.values():
             kids.prune(before)
         self.children = {p: kids for p, kids in self.children.items() if kids.segs}
+
+    def cap(self, max_blocks: int = 1_000_000) -> None:
+        """Keep the depths of the newest ``max_blocks`` blocks."""
         if len(self.depth) > max_blocks:  # oldest first (insertion order)
             for h in list(self.depth)[:len(self.depth) - max_blocks]:
                 del self.depth[h]

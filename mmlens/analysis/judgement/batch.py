@@ -107,12 +107,42 @@ def _ranges(times: list[float]) -> list[tuple[float, float]]:
     return out
 
 
+PRUNE_STEP_S = 60.0  # chains are pruned once the cut moved this far (every read is recent)
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What attribution reads of one request, kept while its record stays the same object
+    with the same decisions joined (the job keeps its window decoded between runs)."""
+
+    trace: RequestTrace
+    decisions: int
+    unit: str | None
+    served: Served | None
+    identities: frozenset[str] | None
+
+
+def _seen(t: RequestTrace) -> _Seen:
+    u = unit_of(t)
+    ids = identities_of(t)
+    if u is None or t.failed:
+        return _Seen(t, len(t.predictions), u, None, ids)
+    start, end = span_of(t)
+    bs = block_size_of(t)
+    known = usage_realized(t, bs)
+    return _Seen(t, len(t.predictions), u, Served(
+        t.request_id, start, end, prompt_of(t, bs), bs,
+        None if known is None else known.blocks, ids), ids)
+
+
 @dataclass
 class JudgeState:
     horizon_s: float = 900.0
     chains: dict[str, WorkerChains] = field(default_factory=dict)
     held: HeldIndex = field(default_factory=HeldIndex)
     removals: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
+    seen: dict[int, _Seen] = field(default_factory=dict)  # id(trace) → what it gives
+    pruned_to: float = float("-inf")
 
     def apply_kv(self, rows: Iterable[KVRow]) -> dict[str, list[tuple[float, float]]]:
         """Apply KV rows; per unit the time ranges they cover (rows less than
@@ -151,8 +181,13 @@ class JudgeState:
         return sum(counts[lo:hi])
 
     def prune(self, before: float) -> None:
+        step = before - self.pruned_to >= PRUNE_STEP_S
         for chains in self.chains.values():
-            chains.prune(before)
+            if step:
+                chains.prune_segments(before)
+            chains.cap()
+        if step:
+            self.pruned_to = before
         self.held.prune(before)
         for times, counts in self.removals.values():
             cut = bisect.bisect_left(times, before - EVICTION_WINDOW_S)
@@ -170,17 +205,18 @@ class JudgeState:
         units = {u for t in wanted if (u := unit_of(t)) in self.chains}
         served: dict[str, list[Served]] = {}
         ended = ended_by_order(context)
+        seen, self.seen = self.seen, {}
+        known_ids: set[str] = set()
         for t in context:
-            u = unit_of(t)
-            if u not in units or t.failed:
-                continue
-            start, end = span_of(t)
-            bs = block_size_of(t)
-            known = usage_realized(t, bs)
-            served.setdefault(u, []).append(Served(
-                t.request_id, start, end, prompt_of(t, bs), bs,
-                None if known is None else known.blocks, identities_of(t)))
-        known = frozenset(k for t in context if (ids := identities_of(t)) for k in ids)
+            got = seen.get(id(t))
+            if got is None or got.trace is not t or got.decisions != len(t.predictions):
+                got = _seen(t)
+            self.seen[id(t)] = got
+            if got.identities:
+                known_ids.update(got.identities)
+            if got.served is not None and got.unit in units:
+                served.setdefault(got.unit, []).append(got.served)
+        known = frozenset(known_ids)
         realized = {}
         exact: dict[str, float] | None = None
         for u, rows in served.items():
