@@ -167,13 +167,17 @@ class VerdictJob:
         rows = self.store.samples_since(now - 600.0, [BLIND_METRIC])
         return frozenset(s.label("worker") for s in rows if s.value > 0)
 
-    def _read(self, lo: float, now: float, logged: set[str]) -> bool:
+    def _read(self, lo: float, since: float, now: float, logged: set[str], late: set[str],
+              ) -> tuple[bool, set[str]]:
         """Bring the window up to the store: drop what is older than ``lo``, decode the rows
         added since the last run and the rows of requests not judged yet that a merge
         rewrote, join their logged decisions (again, from a fresh decode, for requests a
-        decision logged since names: as one join of them all would); those that started
-        after ``now`` are not judged against yet and are looked at then. False when the window
-        had to be read whole and held more than a run judges (a backlog)."""
+        decision logged since names: as one join of them all would). Requests not judged
+        yet start at the judged frontier ``since`` or later unless added since; those that
+        started after ``now`` are not judged against yet and are looked at then; ``late``
+        ones are re-judged from their row as stored now. Returns False when the window had
+        to be read whole and held more than a run judges (a backlog), and the ids of the
+        requests decoded."""
         fresh: dict[int, str] = {}
         whole = self.window is None
         if self.window is None:
@@ -187,8 +191,10 @@ class VerdictJob:
                 fresh.update(found)
         win = self.window
         judged = self.versions
-        waiting = [row for _, row in win.order[:bisect.bisect_right(win.order, (now, inf))]
+        first = bisect.bisect_left(win.order, (since, -1))
+        waiting = [row for _, row in win.order[first:bisect.bisect_right(win.order, (now, inf))]
                    if row not in fresh and win.rows[row].trace.request_id not in judged]
+        waiting += [row for row in win.named(late) if row not in fresh]
         if waiting:
             now_stored = self.store.trace_bodies(waiting)
             for row in waiting:
@@ -216,9 +222,8 @@ class VerdictJob:
                   if kept.trace.request_id not in judged]
         if unseen:
             judged.update(self.store.verdict_versions(unseen))
-        if whole and len(fresh) >= TRACES_PER_RUN:
-            return False
-        return True
+        return not (whole and len(fresh) >= TRACES_PER_RUN), {
+            kept.trace.request_id for kept in decoded}
 
     def run(self, now: float | None = None, settle_s: float | None = None) -> list[Verdict]:
         """Judge the requests that ended ``settle_s`` (default: the job's) before ``now``."""
@@ -230,9 +235,12 @@ class VerdictJob:
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.state.horizon_s
         lo = since - self.lookback_s - self.longest
-        caught_up = self._read(lo, now, logged)
+        caught_up, fresh = self._read(lo, since, now, logged, late)
         assert self.window is not None
         context = self.window.between(lo, now)
+        # Before the frontier every request is judged, but for those just read and the late.
+        start = min(len(context), bisect.bisect_left(self.window.order, (since, -1)) -
+                    bisect.bisect_left(self.window.order, (lo, -1)))
         full = len(context) >= TRACES_PER_RUN
         del context[TRACES_PER_RUN:]
         if not caught_up:
@@ -247,7 +255,9 @@ class VerdictJob:
                 attach(older, self.store.decisions(keys))
             context += older
         todo, pending = [], 0
-        for t in context:
+        ahead = [t for t in context[:start] if t.request_id in fresh or t.request_id in late]
+        candidates = ahead + context[start:] if ahead or start else context
+        for t in candidates:
             if t.request_id in versions and t.request_id not in late:
                 continue
             if span_of(t)[1] <= until:
@@ -265,7 +275,7 @@ class VerdictJob:
         self.judged += sum(1 for v in verdicts if not v.version)
         self.pending = pending
         done = set(todo)
-        oldest_open = min((t.ts for t in context if t.request_id not in versions and
+        oldest_open = min((t.ts for t in candidates if t.request_id not in versions and
                            t.request_id not in done), default=until)
         for v in verdicts:
             versions[v.request_id] = v.version
