@@ -29,6 +29,7 @@ from mmlens.store.tail import IdTail
 
 BLIND_METRIC = "smg_kv_events_unavailable"
 TRACES_PER_RUN = 20_000  # a backlog is judged over several runs
+WINDOW_ROWS = 100_000  # a window read whole larger than this is a backlog
 
 
 @dataclass
@@ -182,7 +183,7 @@ class VerdictJob:
         whole = self.window is None
         if self.window is None:
             self.window = _Window()
-            self.trace_tail.after, found = self.store.trace_rows_from(lo, TRACES_PER_RUN)
+            self.trace_tail.after, found = self.store.trace_rows_from(lo, WINDOW_ROWS)
             fresh.update(found)
         else:
             for rid in self.window.prune(lo):
@@ -222,7 +223,7 @@ class VerdictJob:
                   if kept.trace.request_id not in judged]
         if unseen:
             judged.update(self.store.verdict_versions(unseen))
-        return not (whole and len(fresh) >= TRACES_PER_RUN), {
+        return not (whole and len(fresh) >= WINDOW_ROWS), {
             kept.trace.request_id for kept in decoded}
 
     def run(self, now: float | None = None, settle_s: float | None = None) -> list[Verdict]:
@@ -238,11 +239,12 @@ class VerdictJob:
         caught_up, fresh = self._read(lo, since, now, logged, late)
         assert self.window is not None
         context = self.window.between(lo, now)
+        full = not caught_up and len(context) >= TRACES_PER_RUN
+        if full:
+            del context[TRACES_PER_RUN:]
         # Before the frontier every request is judged, but for those just read and the late.
         start = min(len(context), bisect.bisect_left(self.window.order, (since, -1)) -
                     bisect.bisect_left(self.window.order, (lo, -1)))
-        full = len(context) >= TRACES_PER_RUN
-        del context[TRACES_PER_RUN:]
         if not caught_up:
             self.window = None  # a backlog: judged a run's worth at a time, read each run
         versions = self.versions
