@@ -370,21 +370,24 @@ def _overlapping(served: Sequence[Served], only: Collection[str], slack_s: float
     decode or share lies in its run, so the rest touch none of the segments the runs of
     ``only`` reach and cannot change their readings: they are left out unexamined."""
     ids = set(only)
-    spans = sorted((r.start - slack_s, r.end + slack_s, i) for i, r in enumerate(served))
-    keep: set[int] = set()
-    group: list[int] = []
-    wanted, reach = False, float("-inf")
-    for lo, hi, i in spans:
-        if group and lo > reach:
+    starts = [r.start for r in served]
+    order = sorted(range(len(served)), key=starts.__getitem__)
+    keep: list[int] = []
+    first, wanted, reach = 0, False, float("-inf")
+    for at, i in enumerate(order):
+        r = served[i]
+        if at and r.start - slack_s > reach:
             if wanted:
-                keep.update(group)
-            group, wanted = [], False
-        group.append(i)
-        wanted = wanted or served[i].request_id in ids
-        reach = max(reach, hi) if len(group) > 1 else hi
+                keep += order[first:at]
+            first, wanted, reach = at, False, r.end + slack_s
+        else:
+            reach = max(reach, r.end + slack_s)
+        wanted = wanted or r.request_id in ids
     if wanted:
-        keep.update(group)
-    return [r for i, r in enumerate(served) if i in keep]
+        keep += order[first:]
+    if len(keep) == len(served):
+        return list(served)
+    return [served[i] for i in sorted(keep)]
 
 
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
