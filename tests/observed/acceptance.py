@@ -320,3 +320,44 @@ def ambiguous_reasons(db: Path) -> Counter[str]:
     return Counter(re.sub(r"\d+ requests of \d+ blocks on \S+", "N requests of one length on a "
                           "worker", re.sub(r"on \S+ stored", "on its worker stored", v.reason))
                    for v in verdicts.values() if v.category.startswith("hit_or_") and v.reason)
+
+
+def swappable(kv_db: Path, tap_db: Path, truth: Mapping[str, Truth]) -> Counter[str]:
+    """Why the two-reading verdicts from logs + KV events stay two. ``swappable``: a rival
+    on its worker has as many full prompt blocks in the router's log, a run that overlaps
+    its own, another image (the tap saw both) and another realized hit (the engines'
+    truth): swapping the two requests' roles (who computed the new image's chain, who
+    found its prompt cached) fits every log line and KV event as well, because SMG 1.13
+    logs each image's size, not its identity, and the KV events name an image's hash but
+    no request. ``alongside``: the verdict's reason is that another request stored blocks
+    of its prompt while it ran (an engine stores a block once: found or computed too is
+    not in the events). ``other``: the rest."""
+    from mmlens.analysis.judgement.attribution import SLACK_S
+    from mmlens.analysis.judgement.batch import block_size_of, prompt_of, span_of, unit_of
+
+    traces, verdicts = stored_verdicts(kv_db)
+    tapped = {t.request_id: t for t in stored_verdicts(tap_db)[0]}
+
+    def image(rid: str) -> tuple[str, ...]:
+        t = tapped.get(rid)
+        return () if t is None else tuple(im.identities.get("smg_blake3", "") for im in t.images)
+
+    runs = {}
+    for t in traces:
+        bs = block_size_of(t)
+        if not t.failed and (n := prompt_of(t, bs)) is not None:
+            runs[t.request_id] = (unit_of(t), n // bs, *span_of(t))
+    out: Counter[str] = Counter()
+    for rid, v in verdicts.items():
+        if not v.category.startswith("hit_or_") or rid not in truth:
+            continue
+        if rid not in runs or (v.reason or "").startswith("another request"):
+            out["alongside" if rid in runs else "other"] += 1
+            continue
+        unit, blocks, start, end = runs[rid]
+        out["swappable" if any(
+            o != rid and u == unit and n == blocks and s - SLACK_S <= end + SLACK_S
+            and start - SLACK_S <= e + SLACK_S and image(o) != image(rid) and o in truth
+            and truth[o].cached_tokens != truth[rid].cached_tokens
+            for o, (u, n, s, e) in runs.items()) else "other"] += 1
+    return out

@@ -43,6 +43,7 @@ from tests.observed.acceptance import (
     measure,
     smg_dispatches,
     smg_truth,
+    swappable,
     table,
     wait_judged,
 )
@@ -254,6 +255,8 @@ def check_verdicts(run: Run, definite: bool) -> None:
             print(f"{name}/{view} wrong: {t.wrong_examples}")
     print("logs+kv ambiguous, by reason: " + ", ".join(
         f"{n} {why}" for why, n in ambiguous_reasons(dbs["logs+kv"]).most_common()))
+    print("logs+kv ambiguous, why undecidable: " + ", ".join(
+        f"{n} {why}" for why, n in swappable(dbs["logs+kv"], dbs["tap"], truth).most_common()))
     assert disagreements == {name: [] for name in dbs}
     for view, t in tallies["logs+kv"].items():
         assert t.total == REQUESTS
