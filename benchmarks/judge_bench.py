@@ -237,11 +237,9 @@ def main() -> None:
     }
     for backend in () if args.no_store else (
             ("sqlite", "postgresql") if args.store == "both" else (args.store,)):
-        with store_url(backend) as (fresh, server_s):
+        with store_url(backend) as (fresh, _):
             url = fresh()
-            s0 = server_s()
             job = job_ticks(url, w)
-            job["server_cpu_s"] = server_s() - s0
             read_s, _, _ = cpu(lambda u=url: store_floor(u))
             stored = open_store(url)
             kept = stored.verdicts_between(float("-inf"), None, 10**9)
@@ -272,11 +270,10 @@ def main() -> None:
     for backend in ("sqlite", "postgresql"):
         if (j := out.get(f"job_{backend}")) is None:
             continue
-        server = f"; the server {j['server_cpu_s']:.3f} s" if backend == "postgresql" else ""
         print(f"job path ({backend}, {TICK_S:.0f} s ticks, traffic written as it happens, "
               f"{out['rate']:.0f} requests/s): {j['cpu_s']:.3f} s = {j['per_s']:,.0f} "
               f"requests/s (judging {j['judge_cpu_s']:.3f} s, store reads, joins and writes "
-              f"{j['store_cpu_s']:.3f} s{server}); {j['ticks']} ticks, at most "
+              f"{j['store_cpu_s']:.3f} s); {j['ticks']} ticks, at most "
               f"{j['max_behind']} settled requests not judged after a tick; {j['stored']} "
               f"verdicts stored, {j['same_as_pure']} as the pure pass")
         print(f"job floor ({backend}, the same rows read once, no judging): "
