@@ -246,6 +246,10 @@ def main() -> None:
             stored.close()
         same = sum(1 for v in kept if (b := by_id.get(v.request_id)) is not None
                    and (v.category, v.realized_blocks) == (b.category, b.realized_blocks))
+        sure = [v for v in kept if v.realized_blocks is not None
+                and not v.evidence.get("realized_alternatives")]
+        job.update(realized_definite=len(sure), realized_right=sum(
+            1 for v in sure if v.realized_blocks == w.truth[v.request_id]))
         job.update(per_s=n / job["cpu_s"], store_cpu_s=job["cpu_s"] - job["judge_cpu_s"],
                    stored=len(kept), same_as_pure=same, floor_cpu_s=read_s,
                    floor_per_s=n / read_s, ratio=job["cpu_s"] / read_s)
@@ -275,7 +279,8 @@ def main() -> None:
               f"requests/s (judging {j['judge_cpu_s']:.3f} s, store reads, joins and writes "
               f"{j['store_cpu_s']:.3f} s); {j['ticks']} ticks, at most "
               f"{j['max_behind']} settled requests not judged after a tick; {j['stored']} "
-              f"verdicts stored, {j['same_as_pure']} as the pure pass")
+              f"verdicts stored, {j['same_as_pure']} as the pure pass; realized hit definite on "
+              f"{j['realized_definite']}, right on {j['realized_right']}")
         print(f"job floor ({backend}, the same rows read once, no judging): "
               f"{j['floor_cpu_s']:.3f} s = {j['floor_per_s']:,.0f} requests/s; ratio "
               f"{j['ratio']:.1f}x")
