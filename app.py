@@ -48,4 +48,5 @@ st.markdown(NARROW_CSS, unsafe_allow_html=True)
 current = st.navigation(PAGES)
 shared.time_controls()
 shared.sidebar_status()
-current.run()
+with shared.script_timer(current.url_path or "index"):
+    current.run()

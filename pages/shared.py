@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import threading
 import time
@@ -42,8 +43,29 @@ from mmlens.store.reader import StoreReader, open_reader
 from mmlens.store.snapshot import build_snapshot, with_health
 
 ENV_DB = "MMLENS_DB"
+# A file the app appends each page run's script time to (benchmarks/pages_browser.py puts
+# the server's share of a click beside the browser's).
+ENV_PAGE_TIMES = "MMLENS_PAGE_TIMES"
 REFRESH_S = 5
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def script_timer(page: str) -> Iterator[None]:
+    """Note the page run's wall and CPU seconds (this thread's) in ``$MMLENS_PAGE_TIMES``,
+    when set; a run that ends by switching page or stopping counts too."""
+    out = os.environ.get(ENV_PAGE_TIMES)
+    if not out:
+        yield
+        return
+    wall, cpu = time.perf_counter(), time.thread_time()
+    try:
+        yield
+    finally:
+        line = json.dumps({"page": page, "wall_s": time.perf_counter() - wall,
+                           "cpu_s": time.thread_time() - cpu, "ts": time.time()})
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
 
 def db_path() -> str | None:

@@ -4,7 +4,9 @@ the page at the next run."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from mmlens.store.open import open_store
 from mmlens.store.sqlite import Store
 from tests.core.test_store_versions import tick
 from tests.pages.apptest_util import APP
+from tests.pages.recorded_store import Recorded
 
 
 def trace(rid: str, ts: float) -> RequestTrace:
@@ -61,3 +64,17 @@ def test_revisit_after_an_idle_tick_reads_no_trace(tmp_path: Any,
     assert rerun_after_tick()
     assert any("req-new" in str(df.value.to_csv()) for df in at.dataframe)
     store.close()
+
+
+def test_each_page_run_notes_its_script_time(db: Recorded, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With MMLENS_PAGE_TIMES set, every page run appends its page and script seconds (what
+    benchmarks/pages_browser.py prints beside the browser's click → drawn)."""
+    out = tmp_path / "times.jsonl"
+    monkeypatch.setenv(shared.ENV_PAGE_TIMES, str(out))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    at.run()  # AppTest's switch_page runs a page's script alone, without the app's timer
+    runs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["page"] for r in runs] == ["index", "index"]
+    assert all(r["wall_s"] > 0 and r["cpu_s"] >= 0 for r in runs)
