@@ -21,7 +21,12 @@ from typing import Any
 
 import httpx
 from mmlens.collectors.media_server import MediaServer
-from mmlens.demo.media_origin import MEDIA_PORT_OFFSET, allow_list, start_origin
+from mmlens.demo.media_origin import (
+    MEDIA_PORT_OFFSET,
+    allow_list,
+    origin_url,
+    start_origin,
+)
 from mmlens.demo.model_dirs import MODELS, ensure_model_dir
 from mmlens.demo.procs import (
     HOST,
@@ -203,7 +208,7 @@ class Cluster:
             "routers": routers,
             # Where mmlens puts its URL images (PUT /media/<sha256>), and what the workers
             # fetch image URLs from (that origin first).
-            "media_origin": f"http://{HOST}:{self.cfg.media_port}",
+            "media_origin": origin_url(self.cfg.media_port),
             "media_hosts": self.media_hosts,
         }
 
@@ -257,9 +262,9 @@ class Cluster:
         if cfg.allow_private_media:
             cmd.append("--mm-allow-private-media-hosts")
         # SMG 1.13 matches this list by host alone (measured: "127.0.0.1:PORT" refuses every
-        # URL, the origin's too, "127.0.0.1" allows any loopback port): it keeps a
-        # router-mode SMG from other hosts and from redirects to them, not from other
-        # loopback ports (the workers' host:port list does that).
+        # URL, the origin's too, "127.0.0.1" allows any loopback port). The origin's address
+        # is its own (media_origin.ORIGIN_HOST), so the list names no host where another of
+        # the demo's ports listens; the workers' host:port list is exact in any case.
         hosts = dict.fromkeys(h.rsplit(":", 1)[0] for h in self.media_hosts)
         cmd += ["--mm-allowed-media-domains", ",".join(hosts)]
         return cmd + cfg.extra_smg_args

@@ -38,7 +38,12 @@ import httpx
 from mmlens.collectors.media_server import MediaServer
 from mmlens.demo.dynamo_broker import broker_url
 from mmlens.demo.dynamo_env import infra_missing, loopback_env, nats_env
-from mmlens.demo.media_origin import MEDIA_PORT_OFFSET, allow_list, start_origin
+from mmlens.demo.media_origin import (
+    MEDIA_PORT_OFFSET,
+    allow_list,
+    origin_url,
+    start_origin,
+)
 from mmlens.demo.model_dirs import MODELS, ensure_model_dir
 from mmlens.demo.procs import HOST, ClusterError, Proc, require_free, spawn
 
@@ -192,7 +197,7 @@ class DynamoCluster:
             "models": [self.model.ready_entry(self.model_dir)],
             "logs": str(self.log_dir),
             "router_pid": self.frontend.popen.pid if self.frontend else None,
-            "media_origin": f"http://{HOST}:{self.cfg.media_port}",  # see Cluster.ready_info
+            "media_origin": origin_url(self.cfg.media_port),  # see Cluster.ready_info
             "media_hosts": self.media_hosts,
         }
 

@@ -19,13 +19,14 @@ def allowed_flag(cmd: list[str]) -> str:
 
 def test_smg_demo_workers_fetch_only_from_the_demo_origin_by_default() -> None:
     cluster = Cluster(config_from(parse_args(["--port-base", "20000"])))
-    assert allowed_flag(cluster._worker_cmd(0)) == "127.0.0.1:20007"
+    assert allowed_flag(cluster._worker_cmd(0)) == "127.0.0.7:20007"
     smg = cluster._smg_cmd(cluster.routers[0])
-    # SMG's own list holds hosts only (it refuses "host:port" entries: nothing matches).
-    assert smg[smg.index("--mm-allowed-media-domains") + 1] == "127.0.0.1"
+    # SMG's own list holds hosts only (it refuses "host:port" entries: nothing matches): the
+    # origin's own address, not 127.0.0.1 where the routers' and workers' ports are.
+    assert smg[smg.index("--mm-allowed-media-domains") + 1] == "127.0.0.7"
     info = cluster.ready_info()
-    assert info["media_origin"] == "http://127.0.0.1:20007"
-    assert info["media_hosts"] == ["127.0.0.1:20007"]
+    assert info["media_origin"] == "http://127.0.0.7:20007"
+    assert info["media_hosts"] == ["127.0.0.7:20007"]
     assert 20007 in ports_needed(cluster.cfg)
     cluster.stop()  # removes its log folder
 
@@ -34,11 +35,11 @@ def test_media_host_adds_hosts_on_both_demos() -> None:
     args = ["--port-base", "20000", "--media-host", "127.0.0.1:9000", "--media-host",
             "Images.Example:443"]
     smg = Cluster(config_from(parse_args(args)))
-    assert allowed_flag(smg._worker_cmd(1)) == "127.0.0.1:20007,127.0.0.1:9000,images.example:443"
+    assert allowed_flag(smg._worker_cmd(1)) == "127.0.0.7:20007,127.0.0.1:9000,images.example:443"
     dyn = DynamoCluster(dynamo_config_from(dynamo_parse_args(args)))
     try:
         assert allowed_flag(dyn._worker_cmd(0)) == allowed_flag(smg._worker_cmd(0))
-        assert dyn.ready_info()["media_origin"] == "http://127.0.0.1:20007"
+        assert dyn.ready_info()["media_origin"] == "http://127.0.0.7:20007"
         assert 20007 in dynamo_ports_needed(dyn.cfg)
     finally:
         dyn.stop()  # removes its scratch and log folders

@@ -8,7 +8,10 @@ the others on its own pipeline (`mode="router",reason="model_not_opted_in"`).
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.server
 import re
+import threading
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -16,6 +19,7 @@ import httpx
 import pytest
 from mmlens.collectors.media_upload import upload
 from mmlens.demo.cluster import Cluster
+from mmlens.demo.media_origin import ORIGIN_HOST
 
 from mmlens.layout.families import get_family
 from tests.demo.support import (
@@ -85,24 +89,55 @@ def test_worker_mode_bad_images_come_back_through_the_router(qwen_worker_mode: d
     assert ok.status == 200 and ok.prompt_tokens == 18 - 1 + 64 + DRIFT
 
 
-def test_kimi_k3_is_not_opted_in() -> None:
+@pytest.fixture(scope="module")
+def kimi_cluster() -> Iterator[Cluster]:
     with running_cluster(family="kimi-k3", workers=1, worker_mm_processor=True) as c:
-        info = c.ready_info()
-        model = info["models"][0]["id"]
-        r = chat(info["router"], model, image_messages(png_data_url(640, 480, (5, 6, 7))))
-        assert r.status == 200
-        m = info["router_metrics"]
-        assert metric_value(m, "smg_mm_processing_total", model=model, mode="router",
-                            reason="model_not_opted_in") == 1
-        assert metric_value(m, "smg_mm_processing_total", mode="worker") == 0
-        seen = worker_requests(info["workers"][0]["http"], 1)[-1]
-        # The worker's own expansion (its HTTP API, as vLLM serving the raw request) builds
-        # the same ids as SMG's router-side expansion.
-        direct = httpx.post(info["workers"][0]["http"] + "/v1/chat/completions", timeout=30,
-                            json={"messages": image_messages(png_data_url(640, 480, (5, 6, 7))),
-                                  "max_tokens": 1})
-        assert direct.status_code == 200
-        own = worker_requests(info["workers"][0]["http"], 1)[-1]
+        yield c
+
+
+@contextlib.contextmanager
+def probe_server(png: bytes) -> Iterator[tuple[int, list[str]]]:
+    """A loopback image server that is not the demo's origin: (its port, the paths fetched)."""
+    fetched: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetched.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "image/png")
+            self.send_header("content-length", str(len(png)))
+            self.end_headers()
+            self.wfile.write(png)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1], fetched
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_kimi_k3_is_not_opted_in(kimi_cluster: Cluster) -> None:
+    info = kimi_cluster.ready_info()
+    model = info["models"][0]["id"]
+    r = chat(info["router"], model, image_messages(png_data_url(640, 480, (5, 6, 7))))
+    assert r.status == 200
+    m = info["router_metrics"]
+    assert metric_value(m, "smg_mm_processing_total", model=model, mode="router",
+                        reason="model_not_opted_in") == 1
+    assert metric_value(m, "smg_mm_processing_total", mode="worker") == 0
+    seen = worker_requests(info["workers"][0]["http"], 1)[-1]
+    # The worker's own expansion (its HTTP API, as vLLM serving the raw request) builds
+    # the same ids as SMG's router-side expansion.
+    direct = httpx.post(info["workers"][0]["http"] + "/v1/chat/completions", timeout=30,
+                        json={"messages": image_messages(png_data_url(640, 480, (5, 6, 7))),
+                              "max_tokens": 1})
+    assert direct.status_code == 200
+    own = worker_requests(info["workers"][0]["http"], 1)[-1]
     assert own["transport"] == "http" and own["prompt_ids"] == seen["prompt_ids"]
     assert seen["media_refs"] == 0 and seen["im_token_id"] == 163605
     ids = seen["prompt_ids"]
@@ -132,9 +167,6 @@ def test_worker_fetches_http_images_only_from_the_demo_origin(qwen_cluster: Clus
     """The default allow-list is the demo's own media origin: an image uploaded there is
     fetched by the worker (SMG forwards the URL); a URL on any other loopback port, another
     server's or the router's own, is refused with 400 and nothing is fetched from it."""
-    import http.server
-    import threading
-
     png = base64.b64decode(png_data_url(224, 224, (70, 80, 90)).split(",", 1)[1])
     info = qwen_cluster.ready_info()
     assert qwen_cluster.media is not None
@@ -144,25 +176,8 @@ def test_worker_fetches_http_images_only_from_the_demo_origin(qwen_cluster: Clus
     assert ok.status == 200 and ok.prompt_tokens == 18 - 1 + 64 + DRIFT
     assert [p for p, _ in qwen_cluster.media.requests] == [urlsplit(url).path]  # by the worker
 
-    fetched: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            fetched.append(self.path)
-            self.send_response(200)
-            self.send_header("content-type", "image/png")
-            self.send_header("content-length", str(len(png)))
-            self.end_headers()
-            self.wfile.write(png)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
     router_port = urlsplit(info["router"]).port
-    try:
+    with probe_server(png) as (port, fetched):
         for where in (f"127.0.0.1:{port}", f"localhost:{port}", f"127.0.0.1:{router_port}"):
             refused = chat(info["router"], QWEN, image_messages(f"http://{where}/b.png"))
             assert refused.status == 400, (where, refused.body)
@@ -170,9 +185,6 @@ def test_worker_fetches_http_images_only_from_the_demo_origin(qwen_cluster: Clus
             assert f"media host {where} is not in the allowed hosts" in message
         assert fetched == []
         assert len(qwen_cluster.media.requests) == 1
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_router_mode_and_a_worker_mode_router_over_the_same_workers() -> None:
@@ -197,3 +209,34 @@ def test_a_router_mode_and_a_worker_mode_router_over_the_same_workers() -> None:
                             mode="worker", reason="config") == 1
         assert via_worker.prediction["branch"] == "event_miss"
         assert via_worker.prediction["request_blocks"] == 1  # 18 ids with one placeholder
+
+
+def test_the_router_mode_smg_fetches_only_the_demo_origin(kimi_cluster: Cluster) -> None:
+    """The router-mode SMG fetches image URLs itself and matches its allow-list by host alone;
+    the origin's address is its own (127.0.0.7), so a URL naming another loopback port, a
+    server of 127.0.0.1's or the router's own API, is refused unfetched, and on the origin's
+    address no other port answers."""
+    info = kimi_cluster.ready_info()
+    model = info["models"][0]["id"]
+    png = base64.b64decode(png_data_url(224, 224, (9, 8, 7)).split(",", 1)[1])
+    media = kimi_cluster.media
+    assert media is not None and urlsplit(info["media_origin"]).hostname == ORIGIN_HOST
+    with httpx.Client() as client:
+        url = upload(client, info["media_origin"], png, "a.png")
+    before = metric_value(info["router_metrics"], "smg_mm_processing_total", model=model,
+                          mode="router", reason="model_not_opted_in")
+    ok = chat(info["router"], model, image_messages(url))
+    assert ok.status == 200, ok.body
+    assert metric_value(info["router_metrics"], "smg_mm_processing_total", model=model,
+                        mode="router", reason="model_not_opted_in") == before + 1
+    fetches = len(media.requests)
+    assert fetches >= 1 and worker_requests(info["workers"][0]["http"], 1)[-1][
+        "media_refs"] == 0  # SMG fetched and expanded it, the worker got token ids
+    router_port = urlsplit(info["router"]).port
+    with probe_server(png) as (port, fetched):
+        for where in (f"127.0.0.1:{port}", f"localhost:{port}", f"127.0.0.1:{router_port}",
+                      f"{ORIGIN_HOST}:{port}", f"{ORIGIN_HOST}:{router_port}"):
+            refused = chat(info["router"], model, image_messages(f"http://{where}/b.png"))
+            assert refused.status >= 400, (where, refused.status, refused.body)
+        assert fetched == []
+    assert len(media.requests) == fetches

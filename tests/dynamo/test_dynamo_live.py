@@ -20,6 +20,7 @@ from mmlens.collectors.metrics_scrape import MetricsScraper
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.collectors.traces import ImagePart, TraceClient, solid_png
 from mmlens.demo.dynamo_cluster import DynamoCluster
+from mmlens.demo.media_origin import ORIGIN_HOST
 
 from mmlens.ingest.metrics_normalize import detect_flavors, normalize_samples
 from mmlens.records import RequestTrace
@@ -113,8 +114,9 @@ def test_every_listener_is_loopback(cluster: DynamoCluster) -> None:
     for i in range(cluster.cfg.workers):
         assert cluster.cfg.worker_ports(i)["system"] in ports
     assert socks and all(addr == "127.0.0.1" for addr, _, _ in socks), socks
-    # The demo's media origin runs in the process that started the cluster (this one).
-    assert ("127.0.0.1", cluster.cfg.media_port) in {
+    # The demo's media origin runs in the process that started the cluster (this one), on
+    # a loopback address of its own.
+    assert (ORIGIN_HOST, cluster.cfg.media_port) in {
         (addr, port) for addr, port, _ in listeners([os.getpid()])}
 
 
@@ -195,7 +197,7 @@ def test_workers_fetch_only_from_the_demo_origin_and_listed_hosts(
     fetch; a URL on a loopback port nobody listed is refused by the worker, unfetched."""
     png = solid_png(640, 480, (3, 250, 4))
     info = cluster.ready_info()
-    assert info["media_hosts"] == [f"127.0.0.1:{cluster.cfg.media_port}",
+    assert info["media_hosts"] == [f"{ORIGIN_HOST}:{cluster.cfg.media_port}",
                                    f"127.0.0.1:{media.port}"]
     with httpx.Client() as http:
         url = upload(http, info["media_origin"], png, "green.png")
