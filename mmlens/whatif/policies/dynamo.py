@@ -24,6 +24,7 @@ tracking (off by default), and the optional BOS of the routing ids.
 from __future__ import annotations
 
 import math
+from itertools import compress
 
 from mmlens.whatif.blocks import Prompt
 from mmlens.whatif.index import BlockIndex, ExpiringIndex
@@ -106,15 +107,20 @@ class KvRouter(Policy):
         tied: list[tuple[int, int]] = []
         for depth, workers in groups:
             seen |= workers
-            lo = min(map(base.__getitem__, workers)) - step * depth
-            if lo < best:
-                best, tied = lo, [(depth, w) for w in workers if base[w] - step * depth == lo]
-            elif lo == best:
-                tied += [(depth, w) for w in workers if base[w] - step * depth == lo]
+            m = min(map(base.__getitem__, workers))
+            lo = m - step * depth
+            if lo <= best:
+                ties = [(depth, w) for w in workers if base[w] == m] if len(workers) > 1 else [
+                    (depth, next(iter(workers)))]
+                if lo < best:
+                    best, tied = lo, ties
+                else:
+                    tied += ties
         lo = min(base)
         if len(seen) < self.n and lo <= best:
-            plain = [w for w, b in enumerate(base) if b == lo and w not in seen] if (
-                base.count(lo) > 1 or base.index(lo) in seen) else [base.index(lo)]
+            plain = [w for w in compress(range(self.n), map(lo.__eq__, base))
+                     if w not in seen] if (base.count(lo) > 1 or base.index(lo) in seen) else [
+                base.index(lo)]
             if not plain:
                 rest = [b for w, b in enumerate(base) if w not in seen]
                 lo = min(rest)
