@@ -23,8 +23,10 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from mmlens.collectors.trace_sink import TraceSink, store_writer  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from mmlens.layout.modeldir import resolve_model  # noqa: E402
+from mmlens.replay.images import cached_identity_png  # noqa: E402
 from mmlens.replay.plan import Plan, PlannedImage, PlannedRequest, plan  # noqa: E402
 from mmlens.replay.summary import Outcome, hit_rate  # noqa: E402
 from mmlens.replay.text import TextFitter  # noqa: E402
@@ -224,9 +227,15 @@ def mixed_workload(n: int, rate: float, seed: int, model: str) -> Plan:
 
 def send(live: Live, the_plan: Plan, db: Path | None, concurrency: int, name: str,
          ) -> tuple[Measured, list[Outcome]]:
-    """Send ``the_plan`` to ``live`` (traced into ``db``) and measure its hit rate."""
+    """Send ``the_plan`` to ``live`` (traced into ``db``; untraced without one: the trace
+    sink's layout work is most of the sender's CPU) and measure its hit rate. The
+    synthetic images are made before the clock starts (making an 800×600 PNG holds the
+    interpreter long enough to put a recording seconds behind its schedule)."""
+    for p in the_plan.requests:
+        for im in p.images:
+            cached_identity_png(im.identity, im.width, im.height)
     h0, q0 = engine_counters(live.metrics)
-    sink = TraceSink(store_writer(db) if db else None, layout_model=live.model_dir)
+    sink = TraceSink(store_writer(db), layout_model=live.model_dir) if db else None
     cpu0 = time.process_time()
     with httpx.Client() as client:
         outcomes, elapsed = Replayer(client, sink=sink, concurrency=concurrency).send_all(
@@ -304,8 +313,31 @@ class Report:
         return 100 * (guess - m.engine_hit_rate)
 
 
+def _together(names: Sequence[str], table: dict[str, Target],
+              replay: Callable[[str, Live], Measured]) -> list[Measured]:
+    """Each target in a thread of its own from start to stop (the demo's processes die with
+    the thread that started them: PR_SET_PDEATHSIG), all sending once every one started."""
+    ready = threading.Barrier(len(names))
+
+    def one(name: str) -> Measured:
+        try:
+            with running(table[name]) as live:
+                ready.wait()
+                return replay(name, live)
+        finally:
+            ready.abort()  # a target that failed to start releases the others' wait
+
+    with ThreadPoolExecutor(len(names), thread_name_prefix="whatif-live") as pool:
+        futures = [pool.submit(one, name) for name in names]
+    return [f.result() for f in futures]
+
+
 def run(n: int, rate: float, num_blocks: int, names: Sequence[str], seed: int, keep: Path,
-        concurrency: int = 16) -> Report:
+        concurrency: int = 16, parallel: bool = True, trace_replays: bool = False) -> Report:
+    """With ``parallel``, the replay targets' clusters start together and then all get the
+    recorded window at once (each its own engines and ports); else one after another. With
+    ``trace_replays`` each replay is stored too (``replay-TARGET.db``), for reading which
+    requests a model got wrong."""
     table = targets(num_blocks)
     load0 = os.getloadavg()[0]
     rec_db = keep / "recorded.db"
@@ -315,11 +347,18 @@ def run(n: int, rate: float, num_blocks: int, names: Sequence[str], seed: int, k
         model_dir = live.model_dir
     the_plan = replay_plan(rec_db, model_dir)
     predicted = predict(rec_db, num_blocks, names)
-    replays = []
-    for name in names:
-        with running(table[name]) as live:
-            m, _ = send(live, the_plan, keep / f"replay-{name}.db", concurrency, name)
-            replays.append(m)
+
+    def replay(name: str, live: Live) -> Measured:
+        db = keep / f"replay-{name}.db" if trace_replays else None
+        return send(live, the_plan, db, concurrency, name)[0]
+
+    if parallel:
+        replays = _together(names, table, replay)
+    else:
+        replays = []
+        for name in names:
+            with running(table[name]) as live:
+                replays.append(replay(name, live))
     return Report(recorded, replays, predicted, len(the_plan.requests), the_plan.skipped,
                   the_plan.approximations, load0, os.getloadavg()[0])
 
@@ -332,14 +371,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--num-blocks", type=int, default=512, help="KV blocks per engine")
     p.add_argument("--targets", default="smg-router,smg-worker,dynamo-kv,smg-half")
     p.add_argument("--seed", type=int, default=24)
-    p.add_argument("--keep", type=Path, help="keep the stores here")
+    p.add_argument("--keep", type=Path,
+                   help="keep the stores here: the recording's and each replay's")
+    p.add_argument("--sequential", action="store_true",
+                   help="replay to one target after another (default: all at once)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     names = [t for t in args.targets.split(",") if t]
     with contextlib.ExitStack() as stack:
         keep = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         keep.mkdir(parents=True, exist_ok=True)
-        report = run(args.requests, args.rate, args.num_blocks, names, args.seed, keep)
+        report = run(args.requests, args.rate, args.num_blocks, names, args.seed, keep,
+                     parallel=not args.sequential, trace_replays=args.keep is not None)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return 0
 

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -42,15 +43,22 @@ def _ephemeral_low() -> int:
 
 # Ports the kernel hands to outgoing connections (a PostgreSQL client, an HTTP pool) can be
 # taken between a probe and the bind that follows, so tests pick ports below that range, and
-# never the same one twice in a process (several are probed before any is bound).
+# never the same one twice in a process (several are probed before any is bound; clusters
+# started from several threads at once pick under one lock).
 _EPHEMERAL_LOW = _ephemeral_low()
 _PICK_LOW = 20000 if _EPHEMERAL_LOW > 21000 else 10000
 _handed: set[int] = set()
+_picking = threading.Lock()
 _rng = random.Random(os.getpid() ^ time.monotonic_ns())
 
 
 def free_port() -> int:
     """A free loopback port outside the ephemeral range, not handed out before in this process."""
+    with _picking:
+        return _free_port()
+
+
+def _free_port() -> int:
     for _ in range(500):
         port = _rng.randrange(_PICK_LOW, _EPHEMERAL_LOW)
         if port not in _handed and port_free(port):
@@ -67,6 +75,11 @@ def loopback_endpoints(n: int) -> list[str]:
 def free_port_base(span: int = 60, ports: Callable[[int], Iterable[int]] | None = None) -> int:
     """A port base, below the ephemeral range, whose ports are all free and not handed out
     before in this process: the `span` ports from it, or `ports(base)`."""
+    with _picking:
+        return _free_port_base(span, ports)
+
+
+def _free_port_base(span: int, ports: Callable[[int], Iterable[int]] | None) -> int:
     for _ in range(200):
         base = _rng.randrange(_PICK_LOW, _EPHEMERAL_LOW - span, 10)
         wanted = list(ports(base) if ports else range(base, base + span))
