@@ -40,12 +40,41 @@ class Run:
     view: str = "content"  # the prompt view the policy routed on (``Prompt.view``)
 
 
-def _durations(workload: Sequence[RecordedRequest]) -> tuple[float, float]:
-    """Typical (prefill end, completion) delays, for requests whose own are unknown."""
-    lat = [r.latency_s for r in workload if r.latency_s is not None]
-    ttft = [r.ttft_s for r in workload if r.ttft_s is not None]
-    latency = statistics.median(lat) if lat else 0.0
-    return (statistics.median(ttft) if ttft else latency), latency
+def _decode_step(workload: Sequence[RecordedRequest]) -> float:
+    """Seconds per output token: the median of the streamed requests' (latency − TTFT) per
+    token after the first; with none, the slope of latency over output tokens (least squares
+    over the requests that have both); 0 when neither can be told."""
+    steps = [(r.latency_s - r.ttft_s) / (r.output_tokens - 1) for r in workload
+             if r.latency_s is not None and r.ttft_s is not None and (r.output_tokens or 0) > 1]
+    if steps:
+        return max(statistics.median(steps), 0.0)
+    pts = [(r.output_tokens, r.latency_s) for r in workload
+           if r.latency_s is not None and r.output_tokens is not None]
+    if len(pts) < 3 or len({o for o, _ in pts}) < 2:
+        return 0.0
+    return max(statistics.linear_regression([o for o, _ in pts], [t for _, t in pts]).slope,
+               0.0)
+
+
+def _prefill_ends(workload: Sequence[RecordedRequest]) -> list[tuple[float, float]]:
+    """Per request, (prefill end, completion) after its arrival. A request not streamed has
+    no TTFT: its prefill ends at its latency less its output's decode steps
+    (``_decode_step``), so its blocks are not held back from the requests that follow it
+    for its whole latency. Unknown latencies take the workload's median."""
+    step = _decode_step(workload)
+    ends = [(r.ttft_s if r.ttft_s is not None else
+             None if r.latency_s is None else
+             min(max(r.latency_s - step * (r.output_tokens or 0), 0.0), r.latency_s),
+             r.latency_s) for r in workload]
+    known_ttft = [t for t, _ in ends if t is not None]
+    known_lat = [t for _, t in ends if t is not None]
+    ttft = statistics.median(known_ttft) if known_ttft else 0.0
+    latency = statistics.median(known_lat) if known_lat else ttft
+    out = []
+    for t, lat in ends:
+        t = ttft if t is None else t
+        out.append((t, max(latency if lat is None else lat, t)))
+    return out
 
 
 def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
@@ -74,7 +103,7 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
         requests.append(r)
         prompts.append(p)
     out = Run(scenario, requests, prompts, skipped=skipped, view=policy.view)
-    default_ttft, default_latency = _durations(requests)
+    timing = _prefill_ends(requests)
     heap: list[tuple[float, int, int, int]] = []
     admissions: list[Admission | None] = [None] * len(requests)
     seq = 0
@@ -118,10 +147,9 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
         a = engines[w].admit(p.content, p.blind, p.tokens, p.output, bs)
         admissions[i] = a
         loads.start(w, p.tokens - a.hit_blocks * bs, -(-p.tokens // bs))
-        ttft = r.ttft_s if r.ttft_s is not None else default_ttft
-        latency = r.latency_s if r.latency_s is not None else max(default_latency, ttft)
+        ttft, latency = timing[i]
         heapq.heappush(heap, (now + ttft, seq, _COMMIT, i))
-        heapq.heappush(heap, (now + max(latency, ttft), seq + 1, _RELEASE, i))
+        heapq.heappush(heap, (now + latency, seq + 1, _RELEASE, i))
         seq += 2
         worker_out.append(w)
         branch_out.append(choice.branch)

@@ -106,6 +106,32 @@ def test_a_spill_gate_that_fires_sends_the_repeat_elsewhere() -> None:
     assert "spill" not in default.branch and len(set(default.worker[1:])) == 1
 
 
+def test_the_spill_margin_is_capped_at_the_in_flight_swing_of_a_small_fleet() -> None:
+    # Twelve red requests in flight on two workers, default thresholds (abs 64): the margin
+    # over the mean is max(2·sqrt(mean), 4), so the matched worker spills at 9 in flight
+    # (mean 4.5, margin 4.24; 8 is not over 4 + 4); the spilled request caches red on the
+    # other worker, which then has the match and the lower load.
+    reqs = [request(f"s{i}", T0 + i * 0.01, [RED], latency=5.0, ttft=0.001)
+            for i in range(12)]
+    out = run(reqs, Scenario("cache_aware", "router", workers=2))
+    assert [i for i, b in enumerate(out.branch) if b == "spill"] == [9]
+    assert len(set(out.worker[:9])) == 1 and set(out.worker[9:]) == {1 - out.worker[0]}
+    # A threshold under 4 is the margin itself: 2 over the mean spills at 5 in flight.
+    low = run(reqs, parse("policy=cache_aware,balance_abs_threshold=2", Scenario(workers=2)))
+    assert low.branch.index("spill") == 5
+
+
+def test_a_request_not_streamed_commits_its_prompt_before_its_decode_ends() -> None:
+    # Not streamed (no TTFT): latency = 10 ms + 20 ms per output token in the recording, so
+    # the 2.01 s request's prompt is cached after about 10 ms, and a repeat 0.2 s later hits.
+    reqs = [request(f"t{i}", T0 + i, [BLUE], output=out, latency=0.01 + 0.02 * out, ttft=None)
+            for i, out in enumerate((8, 16, 32))]
+    reqs += [request("long", T0 + 10, [RED], output=100, latency=2.01, ttft=None),
+             request("repeat", T0 + 10.2, [RED], output=8, latency=0.17, ttft=None)]
+    out = run(reqs, Scenario("cache_aware", "router", workers=2))
+    assert out.worker[3] == out.worker[4] and out.hit[4] == 5
+
+
 def test_block_sizes_rekey_from_the_recorded_layout_or_are_refused() -> None:
     r = request("a", T0, [BIG])
     p16, p32 = prompt(r, 16), prompt(r, 32)

@@ -23,6 +23,8 @@ fallback (modelled as the least in-flight count, SMG's documented min-load order
 
 from __future__ import annotations
 
+import math
+
 from mmlens.whatif.blocks import Prompt
 from mmlens.whatif.index import BlockIndex
 from mmlens.whatif.policies.base import Choice, Loads, Policy
@@ -68,9 +70,16 @@ class CacheAware(Policy):
     def _gate(self, w: int, depth: int, branch: str, loads: Loads) -> Choice:
         avg = loads.total_inflight / loads.n
         load = loads.inflight[w]
-        if load > avg * self.rel_threshold and load > avg + self.abs_threshold:
+        if load > avg * self.rel_threshold and load > avg + self._margin(avg):
             return Choice(loads.least_loaded(), "spill", 0)
         return Choice(w, branch, depth)
+
+    def _margin(self, avg: float) -> float:
+        """The absolute part of the gate: ``balance_abs_threshold`` capped at the in-flight
+        count's natural swing at the fleet's mean (two standard deviations of a Poisson
+        count, never under 4 unless the threshold is lower), as ``smg launch --help`` 1.13
+        describes it."""
+        return min(self.abs_threshold, max(2 * math.sqrt(avg), 4.0))
 
     def stored(self, worker: int, content: list[int], blind: list[int], now: float) -> None:
         self.index.add(worker, blind)
