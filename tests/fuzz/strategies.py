@@ -189,3 +189,41 @@ def otlp_json_bodies(draw: st.DrawFn) -> bytes:
         cut = draw(st.integers(0, len(body)))
         body = body[:cut] + draw(st.binary(max_size=6)) + body[cut + draw(st.integers(0, 8)):]
     return body
+
+
+# Byte strings that broke parsers before, spliced into recorded inputs by ``mutated``.
+NASTY_BYTES = (b'"\\udc80"', b"1e999", b"[" * 3000, b'{"a":', b"\xff\xfe", b"9" * 400, b"null",
+               b"-1", b"18446744073709551616", b"NaN", b'"', b"\\", b"\x00", b"{}", b"[]",
+               b"5", b'"\\ud800"', b"\n\n", b"data: ", b"1" * 25)
+
+
+def mutate(seed: bytes, program: bytes) -> bytes:
+    """``seed`` edited by ``program``, three bytes an edit (what, where, how much): a byte
+    set, a span cut, duplicated or replaced by a nasty token, a token put in, the tail cut."""
+    out = bytearray(seed)
+    for i in range(0, len(program) - 2, 3):
+        what, where, much = program[i], program[i + 1], program[i + 2]
+        at = where * (len(out) + 1) // 256
+        span = 1 + much % 16
+        token = NASTY_BYTES[much % len(NASTY_BYTES)]
+        match what % 6:
+            case 0:
+                if out:
+                    out[min(at, len(out) - 1)] = much
+            case 1:
+                del out[at:at + span]
+            case 2:
+                out[at:at] = token
+            case 3:
+                out[at:at] = out[at:at + span]
+            case 4:
+                out[at:at + span] = token
+            case _:
+                del out[at:]
+    return bytes(out)
+
+
+def mutated(seeds: list[bytes], edits: int = 6) -> st.SearchStrategy[bytes]:
+    """Recorded real inputs with a few byte-level edits. Two draws an input (which seed, one
+    short byte string as the edits), not a tree of nested values: cheap enough for 100k."""
+    return st.builds(mutate, st.sampled_from(seeds), st.binary(max_size=3 * edits))

@@ -16,7 +16,7 @@ from mmlens.collectors.tap_record import unreadable
 from mmlens.ingest.nvext_fields import strip_members
 from mmlens.ingest.tap_parse import Exchange, exchange_trace
 from mmlens.layout.image_header import header_size
-from tests.fuzz.strategies import DOCS, SETTINGS, VALUES
+from tests.fuzz.strategies import DOCS, FIXTURES, SETTINGS, VALUES, mutated
 
 pytestmark = pytest.mark.fuzz
 _ids = itertools.count()
@@ -56,10 +56,16 @@ CHUNKS = st.lists(st.one_of(
          sse=True, trace={}, worker="w")
 @example(body=b"{}", chunks=[], sse=False, trace={"selections": [{"worker": 5}]}, worker="w")
 def test_tap_exchanges(store, body, chunks, sse, trace, worker) -> None:
+    record_exchange(store, body, chunks, sse, json.dumps(trace, default=str), worker)
+
+
+def record_exchange(store, body: bytes, chunks: list[bytes], sse: bool, trace: str,
+                    worker: str) -> None:
+    """What the recorder does with one exchange: the record it makes reads back from the
+    store, or is one the recorder quarantines (``unreadable``)."""
     ex = Exchange(1.0, 0.0, body, None, 200, {
         "content-type": "text/event-stream" if sse else "application/json",
-        "x-smg-routed-worker-id": worker,
-        "x-smg-cache-trace": json.dumps(trace, default=str)}, sse=sse)
+        "x-smg-routed-worker-id": worker, "x-smg-cache-trace": trace}, sse=sse)
     for i, c in enumerate(chunks):
         ex.add(0.001 * i, c, 1 << 20, 1 << 20)
     _, _, t = exchange_trace(ex, "u")
@@ -67,6 +73,32 @@ def test_tap_exchanges(store, body, chunks, sse, trace, worker) -> None:
         t.request_id, t.response_id, t.aliases = f"fuzz-{next(_ids)}", None, []
         store.add_traces([t])
         assert store.trace(t.request_id) is not None
+
+
+CAPTURES = FIXTURES / "captures"
+# Recorded inputs: SSE chunks of a real Dynamo stream, a real SMG cache-trace header, and
+# chat requests in the OpenAI shape mmlens' scenarios send (text, data URL, http URL).
+_STREAM = (CAPTURES / "dyn_stream_sample.txt").read_text().splitlines()
+SSE_SEEDS = [*(ln.encode() + b"\n\n" for ln in _STREAM if ln.startswith("data: ")),
+             b"data: [DONE]\n\n"]
+TRACE_SEEDS = [json.dumps(json.loads((CAPTURES / "smg_cache_trace_header_sample.json"
+                                      ).read_text()), separators=(",", ":")).encode()]
+REQUEST_SEEDS = [json.dumps({"model": "Qwen/Qwen3-VL-2B-Instruct", "max_tokens": 4,
+                             "stream": stream, "messages": [{"role": "user", "content": [
+                                 {"type": "image_url", "image_url": {"url": url}},
+                                 {"type": "text", "text": "What is in the image?"}]}]},
+                            separators=(",", ":")).encode()
+                 for stream in (False, True)
+                 for url in ("data:image/png;base64," + base64.b64encode(PNG_HEAD + bytes(
+                     [0, 0, 0, 16, 0, 0, 0, 16, 8, 2, 0, 0, 0])).decode(),
+                             "http://127.0.0.7:18407/media/ab/a.png")]
+
+
+@SETTINGS
+@given(body=mutated(REQUEST_SEEDS), chunks=st.lists(mutated(SSE_SEEDS), max_size=4),
+       trace=mutated(TRACE_SEEDS), sse=st.booleans())
+def test_tap_exchanges_mutated_from_recorded(store, body, chunks, trace, sse) -> None:
+    record_exchange(store, body, chunks, sse, trace.decode("latin-1"), "w")
 
 
 NV = st.fixed_dictionaries({}, optional={"worker_id": VALUES, "timing": VALUES,
