@@ -327,32 +327,50 @@ def swappable(kv_db: Path, tap_db: Path, truth: Mapping[str, Truth]) -> Counter[
     on its worker has as many full prompt blocks in the router's log, a run that overlaps
     its own, another image (the tap saw both) and another realized hit (the engines'
     truth): swapping the two requests' roles (who computed the new image's chain, who
-    found its prompt cached) fits every log line and KV event as well, because SMG 1.13
-    logs each image's size, not its identity, and the KV events name an image's hash but
-    no request. ``alongside``: the verdict's reason is that another request stored blocks
-    of its prompt while it ran (an engine stores a block once: found or computed too is
-    not in the events). ``other``: the rest."""
+    found its prompt cached) fits every log line and KV event as well, where the router's
+    log names no image's identity (SMG 1.13 logs each image's size) and the KV events name
+    an image's hash but no request. ``alongside``: the verdict's reason is that another
+    request stored blocks of its prompt while it ran (an engine stores a block once:
+    found or computed too is not in the events). ``other``: the rest."""
     from mmlens.analysis.judgement.attribution import SLACK_S
-    from mmlens.analysis.judgement.batch import block_size_of, prompt_of, span_of, unit_of
+    from mmlens.analysis.judgement.batch import (
+        block_size_of,
+        identities_of,
+        prompt_of,
+        span_of,
+        unit_of,
+    )
 
-    traces, verdicts = stored_verdicts(kv_db)
-    tapped = {t.request_id: t for t in stored_verdicts(tap_db)[0]}
+    def by_client(traces: list[RequestTrace]) -> dict[str, RequestTrace]:
+        """Keyed by the id the client sent (Dynamo stores its own, the client's an alias)."""
+        return {rid: t for t in traces if (rid := next(
+            (k for k in (t.request_id, *t.aliases) if k in truth), None)) is not None}
+
+    traces, stored = stored_verdicts(kv_db)
+    mine = by_client(traces)
+    verdicts = {rid: v for rid, t in mine.items() if (v := stored.get(t.request_id))}
+    tapped = by_client(stored_verdicts(tap_db)[0])
 
     def image(rid: str) -> tuple[str, ...]:
         t = tapped.get(rid)
-        return () if t is None else tuple(im.identities.get("smg_blake3", "") for im in t.images)
+        return () if t is None else tuple(sorted(v for im in t.images
+                                                 for v in im.identities.values()))
 
     runs = {}
-    for t in traces:
+    for rid, t in mine.items():
         bs = block_size_of(t)
-        if not t.failed and (n := prompt_of(t, bs)) is not None:
-            runs[t.request_id] = (unit_of(t), n // bs, *span_of(t))
+        # Only where the router's log names no image's identity can two be swapped.
+        if not t.failed and (n := prompt_of(t, bs)) is not None and identities_of(t) is None:
+            runs[rid] = (unit_of(t), n // bs, *span_of(t))
     out: Counter[str] = Counter()
     for rid, v in verdicts.items():
         if not v.category.startswith("hit_or_") or rid not in truth:
             continue
-        if rid not in runs or (v.reason or "").startswith("another request"):
-            out["alongside" if rid in runs else "other"] += 1
+        if (v.reason or "").startswith("another request"):
+            out["alongside"] += 1
+            continue
+        if rid not in runs:
+            out["other"] += 1
             continue
         unit, blocks, start, end = runs[rid]
         out["swappable" if any(
