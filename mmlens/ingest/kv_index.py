@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+from mmlens.ingest.block_table import new_blocks
 from mmlens.ingest.kv_events import KVEventError, decode_payload, normalize_batch
 from mmlens.ingest.kv_fast import fast_batch
 from mmlens.layout.content_keys import event_chain, native, pad_images, state_key
@@ -27,10 +29,12 @@ class WorkerResidency:
     """Blocks a worker (one DP rank) currently holds, from its stored/removed events.
 
     ``blocks`` maps each resident block hash to its content state: shape | identity << 64
-    (``mmlens.layout.content_keys``), or None when its chain reaches a block never seen.
+    (``mmlens.layout.content_keys``), or None when its chain reaches a block never seen
+    (``mmlens.ingest.block_table``: compiled where it can be).
     """
 
-    blocks: dict[BlockHash, int | None] = field(default_factory=dict)
+    blocks: MutableMapping[BlockHash, int | None] = field(
+        default_factory=lambda: new_blocks(native is not None))
     block_images: dict[BlockHash, tuple[str, ...]] = field(default_factory=dict)
     image_blocks: dict[str, int] = field(default_factory=dict)
     stored: int = 0
@@ -64,7 +68,7 @@ class Watermarks:
     orphans: dict[BlockHash, list[BlockStored]] = field(default_factory=dict)
     orphan_count: int = 0
 
-    def stored(self, blocks: dict[BlockHash, int | None], hashes: list[BlockHash],
+    def stored(self, blocks: MutableMapping[BlockHash, int | None], hashes: list[BlockHash],
                seq: int) -> None:
         for h in hashes:
             if h not in blocks:
@@ -99,8 +103,18 @@ class ResidentIndex:
         return res
 
     def apply(self, events: Iterable[KVEvent]) -> None:
-        for ev in events:
+        evs = events if type(events) is list else list(events)
+        i, n = 0, len(evs)
+        while i < n:
+            ev = evs[i]
             res = self.residency(ev.worker, ev.rank)
+            if res.marks is None and type(res.blocks) is not dict:
+                # a run of one stream's stores and removals, in one compiled call
+                j = native.apply_events(res, evs, i, pad_images, _u32_array)
+                if j > i:
+                    i = j
+                    continue
+            i += 1
             if ev.kind == "stored":
                 self._store(res, ev)
             elif ev.kind == "removed":
@@ -136,13 +150,24 @@ class ResidentIndex:
         if not hashes:
             return None
         blocks = res.blocks
+        bs = ev.block_size
+        if ev.images is None and bs > 0:  # images named by the pad values of their runs
+            ev.images = pad_images(ev.token_ids, bs)  # type: ignore[assignment]
+        if keep is None and res.marks is None and state is _MISSING and type(blocks) is not dict:
+            # the common case, in one compiled call: chain, keys and the table's writes
+            tokens = ev.token_ids
+            got = blocks.store(hashes, ev.parent, tokens if type(tokens) is array  # type: ignore
+                               else _u32_array(tokens), bs, ev.images)
+            if got is not None:
+                ev.shapes, ev.keys = got
+            res.stored += len(hashes)
+            if ev.images:
+                native.add_images(res.block_images, res.image_blocks, hashes, ev.images)
+            return None
         if state is _MISSING:
             state = 0 if ev.parent is None else blocks.get(ev.parent)
         if state is None and res.marks is not None and ev.parent is not None:
             res.marks.orphan(ev)  # its parent may still come late
-        bs = ev.block_size
-        if ev.images is None and bs > 0:  # images named by the pad values of their runs
-            ev.images = pad_images(ev.token_ids, bs)  # type: ignore[assignment]
         states: list[int] | None = None
         if state is not None and bs > 0 and len(ev.token_ids) >= len(hashes) * bs:
             states, shapes, keys = event_chain(state, ev.token_ids, ev.block_size, ev.images)
@@ -180,9 +205,9 @@ class ResidentIndex:
     def _remove(res: WorkerResidency, ev: BlockRemoved) -> None:
         blocks, marks = res.blocks, res.marks
         hashes = ev.block_hashes
-        if marks is None and native is not None:  # the common case, in one compiled call
-            ev.keys, removed, unknown = native.remove_blocks(
-                blocks, res.block_images, res.image_blocks, hashes)
+        if marks is None and type(blocks) is not dict:  # the common case, in one compiled call
+            ev.keys, removed, unknown = blocks.remove(  # type: ignore[attr-defined]
+                hashes, res.block_images, res.image_blocks)
             res.removed += removed
             res.removed_unknown += unknown
             return
@@ -229,6 +254,10 @@ class ResidentIndex:
                 "restarts": res.restarts,
             }
         return out
+
+
+def _u32_array(tokens: Iterable[int]) -> array:
+    return array("I", tokens)
 
 
 def forget_images(res: WorkerResidency, h: BlockHash) -> None:

@@ -47,7 +47,7 @@ if _BIG_ENDIAN:  # the compiled chain hashes native-order ids
     native = None
 
 
-def _u32(ids: Sequence[int]) -> bytes:
+def u32_bytes(ids: Sequence[int]) -> bytes:
     """Little-endian u32 bytes of token ids (the keys must not depend on the machine)."""
     arr = array("I", ids)
     if _BIG_ENDIAN:
@@ -150,7 +150,7 @@ def layout_shapes(view: View, block_size: int) -> BlockShapes:
         if span.kind is SpanKind.IMAGE:
             ids[span.start:span.end] = [IMAGE_TOKEN] * span.length
     images = block_images(view, block_size)
-    raw = _u32(ids[: len(images) * block_size])
+    raw = u32_bytes(ids[: len(images) * block_size])
     step = 4 * block_size
     shapes: list[int] = []
     parent = ROOT
@@ -177,8 +177,8 @@ def masked_block(tokens: Sequence[int], refs: EngineRefs) -> bytes:
     n = len(tokens)
     run = {tokens[max(off or 0, 0)] for _, off in refs if max(off or 0, 0) < n}
     if len(run) == 1 and tokens.count(next(iter(run))) == n:
-        return _MASKED.get(n) or _MASKED.setdefault(n, _u32([IMAGE_TOKEN] * n))
-    return _u32([IMAGE_TOKEN if t in run else t for t in tokens])
+        return _MASKED.get(n) or _MASKED.setdefault(n, u32_bytes([IMAGE_TOKEN] * n))
+    return u32_bytes([IMAGE_TOKEN if t in run else t for t in tokens])
 
 
 _MASKED: dict[int, bytes] = {}
@@ -227,7 +227,7 @@ def event_chain_py(state: int, tokens: Sequence[int], block_size: int,
                    images: Sequence[EngineRefs | None] | None,
                    ) -> tuple[list[int], list[int], list[int]]:
     """``event_chain`` in Python (no compiled module): the form the compiled one must equal."""
-    raw = _u32(tokens)
+    raw = u32_bytes(tokens)
     step = 4 * block_size
     n = len(tokens) // block_size
     shape, ident = state & _MASK64, state >> 64
@@ -243,7 +243,7 @@ def event_chain_py(state: int, tokens: Sequence[int], block_size: int,
     # The common image block: its run's token over the whole block, the image begun at or
     # before its start (canonical offset -1): one constant shape input per block size.
     covered = _COVERED.get(block_size) or _COVERED.setdefault(
-        block_size, _u32([IMAGE_TOKEN] * block_size) + _NO_START)
+        block_size, u32_bytes([IMAGE_TOKEN] * block_size) + _NO_START)
     names: dict[str, bytes] = {}
     states, shapes, keys = [], [], []
     for b in range(n):
