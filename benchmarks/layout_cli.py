@@ -6,7 +6,9 @@ Usage: python benchmarks/layout_cli.py [--runs 5] [--json]
 
 Model directories: the demo's (``mmlens.demo.model_dirs.ensure_model_dir``: Qwen3-VL with the
 real Qwen3 vocabulary, Kimi-K3 with a shape-faithful one). Wall seconds of each call, median of
-``--runs`` interleaved rounds; a call that writes anything to stderr is reported.
+``--runs`` interleaved rounds, and its CPU seconds (user + system of the child process: the
+figure a shared, loaded machine does not inflate); a call that writes anything to stderr is
+reported.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,11 +29,17 @@ CASES = {"qwen3-vl dir": lambda: str(ensure_model_dir("qwen3-vl")),
          "qwen3-vl family name": lambda: "qwen3-vl"}
 
 
-def one_call(model: str) -> tuple[float, str]:
-    t = time.perf_counter()
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def one_call(model: str) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds, stderr) of one whole CLI call."""
+    c, t = child_cpu(), time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "mmlens", "layout", "--model", model,
                            "--image", "640x480"], capture_output=True, text=True, check=True)
-    return time.perf_counter() - t, done.stderr
+    return time.perf_counter() - t, child_cpu() - c, done.stderr
 
 
 def main() -> None:
@@ -40,21 +49,25 @@ def main() -> None:
     args = ap.parse_args()
     models = {name: make() for name, make in CASES.items()}
     times: dict[str, list[float]] = {name: [] for name in models}
+    cpus: dict[str, list[float]] = {name: [] for name in models}
     stderr: dict[str, str] = {}
     for _ in range(args.runs):
         for name, model in models.items():
-            took, err = one_call(model)
+            took, cpu, err = one_call(model)
             times[name].append(took)
+            cpus[name].append(cpu)
             if err:
                 stderr[name] = err
     med = {name: statistics.median(t) for name, t in times.items()}
+    cpu = {name: statistics.median(c) for name, c in cpus.items()}
     for name, t in med.items():
-        print(f"mmlens layout --model <{name}> --image 640x480: median {t:.2f} s "
-              f"(best {min(times[name]):.2f} s of {args.runs})"
+        print(f"mmlens layout --model <{name}> --image 640x480: median {cpu[name]:.2f} CPU-s, "
+              f"{t:.2f} s wall (best {min(times[name]):.2f} s of {args.runs})"
               + (f"; stderr: {stderr[name].strip()[:200]!r}" if name in stderr else ""))
     print(f"(load average {os.getloadavg()[0]:.1f})")
     if args.json:
-        print(json.dumps({"layout_cli": {"median_s": med, "stderr": sorted(stderr)}}))
+        print(json.dumps({"layout_cli": {"median_s": med, "median_cpu_s": cpu,
+                                         "stderr": sorted(stderr)}}))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import xxhash
 from blake3 import blake3
 
 from mmlens.errors import LayoutError
 from mmlens.layout.composition import Layout, SpanKind, View
-from mmlens.layout.content_keys import block_images
+from mmlens.layout.content_keys import block_images, u32_bytes
 
 XXH3_SEED = 1337
 PAD_SHIFT = 1_000_000
@@ -81,7 +80,7 @@ def block_hashes(ids: Sequence[int], block_size: int, seed: int = XXH3_SEED) -> 
     full = len(ids) // block_size * block_size
     if not full:
         return []
-    raw = np.asarray(ids[:full], dtype="<u4").tobytes()
+    raw = u32_bytes(ids[:full])
     step = block_size * 4
     digest = xxhash.xxh3_64_intdigest
     return [digest(raw[i:i + step], seed) for i in range(0, len(raw), step)]
