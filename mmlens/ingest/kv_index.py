@@ -153,17 +153,6 @@ class ResidentIndex:
         bs = ev.block_size
         if ev.images is None and bs > 0:  # images named by the pad values of their runs
             ev.images = pad_images(ev.token_ids, bs)  # type: ignore[assignment]
-        if keep is None and res.marks is None and state is _MISSING and type(blocks) is not dict:
-            # the common case, in one compiled call: chain, keys and the table's writes
-            tokens = ev.token_ids
-            got = blocks.store(hashes, ev.parent, tokens if type(tokens) is array  # type: ignore
-                               else _u32_array(tokens), bs, ev.images)
-            if got is not None:
-                ev.shapes, ev.keys = got
-            res.stored += len(hashes)
-            if ev.images:
-                native.add_images(res.block_images, res.image_blocks, hashes, ev.images)
-            return None
         if state is _MISSING:
             state = 0 if ev.parent is None else blocks.get(ev.parent)
         if state is None and res.marks is not None and ev.parent is not None:
@@ -199,6 +188,8 @@ class ResidentIndex:
                 block_images[h] = ids
                 for ident in ids:
                     image_blocks[ident] = image_blocks.get(ident, 0) + 1
+        if ev.images and type(blocks) is not dict:  # the table looks up only marked blocks
+            blocks.mark_images([h for h in hashes if h in res.block_images])  # type: ignore
         return states
 
     @staticmethod

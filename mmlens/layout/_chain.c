@@ -623,6 +623,7 @@ enum { EMPTY = 0, KNOWN = 1, UNKNOWN = 2, GONE = 3 };
 typedef struct {
     uint64_t key, shape, ident;
     uint32_t flag;
+    uint32_t imgs; /* it may be in the worker's block_images (mark_images): look it up there */
 } Slot;
 
 typedef struct {
@@ -693,6 +694,7 @@ static int put(Table *t, uint64_t key, uint32_t flag, uint64_t shape, uint64_t i
                 t->gone--;
             }
             s->key = key;
+            s->imgs = 0;
             t->used++;
             s->flag = flag;
             s->shape = shape;
@@ -713,6 +715,7 @@ static int put(Table *t, uint64_t key, uint32_t flag, uint64_t shape, uint64_t i
 
 static inline void drop(Table *t, Slot *s) {
     s->flag = GONE;
+    s->imgs = 0;
     t->used--;
     t->gone++;
 }
@@ -1083,8 +1086,9 @@ static PyObject *table_remove(Table *t, PyObject *const *args, Py_ssize_t nargs)
             if (rc < 0)
                 goto fail;
         }
+        int imgs = s->imgs;
         drop(t, s);
-        if (PyDict_GET_SIZE(block_images) && forget_block_images(block_images, image_blocks, h) < 0)
+        if (imgs && forget_block_images(block_images, image_blocks, h) < 0)
             goto fail;
     }
     Py_DECREF(seq);
@@ -1095,11 +1099,29 @@ fail:
     return NULL;
 }
 
+/* mark_images(hashes): these blocks are in block_images (every writer of block_images says so:
+ * a removal looks only marked blocks up there). */
+static PyObject *table_mark_images(Table *t, PyObject *hashes) {
+    PyObject *seq = PySequence_Fast(hashes, "hashes must be a sequence");
+    if (!seq)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        uint64_t key;
+        Slot *s = key_of(PySequence_Fast_GET_ITEM(seq, i), &key, 0) == 0 ? find(t, key) : NULL;
+        if (s)
+            s->imgs = 1;
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef table_methods[] = {
     {"get", (PyCFunction)(void (*)(void))table_get, METH_FASTCALL, "get(hash, default=None)"},
     {"pop", (PyCFunction)(void (*)(void))table_pop, METH_FASTCALL, "pop(hash[, default])"},
     {"keys", (PyCFunction)table_keys, METH_NOARGS, "The resident hashes, as a list."},
     {"clear", (PyCFunction)table_clear, METH_NOARGS, "Forget every block."},
+    {"mark_images", (PyCFunction)table_mark_images, METH_O,
+     "mark_images(hashes): these resident blocks are in block_images."},
     {"update", (PyCFunction)table_update, METH_O, "update(mapping or (hash, state) pairs)"},
     {"store", (PyCFunction)(void (*)(void))table_store, METH_FASTCALL,
      "store(hashes, parent, tokens, block_size, images) -> (shapes, keys) | None"},
@@ -1237,6 +1259,22 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
         if (!r)
             goto done;
         Py_DECREF(r);
+        /* add_images recorded (or found) every block whose refs are true */
+        Py_ssize_t nh = PyObject_Length(hashes), ni = PyObject_Length(images);
+        if (nh < 0 || ni < 0)
+            goto done;
+        for (Py_ssize_t b = 0; b < nh && b < ni; b++) {
+            PyObject *h = PySequence_GetItem(hashes, b), *refs = PySequence_GetItem(images, b);
+            int on = refs ? PyObject_IsTrue(refs) : -1;
+            uint64_t key;
+            Slot *sl = on > 0 && key_of(h, &key, 0) == 0 ? find(t, key) : NULL;
+            if (sl)
+                sl->imgs = 1;
+            Py_XDECREF(h);
+            Py_XDECREF(refs);
+            if (on < 0)
+                goto done;
+        }
     }
     rc = 0;
 done:
