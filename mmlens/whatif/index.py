@@ -1,9 +1,22 @@
 """A router's index of which worker holds which block (key → workers), and the prefix match
-a request gets from it: per worker, the consecutive leading blocks found."""
+a request gets from it: per worker, the consecutive leading blocks found.
+
+Workers are kept as bit masks (worker w is bit w): following a prefix is one ``&`` per
+block, with no set made per step."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+
+def workers_of(mask: int) -> set[int]:
+    """The workers whose bits are set in ``mask``."""
+    out = set()
+    while mask:
+        low = mask & -mask
+        out.add(low.bit_length() - 1)
+        mask ^= low
+    return out
 
 
 class BlockIndex:
@@ -14,46 +27,49 @@ class BlockIndex:
     __slots__ = ("holders",)
 
     def __init__(self) -> None:
-        self.holders: dict[int, set[int]] = {}
+        self.holders: dict[int, int] = {}  # key → mask of workers
 
     def __len__(self) -> int:
         return len(self.holders)
 
     def add(self, worker: int, keys: Iterable[int]) -> None:
         holders = self.holders
+        get = holders.get
+        bit = 1 << worker
         for k in keys:
-            s = holders.get(k)
-            if s is None:
-                holders[k] = {worker}
-            else:
-                s.add(worker)
+            holders[k] = get(k, 0) | bit
 
     def remove(self, worker: int, key: int) -> None:
-        s = self.holders.get(key)
-        if s is not None:
-            s.discard(worker)
-            if not s:
-                del self.holders[key]
+        holders = self.holders
+        mask = holders.get(key)
+        if mask is not None:
+            mask &= ~(1 << worker)
+            if mask:
+                holders[key] = mask
+            else:
+                del holders[key]
 
     def groups(self, keys: tuple[int, ...]) -> list[tuple[int, set[int]]]:
         """(depth, the workers whose consecutive match of ``keys`` ends there), shallowest
         first; workers with no match are in none."""
-        holders = self.holders
-        if not keys:
-            return []
-        cur = holders.get(keys[0])
+        return [(d, workers_of(m)) for d, m in self.group_masks(keys)]
+
+    def group_masks(self, keys: tuple[int, ...]) -> list[tuple[int, int]]:
+        """As ``groups``, each group a worker mask."""
+        get = self.holders.get
+        cur = get(keys[0], 0) if keys else 0
         if not cur:
             return []
-        cur = set(cur)
-        out: list[tuple[int, set[int]]] = []
+        out: list[tuple[int, int]] = []
         depth = 1
         for k in keys[1:]:
-            nxt = holders.get(k)
-            if not nxt:
-                break
-            if not cur <= nxt:
-                out.append((depth, cur - nxt))
-                cur &= nxt
+            nxt = get(k, 0)
+            both = cur & nxt
+            if both != cur:
+                out.append((depth, cur ^ both))
+                if not both:
+                    return out
+                cur = both
             depth += 1
         out.append((depth, cur))
         return out
@@ -65,23 +81,18 @@ class BlockIndex:
 
     def deepest(self, keys: tuple[int, ...]) -> tuple[int, set[int]]:
         """The longest match and the workers that have it (0 and none: no match)."""
-        holders = self.holders
-        if not keys:
-            return 0, set()
-        cur = holders.get(keys[0])
+        get = self.holders.get
+        cur = get(keys[0], 0) if keys else 0
         if not cur:
             return 0, set()
         depth = 1
         for k in keys[1:]:
-            nxt = holders.get(k)
-            if not nxt:
-                break
-            both = cur & nxt
+            both = cur & get(k, 0)
             if not both:
                 break
             cur = both
             depth += 1
-        return depth, set(cur)
+        return depth, workers_of(cur)
 
 
 class ExpiringIndex:
@@ -128,6 +139,9 @@ class ExpiringIndex:
         if cur:
             out.append((depth, cur))
         return out
+
+    def group_masks(self, keys: tuple[int, ...], now: float) -> list[tuple[int, int]]:
+        return [(d, sum(1 << w for w in ws)) for d, ws in self.groups(keys, now)]
 
     def overlaps(self, keys: tuple[int, ...], now: float) -> dict[int, int]:
         return {w: d for d, ws in self.groups(keys, now) for w in ws}

@@ -211,9 +211,9 @@ def test_dynamo_lowest_cost_equals_the_full_scan() -> None:
         # An overlap is at most the prompt's full blocks.
         overlaps = {w: rnd.randint(1, isl // 16) for w in range(n)
                     if isl >= 16 and rnd.random() < 0.4}
-        groups: dict[int, set[int]] = {}
+        groups: dict[int, int] = {}  # depth → mask of workers
         for w, d in overlaps.items():
-            groups.setdefault(d, set()).add(w)
+            groups[d] = groups.get(d, 0) | 1 << w
         base = router._base_costs(loads)
         chosen, depth = router._lowest(base, sorted(groups.items()), isl / 16)
         assert depth == overlaps.get(chosen, 0)

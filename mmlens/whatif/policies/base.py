@@ -64,8 +64,10 @@ class Loads:
 
     def least_loaded_of(self, workers: set[int], rng: random.Random) -> int:
         """The lowest in-flight count among ``workers``, ties at random."""
+        if len(workers) == 1:
+            return next(iter(workers))
         inflight = self.inflight
-        best = min(inflight[w] for w in workers)
+        best = min(map(inflight.__getitem__, workers))
         tied = sorted(w for w in workers if inflight[w] == best)
         return tied[0] if len(tied) == 1 else rng.choice(tied)
 

@@ -27,7 +27,7 @@ import math
 from itertools import compress
 
 from mmlens.whatif.blocks import Prompt
-from mmlens.whatif.index import BlockIndex, ExpiringIndex
+from mmlens.whatif.index import BlockIndex, ExpiringIndex, workers_of
 from mmlens.whatif.policies.base import Choice, Loads, Policy
 
 PARAMS: dict[str, object] = {
@@ -60,11 +60,11 @@ class KvRouter(Policy):
         self._base: list[float] = []
 
     def choose(self, p: Prompt, keys: tuple[int, ...], now: float, loads: Loads) -> Choice:
-        groups = (self.index.groups(keys) if self.events
-                  else self.approx.groups(keys, now))
         base = self._base_costs(loads)
         own = self.scale * p.tokens / self.block_size
         if self.temperature > 0 or self.credit > 1:
+            groups = (self.index.groups(keys) if self.events
+                      else self.approx.groups(keys, now))
             overlaps = {w: d for d, ws in groups for w in ws}
             costs = [own + b for b in base]
             for w, ov in overlaps.items():
@@ -72,7 +72,9 @@ class KvRouter(Policy):
             w = self._select(costs)
             depth = overlaps.get(w, 0)
         else:
-            w, depth = self._lowest(base, groups, own)
+            masks = (self.index.group_masks(keys) if self.events
+                     else self.approx.group_masks(keys, now))
+            w, depth = self._lowest(base, masks, own)
         return Choice(w, "overlap" if depth else "no_overlap", depth)
 
     def _cost(self, w: int, overlap: int, isl: int, loads: Loads) -> float:
@@ -95,36 +97,45 @@ class KvRouter(Policy):
         loads.touched.clear()
         return base
 
-    def _lowest(self, base: list[float], groups: list[tuple[int, set[int]]], own: float,
+    def _lowest(self, base: list[float], groups: list[tuple[int, int]], own: float,
                 ) -> tuple[int, int]:
-        """The lowest cost (its worker and overlap), exact ties at random. With a credit of at
-        most 1 the clamp never bites (an overlap is at most the prompt), so a worker costs
+        """The lowest cost (its worker and overlap), exact ties at random; ``groups`` are
+        (overlap depth, mask of the workers matched that deep). With a credit of at most 1
+        the clamp never bites (an overlap is at most the prompt), so a worker costs
         ``own + base − scale × credit × overlap``: per overlap depth only its cheapest
-        workers can win, and among the rest the cheapest base."""
+        workers can win, and among the rest the cheapest base. A group holding one of the
+        fleet's cheapest workers (the common case: a prefix every worker has) is costed
+        from those alone."""
         step = self.scale * self.credit
-        seen: set[int] = set()
+        lo_all = min(base)
+        cheapest = list(compress(range(self.n), map(lo_all.__eq__, base)))
+        seen = 0
         best = float("inf")
         tied: list[tuple[int, int]] = []
-        for depth, workers in groups:
-            seen |= workers
-            m = min(map(base.__getitem__, workers))
-            lo = m - step * depth
-            if lo <= best:
-                ties = [(depth, w) for w in workers if base[w] == m] if len(workers) > 1 else [
-                    (depth, next(iter(workers)))]
-                if lo < best:
-                    best, tied = lo, ties
+        for depth, mask in groups:
+            seen |= mask
+            if not mask & (mask - 1):
+                w = mask.bit_length() - 1
+                m, ties = base[w], [(depth, w)]
+            else:
+                ties = [(depth, w) for w in cheapest if mask >> w & 1]
+                if ties:
+                    m = lo_all
                 else:
-                    tied += ties
-        lo = min(base)
-        if len(seen) < self.n and lo <= best:
-            plain = [w for w in compress(range(self.n), map(lo.__eq__, base))
-                     if w not in seen] if (base.count(lo) > 1 or base.index(lo) in seen) else [
-                base.index(lo)]
+                    workers = workers_of(mask)
+                    m = min(map(base.__getitem__, workers))
+                    ties = [(depth, w) for w in workers if base[w] == m]
+            lo = m - step * depth
+            if lo < best:
+                best, tied = lo, ties
+            elif lo == best:
+                tied += ties
+        if seen != (1 << self.n) - 1 and lo_all <= best:
+            plain = [w for w in cheapest if not seen >> w & 1]
+            lo = lo_all
             if not plain:
-                rest = [b for w, b in enumerate(base) if w not in seen]
-                lo = min(rest)
-                plain = [w for w, b in enumerate(base) if b == lo and w not in seen]
+                lo = min(b for w, b in enumerate(base) if not seen >> w & 1)
+                plain = [w for w, b in enumerate(base) if b == lo and not seen >> w & 1]
             if lo < best:
                 tied = [(0, w) for w in plain]
             elif lo == best:
