@@ -28,6 +28,7 @@ from mmlens.collectors.runner import CollectorRunner
 from mmlens.config import Config, WorkerTarget
 from mmlens.store.open import is_postgres_url, open_store
 from tests.faults.publisher import FaultPublisher as FaultPublisher
+from tests.faults.publisher import GrpcFaultPublisher
 from tests.faults.publisher import loopback_endpoints as loopback_endpoints
 from tests.live_support import stop_process
 
@@ -119,10 +120,11 @@ def quarantined(db: Path | str) -> list[dict[str, Any]]:
         reader.close()
 
 
-def tally(pub: FaultPublisher, db: Path | str, started: float, crashes: int = 0) -> Tally:
+def tally(pub: FaultPublisher | GrpcFaultPublisher, db: Path | str, started: float,
+          crashes: int = 0) -> Tally:
     rows, distinct = count_rows(db)
     return Tally(pub.events, distinct, rows, health_rows(db), time.monotonic() - started,
-                 crashes, pub.dropped)
+                 crashes, getattr(pub, "dropped", 0))
 
 
 def worker_config(pub: FaultPublisher, interval_s: float = 0.2) -> Config:
@@ -133,13 +135,16 @@ def worker_config(pub: FaultPublisher, interval_s: float = 0.2) -> Config:
 
 
 @contextmanager
-def running_collector(pub: FaultPublisher, db: Path, interval_s: float = 0.2,
-                      replay_timeout_s: float = 1.0, backoff: tuple[float, float] | None = None,
+def running_collector(pub: FaultPublisher | GrpcFaultPublisher, db: Path | str,
+                      interval_s: float = 0.2, replay_timeout_s: float = 1.0,
+                      backoff: tuple[float, float] | None = None,
                       spill_dir: Path | None = None) -> Iterator[CollectorRunner]:
     """``mmlens collect``'s runner on its own thread, stopped (and drained) on exit;
     ``backoff``: the silent replay socket's pauses (default: the collector's)."""
     store = open_store(db)
-    runner = CollectorRunner(worker_config(pub, interval_s), store, spill_dir=spill_dir)
+    config = worker_config(pub, interval_s) if isinstance(pub, FaultPublisher) else Config(
+        workers=[WorkerTarget("w", kv_events=pub.url)], interval_s=interval_s)
+    runner = CollectorRunner(config, store, spill_dir=spill_dir)
     runner.kv.replay_timeout_s = replay_timeout_s
     if backoff is not None:
         runner.kv.backoff = backoff
@@ -397,6 +402,35 @@ def poisoned(db: Path | str, batches: int = 2000, bad_every: int = 400,
             wait_for(stored_all(db, pub.events), 20, "valid events stored")
             last = pub.seq - 1
             wait_for(lambda: any(r["counters"].get("last_seq") == last
+                                 for r in health_rows(db) if r["collector"] == "kv_events"),
+                     10, "stream at its last batch")
+        return tally(pub, db, t0, thread_crashes(db)), poisoned_seqs
+    finally:
+        pub.close()
+
+
+def poisoned_grpc(db: Path | str, batches: int = 2000, bad_every: int = 400,
+                  bad_offset: int = 1 << 40) -> tuple[Tally, list[int]]:
+    """``poisoned`` over a gRPC worker's SubscribeKvEvents stream (``GrpcFaultPublisher``):
+    ``batches`` of 4 stored events, the first event of every ``bad_every``-th one with an
+    image key whose ``multimodal.offset`` is ``bad_offset``. Returns the tally and the gRPC
+    sequence numbers of the poisoned batches."""
+    pub = GrpcFaultPublisher()
+    poisoned_seqs: list[int] = []
+    t0 = time.monotonic()
+    try:
+        with running_collector(pub, db):
+            for i in range(batches):
+                events = [pub.stored() for _ in range(4)]
+                if i % bad_every == bad_every // 2:
+                    events[0] = pub.stored(("ab" * 16, bad_offset))
+                    poisoned_seqs.append(pub.publish(events, valid=3))
+                else:
+                    pub.publish(events)
+                if i % 50 == 0:
+                    time.sleep(0.005)
+            wait_for(stored_all(db, pub.events), 20, "valid events stored")
+            wait_for(lambda: any(r["counters"].get("last_seq") == batches
                                  for r in health_rows(db) if r["collector"] == "kv_events"),
                      10, "stream at its last batch")
         return tally(pub, db, t0, thread_crashes(db)), poisoned_seqs

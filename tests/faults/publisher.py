@@ -160,3 +160,105 @@ class FaultPublisher:
             ahead = sent / rate - (time.monotonic() - started)
             if ahead > 0.002:
                 time.sleep(ahead)
+
+
+class GrpcFaultPublisher:
+    """A gRPC worker's ``SubscribeKvEvents`` stream on loopback: the demo's vLLM publisher
+    (``KvPublisher``, its buffer answering a re-subscription) behind the demo workers' own
+    stream (``stream_kv_events``: the load-only first record, the buffer from the asked
+    sequence, then live batches and heartbeats), on a real gRPC server."""
+
+    METHOD = ("vllm.grpc.engine.VllmEngine", "SubscribeKvEvents")
+
+    def __init__(self) -> None:
+        import asyncio
+
+        from mmlens.demo.kv_publisher import KvPublisher
+
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.s = self  # what ``stream_kv_events`` reads the publisher from
+        self.publisher = self._run(self._make(KvPublisher))
+        self.starts: list[int] = []  # each subscription's start sequence number
+        self.events = 0  # valid events published
+        self._event_id = 0
+        self.next_hash = 0
+        self.port = self._run(self._serve())
+
+    @staticmethod
+    async def _make(cls: Any) -> Any:
+        return cls(None, None)  # no ZMQ sockets: gRPC subscribers only
+
+    def _run(self, coro: Any) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    async def _serve(self) -> int:
+        import grpc
+        from mmlens.demo.grpc_service import stream_kv_events
+        from smg_grpc_proto.generated import common_pb2
+
+        async def subscribe(request: Any, context: Any) -> Any:
+            self.starts.append(request.start_sequence_number)
+            async for batch in stream_kv_events(self, request, context):
+                yield batch
+
+        self.server = grpc.aio.server()
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            self.METHOD[0], {self.METHOD[1]: grpc.unary_stream_rpc_method_handler(
+                subscribe, request_deserializer=common_pb2.SubscribeKvEventsRequest.FromString,
+                response_serializer=common_pb2.KvEventBatch.SerializeToString)}),))
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return port
+
+    @property
+    def url(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def engine_load(self, load_only: bool) -> Any:
+        from smg_grpc_proto.generated import common_pb2
+
+        return common_pb2.EngineLoad(load_only=load_only)
+
+    def proto_batch(self, b: Any) -> Any:
+        from mmlens.demo.grpc_service import _proto_event
+        from smg_grpc_proto.generated import common_pb2
+
+        events = []
+        for ev in b.events:
+            self._event_id += 1
+            events.append(_proto_event(ev, self._event_id))
+        return common_pb2.KvEventBatch(sequence_number=b.seq + 1, timestamp=b.ts,
+                                       events=events, dp_rank=0)
+
+    def stored(self, image: tuple[str, int] | None = None) -> Any:
+        """One stored block of its own hash; ``image``: its one multimodal key."""
+        from mmlens.demo.prefix_cache import StoredBlocks
+
+        self.next_hash += 1
+        return StoredBlocks([self.next_hash], None, [1] * 16, 16,
+                            [[image]] if image is not None else [None])
+
+    def publish(self, events: list[Any], valid: int | None = None) -> int:
+        """One batch; returns its gRPC sequence number. ``valid``: how many of its events
+        are (default: all)."""
+        self._run(self.publisher.publish(events))
+        self.events += len(events) if valid is None else valid
+        return self.publisher.next_seq  # the ZMQ seq + 1 of the batch just published
+
+    def wait_subscribed(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.publisher.subscribers:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no subscriber")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self._run(self.server.stop(0))
+        self.publisher.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()

@@ -160,6 +160,24 @@ def test_a_bad_event_is_quarantined_alone_and_the_stream_moves_past_it(tmp_path,
     assert all(q["kind"] == "oversize_number" and str(offset) in q["detail"] for q in named)
 
 
+def test_a_grpc_image_offset_of_2_40_is_quarantined_alone(tmp_path) -> None:
+    """The issue's gRPC row: ``multimodal.offset = 2**40`` in one event of every 400th of
+    2,000 batches, over a real SubscribeKvEvents stream read by ``mmlens collect``'s runner."""
+    t, seqs = h.poisoned_grpc(tmp_path / "s.db", batches=2000, bad_every=400)
+    print(f"\ngRPC KV image offset 2**40: published {t.published} stored {t.stored} "
+          f"lost {t.lost} duplicates {t.duplicates} quarantined {len(seqs)}")
+    assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
+    row = kv_health(t)
+    c = row["counters"]
+    assert row["errors"] == {"oversize_number": len(seqs)} and len(seqs) == 5
+    assert c["batches"] == 2000 and c["last_seq"] == 2000 and c["transport_grpc"] == 1
+    assert "gaps" not in c and "restarts" not in c  # one subscription, read through once
+    assert c["events"] == t.published == t.stored
+    named = [q for q in h.quarantined(tmp_path / "s.db") if q["collector"] == "kv_events"]
+    assert [q["where"] for q in named] == [f"w#0 seq {s} event 0" for s in seqs]
+    assert all(q["kind"] == "oversize_number" and str(1 << 40) in q["detail"] for q in named)
+
+
 def test_an_image_id_that_is_not_utf8_takes_only_its_event(tmp_path) -> None:
     """vLLM's image id as a msgpack str whose bytes are a lone surrogate's UTF-8 escape."""
     bad_id = b"\xed\xb2\x80" * 10 + b"ab"
