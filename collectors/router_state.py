@@ -49,7 +49,7 @@ class RouterStateCollector:
             return None
         try:
             body = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than json.loads recurses
             h.error("bad_json", f"{path}: HTTP {resp.status_code}", time.time())
             return None
         if resp.status_code >= 400 and path not in ("/health", "/readiness"):
@@ -131,4 +131,8 @@ class RouterStateCollector:
         resp = self.client.post(indexer_url.rstrip("/") + "/query", json=body,
                                 timeout=self.timeout)
         resp.raise_for_status()
-        return parse_indexer_scores(resp.json())
+        try:
+            doc = resp.json()
+        except RecursionError:
+            raise ValueError("indexer answer nested too deep") from None
+        return parse_indexer_scores(doc)

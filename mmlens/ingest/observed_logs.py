@@ -279,7 +279,7 @@ def _parse(line: str) -> dict[str, Any] | None:
     if line.startswith("{"):
         try:
             obj = _decode.decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # nested past msgspec's depth too
             return parse_line(line)
         if isinstance(obj, dict):
             fields = obj.get("fields")
@@ -287,7 +287,7 @@ def _parse(line: str) -> dict[str, Any] | None:
                 obj = {**obj, **fields}
             evidence = obj.get("evidence")  # SMG's cache trace: JSON inside a JSON string
             if isinstance(evidence, str) and evidence.startswith("{"):
-                with contextlib.suppress(msgspec.DecodeError):
+                with contextlib.suppress(msgspec.DecodeError, RecursionError):
                     obj["evidence"] = _decode.decode(evidence)
             return obj
     return parse_line(line)

@@ -68,6 +68,16 @@ def test_html_and_broken_answers_are_counted() -> None:
     assert col.health["smg"].last_success is None
 
 
+def test_an_answer_nested_past_the_decoder_is_bad_json_not_a_crash() -> None:
+    deep = '{"workers": ' + "[" * 100_000 + "]" * 100_000 + "}"  # RecursionError in json
+    routes = {p: (200, "application/json", b) for p, b in SMG.items()}
+    routes["/workers"] = (200, "application/json", deep)
+    col = RouterStateCollector(_client(routes, []))
+    state = col.poll(RouterTarget("smg", "smg", "http://smg"))
+    assert "workers" not in state and state["models"] == ["Qwen/Qwen3-VL-2B-Instruct"]
+    assert col.health["smg"].errors == {"bad_json": 1}
+
+
 def test_dynamo_indexer_dump_and_query() -> None:
     dump = {"Qwen/Qwen3-VL-2B-Instruct:default": [
         {"worker_id": 7, "event": {"event_id": 1, "data": {"stored": {

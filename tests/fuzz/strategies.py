@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -191,22 +192,25 @@ def otlp_json_bodies(draw: st.DrawFn) -> bytes:
     return body
 
 
-# Byte strings that broke parsers before, spliced into recorded inputs by ``mutated``.
+# Byte strings that broke parsers before, spliced into recorded inputs by ``mutate``.
 NASTY_BYTES = (b'"\\udc80"', b"1e999", b"[" * 3000, b'{"a":', b"\xff\xfe", b"9" * 400, b"null",
                b"-1", b"18446744073709551616", b"NaN", b'"', b"\\", b"\x00", b"{}", b"[]",
-               b"5", b'"\\ud800"', b"\n\n", b"data: ", b"1" * 25)
+               b"5", b'"\\ud800"', b"\n\n", b"data: ", b"1" * 25, b"\xed\xb2\x80",
+               b"2147483648", b"1099511627776", b"9223372036854775808", b"inf", b"1e300")
+_NUMBER = re.compile(rb"-?\d+(\.\d+)?([eE][-+]?\d+)?")
 
 
 def mutate(seed: bytes, program: bytes) -> bytes:
     """``seed`` edited by ``program``, three bytes an edit (what, where, how much): a byte
-    set, a span cut, duplicated or replaced by a nasty token, a token put in, the tail cut."""
+    set, a span cut, duplicated or replaced by a nasty token, a token put in, the tail cut,
+    the next number swapped for a nasty token."""
     out = bytearray(seed)
     for i in range(0, len(program) - 2, 3):
         what, where, much = program[i], program[i + 1], program[i + 2]
         at = where * (len(out) + 1) // 256
         span = 1 + much % 16
         token = NASTY_BYTES[much % len(NASTY_BYTES)]
-        match what % 6:
+        match what % 7:
             case 0:
                 if out:
                     out[min(at, len(out) - 1)] = much
@@ -218,8 +222,12 @@ def mutate(seed: bytes, program: bytes) -> bytes:
                 out[at:at] = out[at:at + span]
             case 4:
                 out[at:at + span] = token
-            case _:
+            case 5:
                 del out[at:]
+            case _:
+                m = _NUMBER.search(out, at) or _NUMBER.search(out)
+                if m:
+                    out[m.start():m.end()] = token
     return bytes(out)
 
 
@@ -227,3 +235,98 @@ def mutated(seeds: list[bytes], edits: int = 6) -> st.SearchStrategy[bytes]:
     """Recorded real inputs with a few byte-level edits. Two draws an input (which seed, one
     short byte string as the edits), not a tree of nested values: cheap enough for 100k."""
     return st.builds(mutate, st.sampled_from(seeds), st.binary(max_size=3 * edits))
+
+
+_DEEP = "\x00deep\x00"  # stands for a list nested 3,000 deep (written after encoding)
+NASTY_VALUES: list[Any] = [
+    0, -1, 1 << 31, 1 << 40, -(1 << 40), 1 << 63, (1 << 64) - 1, 1 << 64, 10**30, 10**400,
+    1e300, 1e308, float("inf"), float("-inf"), float("nan"), True, False, None, "", "\udc80",
+    "\ud800", "a\x00b", "1.2.3", "1e999", "9" * 400, "ab" * 16, "x" * 5000, [], {}, [5],
+    {"": None}, [[[[1]]]], _DEEP]
+
+
+def _slots(doc: Any, cap: int = 4000) -> list[tuple[Any, Any]]:
+    """Every (container, key) of ``doc``, depth first, at most ``cap``."""
+    out: list[tuple[Any, Any]] = []
+    todo = [doc]
+    while todo and len(out) < cap:
+        node = todo.pop()
+        keys = list(node) if isinstance(node, dict) else range(len(node))
+        for k in keys:
+            out.append((node, k))
+            if isinstance(node[k], dict | list):
+                todo.append(node[k])
+    return out
+
+
+def edit_tree(doc: Any, program: bytes) -> Any:
+    """``doc`` (decoded JSON, msgpack or TOML) edited in place by ``program``, three bytes an
+    edit (where, what, how much): a value swapped for a nasty one, a member dropped, a
+    member put in, a value wrapped in a list, turned into text (or text into a number), or
+    another value copied over it. Returns the edited document."""
+    root = [doc]  # the document itself is a slot too
+    for i in range(0, len(program) - 2, 3):
+        where, what, much = program[i], program[i + 1], program[i + 2]
+        slots = _slots(root)
+        node, key = slots[where * len(slots) // 256]
+        nasty = NASTY_VALUES[much % len(NASTY_VALUES)]
+        match what % 6:
+            case 0:
+                node[key] = nasty
+            case 1 if node is not root:
+                del node[key]
+            case 2 if isinstance(node[key], dict):
+                node[key][KEYS.elements[much % len(KEYS.elements)]] = nasty
+            case 2 if isinstance(node[key], list):
+                node[key].insert(much % (len(node[key]) + 1), nasty)
+            case 3:
+                node[key] = [node[key]]
+            case 4:
+                value = node[key]
+                node[key] = len(value) if isinstance(value, str) else json.dumps(
+                    value, default=str)[:64]
+            case _:
+                other = slots[much * len(slots) // 256]
+                node[key] = copy.deepcopy(other[0][other[1]])
+    return root[0]
+
+
+def _json_dumps(doc: Any) -> bytes:
+    text = json.dumps(doc, default=str, allow_nan=True)
+    return text.replace(json.dumps(_DEEP), "[" * 3000 + "]" * 3000).encode()
+
+
+def edit_recorded(seed: bytes, program: bytes, loads: Any = json.loads,
+                  dumps: Any = _json_dumps) -> bytes:
+    """One recorded input edited: by ``program``'s first byte, its bytes (``mutate``), its
+    decoded tree (``edit_tree``, re-encoded with ``dumps``), or both (the tree, then the
+    bytes). A seed ``loads`` cannot decode gets byte edits only."""
+    how, program = (program[0] % 3, program[1:]) if program else (0, b"")
+    if how:
+        try:
+            doc = loads(seed)
+        except Exception:  # not a document: bytes it is
+            how = 0
+        else:
+            half = program if how == 1 else program[:len(program) // 2]
+            try:
+                seed = dumps(edit_tree(doc, half))
+            except (TypeError, ValueError, OverflowError):  # what the encoder cannot hold
+                return seed
+            program = b"" if how == 1 else program[len(program) // 2:]
+    return mutate(seed, program)
+
+
+def recorded(seeds: list[bytes], edits: int = 6, loads: Any = json.loads,
+             dumps: Any = _json_dumps) -> st.SearchStrategy[bytes]:
+    """Recorded real inputs edited as bytes and as decoded documents (``edit_recorded``):
+    two draws an input, as cheap as ``mutated``, and its nasty values land where a number
+    or a text is due, not only between bytes."""
+    return st.builds(lambda seed, program: edit_recorded(seed, program, loads, dumps),
+                     st.sampled_from(seeds), st.binary(max_size=3 * edits + 1))
+
+
+def capture_lines(*names: str) -> list[bytes]:
+    """The non-empty lines of recorded captures (``tests/fixtures/captures``) as bytes."""
+    return [ln for name in names for ln in (FIXTURES / "captures" / name).read_bytes(
+        ).splitlines() if ln.strip()]
