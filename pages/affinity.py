@@ -3,9 +3,9 @@
 import streamlit as st
 from mmlens.ui import shared
 
-from mmlens.analysis.affinity import image_affinity, multi_resident, sankey_links, worker_image_sets
+from mmlens.analysis.affinity import image_affinity, sankey_links
 from mmlens.analysis.identity_map import identity_links, identity_rows
-from mmlens.analysis.views.affinity import image_rows, multi_resident_rows, worker_rows
+from mmlens.analysis.views.affinity import image_rows
 from mmlens.figures.affinity import affinity_sankey
 
 st.title("Affinity")
@@ -39,21 +39,17 @@ def live() -> None:
         else:
             st.caption("No mapping yet: it is learned from one-image requests whose worker "
                        "stored new image blocks (KV events) while serving them.")
-        state = shared.kv_state(path)
+        announced, several, per_worker = shared.residency(path)
         st.subheader("Residency (engine-side identifiers, from KV events)")
-        if not state:
+        if not announced:
             st.info("No KV-event state yet: no worker has announced blocks.")
             return
-        several = multi_resident(state)
         if several:
             st.warning(f"{len(several)} image(s) resident on more than one worker: each copy "
                        "was prefilled again.")
-            st.dataframe(shared.table(multi_resident_rows(several)), hide_index=True,
-                         width="stretch")
+            st.dataframe(shared.table(several), hide_index=True, width="stretch")
         else:
             st.caption("No image is resident on more than one worker.")
-        st.dataframe(shared.table(worker_rows(worker_image_sets(state), names)),
-                     hide_index=True, width="stretch")
-
+        st.dataframe(shared.table(per_worker), hide_index=True, width="stretch")
 
 live()

@@ -48,10 +48,12 @@ def live() -> None:
             else:
                 st.info("No KV events in this window.")
         with c2:
-            state = shared.kv_state(path)
-            if state:
-                st.plotly_chart(resident_blocks_figure(state, names), key="resident",
-                                width="stretch")
+            bars, folded = shared.resident_bars(path)
+            if bars:
+                st.plotly_chart(resident_blocks_figure(bars), key="resident", width="stretch")
+                if folded:
+                    st.caption(f"The {len(bars) - 1} workers holding the most blocks, and the "
+                               f"mean of the other {folded}.")
             else:
                 st.info("No resident-block state yet.")
         events = shared.recent_kv_events(path, 200)
@@ -149,7 +151,7 @@ st.subheader("Predicted vs realized, per request")
 with shared.page_guard("Cache"):
     traces = shared.recent_traces(path, 500)
     fig = predicted_vs_realized_figure(traces, shared.recent_verdicts(path, 500))
-    if len(fig.data[1].x or ()) == 0:
+    if not fig.to_dict()["data"][1]["x"]:
         st.info("No traced request with a router prediction yet.")
     else:
         event = st.plotly_chart(fig, key="pred_vs_real", on_select="rerun",

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pandas as pd
 import streamlit as st
 
+from mmlens.analysis.affinity import multi_resident, worker_image_sets
 from mmlens.analysis.alert_states import AlertTracker, TrackedAlert
 from mmlens.analysis.availability.view import AvailabilityView, view_model
 from mmlens.analysis.decisions import merged
@@ -29,6 +30,9 @@ from mmlens.analysis.rollups import (
 )
 from mmlens.analysis.routing_table import candidate_rows, gate_rows, policy_text, score_rows
 from mmlens.analysis.timeseries import HIT_NAMES
+from mmlens.analysis.views.affinity import multi_resident_rows, worker_rows
+from mmlens.analysis.views.cache import ResidentBar
+from mmlens.analysis.views.cache import resident_bars as _resident_bars
 from mmlens.analysis.views.common import short_worker as short_worker
 from mmlens.analysis.views.common import verdict_css
 from mmlens.analysis.views.common import worker_label as worker_label
@@ -331,6 +335,24 @@ def availability(path: str, window_s: float) -> AvailabilityView:
 @store_cached("kv_state")
 def kv_state(path: str) -> list[ResidentSummary]:
     return _reader(path).kv_state()
+
+
+# The Cache and Affinity pages cache what they show of the resident summaries, not the
+# summaries: on a fleet those are 1,000 workers' image sets, and st.cache_data would copy
+# them on every run.
+@store_cached("kv_state", "meta")
+def resident_bars(path: str) -> tuple[list[ResidentBar], int]:
+    return _resident_bars(_reader(path).kv_state(), worker_names(path))
+
+
+@store_cached("kv_state", "meta")
+def residency(path: str) -> tuple[bool, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Whether any worker announced blocks, the images resident on several workers and each
+    worker's resident images (the Affinity page's rows)."""
+    state = _reader(path).kv_state()
+    names = worker_names(path)
+    return (bool(state), multi_resident_rows(multi_resident(state), names),
+            worker_rows(worker_image_sets(state), names))
 
 
 @st.cache_resource(show_spinner=False)

@@ -15,7 +15,7 @@ from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.figures.workers import faded, worker_colour
 from mmlens.ingest.metrics_normalize import HitRate
-from mmlens.records import BlockHash, KVEventRow, RequestTrace, ResidentSummary, Verdict
+from mmlens.records import BlockHash, KVEventRow, RequestTrace, Verdict
 
 Point = tuple[float, float]
 REMOVED_COLOR = "#eceff3"
@@ -40,7 +40,7 @@ def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = 
 
 
 def predicted_vs_realized_figure(traces: Sequence[RequestTrace],
-                                 verdicts: Mapping[str, Verdict]) -> go.Figure:
+                                 verdicts: Mapping[str, Verdict]) -> PlainFigure:
     """One point per request: router-predicted vs engine-cached tokens; points carry the
     request id (customdata) so a click can open the inspector; misses the router did not
     expect (its stored verdict) are red."""
@@ -57,18 +57,17 @@ def predicted_vs_realized_figure(traces: Sequence[RequestTrace],
                      f"cached {ys[-1]} of {t.prompt_tokens}<br>{verdict}")
         colours.append(MISS_COLOR if verdict in ("false_hit", "count_drift", "fallback",
                                                  "evicted") else CACHED_COLOR)
-    fig = go.Figure()
     top = max(xs + ys + [16])
-    fig.add_trace(go.Scatter(name="realized = predicted", x=[0, top], y=[0, top], mode="lines",
-                             line={"dash": "dot", "color": "#9aa5b1"}, hoverinfo="skip"))
-    fig.add_trace(go.Scatter(name="requests (red: a miss the router did not expect)", x=xs,
-                             y=ys, mode="markers", customdata=ids, hovertext=texts,
-                             hoverinfo="text",
-                             marker={"size": 9, "color": colours, "opacity": 0.75}))
-    fig.update_layout(title="Predicted vs realized cached tokens per request",
-                      xaxis={"title": "router-predicted tokens"},
-                      yaxis={"title": "engine cached tokens"}, height=360, margin=MARGIN)
-    return fig
+    return PlainFigure({"data": [
+        {"type": "scatter", "name": "realized = predicted", "x": [0, top], "y": [0, top],
+         "mode": "lines", "line": {"dash": "dot", "color": "#9aa5b1"}, "hoverinfo": "skip"},
+        {"type": "scatter", "name": "requests (red: a miss the router did not expect)",
+         "x": xs, "y": ys, "mode": "markers", "customdata": ids, "hovertext": texts,
+         "hoverinfo": "text", "marker": {"size": 9, "color": colours, "opacity": 0.75}}],
+        "layout": {"title": {"text": "Predicted vs realized cached tokens per request"},
+                   "xaxis": {"title": {"text": "router-predicted tokens"}},
+                   "yaxis": {"title": {"text": "engine cached tokens"}}, "height": 360,
+                   "margin": MARGIN}})
 
 
 def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.Figure:
@@ -98,20 +97,17 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
     return fig
 
 
-def resident_blocks_figure(kv_state: Sequence[ResidentSummary],
-                           worker_names: Mapping[str, str] | None = None) -> go.Figure:
-    names = worker_names or {}
-    labels = [names.get(r.worker, r.worker) + (f"#{r.rank}" if r.rank else "")
-              for r in kv_state]
-    image_blocks = [sum(r.images.values()) for r in kv_state]
-    fig = go.Figure([
-        go.Bar(name="resident blocks", x=labels, y=[r.resident_blocks for r in kv_state],
-               marker={"color": "#2680c2"}),
-        go.Bar(name="…with image keys", x=labels, y=image_blocks, marker={"color": "#8719e0"}),
-    ])
-    fig.update_layout(barmode="group", title="Resident blocks per worker (from KV events)",
-                      height=320, margin=MARGIN)
-    return fig
+def resident_blocks_figure(bars: Sequence[tuple[str, float, float]]) -> PlainFigure:
+    """``bars``: (worker, resident blocks, blocks with image keys), e.g.
+    ``analysis.views.cache.resident_bars``."""
+    labels = [b[0] for b in bars]
+    return PlainFigure({"data": [
+        {"type": "bar", "name": "resident blocks", "x": labels, "y": [b[1] for b in bars],
+         "marker": {"color": "#2680c2"}},
+        {"type": "bar", "name": "…with image keys", "x": labels, "y": [b[2] for b in bars],
+         "marker": {"color": "#8719e0"}}],
+        "layout": {"barmode": "group", "height": 320, "margin": MARGIN,
+                   "title": {"text": "Resident blocks per worker (from KV events)"}}})
 
 
 # The icicle draws this many levels below the worker; deeper blocks of a chain are one node

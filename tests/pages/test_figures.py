@@ -7,16 +7,19 @@ import json
 
 import pytest
 
-from mmlens.analysis.affinity import image_affinity, multi_resident, sankey_links
+from mmlens.analysis.affinity import image_affinity, multi_resident, sankey_links, worker_image_sets
 from mmlens.analysis.overview import alerts, headline
 from mmlens.analysis.request_view import fold_images, from_layout, from_trace
 from mmlens.analysis.timeseries import deltas, ratio_series
+from mmlens.analysis.views.affinity import multi_resident_rows, worker_rows
+from mmlens.analysis.views.cache import resident_bars
 from mmlens.figures.affinity import affinity_sankey
 from mmlens.figures.cache import (
     hit_rate_figure,
     kv_event_timeline_figure,
     predicted_vs_realized_figure,
     prefix_tree_figure,
+    resident_blocks_figure,
 )
 from mmlens.figures.routing import mode_reason_figure
 from mmlens.figures.token_layout import layout_figure
@@ -196,6 +199,31 @@ def test_affinity_and_sankey() -> None:
     assert multi_resident([ResidentSummary("w1", 0, images={"x": 1}),
                            ResidentSummary("w2", 0, images={"x": 2, "y": 0})]) == {
         "x": ["w1", "w2"]}
+
+
+def test_fleet_residency_rows_and_bars_stay_small() -> None:
+    """On 30 workers holding one image each and one image everywhere, a table cell names 8
+    workers and says how many more, and the resident bars are the 12 fullest workers by name
+    and the other 18 workers' mean."""
+    state = [ResidentSummary(f"grpc://h:{i}", 0, resident_blocks=i,
+                             images={"all": 2, **{f"img{k}": 1 for k in range(i % 3)}})
+             for i in range(30)]
+    names = {"grpc://h:0": "w0"}
+    (row, *rest) = multi_resident_rows(multi_resident(state), names)
+    assert row["image"] == "all" and row["copies"] == 30
+    assert row["workers"].startswith("w0, h:1, h:10, ") and row["workers"].endswith(" +22 more")
+    assert [r["copies"] for r in rest] == [20, 10]  # img0 on i % 3 in (1, 2), img1 on 2
+    widest = max(worker_rows(worker_image_sets(state)), key=lambda r: r["images"])
+    assert widest["images"] == 3 and "+" not in widest["identifiers"]
+    bars, folded = resident_bars(state, names)
+    assert folded == 18 and len(bars) == 13
+    assert [b[1] for b in bars[:12]] == list(range(29, 17, -1))
+    assert bars[-1] == ("18 other workers (mean)", sum(range(18)) / 18,
+                        2 + sum(i % 3 for i in range(18)) / 18)
+    fig = resident_blocks_figure(bars).to_dict()
+    assert fig["data"][0]["x"][-1] == "18 other workers (mean)"
+    small, none_folded = resident_bars(state[:3], names)
+    assert none_folded == 0 and [b[0] for b in small] == ["w0", "h:1", "h:2"]
 
 
 def test_ratio_series_handles_resets() -> None:

@@ -12,7 +12,7 @@ import pytest
 from mmlens.ui import shared
 from streamlit.testing.v1 import AppTest
 
-from mmlens.records import CollectorHealth
+from mmlens.records import CollectorHealth, ImageInfo, RequestTrace
 from mmlens.store.open import open_store
 from mmlens.store.postgres import PostgresStore
 from mmlens.store.sqlite import Store
@@ -62,6 +62,20 @@ def _page_reads(db: str, counted: Reads, monkeypatch: pytest.MonkeyPatch,
     return counted.queries - before[0], counted.rows - before[1], at
 
 
+def _add_images(store: Any) -> None:
+    """The same image requests and resident summaries in every store: image ``k`` served by
+    worker ``k % WORKERS``, and resident there and on its neighbour."""
+    urls = worker_urls(WORKERS)
+    images = [ImageInfo("data", 10, 64, 64, {"smg_blake3": f"{k:064x}"}) for k in range(30)]
+    store.add_traces([RequestTrace(f"img-{k}", "http://r", "smg", "m", T0 + k, False,
+                                   status=200, worker=urls[k % WORKERS], images=[im])
+                      for k, im in enumerate(images)])
+    store.set_kv_state({f"{w}#0": {"worker": w, "rank": 0, "resident_blocks": 100 + i,
+                                   "images": {f"{k:064x}": 4 for k in range(30)
+                                              if k % WORKERS in (i, (i - 1) % WORKERS)}}
+                        for i, w in enumerate(urls)}, T0)
+
+
 def _sparse_and_dense(backend: str, tmp_path: Any, request: pytest.FixtureRequest,
                       counted: Reads, monkeypatch: pytest.MonkeyPatch, page: str,
                       ) -> tuple[tuple[int, int, Any], tuple[int, int, Any]]:
@@ -78,6 +92,7 @@ def _sparse_and_dense(backend: str, tmp_path: Any, request: pytest.FixtureReques
         try:  # the collectors' health rows: the Overview shows a store with data
             store.set_health([CollectorHealth("metrics", w, last_success=T0)
                               for w in worker_urls(WORKERS)], T0)
+            _add_images(store)
         finally:
             store.close()
     return (_page_reads(sparse, counted, monkeypatch, page),
@@ -93,6 +108,9 @@ def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: An
                                                   monkeypatch, "cache")
     assert q1 > 0 and r1 > 0
     assert (q4, r4) == (q1, r1)
+    bars = figure_titled(at, "Resident blocks")["data"][0]
+    assert len(bars["x"]) == 13 and bars["x"][-1] == f"{WORKERS - 12} other workers (mean)"
+    assert bars["y"][0] == 100 + WORKERS - 1
     for title in ("hit rate", "KV events"):
         fig = figure_titled(at, title)
         # KV bars are named "<worker> stored (N)" / "<worker> removed (N)"
@@ -132,3 +150,22 @@ def test_overview_reads_rollups_not_raw_counters(backend: str, tmp_path: Any,
         assert rate.value == "25%", rate.value
         bars = figure_titled(page, "hit rate per worker")["data"][0]
         assert len(bars["y"]) == WORKERS and all(abs(y - 0.25) < 1e-9 for y in bars["y"])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_affinity_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: Any,
+                                                         request: pytest.FixtureRequest,
+                                                         counted: Reads,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         ) -> None:
+    """The Affinity page reads the recent traces, the newest KV events and one resident
+    summary per worker: four times the raw KV events and samples leave its queries and rows
+    as they were, and its tables still name every image and worker."""
+    (q1, r1, at), (q4, r4, _) = _sparse_and_dense(backend, tmp_path, request, counted,
+                                                  monkeypatch, "affinity")
+    assert q1 > 0 and r1 > 0
+    assert (q4, r4) == (q1, r1)
+    per_image, several, per_worker = (d.value for d in at.dataframe)
+    assert len(per_image) == 30
+    assert len(several) == 30 and set(several["copies"]) == {2}
+    assert len(per_worker) == WORKERS and per_worker["images"].sum() == 2 * 30
