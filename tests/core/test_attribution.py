@@ -202,3 +202,15 @@ def test_image_identities_tell_same_length_requests_apart():
     assert {r: (v.blocks, v.alternatives) for r, v in seen.items()} == {
         "x": (5, ()), "y": (0, ())}
     assert c.segment_of["a6"].images == c.segment_of["a1"].images  # the chain's, below it
+
+
+def test_a_block_hung_off_a_prompt_may_be_a_longer_prompts_not_only_its_decode():
+    # "a" (5 blocks) and "b" (6, its first 5 the same: one image, a longer text) computed
+    # at once from nothing; the engine stored the five shared blocks once (a's chain) and
+    # b's sixth off their last. That block may be a's decode, but also b's prompt: b may
+    # have computed all six (the live Dynamo run's acc-041, once judged a hit).
+    c = chains_of((0.0, None, [1]), (5.2, None, [10, 11, 12, 13, 14]), (5.202, 14, [15]),
+                  (9.0, None, [900]))
+    got = attribute(c, [served("a", 5.0, 5), served("b", 5.05, 6)], "w1")
+    assert got["a"].blocks == 0
+    assert 0 in {got["b"].blocks, *got["b"].alternatives}

@@ -113,3 +113,26 @@ def test_workers_on_the_routers_host_share_its_clock() -> None:
         assert clocks_apart(unit) == 0.0, unit
     for unit in ("grpc://10.0.0.7:50051", "w1", "grpc://127.0.0.1.example.com:1", "7587"):
         assert clocks_apart(unit) > 0.0, unit
+
+
+def _found_before_dispatch(w: str, a_stored_at: float) -> dict[str, str]:
+    """``a`` computed its 4 blocks at ``a_stored_at``; ``b``, the same prompt, sent at
+    100.55 while ``a`` still ran, stored nothing."""
+    state = JudgeState(horizon_s=1e9)
+    state.apply_kv([(a_stored_at, w, "stored", None, [str(i) for i in range(4)]),
+                    (130.0, w, "stored", None, ["later"])])
+    traces = [_sent("a", 10, 14, 100.50, 101.0, overlap=0, worker=w),
+              _sent("b", 12, 15, 100.55, 101.0, worker=w)]
+    return {v.request_id: v.category for v in state.judge(
+        traces, [t.request_id for t in traces], judged_at=0.0)}
+
+
+def test_a_chain_stored_before_the_exact_dispatch_was_found_on_the_routers_host() -> None:
+    """An engine looks a prompt up after its dispatch: on the router's own clock, blocks
+    stored before the exact dispatch were there to find (``b`` a hit, not possibly computed
+    beside ``a``). Elsewhere the clocks' distance leaves both readings; so does a chain
+    stored after the dispatch, on any host."""
+    local = "grpc://127.0.0.1:50051"
+    assert _found_before_dispatch(local, 100.549) == {"a": "cold", "b": "hit"}
+    assert _found_before_dispatch("grpc://10.0.0.7:50051", 100.549)["b"] == "hit_or_false_hit"
+    assert _found_before_dispatch(local, 100.551)["b"] == "hit_or_false_hit"

@@ -48,7 +48,9 @@ class Served:
     when a source told it (it then only claims a segment that agrees), its images'
     identities when every image's is known (it then only claims a chain of those images).
     ``stored_by``: the latest its engine can have stored a block, on the engine's clock,
-    where the router's line order bounds it (``order``)."""
+    where the router's line order bounds it (``order``); ``stored_from``: the earliest,
+    where the engine shares the router's clock and the router timed the dispatch exactly
+    (its engine looks its prompt up after the dispatch: a block stored before was there)."""
 
     request_id: str
     start: float
@@ -58,6 +60,7 @@ class Served:
     known_blocks: int | None = None
     images: frozenset[str] | None = None
     stored_by: float | None = None
+    stored_from: float | None = None
 
 
 @dataclass(slots=True)
@@ -175,7 +178,8 @@ def _full(r: Served) -> tuple[int, int] | None:
 def _since(r: Served, slack_s: float) -> float:
     """The earliest a block of ``r`` can be stored (its engine starts after the dispatch;
     the slack covers the router's and the engines' clocks apart)."""
-    return r.start - slack_s
+    early = r.start - slack_s
+    return early if r.stored_from is None else max(early, r.stored_from)
 
 
 def _until(r: Served, slack_s: float) -> float:
@@ -231,8 +235,9 @@ def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: flo
 
 def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, list[Segment]],
              slack_s: float) -> dict[Segment, str]:
-    """Segments that are a request's decode: hung off the last block of a segment that may
-    be its prefill (or of its decode before), stored while it ran, at its prompt's depth."""
+    """Segments that may be a request's decode: hung off the last block of a segment that
+    may be its prefill (or of its decode before), stored while it ran, at its prompt's
+    depth. Not only that: a longer prompt with those blocks first may have stored it."""
     out: dict[Segment, str] = {}
     for r in served:
         mine = fits.get(r.request_id)
@@ -254,9 +259,9 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,
                ) -> dict[str, list[Segment]]:
-    """Per request, the segments it may own as its prefill (not another request's decode).
-    A request of unknown length may own any segment stored while it ran: it is no one's
-    answer, but a rival that keeps others from claiming its chain."""
+    """Per request, the segments it may own as its prefill. A request of unknown length
+    may own any segment stored while it ran: it is no one's answer, but a rival that keeps
+    others from claiming its chain."""
     fits: dict[str, list[Segment]] = {}
     for r in served:
         f = _full(r)
@@ -268,10 +273,7 @@ def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = 
                                   if s.parent is None and s.blocks == 1]
         else:
             fits[r.request_id] = _fits(chains, r, *f, slack_s)
-    decode = _decodes(chains, served, fits, slack_s)
-    if not decode:
-        return fits
-    return {rid: [s for s in segs if decode.get(s, rid) == rid] for rid, segs in fits.items()}
+    return fits
 
 
 def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: float,
@@ -404,9 +406,14 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     if only is not None:
         served = _overlapping(served, only, slack_s)
     cands = candidates(chains, served, slack_s)
+    decodes = _maybe_decodes(chains, served, slack_s)
+    # A segment hung off a prompt a request may have stored may be its decode: it owes no
+    # prompt an owner, but stays a longer prompt's candidate (one with the same blocks
+    # first, computed beside it or found).
+    for seg, rid in _decodes(chains, served, cands, slack_s).items():
+        decodes.setdefault(seg, set()).add(rid)
     if only is not None:
         cands = _connected(cands, only)
-    decodes = _maybe_decodes(chains, served, slack_s)
     owners = Owners(cands, frozenset(decodes))
     out: dict[str, Realized] = {}
     for r in served:

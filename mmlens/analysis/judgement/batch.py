@@ -130,9 +130,13 @@ def _seen(t: RequestTrace) -> _Seen:
     start, end = span_of(t)
     bs = block_size_of(t)
     known = usage_realized(t, bs)
+    # On the router's own host the engine's clock is the router's: its blocks are stored
+    # after the exact dispatch, with no slack before it.
+    exact = clocks_apart(u) == 0 and exact_dispatch(t) is not None
     return _Seen(t, len(t.predictions), u, Served(
         t.request_id, start, end, prompt_of(t, bs), bs,
-        None if known is None else known.blocks, ids), ids)
+        None if known is None else known.blocks, ids, stored_from=start if exact else None),
+        ids)
 
 
 @dataclass
