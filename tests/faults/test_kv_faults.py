@@ -20,6 +20,16 @@ def kv_health(t: h.Tally) -> dict:
     return row
 
 
+def report(name: str, t: h.Tally, db) -> None:
+    """The fault's row: counts, and what the KV health row and ``quarantined`` say."""
+    c, named = kv_health(t)["counters"], [q for q in h.quarantined(db)
+                                          if q["collector"] == "kv_events"]
+    print(f"\n{name}: published {t.published} stored {t.stored} lost {t.lost} duplicates "
+          f"{t.duplicates} quarantined {len(named)}; health errors {kv_health(t)['errors']}, "
+          f"last_seq {c.get('last_seq')}, lost_batches {c.get('lost_batches', 0)}; "
+          f"quarantined[0] {named[0] if named else None}")
+
+
 def test_publisher_restart_loses_nothing(tmp_path) -> None:
     t = h.publisher_restart(tmp_path / "s.db", events=2000, down_s=0.5)
     assert (t.lost, t.duplicates) == (0, 0)
@@ -144,8 +154,7 @@ def test_runner_restarts_its_kv_thread_and_keeps_storing(tmp_path) -> None:
 def test_a_bad_event_is_quarantined_alone_and_the_stream_moves_past_it(tmp_path,
                                                                        offset) -> None:
     t, seqs = h.poisoned(tmp_path / "s.db", batches=2000, bad_every=400, bad_offset=offset)
-    print(f"\nKV image offset {offset}: published {t.published} stored {t.stored} "
-          f"lost {t.lost} duplicates {t.duplicates} quarantined {len(seqs)}")
+    report(f"KV image offset {offset}", t, tmp_path / "s.db")
     assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
     row = kv_health(t)
     c, errors = row["counters"], row["errors"]
@@ -164,8 +173,7 @@ def test_a_grpc_image_offset_of_2_40_is_quarantined_alone(tmp_path) -> None:
     """The issue's gRPC row: ``multimodal.offset = 2**40`` in one event of every 400th of
     2,000 batches, over a real SubscribeKvEvents stream read by ``mmlens collect``'s runner."""
     t, seqs = h.poisoned_grpc(tmp_path / "s.db", batches=2000, bad_every=400)
-    print(f"\ngRPC KV image offset 2**40: published {t.published} stored {t.stored} "
-          f"lost {t.lost} duplicates {t.duplicates} quarantined {len(seqs)}")
+    report("gRPC KV image offset 2**40", t, tmp_path / "s.db")
     assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
     row = kv_health(t)
     c = row["counters"]
@@ -182,8 +190,7 @@ def test_an_image_id_that_is_not_utf8_takes_only_its_event(tmp_path) -> None:
     """vLLM's image id as a msgpack str whose bytes are a lone surrogate's UTF-8 escape."""
     bad_id = b"\xed\xb2\x80" * 10 + b"ab"
     t, seqs = h.poisoned(tmp_path / "s.db", batches=2000, bad_every=400, bad_id=bad_id)
-    print(f"\nKV image id not UTF-8: published {t.published} stored {t.stored} "
-          f"lost {t.lost} duplicates {t.duplicates} quarantined {len(seqs)}")
+    report("KV image id not UTF-8", t, tmp_path / "s.db")
     assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
     row = kv_health(t)
     assert row["counters"]["last_seq"] == 1999 and row["counters"]["lost_batches"] == 0
@@ -199,8 +206,7 @@ def test_a_batch_with_an_impossible_time_on_postgresql_takes_only_itself(
 
     url = new_database(postgres)
     t, seqs = h.poisoned(url, batches=2000, bad_every=400, bad_ts=ts)
-    print(f"\nKV batch ts={ts} on PostgreSQL: published {t.published} stored {t.stored} "
-          f"lost {t.lost} duplicates {t.duplicates} quarantined {len(seqs)}")
+    report(f"KV batch ts={ts} on PostgreSQL", t, url)
     assert (t.lost, t.duplicates, t.crashes) == (0, 0, 0)
     row = kv_health(t)
     assert row["errors"]["bad_number"] == len(seqs), row["errors"]

@@ -64,8 +64,6 @@ def test_a_line_the_store_cannot_hold_is_set_aside_alone(tmp_path: Path) -> None
     lines = smg_lines(300, bad_at=150)
     runner = collect(log, db, [lines[:100], lines[100:200], lines[200:]])
     ids = stored_decisions(db)
-    print(f"\nSMG log \\udc80: published 300 decisions, stored {len(ids)}, "
-          f"lost {299 - len(set(ids))}, duplicates {len(ids) - len(set(ids))}, quarantined 1")
     assert len(ids) == len(set(ids)) == 299 and f"mmlens-{150:016x}" not in ids
     assert runner.store_health.errors == {"unwritable_decision": 1}
     reader = StoreReader(db)
@@ -74,6 +72,9 @@ def test_a_line_the_store_cannot_hold_is_set_aside_alone(tmp_path: Path) -> None
         (row,) = [h for h in reader.health() if (h.collector, h.target) == ("store", "writes")]
     finally:
         reader.close()
+    print(f"\nSMG log \\udc80: published 300 decisions, stored {len(ids)}, "
+          f"lost {299 - len(set(ids))}, duplicates {len(ids) - len(set(ids))}, quarantined "
+          f"{len(named)}; store/writes errors {row.errors}, quarantined[0] {named[0]}")
     assert row.errors == {"unwritable_decision": 1}
     assert [q["where"] for q in named] == [f"request 'mmlens-{150:016x}'"]
     assert "surrogates not allowed" in named[0]["detail"]

@@ -48,10 +48,12 @@ def outage_row(t: h.Tally) -> dict:
 
 
 def report(name: str, t: h.Tally) -> None:
-    c = outage_row(t)["counters"]
+    row = outage_row(t)
+    c = row["counters"]
     print(f"\n{name}: published {t.published} stored {t.stored} lost {t.lost} duplicates "
           f"{t.duplicates}; outages {c.get('outages')}, retried {c.get('retried_records')}, "
-          f"spilled {c.get('spilled_records', 0)}, dropped {c.get('dropped_records', 0)}")
+          f"spilled {c.get('spilled_records', 0)}, dropped {c.get('dropped_records', 0)}, "
+          f"backlog {c.get('backlog_records')}; store/outage errors {row['errors']}")
 
 
 def test_a_full_disk_for_a_while_loses_nothing(tmp_path: Path) -> None:
