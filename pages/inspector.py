@@ -3,7 +3,6 @@ hashes on hover, counts side by side, and where router and worker part ways."""
 
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 from mmlens.ui import shared
 
@@ -11,9 +10,10 @@ from mmlens.analysis.judgement.shown import headline
 from mmlens.analysis.observed_fields import field_rows
 from mmlens.analysis.request_view import RequestView, from_layout, from_trace, rebuild_parts
 from mmlens.analysis.views.cause import cause_sentence, default_partner, diff_rows
-from mmlens.analysis.views.common import named_text, router_names
+from mmlens.analysis.views.common import markdown_table, named_text, router_names
 from mmlens.analysis.views.inspector import (
     cached_text,
+    evidence_rows,
     explanation_text,
     image_rows,
     prediction_rows,
@@ -134,8 +134,9 @@ def captured(path: str) -> None:
         box(named_text(explanation_text(expl), names))
         if expl["evidence"]:
             with st.expander("Evidence"):
-                st.json({**expl["evidence"], "sources": expl["sources"],
-                         "unknown": expl["unknown"]})
+                st.markdown(markdown_table(evidence_rows(
+                    {**expl["evidence"], "sources": expl["sources"],
+                     "unknown": expl["unknown"]})))
     if trace.origin == "observed":
         st.subheader("Where each field came from")
         st.dataframe(shared.table(field_rows(trace)), hide_index=True,
@@ -180,7 +181,7 @@ def side_by_side(path: str, trace: Any, by_id: dict[str, Any], names: dict[str, 
         rows = diff_rows(trace, shared.verdict(path, trace.request_id), b,
                          shared.verdict(path, b.request_id), names,
                          router_names(shared.meta(path, "targets")))
-        st.table(pd.DataFrame(rows).set_index(""))
+        st.markdown(markdown_table(rows))
         st.caption("◆ marks what differs. Same images with other workers or verdicts is "
                    "affinity at work (or not); same request, other processing mode shows what "
                    "each mode routes on.")

@@ -249,7 +249,7 @@ def test_a_request_opens_with_its_cause_and_a_side_by_side_diff(
     partner = default_partner(replay, traces)
     assert partner is not None
     body.get_by_text(f"Side by side with {partner.request_id}").first.click()
-    table = body.locator("[data-testid='stTable']").first
+    table = body.locator("[data-testid='stExpander'] table").first
     table.wait_for(state="visible", timeout=WAIT_MS)
     text = table.inner_text()
     assert replay.request_id in text and partner.request_id in text

@@ -28,3 +28,17 @@ def test_workers_read_in_name_order_per_router() -> None:
             {"router": "dynamo", "worker": "w1"}, {"router": "a-smg", "worker": "w3"}]
     assert [(r["router"], r["worker"]) for r in by_worker_name(rows)] == [
         ("a-smg", "w3"), ("dynamo", "w1"), ("dynamo", "w2"), ("dynamo", "w10")]
+
+
+def test_markdown_table_reads_as_written() -> None:
+    """A cell's Markdown and LaTeX characters are escaped, a gap reads "—", a newline a
+    space; nested evidence is one JSON cell."""
+    from mmlens.analysis.views.common import markdown_table
+    from mmlens.analysis.views.inspector import evidence_rows
+
+    md = markdown_table([{"": "a|b", "x": None, "y": "$5 *x* _y_"}, {"": "c", "x": 1, "y": "1\n2"}])
+    assert md.splitlines() == ["|   | x | y |", "|---|---|---|",
+                               "| a\\|b | — | \\$5 \\*x\\* \\_y\\_ |", "| c | 1 | 1 2 |"]
+    assert markdown_table([]) == ""
+    assert evidence_rows({"blocks": [1, 2], "why": "held"}) == [
+        {"field": "blocks", "value": "[1, 2]"}, {"field": "why", "value": "held"}]

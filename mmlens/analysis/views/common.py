@@ -131,3 +131,25 @@ def by_worker_name(rows: Sequence[dict[str, Any]], key: str = "worker") -> list[
         return (str(row.get("router") or ""),
                 [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts])
     return sorted(rows, key=order)
+
+
+# Markdown characters a cell could start by accident (Streamlit's markdown also reads $…$ as
+# LaTeX), escaped so a cell reads as written.
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|$"} | {"\n": " "})
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``rows`` (their first row's keys as columns) as a Markdown table: drawn by the element
+    every page already loaded, where a table or JSON element costs a new tab seconds of
+    JavaScript the first time one is shown."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+
+    def cell(v: Any) -> str:
+        return "—" if v is None else str(v).translate(_MD_SPECIAL)
+
+    lines = ["| " + " | ".join(cell(c) or " " for c in cols) + " |",
+             "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,3 +57,10 @@ def explanation_text(expl: dict[str, Any]) -> str:
                      f"{expl.get('better_worker')}")
         line += ")"
     return line
+
+
+def evidence_rows(evidence: Mapping[str, Any]) -> list[dict[str, str]]:
+    """A verdict's evidence one field a row, nested values as compact JSON."""
+    return [{"field": k, "value": v if isinstance(v, str) else
+             json.dumps(v, separators=(", ", ": "), default=str)}
+            for k, v in evidence.items()]
