@@ -8,7 +8,6 @@ import streamlit as st
 from mmlens.ui import shared
 
 from mmlens.analysis import kv_divergence
-from mmlens.analysis.block_labels import block_labels
 from mmlens.analysis.fleet import fold_view_points
 from mmlens.analysis.views.cache import named_series, named_timeline
 from mmlens.analysis.views.common import name_rows, named_headline, router_names, worker_label
@@ -17,10 +16,10 @@ from mmlens.figures.cache import (
     hit_rate_figure,
     kv_event_timeline_figure,
     predicted_vs_realized_figure,
-    prefix_tree_figure,
     resident_blocks_figure,
 )
 from mmlens.figures.kv_divergence import divergence_figure
+from mmlens.figures.plain import PlainFigure
 
 st.title("Cache")
 path = shared.require_reader()
@@ -56,11 +55,9 @@ def live() -> None:
                                f"mean of the other {folded}.")
             else:
                 st.info("No resident-block state yet.")
-        events = shared.recent_kv_events(path, 200)
-        if events:
-            labels = block_labels(events, shared.recent_traces(path, 500))
-            st.plotly_chart(prefix_tree_figure(events, labels, names), key="prefix_tree",
-                            width="stretch")
+        tree = shared.prefix_tree(path, 200, 500)
+        if tree is not None:
+            st.plotly_chart(PlainFigure(tree), key="prefix_tree", width="stretch")
         views()
 
 

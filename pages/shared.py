@@ -17,6 +17,7 @@ import streamlit as st
 from mmlens.analysis.affinity import multi_resident, worker_image_sets
 from mmlens.analysis.alert_states import AlertTracker, TrackedAlert
 from mmlens.analysis.availability.view import AvailabilityView, view_model
+from mmlens.analysis.block_labels import block_labels
 from mmlens.analysis.decisions import merged
 from mmlens.analysis.fleet import KEEP, fleet_hit_rates, fold_timeline
 from mmlens.analysis.liveness import WorkersView, liveness_names, worker_liveness, workers_view
@@ -37,6 +38,7 @@ from mmlens.analysis.views.common import short_worker as short_worker
 from mmlens.analysis.views.common import verdict_css
 from mmlens.analysis.views.common import worker_label as worker_label
 from mmlens.analysis.views.common import worker_names as _worker_names
+from mmlens.figures.cache import prefix_tree_figure
 from mmlens.ingest.metrics_normalize import NormalizedMetrics
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.records import KVEventRow, MetricSample, RequestTrace, ResidentSummary, Verdict
@@ -324,6 +326,18 @@ def kv_views(path: str, window_s: float) -> list[tuple[Any, ...]]:
 @store_cached("kv_events")
 def recent_kv_events(path: str, limit: int) -> list[KVEventRow]:
     return _reader(path).recent_kv_events(limit)
+
+
+@store_cached("kv_events", "traces", "decisions", "meta")
+def prefix_tree(path: str, n_events: int, n_traces: int) -> dict[str, Any] | None:
+    """The Cache page's prefix tree of the newest ``n_events`` KV events, labelled by the
+    recent traces, as a figure spec (None: no events); labelling them costs more than
+    drawing the tree, so the spec is kept until an event or trace arrives."""
+    events = recent_kv_events(path, n_events)
+    if not events:
+        return None
+    labels = block_labels(events, recent_traces(path, n_traces))
+    return prefix_tree_figure(events, labels, worker_names(path)).to_dict()
 
 
 @store_cached("availability")

@@ -4,11 +4,11 @@ available dashed), and avoidable prefill tokens per minute stacked by cause."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import plotly.graph_objects as go
+from typing import Any
 
 from mmlens.analysis.availability.aggregate import HitRatePoint
 from mmlens.analysis.availability.view import CAUSE_TEXT
+from mmlens.figures.plain import PlainFigure
 from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
 from mmlens.figures.token_layout import MARGIN
 
@@ -17,27 +17,28 @@ CAUSE_COLORS = {"load_spill": "#e8a33d", "content_blind": "#d1495b", "stale_inde
                 "unexplained": "#5c6770"}
 
 
-def achieved_vs_available_figure(points: Sequence[HitRatePoint]) -> go.Figure:
-    fig = go.Figure()
+def achieved_vs_available_figure(points: Sequence[HitRatePoint]) -> PlainFigure:
     by_group: dict[str, list[HitRatePoint]] = {}
     for p in points:
         by_group.setdefault(p.group, []).append(p)
+    data: list[dict[str, Any]] = []
     for group, pts in sorted(by_group.items()):
         x, achieved = gapped([(p.t, p.achieved) for p in pts], 60.0)
         _, available = gapped([(p.t, p.available) for p in pts], 60.0)
         requests = _requests(pts, achieved)
-        fig.add_trace(go.Scatter(
-            name=f"{group} · achieved", x=x, y=achieved, mode="lines+markers",
-            customdata=requests, hovertemplate="achieved %{y:.1%} (%{customdata} requests)"
-            "<extra></extra>"))
-        fig.add_trace(go.Scatter(
-            name=f"{group} · available", x=x, y=available,
-            mode="lines+markers", line={"dash": "dash"}, customdata=requests,
-            hovertemplate="available %{y:.1%} (%{customdata} requests)<extra></extra>"))
-    fig.update_layout(title="Achieved vs available hit rate per router (token-weighted, UTC)",
-                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, height=320,
-                      xaxis=TIME_AXIS, showlegend=True, margin=MARGIN)
-    return fig
+        data.append({"type": "scatter", "name": f"{group} · achieved", "x": x, "y": achieved,
+                     "mode": "lines+markers", "customdata": requests,
+                     "hovertemplate": "achieved %{y:.1%} (%{customdata} requests)"
+                                      "<extra></extra>"})
+        data.append({"type": "scatter", "name": f"{group} · available", "x": x,
+                     "y": available, "mode": "lines+markers", "line": {"dash": "dash"},
+                     "customdata": requests,
+                     "hovertemplate": "available %{y:.1%} (%{customdata} requests)"
+                                      "<extra></extra>"})
+    return PlainFigure({"data": data, "layout": {
+        "title": {"text": "Achieved vs available hit rate per router (token-weighted, UTC)"},
+        "yaxis": {"range": [0, 1.05], "tickformat": ".0%"}, "height": 320,
+        "xaxis": TIME_AXIS, "showlegend": True, "margin": MARGIN}})
 
 
 def _requests(pts: Sequence[HitRatePoint], ys: Sequence[float | None]) -> list[int | None]:
@@ -46,19 +47,23 @@ def _requests(pts: Sequence[HitRatePoint], ys: Sequence[float | None]) -> list[i
     return [None if y is None else next(counts) for y in ys]
 
 
-def avoidable_figure(rows: Sequence[tuple[float, str, float]]) -> go.Figure:
+def avoidable_figure(rows: Sequence[tuple[float, str, float]]) -> PlainFigure:
     """``rows``: (bucket start, cause, avoidable tokens per minute)."""
-    fig = go.Figure()
     by_cause: dict[str, list[tuple[float, float]]] = {}
     for t, cause, per_min in rows:
         by_cause.setdefault(cause, []).append((t, per_min))
     width = bar_width_ms([r[0] for r in rows], 60.0)
+    data = []
     for cause, pts in by_cause.items():
-        fig.add_trace(go.Bar(name=cause, x=utc([p[0] for p in pts]), y=[p[1] for p in pts],
-                             marker_color=CAUSE_COLORS.get(cause), width=width,
-                             hovertemplate=f"{CAUSE_TEXT.get(cause, cause)}: "
-                             "%{y:.0f} tokens/min<extra></extra>"))
-    fig.update_layout(title="Avoidable prefill tokens per minute, by cause (UTC)",
-                      barmode="stack", height=320, margin=MARGIN, xaxis=TIME_AXIS,
-                      yaxis={"title": "tokens / min"})
-    return fig
+        bar: dict[str, Any] = {
+            "type": "bar", "name": cause, "x": utc([p[0] for p in pts]),
+            "y": [p[1] for p in pts], "width": width,
+            "hovertemplate": f"{CAUSE_TEXT.get(cause, cause)}: %{{y:.0f}} tokens/min"
+                             "<extra></extra>"}
+        if cause in CAUSE_COLORS:
+            bar["marker"] = {"color": CAUSE_COLORS[cause]}
+        data.append(bar)
+    return PlainFigure({"data": data, "layout": {
+        "title": {"text": "Avoidable prefill tokens per minute, by cause (UTC)"},
+        "barmode": "stack", "height": 320, "margin": MARGIN, "xaxis": TIME_AXIS,
+        "yaxis": {"title": {"text": "tokens / min"}}}})

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import plotly.graph_objects as go
-
 from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.judgement.shown import category
 from mmlens.analysis.request_view import predicted_tokens
@@ -24,19 +22,20 @@ MISS_COLOR = "#cf1124"
 
 
 def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = None,
-                    ) -> go.Figure:
+                    ) -> PlainFigure:
     """One line per worker (named in the legend, even when alone); an interval without
     prefix-cache traffic breaks the line rather than joining its neighbours."""
-    fig = go.Figure()
+    data = []
     for worker, points in sorted(series.items()):
         xs, ys = gapped(points, step)
-        fig.add_trace(go.Scatter(name=worker, x=xs, y=ys, mode="lines+markers",
-                                 connectgaps=False, line={"color": worker_colour(worker)}))
-    fig.update_layout(title="Engine prefix hit rate per worker (token-weighted, UTC)",
-                      yaxis={"range": [0, 1.05], "tickformat": ".0%"}, xaxis=TIME_AXIS,
-                      showlegend=True, legend={"title": {"text": "worker"}}, height=320,
-                      margin=MARGIN)
-    return fig
+        data.append({"type": "scatter", "name": worker, "x": xs, "y": ys,
+                     "mode": "lines+markers", "connectgaps": False,
+                     "line": {"color": worker_colour(worker)}})
+    return PlainFigure({"data": data, "layout": {
+        "title": {"text": "Engine prefix hit rate per worker (token-weighted, UTC)"},
+        "yaxis": {"range": [0, 1.05], "tickformat": ".0%"}, "xaxis": TIME_AXIS,
+        "showlegend": True, "legend": {"title": {"text": "worker"}}, "height": 320,
+        "margin": MARGIN}})
 
 
 def predicted_vs_realized_figure(traces: Sequence[RequestTrace],
@@ -70,14 +69,14 @@ def predicted_vs_realized_figure(traces: Sequence[RequestTrace],
                    "margin": MARGIN}})
 
 
-def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.Figure:
+def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> PlainFigure:
     """``rows``: (bucket ts, worker, kind, blocks). Stored up, removed down, per worker: every
     worker has both entries in the legend, so no removals reads as none, not as missing."""
-    fig = go.Figure()
     series: dict[tuple[str, str], dict[float, int]] = {}
     for ts, worker, kind, blocks in rows:
         series.setdefault((worker, kind), {})[ts] = blocks
     width = bar_width_ms([r[0] for r in rows])
+    data = []
     for worker in sorted({w for w, _ in series}):
         for kind in ("stored", "removed"):
             points = series.get((worker, kind), {})
@@ -87,14 +86,14 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> go.
             ts = sorted(points)
             sign = -1 if kind == "removed" else 1
             colour = worker_colour(worker)
-            fig.add_trace(go.Bar(name=f"{worker} {kind} ({total})", x=utc(ts),
-                                 y=[sign * points[t] for t in ts], legendgroup=worker,
-                                 width=width,
-                                 marker={"color": faded(colour) if sign < 0 else colour}))
-    fig.update_layout(barmode="relative", xaxis=TIME_AXIS, showlegend=True,
-                      title="KV events per worker: blocks stored (+) / removed (−)",
-                      height=320, margin=MARGIN)
-    return fig
+            data.append({"type": "bar", "name": f"{worker} {kind} ({total})", "x": utc(ts),
+                         "y": [sign * points[t] for t in ts], "legendgroup": worker,
+                         "width": width,
+                         "marker": {"color": faded(colour) if sign < 0 else colour}})
+    return PlainFigure({"data": data, "layout": {
+        "barmode": "relative", "xaxis": TIME_AXIS, "showlegend": True, "height": 320,
+        "title": {"text": "KV events per worker: blocks stored (+) / removed (−)"},
+        "margin": MARGIN}})
 
 
 def resident_blocks_figure(bars: Sequence[tuple[str, float, float]]) -> PlainFigure:
@@ -120,7 +119,7 @@ SHOWN_LEVELS = 7  # levels drawn at once (the worker and six blocks), each wide 
 def prefix_tree_figure(events: Sequence[KVEventRow],
                        labels: Mapping[tuple[str, BlockHash], BlockLabel] | None = None,
                        worker_names: Mapping[str, str] | None = None,
-                       max_nodes: int = 400) -> go.Figure:
+                       max_nodes: int = 400) -> PlainFigure:
     """An icicle of recent BlockStored chains: each block's parent is the previous block of
     its event (or the event's parent hash). ``labels`` (``analysis.block_labels``) name the
     request that stored a chain and the images its blocks hold; blocks removed since are
@@ -186,19 +185,19 @@ def prefix_tree_figure(events: Sequence[KVEventRow],
                 break
         if len(ids) >= max_nodes:
             break
-    fig = go.Figure(go.Icicle(ids=ids, parents=parents, text=texts, labels=texts,
-                              hovertext=hovers, marker={"colors": colors},
-                              maxdepth=SHOWN_LEVELS, textinfo="text",
-                              textfont={"size": 13, "color": [
-                                  "#ffffff" if c == IMAGE_COLORS[2] else "#1f2933"
-                                  for c in colors]},
-                              hovertemplate="%{hovertext}<extra></extra>"))
     # A label that does not fit its tile at a readable size is hidden (its hover names it),
     # not shrunk to a few pixels.
-    fig.update_layout(title="Prefix tree of recent blocks, by the request that stored them "
-                      "(purple: image, grey: text, pale: removed since; click to zoom)",
-                      height=460, margin=MARGIN, uniformtext={"minsize": 11, "mode": "hide"})
-    return fig
+    return PlainFigure({"data": [{
+        "type": "icicle", "ids": ids, "parents": parents, "text": texts, "labels": texts,
+        "hovertext": hovers, "marker": {"colors": colors}, "maxdepth": SHOWN_LEVELS,
+        "textinfo": "text", "hovertemplate": "%{hovertext}<extra></extra>",
+        "textfont": {"size": 13, "color": ["#ffffff" if c == IMAGE_COLORS[2] else "#1f2933"
+                                           for c in colors]}}],
+        "layout": {"title": {"text": "Prefix tree of recent blocks, by the request that "
+                             "stored them (purple: image, grey: text, pale: removed since; "
+                             "click to zoom)"},
+                   "height": 460, "margin": MARGIN,
+                   "uniformtext": {"minsize": 11, "mode": "hide"}}})
 
 
 MAX_WORKER_BARS = 40  # on a fleet: the lowest hit rates, the workers to look at
