@@ -253,6 +253,40 @@ def inspector_verdicts(db: Path, rids: Iterable[str]) -> dict[str, str | None]:
         reader.close()
 
 
+def cache_page_verdicts(db: Path) -> dict[str, str]:
+    """The Cache page's predicted-vs-realized points (each names its request's verdict; a
+    request without a prediction has no point)."""
+    from mmlens.figures.cache import predicted_vs_realized_figure
+
+    traces, verdicts = stored_verdicts(db)
+    fig = predicted_vs_realized_figure(traces, verdicts)
+    if len(fig.data) < 2:
+        return {}
+    return {rid: text.rsplit("<br>", 1)[1] for rid, text in
+            zip(fig.data[1].customdata, fig.data[1].hovertext, strict=True)}
+
+
+def overview_false_hits(db: Path) -> tuple[int, list[str]] | None:
+    """The Overview's false-hit alert over every request of the store: how many it counts
+    and the requests it names (None: no such alert)."""
+    import re
+
+    from mmlens.analysis.overview import alerts
+    from mmlens.store.snapshot import build_snapshot
+
+    reader = StoreReader(db)
+    try:
+        snap = build_snapshot(reader, 3600.0, 100_000, count_kv_events=False, resident=False)
+    finally:
+        reader.close()
+    for a in alerts(snap, snap.traces, snap.generated_at):
+        if a.cause == "false_hits":
+            n = re.match(r"(\d+) of ", a.message)
+            assert n is not None, a.message
+            return int(n.group(1)), [r for r in (a.request_id, *a.examples) if r]
+    return None
+
+
 def wait_judged(db: Path, rids: Iterable[str], timeout: float = 60.0) -> int:
     """Wait until the store holds a verdict for every request (the lead collector's job
     judges each once it settled); returns how many are still pending at the timeout."""
@@ -285,14 +319,23 @@ def measure(db: Path, truth: Mapping[str, Truth]) -> tuple[dict[str, Tally], lis
     views = {"snapshot": snapshot_verdicts(db), "routing": routing_verdicts(db)}
     views["explain"] = {stored[rid]: explain_verdict(db, rid) for rid in truth}
     views["inspector"] = inspector_verdicts(db, truth)
-    tallies = {name: Tally() for name in views}
+    points = cache_page_verdicts(db)
+    tallies = {name: Tally() for name in views}  # the Cache page: in the agreement only
     disagree = []
     for rid, t in truth.items():
         seen = {name: got.get(stored[rid]) for name, got in views.items()}
         for name, got in seen.items():
             tallies[name].add(rid, got, t.category)
+        if stored[rid] in points:  # the Cache page, where it plots the request
+            seen["cache"] = points[stored[rid]]
         if len(set(seen.values())) > 1:
             disagree.append(f"{rid}: " + ", ".join(f"{k} {v}" for k, v in seen.items()))
+    # The Overview's alert counts the stored false hits and names only such requests.
+    false_hits = {stored[rid] for rid in truth
+                  if views["snapshot"].get(stored[rid]) == "false_hit"}
+    alert = overview_false_hits(db)
+    if alert is not None and (alert[0] != len(false_hits) or not set(alert[1]) <= false_hits):
+        disagree.append(f"overview false-hit alert {alert} vs stored {len(false_hits)}")
     return tallies, disagree
 
 
