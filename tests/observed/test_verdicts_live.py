@@ -221,7 +221,8 @@ def run(kind: str, tmp_path: Path, mix: str = "production") -> Run:
             for name, db in dbs.items():
                 wait_until(lambda db=db: db.exists() and traces(db) >= REQUESTS, 60,
                            what=f"{name} store", ignore=(Exception,))
-            time.sleep(7.0)  # the last KV events and log lines; routers batch spans 5 s
+            # The verdict job judges a request 12 s after it ended: the last KV events, log
+            # lines and spans (routers batch them 5 s) are in by then, no sleep needed.
             pending = {name: wait_judged(db, [w[0] for w in workload(mix)]) for name, db in
                        dbs.items()}
             assert pending == dict.fromkeys(dbs, 0), pending
