@@ -311,8 +311,8 @@ def edit_recorded(seed: bytes, program: bytes, loads: Any = json.loads,
             half = program if how == 1 else program[:len(program) // 2]
             try:
                 seed = dumps(edit_tree(doc, half))
-            except (TypeError, ValueError, OverflowError):  # what the encoder cannot hold
-                return seed
+            except (TypeError, ValueError, OverflowError, RecursionError):
+                return seed  # what the encoder cannot hold (copies nested in copies)
             program = b"" if how == 1 else program[len(program) // 2:]
     return mutate(seed, program)
 
