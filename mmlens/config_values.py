@@ -50,14 +50,23 @@ def text(t: Mapping[str, Any], key: str, where: str, required: bool = False) -> 
         return None
     if not isinstance(value, str) or len(value) > MAX_TEXT or "\x00" in value:
         raise ConfigError(f"{where}.{key}: expected a string, got {_shown(value)}")
+    if not value.isascii():
+        try:  # a JSON escape (a ready file's) can make a lone surrogate: no path, no URL
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{where}.{key}: not UTF-8 text: {_shown(value)}") from None
     return value
 
 
 def number(t: Mapping[str, Any], key: str, where: str, default: float, lo: float,
            hi: float) -> float:
     value = t.get(key, default)
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not math.isfinite(value) or not lo <= value <= hi):
+    try:  # an int past a float's range: OverflowError from isfinite and float alike
+        ok = (not isinstance(value, bool) and isinstance(value, int | float)
+              and math.isfinite(value) and lo <= value <= hi)
+    except OverflowError:
+        ok = False
+    if not ok:
         raise ConfigError(f"{where}{key}: expected a number from {lo:g} to {hi:g}, "
                           f"got {_shown(value)}")
     return float(value)
