@@ -4,8 +4,9 @@ Real SMG 1.13 (gRPC, cache-aware, its spill gate's absolute margin lowered from 
 in flight can trip it) and the real Dynamo 1.6.1 frontend (KV router), each in front of two
 simulated vLLM engines this test starts as separate processes; the official `openai` client
 sends 224 requests, 16 at a time, and worker w2 is killed with SIGKILL after 150 answers.
-The production-shaped mix: text only, images of seven sizes (a few hot, a tail; three sizes
-held by two or three different images), user texts of 3 to 50 words, every sixth streamed.
+The production-shaped mix: text only, images of seven token counts (a few hot, a tail;
+three counts held by two or three different images), user texts of 3 to 43 words, every
+sixth streamed.
 `mmlens collect` follows the router's log and the engines' KV events (one store) and
 `mmlens tap` sits in front of the router (another store). Every request's verdict in each
 store's views (snapshot, Routing, explain, the Inspector's read, the Cache page's points, the
@@ -65,11 +66,11 @@ def _data_url(rgb: tuple[int, int, int], width: int, height: int | None = None) 
         synthetic_png("solid", width, height or width, rgb=rgb)).decode()
 
 
-# The production-shaped mix: images of seven sizes (Qwen3-VL expands them to 64, 81, 100, 80,
-# 144, 96 and 121 tokens), a few hot and a tail, three sizes held by two or three different
-# images (SMG sees the same token ids for two images of one size, the engines key their blocks
-# by the image: its content-blind false hits); user texts of 3 to 50 words, the short ones
-# sent more often.
+# The production-shaped mix: eleven images of eight pixel sizes that Qwen3-VL expands to seven
+# token counts (64, 81, 100, 80, 144, 96 and 121), a few hot and a tail; three counts held by
+# two or three different images (SMG sees the same token ids for them, the engines key their
+# blocks by the image: its content-blind false hits); user texts of 3 to 43 words, the short
+# ones sent more often.
 HOT = [_data_url((30, 90, 240), 224), _data_url((240, 200, 40), 320),
        _data_url((40, 200, 90), 288), _data_url((200, 60, 200), 384),
        _data_url((90, 90, 250), 64), _data_url((250, 120, 40), 320, 256),
