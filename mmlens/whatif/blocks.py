@@ -41,6 +41,7 @@ class Prompt:
     unexpanded: tuple[int, ...]
     first_image: int | None  # first block an image overlaps
     synthetic: bool  # keys synthesized: no stored layout
+    answer: int = 0  # the whole prompt's identity: a deterministic engine answers it alike
 
     def view(self, name: str) -> tuple[int, ...]:
         return self.content if name == "content" else (
@@ -61,6 +62,12 @@ def _unexpanded(content: tuple[int, ...], blind: tuple[int, ...], first: int | N
     whole = blind[-1] if blind else 0
     head = min(first, n_blocks)
     return content[:head] + tuple(_digest(b"anchor", whole ^ j) for j in range(head, n_blocks))
+
+
+def _answer(content: tuple[int, ...], tokens: int) -> int:
+    """Equal for prompts of equal full blocks and length (their last partial block, which the
+    layouts do not key, is assumed equal too)."""
+    return _digest(b"answer", (content[-1] if content else 0) ^ tokens)
 
 
 def _anchor_blocks(r: RecordedRequest, block_size: int, full: int) -> int:
@@ -87,7 +94,8 @@ def prompt(r: RecordedRequest, block_size: int) -> Prompt | None:
         tokens = r.prompt_tokens if r.prompt_tokens is not None else len(r.keys.content) * rb
         anchors = _anchor_blocks(r, block_size, len(content))
         return Prompt(tokens, output, content, blind,
-                      _unexpanded(content, blind, first, anchors), first, False)
+                      _unexpanded(content, blind, first, anchors), first, False,
+                      _answer(content, tokens))
     if r.prompt_tokens is None:
         return None
     return _synthetic(r, block_size, output)
@@ -107,4 +115,5 @@ def _synthetic(r: RecordedRequest, block_size: int, output: int) -> Prompt:
     first = 0 if r.images and n else None
     anchors = _anchor_blocks(r, block_size, n)
     return Prompt(r.prompt_tokens or 0, output, content, blind,
-                  _unexpanded(content, blind, first, anchors), first, True)
+                  _unexpanded(content, blind, first, anchors), first, True,
+                  _answer(content, r.prompt_tokens or 0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -104,6 +105,7 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
         prompts.append(p)
     out = Run(scenario, requests, prompts, skipped=skipped, view=policy.view)
     timing = _prefill_ends(requests)
+    answers = Counter(p.answer for p in prompts)  # an answer no other request shares: one entry
     heap: list[tuple[float, int, int, int]] = []
     admissions: list[Admission | None] = [None] * len(requests)
     seq = 0
@@ -127,8 +129,9 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
                     policy.stored(w, stored, stored_blind, t)
                 loads.prefilled(w, p.tokens - a.hit_blocks * bs)
             else:
-                engines[w].release(a, p.content)
-                loads.finish(w, -(-p.tokens // bs))
+                engines[w].release(a)
+                loads.finish(w)
+                policy.finished(w, p, p.view(view))
                 admissions[i] = None
 
     for i, (r, p) in enumerate(zip(requests, prompts, strict=True)):
@@ -138,15 +141,16 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
                                                      else p.unexpanded)
         choice = policy.choose(p, keys, now, loads)
         w = choice.worker
-        policy.routed(w, keys, now)
+        policy.routed(w, p, keys, now)
         best = 0
         for key in p.content[:max(p.tokens - 1, 0) // bs]:
             if key not in holders:
                 break
             best += 1
-        a = engines[w].admit(p.content, p.blind, p.tokens, p.output, bs)
+        a = engines[w].admit(p.content, p.blind, p.tokens, p.output, bs,
+                             p.answer if answers[p.answer] > 1 else None)
         admissions[i] = a
-        loads.start(w, p.tokens - a.hit_blocks * bs, -(-p.tokens // bs))
+        loads.start(w, p.tokens - a.hit_blocks * bs)
         ttft, latency = timing[i]
         heapq.heappush(heap, (now + ttft, seq, _COMMIT, i))
         heapq.heappush(heap, (now + latency, seq + 1, _RELEASE, i))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mmlens.whatif.blocks import BlockSizeError, prompt
+from mmlens.whatif.blocks import BlockSizeError, Prompt, prompt
 from mmlens.whatif.engine import EngineCache
 from mmlens.whatif.replay import run
 from mmlens.whatif.report import summarize, verdict_of
@@ -42,13 +42,13 @@ def test_the_engine_hits_a_repeat_but_never_the_last_token_and_evicts_lru() -> N
     assert first.hit_blocks == again.hit_blocks == 0  # not committed yet: no hit
     cache.commit(first)
     cache.commit(again)
-    cache.release(first, red.content)
-    cache.release(again, red.content)
+    cache.release(first)
+    cache.release(again)
     assert cache.admit(red.content, red.blind, red.tokens, 8, 16).hit_blocks == 5  # 80 of 81
     small = EngineCache(0, capacity_blocks=8)
     a = small.admit(red.content, red.blind, red.tokens, 8, 16)
     small.commit(a)
-    small.release(a, red.content)
+    small.release(a)
     b = small.admit(big.content, big.blind, big.tokens, 8, 16)  # 21 blocks: evicts red
     assert small.evictions >= 5 and small.hit_blocks(red.content, 5) == 0
     assert b.hit_blocks == 0
@@ -192,31 +192,38 @@ def test_models_match_a_recorded_real_router_run(capture: str, scenario: Scenari
 
 
 def test_dynamo_lowest_cost_equals_the_full_scan() -> None:
-    """The incremental cost (only the workers whose load changed are recosted) picks a
-    worker of the full formula's lowest cost, over random loads and overlaps."""
+    """The incremental cost (only the workers whose load changed are recosted, each class of
+    equally credited workers costed from its cheapest) picks a worker of the full formula's
+    lowest cost, over random loads, cached overlaps and requests in flight."""
     import random
 
     from mmlens.whatif.policies.base import Loads
     from mmlens.whatif.policies.dynamo import KvRouter
 
     rnd = random.Random(3)
+    chains = [tuple(rnd.getrandbits(64) for _ in range(20)) for _ in range(4)]
     for _ in range(300):
         n = rnd.randint(1, 8)
         router = KvRouter(n, 16, seed=rnd.randint(0, 9))
         loads = Loads(n)
         for w in range(n):
+            if rnd.random() < 0.5:
+                router.stored(w, list(rnd.choice(chains)[:rnd.randint(1, 20)]), [], 0.0)
             for _ in range(rnd.randint(0, 2)):
-                loads.start(w, rnd.choice((0, 16, 81)), rnd.choice((1, 6)))
+                tokens = rnd.choice((15, 81, 300))
+                loads.start(w, rnd.choice((0, 16, tokens)))
+                keys = rnd.choice(chains)[:tokens // 16]
+                router.routed(w, prompt_of(tokens), keys, 0.0)
         isl = rnd.choice((15, 81, 300))
-        # An overlap is at most the prompt's full blocks.
-        overlaps = {w: rnd.randint(1, isl // 16) for w in range(n)
-                    if isl >= 16 and rnd.random() < 0.4}
-        groups: dict[int, int] = {}  # depth → mask of workers
-        for w, d in overlaps.items():
-            groups[d] = groups.get(d, 0) | 1 << w
-        base = router._base_costs(loads)
-        chosen, depth = router._lowest(base, sorted(groups.items()), isl / 16)
-        assert depth == overlaps.get(chosen, 0)
-        full = [max((loads.prefill_tokens[w] + isl) / 16 - overlaps.get(w, 0), 0.0)
-                + loads.active_blocks[w] for w in range(n)]
-        assert full[chosen] == pytest.approx(min(full))
+        keys = rnd.choice(chains)[:isl // 16]
+        chosen = router.choose(prompt_of(isl), keys, 0.0, loads)
+        cached = router.index.overlaps(keys)
+        shared = router.in_flight_index.overlaps(keys)
+        assert chosen.predicted_blocks == cached.get(chosen.worker, 0)
+        full = [router._cost(w, cached.get(w, 0), shared.get(w, 0), isl, loads)
+                for w in range(n)]
+        assert full[chosen.worker] == pytest.approx(min(full))
+
+
+def prompt_of(tokens: int) -> Prompt:
+    return Prompt(tokens, 0, (), (), (), None, True)

@@ -12,16 +12,15 @@ from mmlens.whatif.blocks import Prompt
 @dataclass(slots=True)
 class Loads:
     """Per worker (index 0..n-1): requests in flight as the router counts them (routed, not
-    finished), prompt tokens still in prefill, blocks of the requests in flight, and requests
-    routed so far. ``order`` packs (in flight, reversed index) into one int per worker so the
-    least-loaded worker is ``min`` over a list: on a tie the last worker registered, as SMG
-    1.13 chose on every all-idle fallback in the recorded logs (tests/fixtures/captures:
-    24420 of 24410/24420, 24820 of 24810/24820)."""
+    finished), prompt tokens still in prefill, and requests routed so far. ``order`` packs
+    (in flight, reversed index) into one int per worker so the least-loaded worker is
+    ``min`` over a list: on a tie the last worker registered, as SMG 1.13 chose on every
+    all-idle fallback in the recorded logs (tests/fixtures/captures: 24420 of 24410/24420,
+    24820 of 24810/24820)."""
 
     n: int
     inflight: list[int] = field(default_factory=list)
     prefill_tokens: list[int] = field(default_factory=list)
-    active_blocks: list[int] = field(default_factory=list)
     processed: list[int] = field(default_factory=list)
     order: list[int] = field(default_factory=list)
     total_inflight: int = 0
@@ -29,19 +28,18 @@ class Loads:
     touched: set[int] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("inflight", "prefill_tokens", "active_blocks", "processed"):
+        for name in ("inflight", "prefill_tokens", "processed"):
             setattr(self, name, [0] * self.n)
         self.order = [self._order(w) for w in range(self.n)]
 
     def _order(self, w: int) -> int:
         return (self.inflight[w] << 16) | (0xFFFF - w)
 
-    def start(self, w: int, tokens: int, blocks: int) -> None:
+    def start(self, w: int, tokens: int) -> None:
         self.inflight[w] += 1
         self.total_inflight += 1
         self.processed[w] += 1
         self.prefill_tokens[w] += tokens
-        self.active_blocks[w] += blocks
         self.order[w] = self._order(w)
         if self.touched is not None:
             self.touched.add(w)
@@ -51,10 +49,9 @@ class Loads:
         if self.touched is not None:
             self.touched.add(w)
 
-    def finish(self, w: int, blocks: int) -> None:
+    def finish(self, w: int) -> None:
         self.inflight[w] -= 1
         self.total_inflight -= 1
-        self.active_blocks[w] -= blocks
         self.order[w] = self._order(w)
         if self.touched is not None:
             self.touched.add(w)
@@ -102,5 +99,8 @@ class Policy:
     def removed(self, worker: int, content: int, blind: int) -> None:
         """A block a worker's engine evicted."""
 
-    def routed(self, worker: int, keys: tuple[int, ...], now: float) -> None:
+    def routed(self, worker: int, p: Prompt, keys: tuple[int, ...], now: float) -> None:
         """The policy's own record of a decision it made."""
+
+    def finished(self, worker: int, p: Prompt, keys: tuple[int, ...]) -> None:
+        """A request it routed (``keys`` as routed) ended."""

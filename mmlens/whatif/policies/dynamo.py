@@ -3,8 +3,11 @@
 Per worker: ``cost = prefill_load_scale × max(raw_prefill_blocks − credit × overlap, 0)
 + decode_blocks + decode_active_request_weight × active requests``, with
 ``raw_prefill_blocks = (active prefill tokens + prompt tokens) / block_size`` and
-``decode_blocks`` the blocks of the worker's requests in flight. Lowest cost wins, exact ties
-at random; with ``router_temperature`` > 0, a softmax over the costs normalized to [0, 1].
+``decode_blocks`` the worker's projected active blocks with this request added: the distinct
+blocks of its requests in flight (requests sharing a prefix share its blocks) plus this
+request's blocks it does not already have in flight (its ``ActiveSequences``:
+``active_blocks + new_blocks``). Lowest cost wins, exact ties at random; with
+``router_temperature`` > 0, a softmax over the costs normalized to [0, 1].
 
 Its view of a request: with exact MM routing (Qwen3-VL, Kimi) each image's run carries a
 per-image pad value from its mm_hash, so blocks key on content (the ``content`` view); for
@@ -12,7 +15,8 @@ families it does not support (GLM-5.3-Flash) it falls back to the rendered text 
 placeholder per image (``text_prefix``: the ``unexpanded`` view, which matches the engines'
 blocks only before the first image). Overlap comes from the engines' KV events, or with
 ``kv_events`` off (``--no-router-kv-events``) from its own decisions, each block kept
-``router_ttl_secs`` after it was last routed.
+``router_ttl_secs`` after it was last routed. A request's routing blocks are its full blocks
+plus, when its length is not a block multiple, a padded last block (counted as its own).
 
 Defaults are 1.6.1's (``python -m dynamo.frontend --help``): credit 1.0, prefill load scale
 1.0, temperature 0, decay 0, decode request weight 0, KV events on, TTL 120 s. Not modelled:
@@ -24,7 +28,7 @@ tracking (off by default), and the optional BOS of the routing ids.
 from __future__ import annotations
 
 import math
-from itertools import compress
+from bisect import insort
 
 from mmlens.whatif.blocks import Prompt
 from mmlens.whatif.index import BlockIndex, ExpiringIndex, workers_of
@@ -57,89 +61,118 @@ class KvRouter(Policy):
         self.events = bool(kv_events)
         self.index = BlockIndex()
         self.approx = ExpiringIndex(float(router_ttl_secs))
+        # Requests in flight per worker: how many hold each full block, which workers hold
+        # it (to read a request's blocks already in flight as a prefix match), and the
+        # padded last blocks (one a request, never shared).
+        self.in_flight: list[dict[int, int]] = [{} for _ in range(n_workers)]
+        self.in_flight_index = BlockIndex()
+        self.padded = [0] * n_workers
         self._base: list[float] = []
+        self._by_base: list[int] = []
 
     def choose(self, p: Prompt, keys: tuple[int, ...], now: float, loads: Loads) -> Choice:
         base = self._base_costs(loads)
-        own = self.scale * p.tokens / self.block_size
         if self.temperature > 0 or self.credit > 1:
             groups = (self.index.groups(keys) if self.events
                       else self.approx.groups(keys, now))
             overlaps = {w: d for d, ws in groups for w in ws}
-            costs = [own + b for b in base]
-            for w, ov in overlaps.items():
-                costs[w] = self._cost(w, ov, p.tokens, loads)
+            shared = self.in_flight_index.overlaps(keys)
+            costs = [self._cost(w, overlaps.get(w, 0), shared.get(w, 0), p.tokens, loads)
+                     for w in range(self.n)]
             w = self._select(costs)
             depth = overlaps.get(w, 0)
         else:
             masks = (self.index.group_masks(keys) if self.events
                      else self.approx.group_masks(keys, now))
-            w, depth = self._lowest(base, masks, own)
+            w, depth = self._lowest(base, self._classes(
+                masks, self.in_flight_index.group_masks(keys)))
         return Choice(w, "overlap" if depth else "no_overlap", depth)
 
-    def _cost(self, w: int, overlap: int, isl: int, loads: Loads) -> float:
-        """The formula whole (its clamp at 0 bites only with a credit over 1)."""
+    def _cost(self, w: int, overlap: int, shared: int, isl: int, loads: Loads) -> float:
+        """The formula whole (its clamp at 0 bites only with a credit over 1); the request's
+        own routing blocks, the same on every worker, left out."""
         return (self.scale * max((loads.prefill_tokens[w] + isl) / self.block_size
                                  - self.credit * overlap, 0.0)
-                + loads.active_blocks[w] + self.request_weight * loads.inflight[w])
+                + self._active_blocks(w) - shared + self.request_weight * loads.inflight[w])
+
+    def _active_blocks(self, w: int) -> int:
+        return len(self.in_flight[w]) + self.padded[w]
 
     def _base_costs(self, loads: Loads) -> list[float]:
-        """Per worker, its cost without the request's own prompt and overlap (kept up to date
-        for the workers whose load changed: the fleet's other workers cost the same)."""
+        """Per worker, its cost without the request's own prompt and overlaps (kept up to
+        date for the workers whose load changed: the fleet's other workers cost the same),
+        and ``_by_base``, the workers cheapest first."""
         if loads.touched is None or len(self._base) != self.n:
             loads.touched = set(range(self.n))
             self._base = [0.0] * self.n
+            self._by_base = list(range(self.n))
         bs, scale, weight = self.block_size, self.scale, self.request_weight
-        base = self._base
+        base, order = self._base, self._by_base
         for w in loads.touched:
-            base[w] = (scale * loads.prefill_tokens[w] / bs + loads.active_blocks[w]
-                       + weight * loads.inflight[w])
+            cost = (scale * loads.prefill_tokens[w] / bs + self._active_blocks(w)
+                    + weight * loads.inflight[w])
+            if cost != base[w]:
+                order.remove(w)
+                base[w] = cost
+                insort(order, w, key=base.__getitem__)
         loads.touched.clear()
         return base
 
-    def _lowest(self, base: list[float], groups: list[tuple[int, int]], own: float,
-                ) -> tuple[int, int]:
-        """The lowest cost (its worker and overlap), exact ties at random; ``groups`` are
-        (overlap depth, mask of the workers matched that deep). With a credit of at most 1
-        the clamp never bites (an overlap is at most the prompt), so a worker costs
-        ``own + base − scale × credit × overlap``: per overlap depth only its cheapest
-        workers can win, and among the rest the cheapest base. A group holding one of the
-        fleet's cheapest workers (the common case: a prefix every worker has) is costed
-        from those alone."""
+    def _classes(self, cached: list[tuple[int, int]], shared: list[tuple[int, int]],
+                 ) -> list[tuple[float, int, int]]:
+        """The fleet split by what a worker is credited: (credit in cost, cached overlap,
+        mask of its workers), from the cached overlap's groups and the in-flight match's
+        (a block the request shares with a request in flight there adds no decode block).
+        With a credit of at most 1 the clamp never bites (an overlap is at most the
+        prompt), so a worker costs ``own + base − credit``: only each class's cheapest
+        workers can win."""
+        full = (1 << self.n) - 1
         step = self.scale * self.credit
-        lo_all = min(base)
-        cheapest = list(compress(range(self.n), map(lo_all.__eq__, base)))
-        seen = 0
+        rest_cached = full
+        for _, m in cached:
+            rest_cached &= ~m
+        rest_shared = full
+        for _, m in shared:
+            rest_shared &= ~m
+        out = []
+        for depth, m1 in [*cached, (0, rest_cached)]:
+            if not m1:
+                continue
+            for run, m2 in [*shared, (0, rest_shared)]:
+                m = m1 & m2
+                if m:
+                    out.append((step * depth + run, depth, m))
+        return out
+
+    def _lowest(self, base: list[float], classes: list[tuple[float, int, int]],
+                ) -> tuple[int, int]:
+        """The lowest cost (its worker and cached overlap), exact ties at random. A class of
+        a few workers is read worker by worker; a larger one (a prefix most workers hold)
+        by the fleet's cheapest-first order, up to its first member."""
+        order = self._by_base
         best = float("inf")
         tied: list[tuple[int, int]] = []
-        for depth, mask in groups:
-            seen |= mask
-            if not mask & (mask - 1):
-                w = mask.bit_length() - 1
-                m, ties = base[w], [(depth, w)]
+        for credit, depth, mask in classes:
+            if mask.bit_count() <= 4:
+                workers = workers_of(mask)
+                m = min(map(base.__getitem__, workers))
+                ties = [(depth, w) for w in workers if base[w] == m]
             else:
-                ties = [(depth, w) for w in cheapest if mask >> w & 1]
-                if ties:
-                    m = lo_all
-                else:
-                    workers = workers_of(mask)
-                    m = min(map(base.__getitem__, workers))
-                    ties = [(depth, w) for w in workers if base[w] == m]
-            lo = m - step * depth
+                i = 0
+                while not mask >> order[i] & 1:
+                    i += 1
+                m = base[order[i]]
+                ties = []
+                for w in order[i:]:
+                    if base[w] != m:
+                        break
+                    if mask >> w & 1:
+                        ties.append((depth, w))
+            lo = m - credit
             if lo < best:
                 best, tied = lo, ties
             elif lo == best:
                 tied += ties
-        if seen != (1 << self.n) - 1 and lo_all <= best:
-            plain = [w for w in cheapest if not seen >> w & 1]
-            lo = lo_all
-            if not plain:
-                lo = min(b for w, b in enumerate(base) if not seen >> w & 1)
-                plain = [w for w, b in enumerate(base) if b == lo and not seen >> w & 1]
-            if lo < best:
-                tied = [(0, w) for w in plain]
-            elif lo == best:
-                tied += [(0, w) for w in plain]
         depth, w = tied[0] if len(tied) == 1 else self.rng.choice(sorted(tied, key=lambda x: x[1]))
         return w, depth
 
@@ -161,6 +194,36 @@ class KvRouter(Policy):
         if self.events:
             self.index.remove(worker, content)
 
-    def routed(self, worker: int, keys: tuple[int, ...], now: float) -> None:
+    def routed(self, worker: int, p: Prompt, keys: tuple[int, ...], now: float) -> None:
         if not self.events:
             self.approx.add(worker, keys, now)
+        held = self.in_flight[worker]
+        masks = self.in_flight_index.holders
+        bit = 1 << worker
+        for k in keys:
+            n = held.get(k)
+            if n is None:
+                held[k] = 1
+                masks[k] = masks.get(k, 0) | bit
+            else:
+                held[k] = n + 1
+        if p.tokens % self.block_size:
+            self.padded[worker] += 1
+
+    def finished(self, worker: int, p: Prompt, keys: tuple[int, ...]) -> None:
+        held = self.in_flight[worker]
+        masks = self.in_flight_index.holders
+        clear = ~(1 << worker)
+        for k in keys:
+            n = held[k]
+            if n > 1:
+                held[k] = n - 1
+            else:
+                del held[k]
+                m = masks[k] & clear
+                if m:
+                    masks[k] = m
+                else:
+                    del masks[k]
+        if p.tokens % self.block_size:
+            self.padded[worker] -= 1

@@ -87,6 +87,6 @@ class CacheAware(Policy):
     def removed(self, worker: int, content: int, blind: int) -> None:
         self.index.remove(worker, blind)
 
-    def routed(self, worker: int, keys: tuple[int, ...], now: float) -> None:
+    def routed(self, worker: int, p: Prompt, keys: tuple[int, ...], now: float) -> None:
         if not len(self.index):
             self.tree.add(worker, keys)
