@@ -48,5 +48,6 @@ st.markdown(NARROW_CSS, unsafe_allow_html=True)
 current = st.navigation(PAGES)
 shared.time_controls()
 shared.sidebar_status()
+shared.load_tokenizers_soon()
 with shared.script_timer(current.url_path or "index"):
     current.run()

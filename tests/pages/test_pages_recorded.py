@@ -55,6 +55,23 @@ def test_overview_headline_and_alerts_name_their_cause(db: Recorded) -> None:
     assert sorted(fig["data"][0]["x"]) == ["w1", "w2"]
 
 
+def test_any_page_loads_the_recent_requests_tokenizers_ahead(db: Recorded) -> None:
+    """Opening the Overview starts loading the tokenizer the inspector will need for the
+    recorded requests' layout model, in the background, once per store."""
+    from mmlens.ui import shared
+
+    from mmlens.layout.tokenizers import family_tokenizer
+
+    family_tokenizer.cache_clear()
+    shared._tokenizers_loading.clear()
+    at = open_page("overview")
+    assert_clean(at)
+    thread = shared.load_tokenizers_soon()
+    assert thread is not None and thread is shared.load_tokenizers_soon()  # one per store
+    thread.join(30)
+    assert family_tokenizer.cache_info().currsize >= 1
+
+
 def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> None:
     at = open_page("inspector", {"request": db.hit_id})
     assert_clean(at)
