@@ -214,3 +214,25 @@ def test_a_block_hung_off_a_prompt_may_be_a_longer_prompts_not_only_its_decode()
     got = attribute(c, [served("a", 5.0, 5), served("b", 5.05, 6)], "w1")
     assert got["a"].blocks == 0
     assert 0 in {got["b"].blocks, *got["b"].alternatives}
+
+
+def test_a_length_from_a_rounded_up_block_count_may_fill_its_last_block():
+    # Dynamo logs 6 blocks for "r": 81 to 96 tokens, 5 or 6 full blocks. At 96 its cold
+    # chain of 6 blocks from the root is its own; "y" (6 full blocks, found cached at 1.0)
+    # stored nothing. Were r's prompt taken as 81 tokens only, y alone could own that chain
+    # and would read cold.
+    c = chains_of((1.0, None, [1, 2, 3, 4, 5, 6]), (5.2, None, [10, 11, 12, 13, 14, 15]),
+                  (9.0, None, [900]))
+    y = served("y", 5.0, 6)
+    assert attribute(c, [y, Served("r", 5.0, 6.0, 81, BS)], "w1")["y"].blocks == 0  # the trap
+    got = attribute(c, [y, Served("r", 5.0, 6.0, 81, BS, one_more=True)], "w1")
+    assert 6 in {got["y"].blocks, *got["y"].alternatives}
+    assert 0 in {got["r"].blocks, *got["r"].alternatives}
+    # And the count itself: a Dynamo record's shortest length, marked as rounded up.
+    from mmlens.analysis.judgement.batch import prompt_told
+    from mmlens.ingest.observed import fragment
+    from mmlens.records import RoutingDecision
+
+    t = fragment("d", "router_log", 1.0, "dynamo")
+    t.predictions = [RoutingDecision("d", "dynamo", "log:routing_best", request_blocks=6)]
+    assert prompt_told(t, BS) == (81, True)

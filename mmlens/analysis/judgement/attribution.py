@@ -50,7 +50,10 @@ class Served:
     ``stored_by``: the latest its engine can have stored a block, on the engine's clock,
     where the router's line order bounds it (``order``); ``stored_from``: the earliest,
     where the engine shares the router's clock and the router timed the dispatch exactly
-    (its engine looks its prompt up after the dispatch: a block stored before was there)."""
+    (its engine looks its prompt up after the dispatch: a block stored before was there).
+    ``one_more``: its length is a router's block count rounded up (Dynamo's), so its prompt
+    may fill that last block: one full block more than ``prompt_tokens`` gives (the most it
+    can hit stays the same)."""
 
     request_id: str
     start: float
@@ -61,6 +64,7 @@ class Served:
     images: frozenset[str] | None = None
     stored_by: float | None = None
     stored_from: float | None = None
+    one_more: bool = False
 
 
 @dataclass(slots=True)
@@ -175,6 +179,11 @@ def _full(r: Served) -> tuple[int, int] | None:
     return r.prompt_tokens // r.block_size, max(0, (r.prompt_tokens - 1) // r.block_size)
 
 
+def _ends(r: Served, full: int) -> tuple[int, ...]:
+    """The depths its prompt's full blocks may end at."""
+    return (full, full + 1) if r.one_more else (full,)
+
+
 def _since(r: Served, slack_s: float) -> float:
     """The earliest a block of ``r`` can be stored (its engine starts after the dispatch;
     the slack covers the router's and the engines' clocks apart)."""
@@ -225,11 +234,14 @@ def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: flo
     """Segments stored while ``r`` ran that end at its prompt's depth (or hang off a block
     the index never saw and are no longer than its prompt)."""
     since, until = _since(r, slack_s), _until(r, slack_s)
-    end = chains.by_end.get(full)
-    out = [] if end is None else [
-        s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
-        and (r.known_blocks is None or abs(r.known_blocks - s.base) <= 1)]
-    out += [s for s in chains.unrooted.between(since, until) if s.blocks <= full]
+    out = []
+    for depth in _ends(r, full):
+        end = chains.by_end.get(depth)
+        out += [] if end is None else [
+            s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
+            and (r.known_blocks is None or abs(r.known_blocks - s.base) <= 1)]
+    out += [s for s in chains.unrooted.between(since, until)
+            if s.blocks <= _ends(r, full)[-1]]
     return [s for s in out if same_images(s, r.images)] if r.images is not None else out
 
 
@@ -286,7 +298,7 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
     for r in served:
         f = _full(r)
         mine = {s for s in chains.window(_since(r, slack_s), _until(r, slack_s))
-                if s.blocks == 1 and (f is None or s.base is None or s.base == f[0])}
+                if s.blocks == 1 and (f is None or s.base is None or s.base in _ends(r, f[0]))}
         tips = [s.last for s in mine]
         while tips and f is not None:
             kids = chains.children.get(tips.pop())
@@ -441,7 +453,8 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         if not mine and chains.last_ts < _until(r, slack_s):
             continue  # the worker's events may not have arrived yet
         since = _since(r, slack_s)
-        own = {_hit(s, full) for s in mine}
+        own = {_hit(s, full) for s in mine} | {
+            min(_hit(s, full + 1), max_hit) for s in mine if r.one_more and s.base is None}
         readings = set(own)
         for seg in mine:
             # Its chain's blocks above where it starts, stored by another request while it
@@ -452,7 +465,8 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
             readings.add(max_hit)  # it stored nothing: its prompt was cached...
             # ...or another request stored the same prompt while it computed it too.
             alongside = {min(b, max_hit) for s in chains.window(since, _until(r, slack_s))
-                         if (b := s.base) is not None and b < full <= b + s.blocks
+                         if (b := s.base) is not None
+                         and any(b < e <= b + s.blocks for e in _ends(r, full))
                          and same_images(s, r.images)}
             readings |= alongside
         best = max(own or readings)

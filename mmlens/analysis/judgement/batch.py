@@ -68,21 +68,27 @@ def block_size_of(t: RequestTrace) -> int:
 
 def prompt_of(t: RequestTrace, block_size: int) -> int | None:
     """The engine's prompt length; else the router's count of it (SMG logs its expanded
-    prompt and its approximate tree's input tokens); else what the router's block count
-    implies (SMG counts full blocks, Dynamo a last partial one too; a prompt is rarely a
-    whole number of blocks)."""
+    prompt and its approximate tree's input tokens); else the shortest the router's block
+    count allows (SMG counts full blocks; Dynamo a last partial one too, which may be
+    full: ``rounded_up``)."""
+    return prompt_told(t, block_size)[0]
+
+
+def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool]:
+    """``prompt_of``, and whether it is the shortest of a rounded-up block count."""
     if t.prompt_tokens and known(t, "prompt_tokens"):
-        return int(t.prompt_tokens)
+        return int(t.prompt_tokens), False
     told = next((p.expanded_tokens for p in t.predictions if p.expanded_tokens), None) or \
         next((p.input_units for p in t.predictions if p.input_units
               and p.prediction_source == "approximate_tree"), None)
     if told:
-        return int(told)
+        return int(told), False
     blocks = next((p.request_blocks for p in t.predictions if p.request_blocks is not None),
                   None)
     if blocks is None:
-        return None
-    return max(0, blocks - (1 if t.router_kind == "dynamo" else 0)) * block_size + 1
+        return None, False
+    up = t.router_kind == "dynamo" and blocks > 0
+    return max(0, blocks - int(up)) * block_size + 1, up
 
 
 def identities_of(t: RequestTrace) -> frozenset[str] | None:
@@ -133,10 +139,10 @@ def _seen(t: RequestTrace) -> _Seen:
     # On the router's own host the engine's clock is the router's: its blocks are stored
     # after the exact dispatch, with no slack before it.
     exact = clocks_apart(u) == 0 and exact_dispatch(t) is not None
+    prompt, up = prompt_told(t, bs)
     return _Seen(t, len(t.predictions), u, Served(
-        t.request_id, start, end, prompt_of(t, bs), bs,
-        None if known is None else known.blocks, ids, stored_from=start if exact else None),
-        ids)
+        t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
+        stored_from=start if exact else None, one_more=up), ids)
 
 
 @dataclass
