@@ -257,9 +257,48 @@ def verdict(path: str, request_id: str) -> Verdict | None:
     return _reader(path).verdict(request_id)
 
 
-@store_cached("traces", "decisions", records=True)
+class _TraceWindow:
+    """One cached list of the newest traces, topped up with the traces recorded since its
+    newest rather than read and decoded again whole each time one arrives (on a busy store,
+    between any two clicks)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.traces: list[RequestTrace] = []
+        self.versions: tuple[Any, ...] | None = None
+        self.read_at = 0.0
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _trace_window(path: str, limit: int) -> _TraceWindow:
+    return _TraceWindow()
+
+
 def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
-    return _reader(path).recent_traces(limit)
+    """The newest ``limit`` traces with their logged decisions (shared, not copied). When only
+    new traces came (no decision), only those are read; a trace recorded late, behind the
+    newest one, or merged in place shows at the next whole read (every ``SAFETY_TTL_S``)."""
+    versions = _versions_of(path, ("traces", "decisions"))
+    window = _trace_window(path, limit)
+    with window.lock:
+        if versions == window.versions:
+            return window.traces
+        now = time.monotonic()
+        old = window.traces
+        if (old and window.versions is not None and versions[1] == window.versions[1]
+                and now - window.read_at < SAFETY_TTL_S):
+            seen = {t.request_id for t in old if t.ts == old[0].ts}
+            new = [t for t in _reader(path).traces_from(old[0].ts, limit)
+                   if t.request_id not in seen]
+            window.traces = [*new, *old][:limit]
+        else:
+            window.traces = _reader(path).recent_traces(limit)
+            window.read_at = now
+        window.versions = versions
+        return window.traces
+
+
+recent_traces.clear = _trace_window.clear  # type: ignore[attr-defined]
 
 
 @store_cached("traces", "decisions", "verdicts", records=True)

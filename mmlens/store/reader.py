@@ -62,6 +62,10 @@ class StoreReader:
         """The newest traces, each with the decisions router logs gave for it."""
         return self.with_decisions(self._locked(lambda s: s.traces(limit)))
 
+    def traces_from(self, since: float, limit: int = 300) -> list[RequestTrace]:
+        """``recent_traces`` of those recorded at or after ``since``."""
+        return self.with_decisions(self._locked(lambda s: s.traces_from(since, limit)))
+
     def trace_labels(self) -> list[TraceLabels]:
         """Every stored request's id, time, router, model and worker, without its body."""
         return self._locked(SQLStore.trace_labels)

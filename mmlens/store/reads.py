@@ -236,6 +236,12 @@ class StoreReads(SQLBase):
         return codec.traces(body for (body,) in self._rows(
             f"SELECT body FROM traces {where}ORDER BY ts DESC, {self.key} DESC LIMIT ?", args))
 
+    def traces_from(self, since: float, limit: int) -> list[RequestTrace]:
+        """The newest ``limit`` traces recorded at or after ``since``, newest first."""
+        return codec.traces(body for (body,) in self._rows(
+            f"SELECT body FROM traces WHERE ts >= ? ORDER BY ts DESC, {self.key} DESC "
+            "LIMIT ?", (since, limit)))
+
     def trace_labels(self) -> list[codec.TraceLabels]:
         """Every stored request's id, time, router, model and worker (the exporter's labels)."""
         return codec.trace_labels(body for (body,) in self._rows("SELECT body FROM traces"))

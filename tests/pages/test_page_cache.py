@@ -26,21 +26,27 @@ def trace(rid: str, ts: float) -> RequestTrace:
                         worker="grpc://127.0.0.1:50051", prompt_tokens=64, cached_tokens=0)
 
 
-def test_revisit_after_an_idle_tick_reads_no_trace(tmp_path: Any,
+@pytest.fixture
+def sql(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every query the SQLite store runs from now on."""
+    queries: list[str] = []
+    original = Store._rows
+
+    def logged(self: Any, query: str, args: Any = ()) -> Any:
+        queries.append(query)
+        return original(self, query, args)
+
+    monkeypatch.setattr(Store, "_rows", logged)
+    return queries
+
+
+def test_revisit_after_an_idle_tick_reads_no_trace(tmp_path: Any, sql: list[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     db = str(tmp_path / "s.db")
     store = open_store(db)
     now = time.time()
     store.add_traces([trace(f"req-{i}", now - 60 + i) for i in range(5)])
     tick(store, now)
-    sql: list[str] = []
-    original = Store._rows
-
-    def logged(self: Any, query: str, args: Any = ()) -> Any:
-        sql.append(query)
-        return original(self, query, args)
-
-    monkeypatch.setattr(Store, "_rows", logged)
     monkeypatch.setenv("MMLENS_DB", db)
     monkeypatch.delenv("MMLENS_CONFIG", raising=False)
     shared.forget_store_reads()
@@ -78,3 +84,32 @@ def test_each_page_run_notes_its_script_time(db: Recorded, tmp_path: Path,
     runs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["page"] for r in runs] == ["index", "index"]
     assert all(r["wall_s"] > 0 and r["cpu_s"] >= 0 for r in runs)
+
+
+def test_new_traces_top_up_the_cached_ones(tmp_path: Any, sql: list[str]) -> None:
+    """When requests arrive (and no decision), a page reads only the traces recorded since
+    its newest, not the whole window again; one recorded behind the newest shows at the next
+    whole read."""
+    db = str(tmp_path / "s.db")
+    store = open_store(db)
+    now = time.time()
+    store.add_traces([trace(f"req-{i}", now + i) for i in range(5)])
+    shared.forget_store_reads()
+    shared._reader.clear()
+
+    def newest() -> tuple[list[str], list[str]]:
+        shared.store_versions.clear()  # the versions are read again
+        del sql[:]
+        ids = [t.request_id for t in shared.recent_traces(db, 3)]
+        return ids, [q for q in sql if "FROM traces" in q and "max(" not in q]
+
+    assert newest()[0] == ["req-4", "req-3", "req-2"]
+    store.add_traces([trace("req-5", now + 5), trace("req-6", now + 6)])
+    ids, queries = newest()
+    assert ids == ["req-6", "req-5", "req-4"]
+    assert len(queries) == 1 and "ts >= ?" in queries[0]
+    store.add_traces([trace("late", now + 4.5)])
+    assert newest()[0] == ["req-6", "req-5", "req-4"]
+    shared.forget_store_reads()
+    assert newest()[0] == ["req-6", "req-5", "late"]
+    store.close()
