@@ -38,7 +38,7 @@ class Prompt:
     output: int  # output tokens (their blocks take cache space, never hit)
     content: tuple[int, ...]
     blind: tuple[int, ...]
-    unexpanded: tuple[int, ...]
+    unexpanded: tuple[int, ...]  # empty unless asked for (``prompt``)
     first_image: int | None  # first block an image overlaps
     synthetic: bool  # keys synthesized: no stored layout
     answer: int = 0  # the whole prompt's identity: a deterministic engine answers it alike
@@ -78,9 +78,10 @@ def _anchor_blocks(r: RecordedRequest, block_size: int, full: int) -> int:
     return full
 
 
-def prompt(r: RecordedRequest, block_size: int) -> Prompt | None:
+def prompt(r: RecordedRequest, block_size: int, unexpanded: bool = True) -> Prompt | None:
     """The request at ``block_size`` (None: its prompt length is unknown, so nothing about
-    it can be modelled)."""
+    it can be modelled). Without ``unexpanded`` its unexpanded view is left empty (a
+    replay whose policy routes on another view has no use for it)."""
     output = r.output_tokens or 0
     if r.keys is not None:
         rb = r.keys.block_size
@@ -92,16 +93,17 @@ def prompt(r: RecordedRequest, block_size: int) -> Prompt | None:
         content, blind = _rekeyed(r.keys.content, k), _rekeyed(r.keys.shapes, k)
         first = None if r.keys.first_image_block is None else r.keys.first_image_block // k
         tokens = r.prompt_tokens if r.prompt_tokens is not None else len(r.keys.content) * rb
-        anchors = _anchor_blocks(r, block_size, len(content))
-        return Prompt(tokens, output, content, blind,
-                      _unexpanded(content, blind, first, anchors), first, False,
+        view = (_unexpanded(content, blind, first, _anchor_blocks(r, block_size, len(content)))
+                if unexpanded else ())
+        return Prompt(tokens, output, content, blind, view, first, False,
                       _answer(content, tokens))
     if r.prompt_tokens is None:
         return None
-    return _synthetic(r, block_size, output)
+    return _synthetic(r, block_size, output, unexpanded)
 
 
-def _synthetic(r: RecordedRequest, block_size: int, output: int) -> Prompt:
+def _synthetic(r: RecordedRequest, block_size: int, output: int, unexpanded: bool,
+               ) -> Prompt:
     n = r.prompt_tokens // block_size if r.prompt_tokens else 0
     text = ",".join(str(c) for c in r.text_chars) if r.text_chars is not None else "?"
     shape = f"{r.model}|{r.prompt_tokens}|{text}|" + ",".join(
@@ -113,7 +115,7 @@ def _synthetic(r: RecordedRequest, block_size: int, output: int) -> Prompt:
     blind = tuple(_digest(b"blind", blind_seed ^ j) for j in range(n))
     content = tuple(_digest(b"content", content_seed ^ j) for j in range(n))
     first = 0 if r.images and n else None
-    anchors = _anchor_blocks(r, block_size, n)
-    return Prompt(r.prompt_tokens or 0, output, content, blind,
-                  _unexpanded(content, blind, first, anchors), first, True,
+    view = (_unexpanded(content, blind, first, _anchor_blocks(r, block_size, n))
+            if unexpanded else ())
+    return Prompt(r.prompt_tokens or 0, output, content, blind, view, first, True,
                   _answer(content, r.prompt_tokens or 0))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from mmlens.whatif.blocks import Prompt, prompt
 from mmlens.whatif.engine import Admission, EngineCache
-from mmlens.whatif.policies.base import Loads
+from mmlens.whatif.policies.base import Loads, Policy
 from mmlens.whatif.scenario import Scenario
 from mmlens.whatif.workload import RecordedRequest
 
@@ -96,8 +96,9 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
     engines = [EngineCache(w, scenario.capacity_blocks, evicted) for w in range(n)]
     requests, prompts = [], []
     skipped = 0
+    anchored = policy.view == "unexpanded"
     for r in workload:
-        p = prompt(r, bs) if r.ok else None
+        p = prompt(r, bs, anchored) if r.ok else None
         if p is None:
             skipped += 1
             continue
@@ -113,13 +114,18 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
     events = policy.events
     worker_out, branch_out, pred_out = out.worker, out.branch, out.predicted
     hit_out, best_out = out.hit, out.best
-
-    def drain(until: float) -> None:
-        while heap and heap[0][0] <= until:
-            t, _, kind, i = heapq.heappop(heap)
-            a = admissions[i]
+    tracks = type(policy).finished is not Policy.finished  # told of each request's end
+    prefilled, finish = loads.prefilled, loads.finish
+    infinity = float("inf")
+    n_requests = len(requests)
+    i = 0
+    while True:
+        now = requests[i].ts if i < n_requests else infinity
+        while heap and heap[0][0] <= now:
+            t, _, kind, j = heapq.heappop(heap)
+            a = admissions[j]
             assert a is not None
-            p = prompts[i]
+            q = prompts[j]
             w = a.worker
             if kind == _COMMIT:
                 stored, stored_blind = engines[w].commit(a)
@@ -127,16 +133,16 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
                     holders[key] = holders.get(key, 0) + 1
                 if events and stored:
                     policy.stored(w, stored, stored_blind, t)
-                loads.prefilled(w, p.tokens - a.hit_blocks * bs)
+                prefilled(w, q.tokens - a.hit_blocks * bs)
             else:
                 engines[w].release(a)
-                loads.finish(w)
-                policy.finished(w, p, p.view(view))
-                admissions[i] = None
-
-    for i, (r, p) in enumerate(zip(requests, prompts, strict=True)):
-        now = r.ts
-        drain(now)
+                finish(w)
+                if tracks:
+                    policy.finished(w, q, q.view(view))
+                admissions[j] = None
+        if i == n_requests:
+            break
+        p = prompts[i]
         keys = p.content if view == "content" else (p.blind if view == "blind"
                                                      else p.unexpanded)
         choice = policy.choose(p, keys, now, loads)
@@ -160,6 +166,6 @@ def run(workload: Sequence[RecordedRequest], scenario: Scenario) -> Run:
         pred_out.append(choice.predicted_blocks)
         hit_out.append(a.hit_blocks)
         best_out.append(max(best, a.hit_blocks))
-    drain(float("inf"))
+        i += 1
     out.evictions = sum(e.evictions for e in engines)
     return out
