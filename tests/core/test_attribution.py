@@ -236,3 +236,31 @@ def test_a_length_from_a_rounded_up_block_count_may_fill_its_last_block():
     t = fragment("d", "router_log", 1.0, "dynamo")
     t.predictions = [RoutingDecision("d", "dynamo", "log:routing_best", request_blocks=6)]
     assert prompt_told(t, BS) == (81, True)
+
+
+def test_an_images_size_learned_from_its_own_chain_rules_out_other_sizes():
+    # SMG logs sizes, no identities. "a" (a 320×320 image, 7 blocks, alone at first) stored
+    # the chain of image A; "b" (a 384×256 image) and "c" (320×320), both 7 blocks, ran
+    # later at once, and one chain of A was stored while they ran besides c's. Image A is
+    # 320×320 (a's chain): b cannot own a chain of it, so the chain of A off the root is
+    # c's... and b found its prompt cached.
+    a_id, b_id = "a" * 16 + "0" * 48, "b" * 16 + "0" * 48
+    c = WorkerChains()
+    c.stored(0.5, None, ["b1", "b2", "b3", "b4", "b5", "b6", "b7"], [b_id])
+    c.stored(1.2, None, ["a1", "a2", "a3", "a4", "a5", "a6", "a7"], [a_id])
+    c.stored(5.2, "a6", ["c7"])
+    c.stored(9.0, None, ["tail"])
+
+    def sized(rid: str, start: float, end: float, size: tuple[int, int]) -> Served:
+        return Served(rid, start, end, 7 * BS + 3, BS, sizes=(size,))
+
+    runs = [sized("a", 1.0, 1.5, (320, 320)), sized("b", 5.0, 6.0, (384, 256)),
+            sized("c", 5.05, 6.0, (320, 320))]
+    got = attribute(c, runs, "w1")
+    assert (got["a"].blocks, got["a"].alternatives) == (0, ())
+    assert (got["b"].blocks, got["b"].alternatives) == (7, ())
+    assert (got["c"].blocks, got["c"].alternatives) == (6, ())
+    # Without the sizes either of b and c may have stored c7.
+    blind = attribute(c, [Served(r.request_id, r.start, r.end, r.prompt_tokens, BS)
+                          for r in runs], "w1")
+    assert blind["b"].alternatives and blind["c"].alternatives

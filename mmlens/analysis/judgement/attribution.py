@@ -53,7 +53,8 @@ class Served:
     (its engine looks its prompt up after the dispatch: a block stored before was there).
     ``one_more``: its length is a router's block count rounded up (Dynamo's), so its prompt
     may fill that last block: one full block more than ``prompt_tokens`` gives (the most it
-    can hit stays the same)."""
+    can hit stays the same). ``sizes``: its images' pixel sizes where the router logged
+    every one (SMG logs sizes, no identities)."""
 
     request_id: str
     start: float
@@ -65,6 +66,7 @@ class Served:
     stored_by: float | None = None
     stored_from: float | None = None
     one_more: bool = False
+    sizes: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(slots=True)
@@ -404,6 +406,42 @@ def _overlapping(served: Sequence[Served], only: Collection[str], slack_s: float
     return [served[i] for i in sorted(keep)]
 
 
+def sized_like(learned: dict[str, tuple[int, int]], sizes: tuple[tuple[int, int], ...] | None,
+               seg: Segment) -> bool:
+    """Whether ``seg``'s chain may be a prompt of images of ``sizes`` (None: any), by the
+    sizes ``learned`` of its images."""
+    return sizes is None or not learned or all(
+        learned.get(image_key(a), sizes[0]) in sizes for a in seg.images)
+
+
+def _by_size(cands: dict[str, list[Segment]], owners: Owners[Segment],
+             served: Sequence[Served], optional: frozenset[Segment],
+             ) -> tuple[dict[str, list[Segment]], Owners[Segment], dict[str, tuple[int, int]]]:
+    """An image's identity has one size. A request of one image whose only reading owns a
+    chain of one image tells that image's size; a request whose images have other sizes
+    cannot own a chain of it. Repeated while that settles more (a conflict: none learned).
+    Also the sizes learned (image key → size)."""
+    sizes = {r.request_id: r.sizes for r in served if r.sizes and r.request_id in cands}
+    learned: dict[str, tuple[int, int]] = {}
+    if not sizes:
+        return cands, owners, learned
+    while True:
+        for rid, told in sizes.items():
+            if len(told) != 1 or owners.may_own_none(rid):
+                continue
+            mine = [seg for seg in cands[rid] if owners.may_own(rid, seg)]
+            if len(mine) == 1 and len(mine[0].images) == 1:
+                key = image_key(next(iter(mine[0].images)))
+                if learned.setdefault(key, told[0]) != told[0]:
+                    return cands, owners, {}  # not one size: learn nothing, guess nothing
+        kept = {rid: [seg for seg in segs if sized_like(learned, sizes.get(rid), seg)]
+                for rid, segs in cands.items()}
+        if all(len(kept[rid]) == len(segs) for rid, segs in cands.items()):
+            return cands, owners, learned
+        cands = kept
+        owners = Owners(cands, optional)
+
+
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
               only: Collection[str] | None = None, latest: dict[str, float] | None = None,
@@ -427,6 +465,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     if only is not None:
         cands = _connected(cands, only)
     owners = Owners(cands, frozenset(decodes))
+    cands, owners, learned = _by_size(cands, owners, served, frozenset(decodes))
     out: dict[str, Realized] = {}
     for r in served:
         if only is not None and r.request_id not in only:
@@ -467,7 +506,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
             alongside = {min(b, max_hit) for s in chains.window(since, _until(r, slack_s))
                          if (b := s.base) is not None
                          and any(b < e <= b + s.blocks for e in _ends(r, full))
-                         and same_images(s, r.images)}
+                         and same_images(s, r.images) and sized_like(learned, r.sizes, s)}
             readings |= alongside
         best = max(own or readings)
         alt = tuple(sorted(readings - {best}, reverse=True))

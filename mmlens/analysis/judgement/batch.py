@@ -91,6 +91,13 @@ def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool]:
     return max(0, blocks - int(up)) * block_size + 1, up
 
 
+def sizes_of(t: RequestTrace) -> tuple[tuple[int, int], ...] | None:
+    """Its images' pixel sizes when the router logged every one (None: any unknown)."""
+    if not t.images or not all(im.width and im.height for im in t.images):
+        return None
+    return tuple((int(im.width), int(im.height)) for im in t.images)  # type: ignore[arg-type]
+
+
 def identities_of(t: RequestTrace) -> frozenset[str] | None:
     """Its images' identities when every image has one a source told (Dynamo's log names
     each image's hash; SMG's gives sizes only): None when any is unknown."""
@@ -142,7 +149,7 @@ def _seen(t: RequestTrace) -> _Seen:
     prompt, up = prompt_told(t, bs)
     return _Seen(t, len(t.predictions), u, Served(
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        stored_from=start if exact else None, one_more=up), ids)
+        stored_from=start if exact else None, one_more=up, sizes=sizes_of(t)), ids)
 
 
 @dataclass
