@@ -111,15 +111,17 @@ def job_ticks(url: str, w: Workload) -> dict[str, Any]:
     store = open_store(url)
     job = VerdictJob(store)
     spent = [0.0]
-    pure = job.state.judge
 
-    def timed(*a: Any, **k: Any) -> Any:
-        c0 = time.process_time()
-        out = pure(*a, **k)
-        spent[0] += time.process_time() - c0
-        return out
+    def timed(pure: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*a: Any, **k: Any) -> Any:
+            c0 = time.process_time()
+            out = pure(*a, **k)
+            spent[0] += time.process_time() - c0
+            return out
+        return run
 
-    job.state.judge = timed  # type: ignore[method-assign]
+    job.state.judge = timed(job.state.judge)  # type: ignore[method-assign]
+    job.state.judge_context = timed(job.state.judge_context)  # type: ignore[method-assign]
     feed = _feed(w)
     ends = sorted(span_of(t)[1] for t in w.traces)
     last = ends[-1]

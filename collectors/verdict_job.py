@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import inf
 
 from mmlens.analysis.judgement.attribution import SLACK_S
-from mmlens.analysis.judgement.batch import JudgeState, span_of, unit_of
+from mmlens.analysis.judgement.batch import Context, JudgeState, span_of, unit_of
 from mmlens.records import RequestTrace, Verdict
 from mmlens.store import codec
 from mmlens.store.base import SQLStore
@@ -70,17 +71,20 @@ class _Kept:
 @dataclass
 class _Window:
     """The decoded requests of the job's lookback window, by start (then row, as the store
-    orders them), with their keys: what a run judges against, kept between runs."""
+    orders them), with their keys: what a run judges against, kept between runs, and as
+    judging reads it (``ctx``, changed request by request)."""
 
     rows: dict[int, _Kept] = field(default_factory=dict)
     order: list[tuple[float, int]] = field(default_factory=list)
     by_key: dict[str, set[int]] = field(default_factory=dict)
+    ctx: Context = field(default_factory=Context)
 
     def put(self, row: int, body: str, t: RequestTrace) -> _Kept:
         if row in self.rows:
             self.drop(row)
         kept = self.rows[row] = _Kept(row, body, t, frozenset(trace_keys(t)))
         bisect.insort(self.order, (t.ts, row))
+        self.ctx.put(row, t)
         for k in kept.keys:
             self.by_key.setdefault(k, set()).add(row)
         return kept
@@ -89,6 +93,7 @@ class _Window:
         kept = self.rows.pop(row)
         del self.order[bisect.bisect_left(self.order, (kept.trace.ts, row))]
         self._unkey(kept)
+        self.ctx.drop(row)
 
     def _unkey(self, kept: _Kept) -> None:
         for k in kept.keys:
@@ -113,6 +118,7 @@ class _Window:
         for _, row in self.order[:cut]:
             kept = self.rows.pop(row)
             self._unkey(kept)
+            self.ctx.drop(row)
             gone.append(kept.trace.request_id)
         del self.order[:cut]
         return gone
@@ -238,39 +244,50 @@ class VerdictJob:
         lo = since - self.lookback_s - self.longest
         caught_up, fresh = self._read(lo, since, now, logged, late)
         assert self.window is not None
-        context = self.window.between(lo, now)
-        full = not caught_up and len(context) >= TRACES_PER_RUN
-        if full:
-            del context[TRACES_PER_RUN:]
-        # Before the frontier every request is judged, but for those just read and the late.
-        start = min(len(context), bisect.bisect_left(self.window.order, (since, -1)) -
-                    bisect.bisect_left(self.window.order, (lo, -1)))
-        if not caught_up:
-            self.window = None  # a backlog: judged a run's worth at a time, read each run
+        win = self.window
         versions = self.versions
         late = {r for r in late if versions.get(r) == 0}
-        missing = late - {t.request_id for t in context}
-        if missing:  # late evidence for requests older than the window: read those too
-            older = [t for r in sorted(missing) if (t := self.store.trace(r)) is not None]
-            keys = sorted({k for t in older for k in trace_keys(t)})
-            if keys:
-                attach(older, self.store.decisions(keys))
-            context += older
-        todo, pending = [], 0
-        ahead = [t for t in context[:start] if t.request_id in fresh or t.request_id in late]
-        candidates = ahead + context[start:] if ahead or start else context
-        for t in candidates:
-            if t.request_id in versions and t.request_id not in late:
-                continue
-            if span_of(t)[1] <= until:
-                todo.append(t.request_id)
-            else:
-                pending += 1
-        verdicts = self.state.judge(context, todo, self._blind(now), now)
+        if caught_up and (not win.order or win.order[-1][0] <= now) and \
+                all(r in win.ctx.ids for r in late):
+            # Every request of the window is judged against (kept as judging reads it).
+            first = bisect.bisect_left(win.order, (since, -1))
+            ahead = sorted({(e.key, e.trace.request_id) for r in fresh | late
+                            if (e := win.ctx.entry(r)) is not None and e.key < (since, -1)})
+            candidates = [win.rows[row].trace for (_, row), _ in ahead]
+            candidates += [win.rows[row].trace for _, row in win.order[first:]]
+            todo, pending = self._todo(candidates, late, until)
+            verdicts = self.state.judge_context(win.ctx, todo, self._blind(now), now)
+            cut = until
+            lookup = win.ctx.entry
+            self._remember(lambda rid: e.trace if (e := lookup(rid)) else None, verdicts)
+        else:
+            context = win.between(lo, now)
+            cut = until
+            if not caught_up and len(context) >= TRACES_PER_RUN:
+                del context[TRACES_PER_RUN:]
+                cut = context[-1].ts
+            # Before the frontier every request is judged, but for those just read and the
+            # late.
+            start = min(len(context), bisect.bisect_left(win.order, (since, -1)) -
+                        bisect.bisect_left(win.order, (lo, -1)))
+            if not caught_up:
+                self.window = None  # a backlog: judged a run's worth at a time, read each run
+            missing = late - {t.request_id for t in context}
+            if missing:  # late evidence for requests older than the window: read those too
+                older = [t for r in sorted(missing) if (t := self.store.trace(r)) is not None]
+                keys = sorted({k for t in older for k in trace_keys(t)})
+                if keys:
+                    attach(older, self.store.decisions(keys))
+                context += older
+            ahead = [t for t in context[:start] if t.request_id in fresh or t.request_id in late]
+            candidates = ahead + context[start:] if ahead or start else context
+            todo, pending = self._todo(candidates, late, until)
+            verdicts = self.state.judge(context, todo, self._blind(now), now)
+            by_id = {t.request_id: t for t in context}
+            self._remember(by_id.get, verdicts)
         for v in verdicts:
             if v.request_id in late:
                 v.version = versions[v.request_id] + 1
-        self._remember(context, verdicts)
         if verdicts:
             self.store.add_verdicts(verdicts)
         self.rejudged += sum(1 for v in verdicts if v.version)
@@ -281,7 +298,7 @@ class VerdictJob:
                            t.request_id not in done), default=until)
         for v in verdicts:
             versions[v.request_id] = v.version
-        self.since = min(until, oldest_open, context[-1].ts if full else until)
+        self.since = min(until, oldest_open, cut)
         self.state.prune(until - self.state.horizon_s)
         self.judged_once.prune(until - self.state.horizon_s)
         return verdicts
@@ -298,13 +315,28 @@ class VerdictJob:
             n += len(found)
         return n
 
-    def _remember(self, context: list[RequestTrace], verdicts: list[Verdict]) -> None:
-        by_id = {t.request_id: t for t in context}
+    def _todo(self, candidates: list[RequestTrace], late: set[str], until: float,
+              ) -> tuple[list[str], int]:
+        """The candidates to judge now (not judged yet, or late, and ended by ``until``),
+        and how many are still running."""
+        todo, pending = [], 0
+        for t in candidates:
+            if t.request_id in self.versions and t.request_id not in late:
+                continue
+            if span_of(t)[1] <= until:
+                todo.append(t.request_id)
+            else:
+                pending += 1
+        return todo, pending
+
+    def _remember(self, trace_of: Callable[[str], RequestTrace | None],
+                  verdicts: list[Verdict]) -> None:
         again = {v.request_id for v in verdicts if v.version}
         if again:
             self.judged_once.forget(again)  # re-judged once: late evidence changes it no more
         for v in verdicts:
-            t = by_id[v.request_id]
+            t = trace_of(v.request_id)
+            assert t is not None
             unit = unit_of(t)
             if v.version or unit is None:
                 continue

@@ -42,15 +42,16 @@ class Workload:
 
 
 def workload(n: int, workers: int, seed: int = 7, t0: float = 0.0, wave_s: float = 2.0,
-             ) -> Workload:
+             num_blocks: int = 400_000) -> Workload:
     """``wave_s``: from one wave of 16 to the next on a worker (a wave runs about 0.9 s;
-    below that the waves overlap and the worker is never idle)."""
+    below that the waves overlap and the worker is never idle). ``num_blocks``: each
+    worker's cache (a few hundred requests never fill 20,000)."""
     rng = random.Random(seed)
     out = Workload()
     stamped: list[tuple[float, str, StoredBlocks]] = []
     for w in range(workers):
         unit = f"grpc://127.0.0.1:{50051 + w}"
-        cache = PrefixCache(block_size=BS, num_blocks=400_000)
+        cache = PrefixCache(block_size=BS, num_blocks=num_blocks)
         prefixes = [[rng.randrange(1000, 5000) for _ in range(rng.choice((40, 90, 170, 330)))]
                     for _ in range(12)]
         t = t0

@@ -210,17 +210,23 @@ def same_images(seg: Segment, images: frozenset[str] | None) -> bool:
     return images is None or all(image_key(a) in images for a in seg.images)
 
 
+def runs_span(served: Sequence[Served], slack_s: float) -> tuple[float, float]:
+    """From the earliest a block of ``served`` can be stored to the latest."""
+    return min(r.start for r in served) - slack_s, max(_until(r, slack_s) for r in served)
+
+
 def _blind_to(chains: WorkerChains, served: Sequence[Served], slack_s: float,
-              known: frozenset[str] | None) -> list[Served]:
+              known: frozenset[str] | None, span: tuple[float, float] | None = None,
+              ) -> list[Served]:
     """``served`` with the images the worker's events name but no request's identity does
     (``known``: every identity told, by default those of ``served``; an image keyed by a
-    hash mmlens does not know) added to every known set: such an image may be anyone's."""
+    hash mmlens does not know) added to every known set: such an image may be anyone's.
+    The worker's events are read over ``span`` (default: ``served``'s, ``runs_span``)."""
     if known is None:
         known = frozenset(k for r in served if r.images for k in r.images)
     if not known or not any(r.images for r in served):
         return list(served)
-    since = min(r.start for r in served) - slack_s
-    until = max(_until(r, slack_s) for r in served)
+    since, until = runs_span(served, slack_s) if span is None else span
     strange = frozenset(k for seg in chains.window(since, until) for a in seg.images
                         if (k := image_key(a)) not in known)
     return [r if r.images is None or not strange else replace(r, images=r.images | strange)
@@ -445,14 +451,16 @@ def _by_size(cands: dict[str, list[Segment]], owners: Owners[Segment],
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
               only: Collection[str] | None = None, latest: dict[str, float] | None = None,
-              ) -> dict[str, Realized]:
+              span: tuple[float, float] | None = None) -> dict[str, Realized]:
     """The realized hit of each request in ``served`` (one worker's) that its KV events
     show; a request they say nothing definite about is left out. ``known_images``: the
     image identities (keys) of every request around, on any worker. ``only``: the requests
     whose hit is wanted (the others still compete for the segments): the job judges a
     tick's settled requests against the minutes around them. ``latest``, when given, gets
-    for each request that stored a segment in every assignment the latest it may own."""
-    served = _blind_to(chains, served, slack_s, known_images)
+    for each request that stored a segment in every assignment the latest it may own.
+    ``span``: when ``served`` are only the runs linked to ``only``'s, the times all the
+    worker's runs cover (``runs_span``; the images no request names are read over it)."""
+    served = _blind_to(chains, served, slack_s, known_images, span)
     if only is not None:
         served = _overlapping(served, only, slack_s)
     cands = candidates(chains, served, slack_s)

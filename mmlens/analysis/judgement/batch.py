@@ -6,7 +6,8 @@ benchmark and ``mmlens check`` feed it rows read from a store."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mmlens.analysis.judgement.attribution import (
@@ -15,9 +16,10 @@ from mmlens.analysis.judgement.attribution import (
     WorkerChains,
     attribute,
     image_key,
+    runs_span,
 )
-from mmlens.analysis.judgement.evidence import Evidence, usage_realized
-from mmlens.analysis.judgement.holdings import HeldIndex
+from mmlens.analysis.judgement.evidence import Evidence, Realized, usage_realized
+from mmlens.analysis.judgement.holdings import HeldIndex, keys_of
 from mmlens.analysis.judgement.order import (
     ahead_by_less_than,
     clocks_apart,
@@ -152,6 +154,167 @@ def _seen(t: RequestTrace) -> _Seen:
         stored_from=start if exact else None, one_more=up, sizes=sizes_of(t)), ids)
 
 
+_Key = tuple[float, int]  # a request's place in a context: its start, then its row
+_Every = Callable[[], Sequence[Served]]
+
+
+@dataclass(slots=True)
+class _Runs:
+    """One unit's runs in a ``Context``: in the context's order, and by start (the order
+    ``attribution`` links overlapping runs in)."""
+
+    keys: list[_Key] = field(default_factory=list)
+    served: dict[_Key, Served] = field(default_factory=dict)
+    starts: list[tuple[float, _Key]] = field(default_factory=list)
+    longest: float = 0.0  # the longest run ever added: how far a run before can reach
+
+    def add(self, key: _Key, r: Served) -> None:
+        bisect.insort(self.keys, key)
+        self.served[key] = r
+        bisect.insort(self.starts, (r.start, key))
+        self.longest = max(self.longest, r.end - r.start)
+
+    def remove(self, key: _Key) -> None:
+        r = self.served.pop(key)
+        del self.keys[bisect.bisect_left(self.keys, key)]
+        del self.starts[bisect.bisect_left(self.starts, (r.start, key))]
+
+    def everyone(self) -> list[Served]:
+        return [self.served[k] for k in self.keys]
+
+    def near(self, wanted: Collection[_Key], slack_s: float) -> list[Served]:
+        """What ``attribution._overlapping`` keeps of all the runs for the requests at
+        ``wanted``: the groups of runs overlapping (directly or through others) one of
+        theirs, in the context's order. Groups are found from a start before the earliest
+        of ``wanted`` that no run before can reach past (no run is longer than
+        ``longest``): the work follows the runs near them, not all."""
+        starts, served = self.starts, self.served
+        marks = sorted(bisect.bisect_left(starts, (served[k].start, k))
+                       for k in wanted if k in served)
+        if not marks:
+            return []
+        first, n = marks[0], len(starts)
+        reach_back = self.longest + 2 * slack_s + 1e-3
+        back = reach_back
+        while True:
+            lo = bisect.bisect_left(starts, (starts[first][0] - back,))
+            group = [0] * (n - lo)  # the index its group starts at, per run from ``lo``
+            head, reach = lo, float("-inf")
+            for at in range(lo, n):
+                r = served[starts[at][1]]
+                if at > lo and r.start - slack_s > reach:
+                    head, reach = at, r.end + slack_s
+                else:
+                    reach = max(reach, r.end + slack_s)
+                group[at - lo] = head
+            # The group of the first wanted run starts where it does for all runs when no
+            # run before ``lo`` can reach it; else look further back.
+            g = group[first - lo]
+            if lo == 0 or starts[g][0] - starts[lo][0] > reach_back:
+                break
+            back *= 2
+        heads = {group[m - lo] for m in marks}
+        keep = sorted(starts[at][1] for at in range(lo, n) if group[at - lo] in heads)
+        return [served[k] for k in keep]
+
+
+@dataclass(slots=True)
+class _Entry:
+    key: _Key
+    trace: RequestTrace
+    seen: _Seen | None = None  # read at the next judging (its decisions joined by then)
+
+
+@dataclass
+class Context:
+    """The requests judging reads around the judged ones (the verdict job's decoded
+    window), kept between calls to ``JudgeState.judge_context`` and changed request by
+    request: what attribution reads of each, every unit's runs in order and by start, the
+    image identities told, and the few requests whose layout, log order or exact dispatch
+    the judgement reads. A request's record must not change once judged against: put it
+    again (a fresh decode)."""
+
+    entries: dict[int, _Entry] = field(default_factory=dict)
+    fresh: dict[int, None] = field(default_factory=dict)  # put since the last indexing
+    runs: dict[str, _Runs] = field(default_factory=dict)
+    ids: dict[str, list[int]] = field(default_factory=dict)  # request id → rows
+    identities: Counter[str] = field(default_factory=Counter)
+    specials: dict[int, None] = field(default_factory=dict)
+    _known: frozenset[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def put(self, row: int, t: RequestTrace) -> None:
+        """``t`` at ``row`` (its place: by start, then row), replacing what was there."""
+        if row in self.entries:
+            self.drop(row)
+        self.entries[row] = _Entry((t.ts, row), t)
+        self.fresh[row] = None
+        self.ids.setdefault(t.request_id, []).append(row)
+
+    def drop(self, row: int) -> None:
+        e = self.entries.pop(row)
+        rows = self.ids[e.trace.request_id]
+        rows.remove(row)
+        if not rows:
+            del self.ids[e.trace.request_id]
+        self.fresh.pop(row, None)
+        if e.seen is None:  # not read yet
+            return
+        if e.seen.identities:
+            for k in e.seen.identities:
+                self.identities[k] -= 1
+                if not self.identities[k]:
+                    del self.identities[k]
+            self._known = None
+        if e.seen.served is not None and e.seen.unit is not None:
+            self.runs[e.seen.unit].remove(e.key)
+        self.specials.pop(row, None)
+
+    def index(self) -> None:
+        """Read the requests put since the last call."""
+        for row in self.fresh:
+            e = self.entries[row]
+            t = e.trace
+            got = e.seen = _seen(t)
+            if got.identities:
+                self.identities.update(got.identities)
+                self._known = None
+            if got.served is not None and got.unit is not None:
+                runs = self.runs.get(got.unit)
+                if runs is None:
+                    runs = self.runs[got.unit] = _Runs()
+                runs.add(e.key, got.served)
+            if keys_of(t) or t.sent_seq is not None or t.ended_seq is not None or \
+                    exact_dispatch(t) is not None:
+                self.specials[row] = None
+        self.fresh.clear()
+
+    def entry(self, rid: str) -> _Entry | None:
+        """The request of that id (the last in order, as a dict of the context by id)."""
+        rows = self.ids.get(rid)
+        return None if not rows else max((self.entries[r] for r in rows), key=_key_of)
+
+    def special(self) -> list[RequestTrace]:
+        """The requests with a layout, a log line's place or an exact dispatch, in order."""
+        return [e.trace for e in sorted((self.entries[r] for r in self.specials), key=_key_of)]
+
+    def known(self) -> frozenset[str]:
+        if self._known is None:
+            self._known = frozenset(self.identities)
+        return self._known
+
+    def on_unit(self, rid: str, unit: str) -> bool:
+        """Whether a run of that id is among ``unit``'s."""
+        return any((got := self.entries[r].seen) is not None and got.served is not None
+                   and got.unit == unit for r in self.ids.get(rid, ()))
+
+
+def _key_of(e: _Entry) -> _Key:
+    return e.key
+
+
 @dataclass
 class JudgeState:
     horizon_s: float = 900.0
@@ -221,7 +384,6 @@ class JudgeState:
         judging = {t.request_id for t in wanted}
         units = {u for t in wanted if (u := unit_of(t)) in self.chains}
         served: dict[str, list[Served]] = {}
-        ended = ended_by_order(context)
         seen, self.seen = self.seen, {}
         known_ids: set[str] = set()
         for t in context:
@@ -233,25 +395,74 @@ class JudgeState:
                 known_ids.update(got.identities)
             if got.served is not None and got.unit in units:
                 served.setdefault(got.unit, []).append(got.served)
-        known = frozenset(known_ids)
-        realized = {}
+        realized = self._attribute(
+            {u: (rows, None) for u, rows in served.items()}, context, frozenset(known_ids),
+            judging)
+        return self._verdicts(wanted, realized, blind, judged_at)
+
+    def judge_context(self, ctx: Context, todo: Iterable[str],
+                      blind: frozenset[str] = frozenset(), judged_at: float | None = None,
+                      ) -> list[Verdict]:
+        """``judge`` against every request of ``ctx`` (in its order), kept between calls:
+        the same verdicts, but the work grows with the requests judged and the runs they
+        overlap, not with the context."""
+        ctx.index()
+        special = ctx.special()
+        self.held.add(special)
+        entries = [e for r in dict.fromkeys(todo) if (e := ctx.entry(r)) is not None]
+        wanted = [e.trace for e in entries]
+        judging = {t.request_id for t in wanted}
+        at: dict[str, list[_Key]] = {}
+        for e in entries:
+            if e.seen is not None and e.seen.unit in self.chains:
+                at.setdefault(e.seen.unit, []).append(e.key)
+        served: dict[str, tuple[Sequence[Served], _Every | None]] = {}
+        for u in sorted(at):
+            runs = ctx.runs.get(u)
+            if runs is not None and runs.starts:
+                served[u] = (runs.near(at[u], SLACK_S), runs.everyone)
+        realized = self._attribute(served, special, ctx.known(), judging, ctx.on_unit)
+        return self._verdicts(wanted, realized, blind, judged_at)
+
+    def _attribute(self, served: Mapping[str, tuple[Sequence[Served], _Every | None]],
+                   context: Sequence[RequestTrace],
+                   known: frozenset[str], judging: set[str],
+                   on_unit: Callable[[str, str], bool] | None = None,
+                   ) -> dict[str, Realized]:
+        """Per unit, attribution of its runs (``served``: those linked to the judged ones,
+        and how to list every run of the context, None: they are all) to the requests of
+        ``judging``.
+        ``context``: every request whose log order or exact dispatch is known (at least).
+        ``on_unit``: whether a request of that id ran on that unit (default: among its
+        runs)."""
+        ended = ended_by_order(context)
+        realized: dict[str, Realized] = {}
         exact: dict[str, float] | None = None
-        for u, rows in served.items():
-            ordered = any(r.request_id in ended for r in rows)
+        for u, (rows, every) in served.items():
+            if on_unit is not None:
+                ordered = any(on_unit(rid, u) for rid in ended)
+            else:
+                ordered = any(r.request_id in ended for r in rows)
             apart = clocks_apart(u)
             if ordered:
                 rows = closed(rows, ended, apart)
             latest: dict[str, float] | None = {} if ordered and apart > 0 else None
-            got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest)
+            got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest,
+                            _span(rows, every, ended, apart if ordered else None, known))
             if latest:
                 if exact is None:
                     exact = {t.request_id: at for t in context
                              if (at := exact_dispatch(t)) is not None}
                 ahead = ahead_by_less_than(latest, exact)
                 if ahead is not None and ahead < apart:
-                    got = attribute(self.chains[u], closed(rows, ended, ahead), u, SLACK_S,
-                                    known, judging)
+                    again = closed(rows, ended, ahead)
+                    got = attribute(self.chains[u], again, u, SLACK_S, known, judging,
+                                    span=_span(again, every, ended, ahead, known))
             realized.update(got)
+        return realized
+
+    def _verdicts(self, wanted: Sequence[RequestTrace], realized: Mapping[str, Realized],
+                  blind: frozenset[str], judged_at: float | None) -> list[Verdict]:
         out = []
         for t in wanted:
             u = unit_of(t)
@@ -261,3 +472,13 @@ class JudgeState:
                 else None, seed, 0 if u is None else self.removed_before(u, dispatch_ts(t)),
                 blind), judged_at))
         return out
+
+
+def _span(rows: Sequence[Served], every: _Every | None, ended: Mapping[str, float],
+          ahead: float | None, known: frozenset[str]) -> tuple[float, float] | None:
+    """The times all of a unit's runs cover (``attribution.runs_span``) when ``rows`` are
+    not all of them and attribution needs it (images known); else None."""
+    if every is None or not known or not any(r.images for r in rows):
+        return None
+    runs = every()
+    return runs_span(runs if ahead is None else closed(runs, ended, ahead), SLACK_S)
