@@ -87,7 +87,12 @@ def alias(t: RequestTrace, rid: Any) -> None:
         t.aliases.append(str(rid))
 
 
+_REQUEST_PATH_SET = frozenset(REQUEST_PATHS)
+
+
 def is_request_path(path: Any) -> bool:
+    if type(path) is str and path in _REQUEST_PATH_SET:  # most lines: no query, no slash
+        return True
     return isinstance(path, str) and path.split("?", 1)[0].rstrip("/") in REQUEST_PATHS
 
 

@@ -274,13 +274,82 @@ SMG_DECISIONS = (*SMG_SELECTIONS, "Cache routing dispatch",
 _decode = msgspec.json.Decoder()
 
 
+class _Span(msgspec.Struct, gc=False):
+    """The request span's fields an SMG line is read for (the rest is skipped undecoded)."""
+
+    request_id: Any = msgspec.UNSET
+    path: Any = msgspec.UNSET
+    trace_id: Any = msgspec.UNSET
+    status_code: Any = msgspec.UNSET
+    latency: Any = msgspec.UNSET
+
+
+class _SmgLine(msgspec.Struct, gc=False):
+    """Every field ``decision_from`` and ``smg_fragment`` read from an SMG line with a request
+    span (its ``spans`` list, file and target, half a line, are skipped undecoded)."""
+
+    timestamp: Any = msgspec.UNSET
+    time: Any = msgspec.UNSET
+    message: Any = msgspec.UNSET
+    span: _Span | msgspec.UnsetType = msgspec.UNSET
+    fields: Any = msgspec.UNSET
+    evidence: Any = msgspec.UNSET
+    worker: Any = msgspec.UNSET
+    model_id: Any = msgspec.UNSET
+    branch: Any = msgspec.UNSET
+    overlap_blocks: Any = msgspec.UNSET
+    request_blocks: Any = msgspec.UNSET
+    matched_ratio: Any = msgspec.UNSET
+    matched_units: Any = msgspec.UNSET
+    input_units: Any = msgspec.UNSET
+    credited_units: Any = msgspec.UNSET
+    policy: Any = msgspec.UNSET
+    attempt: Any = msgspec.UNSET
+    status: Any = msgspec.UNSET
+    original_tokens: Any = msgspec.UNSET
+    expanded_tokens: Any = msgspec.UNSET
+    original_len: Any = msgspec.UNSET
+    expanded_len: Any = msgspec.UNSET
+    item_sizes: Any = msgspec.UNSET
+    total_tokens: Any = msgspec.UNSET
+    item_count: Any = msgspec.UNSET
+
+
+_decode_smg = msgspec.json.Decoder(_SmgLine)
+# The SMG messages whose decision ``decision_from`` makes from ``_SmgLine``'s fields alone
+# (another message starting like a decision's may be read as Dynamo's: all fields then).
+_SMG_DECIDED_EXACT = ("Cache routing dispatch", "pipeline attempt failed",
+                      "Token expansion complete")
+
+
+def _smg_line(line: str) -> dict[str, Any] | None:
+    """An SMG line with a request span as the dict of the fields read from it, or None when
+    it needs the whole object (``spans`` of an engine alias, nested ``fields``, a message
+    read as Dynamo's, no span or no request id in it, not a JSON object of that shape)."""
+    try:
+        line_ = _decode_smg.decode(line)
+    except (msgspec.DecodeError, RecursionError):  # and ValidationError: not of that shape
+        return None
+    span, msg = line_.span, line_.message
+    if span is msgspec.UNSET or not span.request_id or line_.fields is not msgspec.UNSET \
+            or not isinstance(msg, str) or msg.startswith("Created AbortOnDropStream"):
+        return None
+    if msg.startswith(SMG_DECISIONS) and msg not in _SMG_DECIDED_EXACT and \
+            not msg.startswith((*SMG_SELECTIONS, "smg_mm_timing process_multimodal_plan")):
+        return None
+    obj: dict[str, Any] = msgspec.to_builtins(line_)  # the fields not there stay out
+    return obj
+
+
 def _parse(line: str) -> dict[str, Any] | None:
     """``router_logs.parse_line``, with a faster decoder for the JSON lines most are."""
     if line.startswith("{"):
-        try:
-            obj = _decode.decode(line)
-        except (msgspec.DecodeError, RecursionError):  # nested past msgspec's depth too
-            return parse_line(line)
+        obj = _smg_line(line) if '"span":{' in line else None
+        if obj is None:
+            try:
+                obj = _decode.decode(line)
+            except (msgspec.DecodeError, RecursionError):  # nested past msgspec's depth too
+                return parse_line(line)
         if isinstance(obj, dict):
             fields = obj.get("fields")
             if isinstance(fields, dict):

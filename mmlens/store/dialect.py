@@ -57,6 +57,15 @@ class SQLBase:
         its first read on (trace merging reads, then writes)."""
         raise NotImplementedError
 
+    # SQL between an INSERT's column list and its VALUES that lets it give the row-order
+    # column (``_reserve_ids``) a value.
+    _given_ids = ""
+
+    def _reserve_ids(self, table: str, n: int) -> list[int]:
+        """The row-order ids the next ``n`` rows of ``table`` get, in order, inside a write
+        transaction that holds the write lock (``_tx(exclusive=True)``)."""
+        raise NotImplementedError
+
     def _bucket(self, column: str) -> str:
         """SQL for ``column`` rounded down to a multiple of a ``?`` bucket width (two
         placeholders: width, width)."""

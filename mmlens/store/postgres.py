@@ -179,6 +179,13 @@ class PostgresStore(SQLStore):
                 self._load_partitions()
             raise
 
+    _given_ids = "OVERRIDING SYSTEM VALUE"
+
+    def _reserve_ids(self, table: str, n: int) -> list[int]:
+        return [int(i) for (i,) in self._rows(
+            "SELECT nextval(pg_get_serial_sequence(?, 'id')) FROM generate_series(1, ?)",
+            (table, n))]
+
     def _bucket(self, column: str) -> str:
         return f"floor({column} / ?) * ?"
 

@@ -109,6 +109,11 @@ class Store(SQLStore):
         finally:
             self._depth -= 1
 
+    def _reserve_ids(self, table: str, n: int) -> list[int]:
+        # What SQLite itself gives a rowid table without AUTOINCREMENT: one past the largest.
+        first = int(self._one(f"SELECT coalesce(max(rowid), 0) FROM {table}")) + 1
+        return list(range(first, first + n))
+
     def _bucket(self, column: str) -> str:
         return f"CAST({column} / ? AS INTEGER) * ?"  # ts > 0: truncation is floor
 

@@ -243,22 +243,33 @@ class StoreWrites(AvailabilityTables):
 
     def _upsert_traces(self, traces: list[RequestTrace], bodies: list[str]) -> None:
         """A request no stored row (nor an earlier one of this batch) shares a key with is
-        inserted without a lookup of its own: one query finds the batch's stored keys."""
+        inserted without a lookup of its own: one query finds the batch's stored keys, and
+        such requests go in together (ids reserved for them, one statement per table)."""
         keys = [observed.keys_of(t) for t in traces]
         taken = self._stored_keys(sorted(set().union(*keys)))
-        index: list[tuple[str, int]] = []
+        fresh: list[tuple[RequestTrace, str, set[str]]] = []
         for t, body, mine in zip(traces, bodies, keys, strict=True):
             if mine & taken:
+                self._insert_fresh(fresh)  # the merge below reads what they wrote
+                fresh = []
                 taken |= self._upsert_trace(t)
                 continue
-            row = int(self._one(f"INSERT INTO traces (ts, request_id, router, body) "
-                                f"VALUES (?,?,?,?) RETURNING {self.key}",
-                                (t.ts, t.request_id, t.router, body)))
-            index += [(k, row) for k in mine]
+            fresh.append((t, body, mine))
             taken |= mine
-        if index:
-            self._many("INSERT INTO trace_keys (key, row) VALUES (?, ?) "
-                       "ON CONFLICT (key) DO UPDATE SET row = excluded.row", index)
+        self._insert_fresh(fresh)
+
+    def _insert_fresh(self, fresh: list[tuple[RequestTrace, str, set[str]]]) -> None:
+        if not fresh:
+            return
+        ids = self._reserve_ids("traces", len(fresh))
+        self._many(f"INSERT INTO traces ({self.key}, ts, request_id, router, body) "
+                   f"{self._given_ids} VALUES (?,?,?,?,?)",
+                   [(row, t.ts, t.request_id, t.router, body)
+                    for row, (t, body, _) in zip(ids, fresh, strict=True)])
+        self._many("INSERT INTO trace_keys (key, row) VALUES (?, ?) "
+                   "ON CONFLICT (key) DO UPDATE SET row = excluded.row",
+                   [(k, row) for row, (_, _, mine) in zip(ids, fresh, strict=True)
+                    for k in mine])
 
     def _stored_keys(self, keys: list[str], chunk: int = 500) -> set[str]:
         found: set[str] = set()

@@ -70,6 +70,20 @@ def test_a_fragment_joining_two_records_merges_them(store_db: str) -> None:
     store.close()
 
 
+def test_a_batch_merges_into_a_request_written_earlier_in_it(store_db: str) -> None:
+    """One batch: two new requests, then a fragment of the first and a third new one; the
+    fragment finds the row its batch wrote a moment before."""
+    store = open_store(store_db)
+    a, b = frag("r4", SOURCE_LOG, worker="w1"), frag("r5", SOURCE_LOG, worker="w2")
+    late, c = frag("r4", SOURCE_OTLP, cached_tokens=16), frag("r6", SOURCE_LOG, worker="w3")
+    store.add_traces([a, b, late, c])
+    got = {t.request_id: t for t in store.traces(10)}
+    assert sorted(got) == ["r4", "r5", "r6"]
+    assert (got["r4"].worker, got["r4"].cached_tokens) == ("w1", 16)
+    assert store.trace("r6").worker == "w3"
+    store.close()
+
+
 def test_a_model_and_router_no_source_named_print_as_null() -> None:
     from mmlens.ingest.observed import fragment, put
 

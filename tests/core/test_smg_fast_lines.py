@@ -1,0 +1,98 @@
+"""SMG lines read through the typed fast decode (``observed_logs._smg_line``) give the very
+decisions and request fragments the whole-object decode gives: random SMG-shaped lines, the
+two readers side by side."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmlens.ingest import observed_logs
+from mmlens.ingest.observed_logs import read_lines
+
+MESSAGES = [
+    "Cache-aware selection", "Event-driven routing", "Cache miss routed to a warming worker",
+    "Cache routing dispatch", "pipeline attempt failed", "Token expansion complete",
+    "smg_mm_timing process_multimodal_plan", "finished processing request",
+    "Fetched images for multimodal processing", "Multimodal preprocessing complete",
+    "Processing chat completion request for model: Qwen/Qwen3-VL-2B-Instruct",
+    "Request r1-01a22f90-6718-7408-a1c2-7c8e957cf1cd marked as completed",
+    "Created AbortOnDropStream for request r2-01a22f90", "multimodal config cache miss",
+    # starts like a decision, then reads as Dynamo's: the whole object is needed
+    "Cache routing dispatch Selected worker", "Token expansion complete image-token count",
+    "Event-driven routing [ROUTING] Best: worker_3 dp_rank=0 with 2/4 blocks overlap",
+]
+FIELDS = ["worker", "model_id", "branch", "overlap_blocks", "request_blocks", "matched_ratio",
+          "matched_units", "input_units", "credited_units", "policy", "attempt", "status",
+          "original_tokens", "expanded_tokens", "original_len", "expanded_len", "item_sizes",
+          "total_tokens", "item_count", "worker_id", "logit", "tokens", "error", "time",
+          "request_id", "x_request_id", "filename", "line_number"]
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70),
+                    st.floats(allow_nan=False), st.sampled_from(
+                        ["", "w1", "12", "3.5", "[ImageSize { width: 64, height: 32 }]",
+                         "grpc://127.0.0.1:1"]))
+VALUES = st.recursive(SCALARS, lambda v: st.lists(v, max_size=2) | st.dictionaries(
+    st.sampled_from(["worker", "request_id", "path", "x"]), v, max_size=2), max_leaves=4)
+EVIDENCE = st.sampled_from([
+    json.dumps({"attempt": 0, "selections": [{"worker": "w1", "policy": "cache_aware",
+                                              "candidates": [{"worker": "w1", "load": 1}],
+                                              "scores": [{"source": "expected_wait",
+                                                          "worker": "w1", "score": 0.5}]}]}),
+    "{not json", "plain", json.dumps({"selections": "x"})])
+
+
+@st.composite
+def smg_lines(draw: Any) -> str:
+    obj: dict[str, Any] = {"timestamp": draw(st.sampled_from(
+        ["2026-12-01 03:05:22", "2026-12-01 03:05:23", "bad", 7])),
+        "level": "DEBUG", "message": draw(st.sampled_from(MESSAGES) | st.text(max_size=8))}
+    for name in draw(st.lists(st.sampled_from(FIELDS), max_size=6, unique=True)):
+        obj[name] = draw(VALUES)
+    if draw(st.booleans()):
+        obj["evidence"] = draw(EVIDENCE)
+    if draw(st.integers(0, 9)) == 0:
+        obj["fields"] = {"worker": draw(VALUES), "message": "Event-driven routing"}
+    span: dict[str, Any] = {"method": "POST"}
+    for name, values in (("request_id", st.sampled_from(["r1", "r2", "", 5, None])),
+                         ("path", st.sampled_from(["/v1/chat/completions", "/health",
+                                                   "/generate/", 3])),
+                         ("trace_id", st.sampled_from(["ab" * 16, "", None])),
+                         ("status_code", VALUES), ("latency", VALUES)):
+        if draw(st.integers(0, 4)):
+            span[name] = draw(values)
+    kind = draw(st.integers(0, 9))
+    if kind:
+        obj["span"] = span if kind > 1 else draw(VALUES)
+    if draw(st.booleans()):
+        obj["spans"] = [span]
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _read(lines: list[str]) -> tuple[Any, Any, dict[str, int]]:
+    errors: dict[str, int] = {}
+    decisions, frags = read_lines(lines, errors, first_seq=0)
+    return decisions, frags, errors
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=st.lists(smg_lines(), min_size=1, max_size=12))
+def test_the_fast_decode_reads_what_the_whole_decode_reads(lines: list[str],
+                                                           ) -> None:
+    fast = _read(lines)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(observed_logs, "_smg_line", lambda line: None)
+        whole = _read(lines)
+    assert fast == whole
+
+
+def test_the_capture_takes_the_fast_decode() -> None:
+    from tests.fixtures_path import CAPTURES
+
+    lines = (CAPTURES / "smg_1.13_observed_log.jsonl").read_text().splitlines()
+    fast = [line for line in lines if observed_logs._smg_line(line) is not None]
+    assert len(fast) > len(lines) // 3  # the routing, image and outcome lines
+    test_the_fast_decode_reads_what_the_whole_decode_reads.hypothesis.inner_test(lines)
