@@ -27,6 +27,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
+# The share of a phase's inputs a test noted as refused or set aside by its parser
+# (``tests.fuzz.strategies.QUARANTINED``).
+QUARANTINED = re.compile(r"([\d.]+)%, quarantined")
+
+
+def quarantined(stdout: str) -> int | None:
+    """Inputs of the generate phase the parser refused or set aside (from the share Hypothesis
+    prints, so to within 0.005 % of the phase); None when the test notes none."""
+    phase = stdout.split("during generate phase", 1)[-1].split("during ", 1)[0]
+    found, stats = QUARANTINED.search(phase), STATS.search(phase)
+    if found is None or stats is None:
+        return None
+    return round(float(found.group(1)) / 100 * int(stats.group(1)))
 
 
 def parsers() -> list[str]:
@@ -53,7 +66,7 @@ def run_chunk(node: str, examples: int) -> dict[str, object]:
     passing, failing, invalid = (sum(int(f[i]) for f in found) for i in range(3))
     row: dict[str, object] = {
         "parser": short(node), "asked": examples, "passing": passing, "invalid": invalid,
-        "failing": failing, "rc": proc.returncode,
+        "failing": failing, "quarantined": quarantined(proc.stdout), "rc": proc.returncode,
         "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
         "wall_s": round(time.monotonic() - started, 1), "load": round(os.getloadavg()[0], 1)}
     if proc.returncode != 0:
@@ -65,7 +78,11 @@ def totals(rows: list[dict]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for row in rows:
         t = out.setdefault(row["parser"], {"inputs": 0, "passing": 0, "failing_chunks": 0,
-                                           "cpu_s": 0.0, "chunks": 0})
+                                           "cpu_s": 0.0, "chunks": 0, "quarantined": 0,
+                                           "counted": 0})
+        if row.get("quarantined") is not None:  # of the inputs of chunks that noted it
+            t["quarantined"] += row["quarantined"]
+            t["counted"] += row["passing"]
         t["inputs"] += row["passing"] + row["invalid"]
         t["passing"] += row["passing"]
         t["failing_chunks"] += row["rc"] != 0
@@ -108,11 +125,13 @@ def main() -> int:
             print(json.dumps({k: v for k, v in row.items() if k != "output"}), flush=True)
             if args.budget_s and time.monotonic() - started > args.budget_s:
                 break
-    print("\n| parser | inputs tried | of which passing | failing chunks | CPU s |\n"
-          "|---|---:|---:|---:|---:|")
+    print("\n| parser | inputs tried | of which passing | failing chunks | quarantined "
+          "(of inputs counted) | CPU s |\n|---|---:|---:|---:|---:|---:|")
     for name, t in totals(rows).items():
+        q = (f"{int(t['quarantined']):,} of {int(t['counted']):,}" if t["counted"]
+             else "not noted")
         print(f"| {name} | {int(t['inputs']):,} | {int(t['passing']):,} | "
-              f"{int(t['failing_chunks'])} | {t['cpu_s']:,.0f} |")
+              f"{int(t['failing_chunks'])} | {q} | {t['cpu_s']:,.0f} |")
     return 0
 
 

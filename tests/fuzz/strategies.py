@@ -22,6 +22,9 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     derandomize=not os.environ.get("MMLENS_FUZZ_RANDOM"), database=None,
                     suppress_health_check=list(HealthCheck))
 
+# The Hypothesis event a fuzz test notes when its input was refused or partly set aside by
+# the parser (counted by kind, quarantined): ``benchmarks/fuzz_inputs.py`` counts them.
+QUARANTINED = "quarantined"
 NASTY_NUMBERS = st.sampled_from([
     0, -1, 1 << 63, 1 << 64, -(1 << 64), 10**30, 10**300, 1e308, 1e-320, float("inf"),
     float("-inf"), float("nan"), True, False])

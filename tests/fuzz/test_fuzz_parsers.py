@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from mmlens.config import Config, ConfigError, apply_ready, read_ready_file
@@ -34,6 +34,7 @@ from mmlens.targets_toml import validate_toml
 from tests.fuzz.strategies import (
     _DEEP,
     FIXTURES,
+    QUARANTINED,
     SEED_LINES,
     SETTINGS,
     capture_lines,
@@ -119,6 +120,8 @@ def test_kv_batches(store, payload, seq) -> None:
     # A worker of its own: two examples with the same seq and time would share event keys.
     events = ingest.ingest(f"w{next(_workers)}", seq, payload)
     assert ingest.batches + sum(ingest.errors.values()) >= 1  # used or counted
+    if ingest.errors:
+        event(QUARANTINED)
     assert store.add_kv_events(events) == len(events)
     assert store.add_kv_events(events) == 0  # and stored once
 
@@ -131,6 +134,8 @@ def test_kv_raw_payloads(store, payload) -> None:
     ingest = KVIngest()
     events = ingest.ingest("w", 0, payload)
     assert ingest.batches + sum(ingest.errors.values()) >= 1
+    if ingest.errors:
+        event(QUARANTINED)
     store.add_kv_events(events)
 
 
@@ -141,6 +146,7 @@ def test_sequence_frames(frame) -> None:
         seq = parse_seq(frame)
     except KVEventError as exc:
         assert exc.kind in ("truncated_frame", "oversize_number")
+        event(QUARANTINED)
     else:
         assert 0 <= seq < 1 << 63
 
@@ -181,6 +187,8 @@ def test_router_log_lines(store, raw) -> None:
     started = time.perf_counter()
     errors: dict[str, int] = {}
     decisions = router_logs.parse_lines(lines, errors)
+    if errors:
+        event(QUARANTINED)
     store.add_decisions(decisions)
     observed, frags = read_lines(lines, {})
     store.add_decisions(observed)
@@ -213,6 +221,8 @@ TRACE_SEEDS = [_compact("smg_cache_trace_header_sample.json"),
 def test_cache_trace_headers(raw) -> None:
     d = router_logs.cache_trace_from_header(raw.decode("latin-1"), "r")  # a header's text
     assert d.source == "header:x-smg-cache-trace"
+    if "undecodable x-smg-cache-trace header" in (d.warnings or []):
+        event(QUARANTINED)
     json.dumps(d.__dict__ if hasattr(d, "__dict__") else str(d), default=str)
 
 
@@ -233,14 +243,18 @@ def test_router_admin_documents(body) -> None:
     try:
         doc = json.loads(body)  # as the collector reads the answer (httpx: json.loads)
     except (ValueError, RecursionError):  # counted bad_json (collectors/router_state.py)
+        event(QUARANTINED)
         return
+    refused = 0
     for parse in (router_state.parse_smg_workers, router_state.parse_get_loads,
                   router_state.parse_models, router_state.parse_indexer_scores,
                   router_state.summarize_indexer_dump):
         try:
             parse(doc)
         except ValueError:
-            pass
+            refused += 1
+    if refused == 5:  # no parser took it
+        event(QUARANTINED)
 
 
 def _families(name: str, per: int = 6) -> list[bytes]:
@@ -266,6 +280,8 @@ METRIC_SEEDS = [seed for name in ("smg_http_metrics.txt", "smg_grpc_metrics_kv.t
 def test_exposition(raw) -> None:
     errors: dict[str, int] = {}
     ExpositionParser().parse(raw.decode("utf-8", "replace"), "t", 1.0, errors)
+    if errors:
+        event(QUARANTINED)
 
 
 def _documented_toml() -> bytes:
@@ -300,7 +316,7 @@ def test_mmlens_toml(raw) -> None:
     try:
         validate_toml(raw.decode("utf-8", "replace"))
     except ConfigError:
-        pass
+        event(QUARANTINED)
 
 
 READY_SEEDS = [json.dumps(line).encode()
@@ -318,7 +334,7 @@ def test_ready_lines(tmp_path_factory, raw) -> None:
     try:
         apply_ready(Config(), read_ready_file(path), base)
     except ConfigError:
-        pass
+        event(QUARANTINED)
 
 
 def _processor_seeds() -> list[bytes]:
@@ -348,7 +364,7 @@ def test_processor_configs(tmp_path_factory, family, raw, width, height) -> None
     try:  # read as a model folder's file is, then counted
         family.image_token_count(width, height, processor_config_of(folder, {}))
     except LayoutError:
-        pass
+        event(QUARANTINED)
     assert time.process_time() - started < 0.5  # cost independent of the values
 
 
@@ -375,6 +391,7 @@ def store_spans(store, decode: Any, body: bytes) -> None:
         req = decode(body)
     except OtlpError as exc:
         assert str(exc)
+        event(QUARANTINED)
         return
     frags, decisions = read_spans(spans_of(req))
     store.add_traces(frags)
@@ -419,8 +436,11 @@ def test_grpc_kv_batches(store, ts, offset, identifier, seq) -> None:
                            errors)
     except KVEventError as exc:
         assert exc.kind == "bad_number"  # the batch's own time
+        event(QUARANTINED)
         return
     assert len(got.events) + sum(errors.values()) == 2  # each event used or counted alone
+    if errors:
+        event(QUARANTINED)
     assert any(e.block_hashes == [seq + 2] for e in got.events)  # the good one always
     index = KVIngest().index
     index.apply(got.events)
@@ -461,5 +481,8 @@ def test_dynamo_plane_messages(data) -> None:
         events = router_events(decode_nats("namespace.d.component.b.kv-events", data), errors)
     except KVEventError as exc:
         assert exc.kind in ("undecodable_msgpack", "too_deep", "bad_envelope"), exc.kind
+        event(QUARANTINED)
         return
     assert all(ev.ts <= 1 << 33 for ev in events)
+    if errors:
+        event(QUARANTINED)

@@ -9,14 +9,14 @@ import itertools
 import json
 
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 from mmlens.collectors.tap_record import unreadable
 
 from mmlens.ingest.nvext_fields import strip_members
 from mmlens.ingest.tap_parse import Exchange, exchange_trace
 from mmlens.layout.image_header import header_size
-from tests.fuzz.strategies import FIXTURES, NASTY_VALUES, SETTINGS, recorded
+from tests.fuzz.strategies import FIXTURES, NASTY_VALUES, QUARANTINED, SETTINGS, recorded
 
 pytestmark = pytest.mark.fuzz
 _ids = itertools.count()
@@ -39,6 +39,8 @@ def record_exchange(store, body: bytes, chunks: list[bytes], sse: bool, trace: s
         t.request_id, t.response_id, t.aliases = f"fuzz-{next(_ids)}", None, []
         store.add_traces([t])
         assert store.trace(t.request_id) is not None
+    else:
+        event(QUARANTINED)
 
 
 CAPTURES = FIXTURES / "captures"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from mmlens.analysis.kv_divergence import ViewPoint
@@ -27,7 +27,7 @@ from mmlens.records import (
 )
 from mmlens.store import codec
 from mmlens.store.sqlite import Store
-from tests.fuzz.strategies import SETTINGS
+from tests.fuzz.strategies import QUARANTINED, SETTINGS
 
 pytestmark = pytest.mark.fuzz
 
@@ -87,6 +87,8 @@ def written(store: Store, table: str, given_n: int) -> Iterator[list[int]]:
     yield [before]
     stored = len(rows(store, table, "rowid", before))
     assert stored + sum(store.rejected.values()) - refused == given_n, dict(store.rejected)
+    if sum(store.rejected.values()) > refused:
+        event(QUARANTINED)
 
 
 @SETTINGS
