@@ -9,7 +9,9 @@ import dataclasses
 
 from mmlens.collectors.verdict_job import VerdictJob
 
+from mmlens.analysis.judgement.attribution import SLACK_S
 from mmlens.analysis.judgement.batch import JudgeState, span_of
+from mmlens.records import BlockStored
 from mmlens.store.open import open_store
 from tests.busy_workers import Workload, workload
 
@@ -86,4 +88,29 @@ def test_a_request_rewritten_before_it_is_judged_is_judged_as_stored_now(
     store.add_traces([told])
     (v,) = [v for v in job.run(first.ts + 60.0) if v.request_id == first.request_id]
     assert (v.realized_blocks, v.evidence["realized_source"]) == (3, "tap")
+    store.close()
+
+
+def test_late_kv_rows_rejudge_only_the_requests_that_ran_then_on_that_worker(
+        store_db: str) -> None:
+    w = workload(320, 2, seed=6, t0=1_700_000_000.0, wave_s=2.0)
+    store = open_store(store_db)
+    traces, decisions = w.logged()
+    store.add_traces(traces)
+    store.add_decisions(decisions)
+    store.add_kv_events(w.events)
+    job = VerdictJob(store)
+    last = max(span_of(t)[1] for t in w.traces)
+    job.run(last + job.settle_s + 1.0)
+    assert job.judged == len(w.traces)
+    late_at = w.traces[100]
+    unit, at = late_at.worker, span_of(late_at)[0] + 0.25
+    ran = {t.request_id for t in w.traces if t.worker == unit
+           and span_of(t)[0] - SLACK_S <= at <= span_of(t)[1] + SLACK_S}
+    seq = max(e.seq for e in w.events if e.worker == unit) + 1
+    store.add_kv_events([BlockStored(unit, 0, seq, at, [10**12 + 1], None, list(range(16)),
+                                     16)])
+    again = job.run(last + job.settle_s + 2.0)
+    assert {v.request_id for v in again} == ran and job.rejudged == len(ran)
+    assert 0 < len(ran) <= 16 < len(w.traces)  # a wave at most: no rescan of the store
     store.close()
