@@ -42,6 +42,16 @@ def grpc_demo(tmp_path_factory):
         yield info
 
 
+@pytest.fixture(scope="module")
+def worker_demo(tmp_path_factory):
+    """Workers that process images themselves and count 8 image tokens more than the router
+    (one demo for the URL and the parity test: the drift changes no cache key, so identity
+    is judged as without it)."""
+    with demo(tmp_path_factory.mktemp("worker-demo"), "--worker-processing", "--count-drift",
+              "8") as info:
+        yield info
+
+
 def test_all_scenarios_against_real_smg(grpc_demo, tmp_path):
     db, report = tmp_path / "check.db", tmp_path / "report.html"
     code, out = check(grpc_demo["router"], "--all", "--db", str(db), "--report", str(report),
@@ -84,22 +94,22 @@ def test_all_scenarios_against_real_smg(grpc_demo, tmp_path):
     assert json.loads(proc.stdout)["category"] == "hit"
 
 
-def test_url_scenarios_use_the_demo_media_origin_when_workers_fetch(tmp_path):
+def test_url_scenarios_use_the_demo_media_origin_when_workers_fetch(worker_demo):
     """Workers that fetch images themselves (worker processing) allow only the demo's own
     media origin: `check --media-origin` uploads there and identity passes; without it, the
     workers refuse mmlens' own loopback server and the summary says what to configure."""
-    with demo(tmp_path, "--worker-processing") as info:
-        assert info["media_hosts"] == [info["media_origin"].removeprefix("http://")]
-        code, out = check(info["router"], "--scenario", "identity", "--media-origin",
-                          info["media_origin"])
-        (identity,) = out["scenarios"]
-        assert code == 0 and identity["verdict"] == "pass", identity
-        assert all(r["status"] == 200 for r in identity["requests"])
-        # The engine keys images by content: a URL request reused the data-URI seed's blocks
-        # (worker-mode SMG places by load, so the other may land elsewhere).
-        ev = identity["evidence"]
-        assert max(ev["url_cached"], ev["other_url_cached"]) > ev["text_prefix_limit"], ev
-        code, out = check(info["router"], "--scenario", "identity")
+    info = worker_demo
+    assert info["media_hosts"] == [info["media_origin"].removeprefix("http://")]
+    code, out = check(info["router"], "--scenario", "identity", "--media-origin",
+                      info["media_origin"])
+    (identity,) = out["scenarios"]
+    assert code == 0 and identity["verdict"] == "pass", identity
+    assert all(r["status"] == 200 for r in identity["requests"])
+    # The engine keys images by content: a URL request reused the data-URI seed's blocks
+    # (worker-mode SMG places by load, so the other may land elsewhere).
+    ev = identity["evidence"]
+    assert max(ev["url_cached"], ev["other_url_cached"]) > ev["text_prefix_limit"], ev
+    code, out = check(info["router"], "--scenario", "identity")
     (refused,) = out["scenarios"]
     assert refused["verdict"] == "inconclusive"
     assert "is not in the allowed hosts" in refused["summary"]
@@ -107,9 +117,8 @@ def test_url_scenarios_use_the_demo_media_origin_when_workers_fetch(tmp_path):
     assert "--media-origin" in refused["summary"]
 
 
-def test_parity_fails_with_an_explanation_when_workers_drift(tmp_path):
-    with demo(tmp_path, "--worker-processing", "--count-drift", "8") as info:
-        code, out = check(info["router"], "--scenario", "parity")
+def test_parity_fails_with_an_explanation_when_workers_drift(worker_demo):
+    code, out = check(worker_demo["router"], "--scenario", "parity")
     (parity,) = out["scenarios"]
     assert code == 1 and parity["verdict"] == "fail"
     assert "+8 tokens" in parity["summary"] and "count drift" in parity["summary"]
