@@ -304,6 +304,9 @@ class CollectorRunner:
         self.store.set_health(self.all_health(), instance=self.instance)
         self._save_quarantined()
 
+    def _settle(self, settle_s: float | None) -> float:
+        return self.cfg.settle_s if settle_s is None else settle_s
+
     def _evaluate_availability(self, now: float, settle_s: float | None = None) -> None:
         if not self.leads:
             return
@@ -312,7 +315,7 @@ class CollectorRunner:
                 self.availability = AvailabilityJob(self.store)
             tail = self.availability.kv_tail
             late, dropped = tail.late, tail.dropped
-            done = self.availability.run(now, settle_s)
+            done = self.availability.run(now, self._settle(settle_s))
         except Exception as exc:  # one failed pass must not stop collection
             log.exception("availability pass failed")
             self.availability_health.error("evaluate", f"{type(exc).__name__}: {exc}", now)
@@ -331,7 +334,7 @@ class CollectorRunner:
             if self.verdicts is None:
                 self.verdicts = VerdictJob(self.store)
             job = self.verdicts
-            job.run(now, settle_s)
+            job.run(now, self._settle(settle_s))
         except Exception as exc:  # one failed pass must not stop collection
             log.exception("verdict pass failed")
             self.verdict_health.error("judge", f"{type(exc).__name__}: {exc}", now)

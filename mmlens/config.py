@@ -3,6 +3,9 @@
 ```toml
 interval_s = 5                      # scrape / poll period
 timeout_s = 2                       # per request
+settle_s = 12                       # a request is judged and evaluated this long after it
+                                    # ends, when late log lines and KV events are in (a
+                                    # verdict is judged again if evidence comes later still)
 log_dirs = ["/var/log/smg"]         # log files may also be read from these directories
                                     # (besides this file's own directory)
 [store]
@@ -118,6 +121,7 @@ class Config:
     prometheus_url: str | None = None
     interval_s: float = 5.0
     timeout_s: float = 2.0
+    settle_s: float = 12.0
     retention_s: float = 86400.0
     max_mb: float = 512.0
     ready_file: str | None = None
@@ -167,6 +171,7 @@ def parse_config(doc: dict[str, Any], base_dir: Path = Path(".")) -> Config:
     cfg = Config(base_dir=base_dir)
     cfg.interval_s = v.number(doc, "interval_s", "", cfg.interval_s, 0.05, 86400)
     cfg.timeout_s = v.number(doc, "timeout_s", "", cfg.timeout_s, 0.01, 600)
+    cfg.settle_s = v.number(doc, "settle_s", "", cfg.settle_s, 0, 3600)
     cfg.log_dirs = v.directories(doc, "log_dirs", base_dir)
     store = v.table(doc, "store")
     cfg.retention_s = v.number(store, "retention_s", "store.", cfg.retention_s, 1, 1e10)

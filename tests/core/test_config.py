@@ -18,6 +18,7 @@ from mmlens.config import (
 
 TOML = """
 interval_s = 2
+settle_s = 3
 [store]
 retention_s = 600
 max_mb = 64
@@ -49,6 +50,7 @@ def test_full_config(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MMLENS_TEST_KEY", "sk-secret")
     cfg = load_config()
     assert (cfg.interval_s, cfg.retention_s, cfg.max_mb) == (2.0, 600.0, 64.0)
+    assert (cfg.settle_s, Config().settle_s) == (3.0, 12.0)
     assert cfg.prometheus_url == "http://127.0.0.1:9090"
     (r,) = cfg.routers
     assert (r.kind, r.api_key_env, r.api_key()) == ("smg", "MMLENS_TEST_KEY", "sk-secret")

@@ -16,6 +16,7 @@ from mmlens.targets_toml import validate_toml
     ("interval_s = [1]", "interval_s: expected a number"),
     ("interval_s = nan", "interval_s: expected a number"),
     ("timeout_s = true", "timeout_s: expected a number"),
+    ("settle_s = -1", "settle_s: expected a number from 0 to 3600"),
     ("store = 3", "store: expected a table"),
     ("[store]\nmax_mb = 'big'", "store.max_mb: expected a number"),
     ("router = 1", "router: expected a list"),

@@ -112,8 +112,10 @@ def test_prometheus_alertmanager_and_dashboards_on_the_demo(tmp_path, capsys) ->
     db = tmp_path / "live.db"
     ports = [free_port(), free_port()]
     with demo_process(demo_args, ready) as info, alertmanager() as am:
+        # Requests judged 3 s after they end, not 12: loopback logs and KV events are in by
+        # then (a verdict is judged again if something comes later).
         (tmp_path / "mmlens.toml").write_text(
-            f'interval_s = 1\n[demo]\nready_file = "{ready}"\n')
+            f'interval_s = 1\nsettle_s = 3\n[demo]\nready_file = "{ready}"\n')
         # A second log to follow whose line was cut off mid-object: a parse error by kind.
         (tmp_path / "cut.log").write_text(
             '{"timestamp":"2026-12-01T00:00:00.000000Z","level":"DEBUG","fields":{"mes\n')
