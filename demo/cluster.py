@@ -40,9 +40,9 @@ from mmlens.demo.procs import (
 
 SMG_DRAIN_S = 12.0
 # SMG's --shutdown-grace-period-secs (its default 180): measured on 1.13, an idle SMG with the
-# default takes 5.2 s to exit on SIGTERM, with 2 it takes 0.8 s; 2 s still lets a demo's
-# in-flight requests (tens of ms each on the stand-in engines) finish.
-SMG_SHUTDOWN_GRACE_S = 2
+# default takes 5.2 s to exit on SIGTERM, with 2 it takes 1.15 s, with 1 0.74 s; 1 s still lets
+# a demo's in-flight requests (tens of ms each on the stand-in engines) finish.
+SMG_SHUTDOWN_GRACE_S = 1
 
 
 @dataclass
