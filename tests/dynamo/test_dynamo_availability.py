@@ -32,8 +32,16 @@ def test_exact_routing_leaves_nothing_avoidable(tmp_path: Path) -> None:
             seeds.append(send(color))
             wait_router_indexed(cluster, before)
         repeats = [send(RED), send(BLUE)]
-        c.runner.flush()
-        found = {r.request_id: r for r in c.store.availability_rows(0.0)}
+
+        def evaluated() -> dict:
+            # An image's identity comes with the worker's KV events; on a loaded machine they
+            # may land after the first evaluation, and the request is evaluated again then.
+            c.runner.flush()
+            rows = {r.request_id: r for r in c.store.availability_rows(0.0)}
+            return rows if all(r.identities_resolved for r in rows.values()) else {}
+
+        found = wait_until(evaluated, 15, interval=0.5,
+                           what="every request evaluated with its images' identities")
     assert {t.request_id for t in seeds + repeats} <= set(found)
     for r in found.values():
         assert r.avoidable_tokens == 0 and r.causes == {}, r
