@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from mmlens.demo.prefix_cache import MediaSpan, PrefixCache, StoredBlocks
 
 from mmlens.records import BlockStored, RequestTrace, RoutingDecision
+from mmlens.store.base import SQLStore
 
 BS = 16
 IN_FLIGHT = 16
@@ -39,6 +40,15 @@ class Workload:
         decisions on their own (the job joins them by request id)."""
         bare = [dataclasses.replace(t, predictions=[]) for t in self.traces]
         return bare, [p for t in self.traces for p in t.predictions]
+
+    def stored(self, store: SQLStore) -> SQLStore:
+        """``store`` holding the whole workload as its collectors write it: the logged
+        traces and decisions, the engines' KV events."""
+        traces, decisions = self.logged()
+        store.add_traces(traces)
+        store.add_decisions(decisions)
+        store.add_kv_events(self.events)
+        return store
 
 
 def workload(n: int, workers: int, seed: int = 7, t0: float = 0.0, wave_s: float = 2.0,

@@ -94,11 +94,7 @@ def test_a_request_rewritten_before_it_is_judged_is_judged_as_stored_now(
 def test_late_kv_rows_rejudge_only_the_requests_that_ran_then_on_that_worker(
         store_db: str) -> None:
     w = workload(320, 2, seed=6, t0=1_700_000_000.0, wave_s=2.0)
-    store = open_store(store_db)
-    traces, decisions = w.logged()
-    store.add_traces(traces)
-    store.add_decisions(decisions)
-    store.add_kv_events(w.events)
+    store = w.stored(open_store(store_db))
     job = VerdictJob(store)
     last = max(span_of(t)[1] for t in w.traces)
     job.run(last + job.settle_s + 1.0)

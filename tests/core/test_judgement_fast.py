@@ -41,11 +41,7 @@ def test_the_job_on_a_store_stores_the_verdicts_of_one_pass_over_all(store_db: s
     categories = {v.category for v in expected.values()}
     assert {"hit", "false_hit"} <= categories and categories & {"hit_or_false_hit",
                                                                  "hit_or_cold"}
-    store = open_store(store_db)
-    traces, decisions = w.logged()
-    store.add_traces(traces)
-    store.add_decisions(decisions)
-    store.add_kv_events(w.events)
+    store = w.stored(open_store(store_db))
     job = VerdictJob(store)
     last = max(span_of(t)[1] for t in w.traces)
     now = w.traces[0].ts

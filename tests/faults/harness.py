@@ -365,6 +365,15 @@ def kill9_mid_write(db: Path, tmp: Path, events: int = 20_000, rate: float = 20_
         pub.close()
 
 
+def _caught_up(db: Path | str, events: int, last_seq: int) -> None:
+    """Wait until every valid event published is stored and the KV stream's health row is
+    at the publisher's last sequence number."""
+    wait_for(stored_all(db, events), 20, "valid events stored")
+    wait_for(lambda: any(r["counters"].get("last_seq") == last_seq
+                         for r in health_rows(db) if r["collector"] == "kv_events"),
+             10, "stream at its last batch")
+
+
 def poisoned(db: Path | str, batches: int = 2000, bad_every: int = 400,
              bad_offset: int = 1 << 31, bad_ts: float | None = None,
              bad_id: bytes | None = None) -> tuple[Tally, list[int]]:
@@ -399,11 +408,7 @@ def poisoned(db: Path | str, batches: int = 2000, bad_every: int = 400,
                     pub.publish(pub.batch(4))
                 if i % 50 == 0:
                     time.sleep(0.005)
-            wait_for(stored_all(db, pub.events), 20, "valid events stored")
-            last = pub.seq - 1
-            wait_for(lambda: any(r["counters"].get("last_seq") == last
-                                 for r in health_rows(db) if r["collector"] == "kv_events"),
-                     10, "stream at its last batch")
+            _caught_up(db, pub.events, pub.seq - 1)
         return tally(pub, db, t0, thread_crashes(db)), poisoned_seqs
     finally:
         pub.close()
@@ -429,10 +434,7 @@ def poisoned_grpc(db: Path | str, batches: int = 2000, bad_every: int = 400,
                     pub.publish(events)
                 if i % 50 == 0:
                     time.sleep(0.005)
-            wait_for(stored_all(db, pub.events), 20, "valid events stored")
-            wait_for(lambda: any(r["counters"].get("last_seq") == batches
-                                 for r in health_rows(db) if r["collector"] == "kv_events"),
-                     10, "stream at its last batch")
+            _caught_up(db, pub.events, batches)
         return tally(pub, db, t0, thread_crashes(db)), poisoned_seqs
     finally:
         pub.close()
