@@ -3,14 +3,19 @@
 Each run reads the keyed KV events stored since the last run (every shard's) into one
 ``AvailabilityTracker``, then the requests that ended at least ``settle_s`` ago and are not
 evaluated yet (with their logged decisions), and writes one availability row per request.
+
+A request evaluated before its worker's KV events named its images (``identities_resolved``
+false: the events came late, or a flush evaluated it at once) is evaluated again on each run
+that brings KV events, for ``lookback_s`` after it ended: its row is replaced and its cell
+gets the difference, so no sum counts it twice.
 """
 
 from __future__ import annotations
 
 import time
 
-from mmlens.analysis.availability.aggregate import cell_sums
-from mmlens.analysis.availability.facts import facts_of
+from mmlens.analysis.availability.aggregate import cell_sums, revised_sums
+from mmlens.analysis.availability.facts import RequestFacts, facts_of
 from mmlens.analysis.availability.tracker import AvailabilityTracker
 from mmlens.records import Availability
 from mmlens.store.base import SQLStore
@@ -28,6 +33,9 @@ class AvailabilityJob:
         self.kv_tail = IdTail()  # every shard's rows, also those committed out of id order
         self.since: float | None = None  # requests decided before this are done
         self.evaluated = 0
+        self.revised = 0  # rows replaced after later KV events named their images
+        # Evaluated with images unnamed: facts and the row stored, by request id.
+        self.unresolved: dict[str, tuple[RequestFacts, Availability]] = {}
 
     def apply_kv(self) -> int:
         n = 0
@@ -43,7 +51,8 @@ class AvailabilityJob:
             ) -> list[Availability]:
         """Evaluate the requests that ended ``settle_s`` (default: the job's) before ``now``."""
         now = time.time() if now is None else now
-        self.apply_kv()
+        if self.apply_kv() and self.unresolved:
+            self._revisit(now)
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.tracker.index.horizon_s
         traces = self.store.traces_between(since - self.lookback_s, until, 20_000)
@@ -57,10 +66,35 @@ class AvailabilityJob:
             f = facts_of(trace)
             if f is not None and not f.failed and f.done_ts <= until:
                 facts.append(f)
-        results = [self.tracker.evaluate(f) for f in sorted(facts, key=lambda f: f.ts)]
+        results = []
+        for f in sorted(facts, key=lambda f: f.ts):
+            a = self.tracker.evaluate(f)
+            results.append(a)
+            if not a.identities_resolved:
+                self.unresolved[a.request_id] = (f, a)
         if results:
             self.store.add_availability(results)
             self.store.add_cells(cell_sums(results))
             self.evaluated += len(results)
         self.since = until
         return results
+
+    def _revisit(self, now: float) -> None:
+        """The unresolved requests evaluated again against the KV events now applied."""
+        old, new = [], []
+        for rid, (f, before) in sorted(self.unresolved.items(), key=lambda kv: kv[1][0].ts):
+            if f.done_ts < now - self.lookback_s:
+                del self.unresolved[rid]
+                continue
+            after = self.tracker.evaluate(f)
+            if after.identities_resolved:
+                del self.unresolved[rid]
+            else:
+                self.unresolved[rid] = (f, after)
+            if after.to_json() != before.to_json():
+                old.append(before)
+                new.append(after)
+        if new:
+            self.store.add_availability(new)
+            self.store.add_cells(revised_sums(old, new))
+            self.revised += len(new)

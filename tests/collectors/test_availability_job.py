@@ -6,7 +6,7 @@ from __future__ import annotations
 from mmlens.collectors.availability_job import AvailabilityJob
 from mmlens.collectors.runner import CollectorRunner
 
-from mmlens.analysis.availability.aggregate import Cells, headline
+from mmlens.analysis.availability.aggregate import Cells, cell_sums, headline
 from mmlens.config import Config
 from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.records import BlockRemoved, BlockStored
@@ -53,6 +53,45 @@ def test_job_evaluates_settled_requests_once(store_db: str) -> None:
     assert {r.request_id for r in rows} == {"a1", "a2", "a3"}
     h = headline(Cells.from_rows(store.cells(0.0)))
     assert h.requests == 3 and h.avoidable_tokens == 96 and h.causes == {"load_spill": 96}
+    store.close()
+
+
+def test_a_request_evaluated_before_its_kv_events_is_evaluated_again_when_they_land(
+        store_db: str) -> None:
+    """A flush evaluates at once; the worker's events naming the image land after: the row is
+    replaced by one with the image named, and the cells count the request once."""
+    store = open_store(store_db)
+    layout, summary, _ = laid_out(RED)
+    store.add_traces([trace("a1", summary, 100.0, "w1", 0)])
+    job = AvailabilityJob(store)
+    first = job.run(now=100.6, settle_s=0.0)
+    assert [a.identities_resolved for a in first] == [False]
+    assert job.run(now=101.0, settle_s=0.0) == [] and job.revised == 0  # no new events
+    late = engine_stored(layout, "w1", 100.2, "engine-red")
+    ResidentIndex().apply([late])  # the keys the collector's index gives it at ingest
+    store.add_kv_events([late])
+    assert job.run(now=101.5, settle_s=0.0) == []  # nothing new to evaluate...
+    assert job.revised == 1 and job.unresolved == {}  # ...but a1 again, now named
+    (row,) = store.availability_rows(0.0)
+    assert row.request_id == "a1" and row.identities_resolved
+    assert row.to_json() != first[0].to_json()
+    stored_cells = {(t, r, m, w): s for t, r, m, w, s in store.cells(0.0)}
+    assert stored_cells == cell_sums([row])  # the old row's sums taken out, the new one's in
+    store.close()
+
+
+def test_an_unresolved_request_is_given_up_after_the_lookback(store_db: str) -> None:
+    store = open_store(store_db)
+    layout, summary, _ = laid_out(RED)
+    store.add_traces([trace("a1", summary, 100.0, "w1", 0)])
+    job = AvailabilityJob(store, lookback_s=30.0)
+    job.run(now=100.6, settle_s=0.0)
+    late = engine_stored(layout, "w1", 100.2, "engine-red")
+    ResidentIndex().apply([late])
+    store.add_kv_events([late])
+    job.run(now=200.5, settle_s=0.0)
+    assert job.unresolved == {} and job.revised == 0
+    assert [r.identities_resolved for r in store.availability_rows(0.0)] == [False]
     store.close()
 
 

@@ -35,7 +35,7 @@ def test_exact_routing_leaves_nothing_avoidable(tmp_path: Path) -> None:
 
         def evaluated() -> dict:
             # An image's identity comes with the worker's KV events; on a loaded machine they
-            # may land after the first evaluation, and the request is evaluated again then.
+            # may land after the first evaluation, and the job evaluates the request again then.
             c.runner.flush()
             rows = {r.request_id: r for r in c.store.availability_rows(0.0)}
             return rows if all(r.identities_resolved for r in rows.values()) else {}

@@ -126,6 +126,18 @@ def cell_sums(rows: Sequence[Availability], bucket_s: float = BUCKET_S,
     return out
 
 
+def revised_sums(old: Sequence[Availability], new: Sequence[Availability],
+                 bucket_s: float = BUCKET_S) -> dict[CellKey, dict[str, int]]:
+    """What replacing the rows ``old`` by ``new`` adds to each cell (negative where a sum
+    shrinks; a revised row may move to another cell)."""
+    out = cell_sums(new, bucket_s)
+    for key, sums in cell_sums(old, bucket_s).items():
+        cell = out.setdefault(key, dict.fromkeys(SUMS, 0))
+        for k, v in sums.items():
+            cell[k] = cell.get(k, 0) - v
+    return {k: s for k, s in out.items() if any(s.values())}
+
+
 def cell_columns(rows: Sequence[Availability], bucket_s: float = BUCKET_S,
                  ) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {k: [] for k in ("t", "router", "model", "worker", *SUMS)}
