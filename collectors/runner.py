@@ -315,6 +315,7 @@ class CollectorRunner:
                 self.availability = AvailabilityJob(self.store)
             tail = self.availability.kv_tail
             late, dropped = tail.late, tail.dropped
+            revised = self.availability.revised
             done = self.availability.run(now, self._settle(settle_s))
         except Exception as exc:  # one failed pass must not stop collection
             log.exception("availability pass failed")
@@ -322,6 +323,8 @@ class CollectorRunner:
             return
         self.availability_health.ok(now)
         self.availability_health.count("requests", len(done))
+        # Rows replaced once later KV events named their images (AvailabilityJob.unresolved).
+        self.availability_health.count("revised", self.availability.revised - revised)
         # KV rows another shard committed after higher ids were read, and id gaps given up
         # on before anything came (``IdTail``).
         self.availability_health.count("late_kv_rows", tail.late - late)
