@@ -206,7 +206,8 @@ def _snapshot(path: str, n_traces: int) -> Snapshot:
     # health: read fresh on every run (``snapshot``), so not here
     return build_snapshot(_reader(path), n_traces=n_traces, count_kv_events=False,
                           metrics=overview_metrics(path), resident=False, health=[],
-                          traces=recent_traces(path, n_traces))
+                          traces=recent_traces(path, n_traces),
+                          verdicts=recent_verdicts(path, n_traces))
 
 
 def snapshot(path: str, n_traces: int = 200) -> Snapshot:
@@ -301,11 +302,68 @@ def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
 recent_traces.clear = _trace_window.clear  # type: ignore[attr-defined]
 
 
-@store_cached("traces", "decisions", "verdicts", records=True)
+class _VerdictWindow:
+    """The stored verdicts of one trace window, kept up to date by reading only what moved:
+    the verdicts of requests new to the window, and those judged since the last read."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.known: dict[str, Verdict] = {}
+        self.asked: set[str] = set()  # ids looked up (judged or not yet)
+        self.shown: dict[str, Verdict] = {}
+        self.versions: tuple[Any, ...] | None = None
+        self.read_at = 0.0
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _verdict_window(path: str, limit: int) -> _VerdictWindow:
+    return _VerdictWindow()
+
+
+# Verdicts judged since the last read, past which the window is read whole instead.
+REJUDGED_MAX = 5_000
+
+
 def recent_verdicts(path: str, limit: int = 300) -> dict[str, Verdict]:
     """The stored verdicts of ``recent_traces(path, limit)`` (a request not judged yet has
-    none: pending)."""
-    return _reader(path).verdicts_for(recent_traces(path, limit))
+    none: pending), shared, not copied. A new request's verdict is read alone; a change of
+    the verdicts' version reads the verdicts judged at or after the previous one (the job
+    re-judges in place, moving ``judged_at``); everything is read whole every
+    ``SAFETY_TTL_S``."""
+    traces = recent_traces(path, limit)
+    versions = _versions_of(path, ("traces", "decisions", "verdicts"))
+    window = _verdict_window(path, limit)
+    with window.lock:
+        if versions == window.versions:
+            return window.shown
+        ids = [t.request_id for t in traces]
+        now = time.monotonic()
+        r = _reader(path)
+        fresh = window.versions is None or now - window.read_at >= SAFETY_TTL_S
+        if not fresh and versions[2] != window.versions[2]:
+            since = window.versions[2][0] if window.versions[2] else None
+            judged = [] if since is None else r.verdicts_judged_since(since, REJUDGED_MAX)
+            if since is None or len(judged) >= REJUDGED_MAX:
+                fresh = True
+            else:
+                window.known.update((v.request_id, v) for v in judged)
+        if fresh:
+            window.known = r.store_verdicts(ids)
+            window.asked = set(ids)
+            window.read_at = now
+        else:
+            new = [i for i in ids if i not in window.asked]
+            window.known.update(r.store_verdicts(new))
+            window.asked.update(new)
+        window.shown = {i: window.known[i] for i in ids if i in window.known}
+        keep = set(ids)
+        window.known = {i: v for i, v in window.known.items() if i in keep}
+        window.asked &= keep
+        window.versions = versions
+        return window.shown
+
+
+recent_verdicts.clear = _verdict_window.clear  # type: ignore[attr-defined]
 
 
 @store_cached("verdicts", records=True, max_entries=32)

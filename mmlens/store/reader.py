@@ -284,6 +284,10 @@ class StoreReader:
         ids = list(request_ids)
         return self._locked(lambda s: s.verdicts_for(ids)) if ids else {}
 
+    def verdicts_judged_since(self, judged_at: float, limit: int = 5_000) -> list[Verdict]:
+        """Verdicts judged or re-judged at ``judged_at`` or later (at most ``limit``)."""
+        return self._locked(lambda s: s.verdicts_judged_since(judged_at, limit))
+
     def verdict(self, request_id: str) -> Verdict | None:
         """A request's stored verdict by any id it is known by (None: not judged yet)."""
         t = self.trace(request_id)

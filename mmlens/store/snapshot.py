@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mmlens.ingest.metrics_records import NormalizedMetrics
-from mmlens.records import CollectorHealth, RequestTrace
+from mmlens.records import CollectorHealth, RequestTrace, Verdict
 from mmlens.state import KVEndpointHealth, Snapshot
 
 if TYPE_CHECKING:
@@ -19,12 +19,14 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
                    now: float | None = None, *, count_kv_events: bool = True,
                    metrics: NormalizedMetrics | None = None, resident: bool = True,
                    health: list[CollectorHealth] | None = None,
-                   traces: list[RequestTrace] | None = None) -> Snapshot:
+                   traces: list[RequestTrace] | None = None,
+                   verdicts: dict[str, Verdict] | None = None) -> Snapshot:
     """``count_kv_events=False`` skips the one full-table scan (per-worker stored-event
     counts) for the pages, which refresh every few seconds; ``metrics``: the window's metrics
     as the caller read them (a fleet page's from the rollups), instead of normalizing every
     raw sample of the window; ``resident=False`` leaves the resident summaries out;
-    ``health``, ``traces``: as the caller already read them."""
+    ``health``, ``traces``, ``verdicts`` (those of ``traces``): as the caller already read
+    them."""
     now = time.time() if now is None else now
     latest = reader.latest_sample_ts()
     since = (latest if latest is not None else now) - window_s
@@ -44,7 +46,7 @@ def build_snapshot(reader: StoreReader, window_s: float = 300.0, n_traces: int =
         kv_stored=reader.kv_event_counts() if count_kv_events else None,
         resident=reader.kv_state() if resident else [],
         traces=traces,
-        verdicts=reader.verdicts_for(traces),
+        verdicts=reader.verdicts_for(traces) if verdicts is None else verdicts,
         quarantined=reader.quarantined(),
     )
 

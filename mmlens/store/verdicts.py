@@ -67,6 +67,13 @@ class VerdictTables(SQLBase):
                 out[v.request_id] = v
         return out
 
+    def verdicts_judged_since(self, judged_at: float, limit: int = 5_000) -> list[Verdict]:
+        """Verdicts judged (or judged again) at ``judged_at`` or later, oldest judgement
+        first, at most ``limit``."""
+        rows = self._rows_if_table("SELECT body FROM verdicts WHERE judged_at >= ? "
+                                   "ORDER BY judged_at LIMIT ?", (judged_at, limit)) or []
+        return [v for (body,) in rows if (v := _decode(body)) is not None]
+
     def verdicts_between(self, since: float, until: float | None = None,
                          limit: int = 10_000) -> list[Verdict]:
         """Verdicts of the requests made in [since, until], newest first."""

@@ -113,3 +113,49 @@ def test_new_traces_top_up_the_cached_ones(tmp_path: Any, sql: list[str]) -> Non
     shared.forget_store_reads()
     assert newest()[0] == ["req-6", "req-5", "late"]
     store.close()
+
+
+def test_verdicts_read_only_what_moved(tmp_path: Any, sql: list[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new request reads its own verdict, not the window's again; a verdict judged again
+    in place is read by its judgement time and replaces the one shown."""
+    from mmlens.records import Verdict
+
+    db = str(tmp_path / "s.db")
+    store = open_store(db)
+    now = time.time()
+    store.add_traces([trace(f"req-{i}", now + i) for i in range(4)])
+    store.add_verdicts([Verdict(f"req-{i}", now + i, "cold", "nothing cached",
+                                judged_at=now + 10) for i in range(4)])
+    shared.forget_store_reads()
+    shared._reader.clear()
+    read_ids: list[list[str]] = []
+    original = Store.verdicts_for
+
+    def counted(self: Any, request_ids: Any) -> Any:
+        read_ids.append(list(request_ids))
+        return original(self, request_ids)
+
+    monkeypatch.setattr(Store, "verdicts_for", counted)
+
+    def verdicts() -> tuple[dict[str, str], list[str]]:
+        shared.store_versions.clear()
+        del sql[:], read_ids[:]
+        got = shared.recent_verdicts(db, 3)
+        return ({rid: v.category for rid, v in got.items()},
+                [q for q in sql if "FROM verdicts" in q and "max(" not in q])
+
+    assert verdicts()[0] == {"req-3": "cold", "req-2": "cold", "req-1": "cold"}
+    assert sorted(read_ids[0]) == ["req-1", "req-2", "req-3"]
+    assert verdicts()[1] == []  # nothing moved: nothing read
+    store.add_traces([trace("req-4", now + 4)])
+    shown, _ = verdicts()
+    assert shown == {"req-3": "cold", "req-2": "cold"}  # req-4 pending, req-1 out
+    assert read_ids == [["req-4"]]
+    store.add_verdicts([Verdict("req-4", now + 4, "hit", "all cached", judged_at=now + 20),
+                        Verdict("req-2", now + 2, "false_miss", "re-judged",
+                                judged_at=now + 20, version=1)])
+    shown, queries = verdicts()
+    assert shown == {"req-4": "hit", "req-3": "cold", "req-2": "false_miss"}
+    assert read_ids == [] and len(queries) == 1 and "judged_at >= ?" in queries[0]
+    store.close()
