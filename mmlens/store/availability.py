@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from mmlens.records import Availability, BlockRemoved, BlockStored, KVEvent
-from mmlens.store.dialect import SQLBase
+from mmlens.store.dialect import SQLBase, marks
 from mmlens.store.tail import IdTail
 
 SCHEMA = """
@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS availability_cells (
     ts REAL NOT NULL, router TEXT NOT NULL, model TEXT NOT NULL, worker TEXT NOT NULL,
     sums TEXT NOT NULL, PRIMARY KEY (ts, router, model, worker));
 """
+CONTENT_COLUMNS = "ts, worker, rank, seq, idx, kind, content"
 TABLES = ("kv_content", "availability", "availability_cells")
 CAUSE_COLUMNS = ("load_spill", "content_blind", "stale_index", "count_drift", "unattributed",
                  "evicted", "unexplained")
@@ -68,6 +69,12 @@ class KeyedRow:
     images: list[tuple[int, int, Any]]  # stored image blocks: (shape, key, refs)
 
 
+def content_rows(events: Iterable[KVEvent]) -> list[tuple[Any, ...]]:
+    """The ``kv_content`` rows of events: those the index gave content keys, and clears."""
+    return [(ev.ts, ev.worker, ev.rank, ev.seq, ev.idx, ev.kind, _content(ev))
+            for ev in events if ev.kind == "cleared" or getattr(ev, "keys", None)]
+
+
 def _content(ev: KVEvent) -> bytes | None:
     if isinstance(ev, BlockStored):
         if not ev.keys:
@@ -85,14 +92,18 @@ class AvailabilityTables(SQLBase):
     """The tables' reads and writes, one SQL for every backend (a part of the store)."""
 
     def add_kv_content(self, events: Iterable[KVEvent]) -> int:
-        rows = [(ev.ts, ev.worker, ev.rank, ev.seq, ev.idx, ev.kind, _content(ev))
-                for ev in events if ev.kind == "cleared" or getattr(ev, "keys", None)]
+        rows = content_rows(events)
         if not rows:
             return 0
         self._before_append("kv_content", (r[0] for r in rows))
         with self._tx():
-            return self._many("INSERT INTO kv_content (ts, worker, rank, seq, idx, kind, "
-                              "content) VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING", rows)
+            return self._insert_new("kv_content", CONTENT_COLUMNS, rows)
+
+    def _insert_new(self, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Insert the rows whose key is not stored yet, inside the caller's transaction;
+        returns the rows added (PostgreSQL: COPY, ``PostgresStore``)."""
+        return self._many(f"INSERT INTO {table} ({columns}) VALUES ({marks(len(rows[0]))}) "
+                          "ON CONFLICT DO NOTHING", rows)
 
     def kv_content_tail(self, tail: IdTail, limit: int = 50_000) -> list[KeyedRow]:
         """Keyed KV events ``tail`` has not returned yet (up to ``limit`` new ones and any

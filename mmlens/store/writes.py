@@ -25,7 +25,7 @@ from mmlens.records import (
     count_error,
 )
 from mmlens.store import codec
-from mmlens.store.availability import AvailabilityTables
+from mmlens.store.availability import CONTENT_COLUMNS, AvailabilityTables, content_rows
 from mmlens.store.dialect import StoreError, marks
 from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
@@ -159,9 +159,23 @@ class StoreWrites(AvailabilityTables):
         content keys; returns the rows actually added, so events already stored are not
         counted twice."""
         events = self._kv_writable(list(events))
-        self.add_kv_content(events)
-        return self._append("kv_events", KV_COLUMNS, [kv_row(ev) for ev in events],
-                            ignore_duplicates=True)
+        if not events:
+            return 0
+        rows, content = list(map(kv_row, events)), content_rows(events)
+        self._before_append("kv_events", (r[0] for r in rows))
+        if content:
+            self._before_append("kv_content", (r[0] for r in content))
+        try:  # both tables in one transaction: one commit, not two
+            with self._tx():
+                if content:
+                    self._insert_new("kv_content", CONTENT_COLUMNS, content)
+                return self._insert_new("kv_events", KV_COLUMNS, rows)
+        except Exception as exc:
+            if self.is_outage(exc) or isinstance(exc, StoreError):
+                raise
+        # Refused for its content: each table alone, row by row where it is refused again.
+        self._append("kv_content", CONTENT_COLUMNS, content, ignore_duplicates=True)
+        return self._append("kv_events", KV_COLUMNS, rows, ignore_duplicates=True)
 
     def add_kv_views(self, points: Iterable[Any]) -> int:
         """Router view vs engine holdings (``mmlens.analysis.kv_divergence.ViewPoint``)."""

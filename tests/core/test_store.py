@@ -21,6 +21,7 @@ from mmlens.records import (
 )
 from mmlens.store.open import NoStoreYet, StoreError, open_store
 from mmlens.store.sqlite import SCHEMA_VERSION, Store
+from mmlens.store.tail import IdTail
 
 BIG = (1 << 64) - 1
 
@@ -158,6 +159,23 @@ def test_kv_events_are_stored_once_per_key(store_db: str) -> None:
     assert len(one.kv_event_rows(None)) == 10
     one.close()
     two.close()
+
+
+def test_kv_events_and_content_in_one_transaction_are_stored_once(store_db: str) -> None:
+    """Two writes inside one transaction (PostgreSQL stages each through one COPY table):
+    the second's overlap is skipped, its content rows with it, the order kept."""
+    store = open_store(store_db)
+    first, second = _batch(1, 10.0, 3), _batch(1, 10.0, 3) + _batch(2, 11.0, 2)
+    for ev in first + second:
+        ev.keys = [ev.block_hashes[0] + 7]
+    with store.atomically():
+        assert store.add_kv_events(first) == 3
+        assert store.add_kv_events(second) == 2
+    assert store.add_kv_events(second) == 0
+    assert [r.keys for r in store.kv_content_tail(IdTail())] == [
+        [107], [108], [109], [207], [208]]
+    assert sorted(r.seq for r in store.kv_event_rows(None)) == [1, 1, 1, 2, 2]
+    store.close()
 
 
 def test_health_rows_are_kept_per_collector_instance(store_db: str) -> None:
