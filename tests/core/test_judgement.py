@@ -5,7 +5,7 @@ judged against the ones before them (layouts) and against KV removals."""
 from __future__ import annotations
 
 from mmlens.analysis.judgement import Evidence, Realized, judge
-from mmlens.analysis.judgement.batch import JudgeState
+from mmlens.analysis.judgement.batch import Context, JudgeState
 from mmlens.records import (
     ExpectedLayout,
     LayoutImage,
@@ -180,3 +180,40 @@ def test_two_readings_of_a_spill_name_the_spill():
                    "prompt while it ran")
     v = judge(Evidence(logged("r", "w2", predictions=[d]), got))
     assert v.category == "hit_or_spilled" and "5 or 0 blocks" in v.headline
+
+
+def test_a_failed_attempts_prefill_is_no_other_requests():
+    """A request in flight on a worker that died may have stored its prompt's blocks there
+    before it failed over: a rival of the same length on that worker can no longer be read
+    as having computed them (a swapped pair on one CI run: the one that found its prompt
+    cached judged a false hit, another judged a hit)."""
+    def d(rid, worker, ts, attempt, predicted):
+        return RoutingDecision(rid, "smg", "smg_cache_trace", worker=worker,
+                               branch="event_hit", overlap_blocks=predicted,
+                               request_blocks=6, expanded_tokens=100, ts=ts, attempt=attempt)
+
+    served = logged("served", "grpc://a:1", latency_s=0.5,
+                    predictions=[d("served", "grpc://a:1", 10.1, 0, 6)])
+    moved = logged("moved", "grpc://b:2", latency_s=0.6,
+                   predictions=[d("moved", "grpc://a:1", 10.0, 0, 4),
+                                d("moved", "grpc://b:2", 10.4, 1, 0)])
+    root = [f"r{i}" for i in range(6)]
+    rows = [(5.0, "grpc://a:1", "stored", None, root),  # both prompts' first six blocks
+            (10.2, "grpc://a:1", "stored", "r3", ["x4", "x5"]),  # depth 4, two blocks
+            (11.0, "grpc://a:1", "stored", "x5", ["x6"])]  # a decode block
+    state = JudgeState()
+    state.apply_kv(rows)
+    v = state.judge([served, moved], ["served"])[0]
+    ctx = Context()  # the verdict job's window, kept between runs: the same
+    ctx.put(0, moved)
+    ctx.put(1, served)
+    assert state.judge_context(ctx, ["served"])[0].category == v.category
+    ctx.drop(0)  # the failed attempt's run leaves the worker's runs with its request
+    assert JudgeState(chains=state.chains).judge_context(
+        ctx, ["served"])[0].category == "false_hit"
+    # It may have found all six blocks (the segment the failed attempt's) or computed two.
+    assert v.category == "hit_or_false_hit", v.headline
+    # Without the failed attempt, its run alone fits the segment: a definite false hit.
+    state = JudgeState()
+    state.apply_kv(rows)
+    assert state.judge([served], ["served"])[0].category == "false_hit"

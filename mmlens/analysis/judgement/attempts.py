@@ -126,3 +126,34 @@ def attempts(t: RequestTrace) -> tuple[Prediction, list[Prediction]]:
     serving_preds = groups[serving] + groups.get(-1, [])
     failed = [merged(groups[n], n) for n in numbered if n < serving]
     return merged(serving_preds, serving), failed
+
+
+def _started(preds: Sequence[RoutingDecision]) -> float | None:
+    """An attempt's dispatch: its cache trace's time (nanoseconds) before a log line's."""
+    exact = [p.ts for p in preds if p.ts is not None and p.source.endswith("cache_trace")]
+    told = exact or [p.ts for p in preds if p.ts is not None]
+    return min(told) if told else None
+
+
+def failed_runs(t: RequestTrace, end: float) -> list[tuple[str, float, float]]:
+    """(worker, dispatch, end) of each failed attempt on a worker other than the one that
+    served: its engine may have computed and stored its prompt's blocks before the worker
+    died, so those blocks are no other request's. It ended by the next attempt's dispatch
+    (``end``, the request's own, for the last). A request that failed outright ran its last
+    attempt on ``t.worker`` until ``end``."""
+    numbered: dict[int, list[RoutingDecision]] = {}
+    for p in t.predictions:
+        if p.attempt is not None:
+            numbered.setdefault(p.attempt, []).append(p)
+    starts = {n: s for n, preds in numbered.items() if (s := _started(preds)) is not None}
+    out: list[tuple[str, float, float]] = []
+    for n in sorted(starts):
+        worker = next((p.worker for p in numbered[n] if _is_url(p.worker)), None)
+        if worker is None or (worker == t.worker and not t.failed):
+            continue
+        later = [s for m, s in starts.items() if m > n]
+        stop = min(later) if later else end
+        if not t.failed and not later:
+            continue  # the serving attempt
+        out.append((worker, starts[n], max(starts[n], stop)))
+    return out

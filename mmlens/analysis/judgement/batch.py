@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mmlens.analysis.judgement.attempts import failed_runs
 from mmlens.analysis.judgement.attribution import (
     SLACK_S,
     Served,
@@ -135,13 +136,35 @@ class _Seen:
     unit: str | None
     served: Served | None
     identities: frozenset[str] | None
+    # Its failed attempts' runs (unit, run): rivals for the blocks stored there, not judged.
+    rivals: tuple[tuple[str, Served], ...] = ()
+
+
+RIVAL = "#failed-attempt"  # a failed attempt's run is named its request id and this
+
+
+def _rivals(t: RequestTrace, end: float, bs: int, ids: frozenset[str] | None,
+            ) -> tuple[tuple[str, Served], ...]:
+    runs = failed_runs(t, end)
+    if not runs:
+        return ()
+    prompt, up = prompt_told(t, bs)
+    sizes, seen = sizes_of(t), set()
+    out = []
+    for worker, start, stop in runs:
+        if worker not in seen:  # its earliest on a unit: one run per unit
+            seen.add(worker)
+            out.append((worker, Served(t.request_id + RIVAL, start, stop, prompt, bs,
+                                       None, ids, one_more=up, sizes=sizes)))
+    return tuple(out)
 
 
 def _seen(t: RequestTrace) -> _Seen:
     u = unit_of(t)
     ids = identities_of(t)
     if u is None or t.failed:
-        return _Seen(t, len(t.predictions), u, None, ids)
+        rivals = () if not t.failed else _rivals(t, span_of(t)[1], block_size_of(t), ids)
+        return _Seen(t, len(t.predictions), u, None, ids, rivals)
     start, end = span_of(t)
     bs = block_size_of(t)
     known = usage_realized(t, bs)
@@ -151,7 +174,8 @@ def _seen(t: RequestTrace) -> _Seen:
     prompt, up = prompt_told(t, bs)
     return _Seen(t, len(t.predictions), u, Served(
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        stored_from=start if exact else None, one_more=up, sizes=sizes_of(t)), ids)
+        stored_from=start if exact else None, one_more=up, sizes=sizes_of(t)), ids,
+        tuple((w, r) for w, r in _rivals(t, end, bs, ids) if w != u))
 
 
 _Key = tuple[float, int]  # a request's place in a context: its start, then its row
@@ -270,6 +294,8 @@ class Context:
             self._known = None
         if e.seen.served is not None and e.seen.unit is not None:
             self.runs[e.seen.unit].remove(e.key)
+        for unit, _ in e.seen.rivals:
+            self.runs[unit].remove(e.key)
         self.specials.pop(row, None)
 
     def index(self) -> None:
@@ -281,11 +307,12 @@ class Context:
             if got.identities:
                 self.identities.update(got.identities)
                 self._known = None
-            if got.served is not None and got.unit is not None:
-                runs = self.runs.get(got.unit)
-                if runs is None:
-                    runs = self.runs[got.unit] = _Runs()
-                runs.add(e.key, got.served)
+            for unit, served in ((got.unit, got.served), *got.rivals):
+                if served is not None and unit is not None:
+                    runs = self.runs.get(unit)
+                    if runs is None:
+                        runs = self.runs[unit] = _Runs()
+                    runs.add(e.key, served)
             if keys_of(t) or t.sent_seq is not None or t.ended_seq is not None or \
                     exact_dispatch(t) is not None:
                 self.specials[row] = None
@@ -395,6 +422,9 @@ class JudgeState:
                 known_ids.update(got.identities)
             if got.served is not None and got.unit in units:
                 served.setdefault(got.unit, []).append(got.served)
+            for unit, rival in got.rivals:
+                if unit in units:
+                    served.setdefault(unit, []).append(rival)
         realized = self._attribute(
             {u: (rows, None) for u, rows in served.items()}, context, frozenset(known_ids),
             judging)
