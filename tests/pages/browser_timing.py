@@ -2,8 +2,10 @@
 benchmarks/pages_browser.py alike.
 
 A page is drawn when Streamlit's script is no longer running, its title is the page's, no
-element of the previous run is still shown stale, every Plotly chart has drawn its SVG and the
-page's key texts are on screen."""
+element of the previous run is still shown stale, none is a placeholder waiting for its
+element's JavaScript (Streamlit loads each element kind's code the first time a tab shows one:
+a Plotly chart is no chart until then, so its SVG cannot be asked for), every Plotly chart has
+drawn its SVG and the page's key texts are on screen."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ DRAWN_JS = """([title, texts]) => {
   const h1 = main.querySelector("h1");
   if (!h1 || !h1.innerText.includes(title)) return false;
   if (main.querySelector("[data-stale='true']")) return false;
+  // an element whose JavaScript is still loading is a skeleton (React Suspense), not drawn
+  if (main.querySelector("[data-testid='stSkeleton']")) return false;
   for (const c of main.querySelectorAll("[data-testid='stPlotlyChart']"))
     if (!c.querySelector(".main-svg")) return false;
   const text = main.innerText;
