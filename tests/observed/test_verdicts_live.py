@@ -357,13 +357,14 @@ def test_smg_verdicts_against_the_engines_own_logs(smg_run: Run) -> None:
     check_verdicts(smg_run)
 
 
-# A known defect, open in issue 21: a CI run on 2 Dec judged 2 of 224 SMG requests wrong
-# from logs + KV events (acc-110 "hit", truth false hit; acc-143 "false_hit", truth hit:
-# most likely an engine event holding a prompt's last block and a decode block, base 4 +
-# 2 blocks, read as a longer prompt's prefill); the other runs that day had none wrong.
-@pytest.mark.xfail(reason="issue 21: a prompt tail stored with a decode block in one event "
-                   "can be read as another request's prefill (2 of 224 wrong, one CI run)",
-                   strict=False)
+# A CI run on 2 Dec judged 2 of 224 SMG requests wrong from logs + KV events (acc-110 "hit",
+# truth false hit; acc-143 "false_hit", truth hit): most likely blocks stored on w2 by a
+# request in flight when w2 was killed (retried on w1, so w2's engine never logged it), read
+# as a same-length request's prefill. A failed attempt's run now competes on its worker
+# (tests/collectors/test_verdicts_recorded.py: a later run's store, wrong without it).
+# Non-strict until CI runs confirm no other cause.
+@pytest.mark.xfail(reason="issue 21: 2 of 224 wrong on one CI run (a failed attempt's "
+                   "blocks; fixed, watched)", strict=False)
 def test_smg_definite_verdicts_from_logs_and_kv_events_are_right(smg_run: Run) -> None:
     check_definite_right(smg_run)
 
