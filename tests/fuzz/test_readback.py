@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import event, example, given
 from hypothesis import strategies as st
@@ -160,3 +161,30 @@ def test_kv_views_read_back(store: Store, items: list[ViewPoint]) -> None:
     with written(store, "kv_views", len(items)) as before:
         n = store.add_kv_views(items)
     assert n == len(rows(store, "kv_views", "worker", before[0]))
+
+
+def _strict(body: str, kind: type) -> bool:
+    try:
+        msgspec.json.decode(body, type=kind)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+@SETTINGS
+@given(d=decisions(), t=traces())
+@example(d=RoutingDecision("r", "smg", "log", worker=5), t=RequestTrace(  # type: ignore
+    "r", "smg", "smg", "m", 1.0, None, status="200"))  # type: ignore[arg-type]
+def test_mirrors_accept_what_the_records_accept(d: RoutingDecision, t: RequestTrace) -> None:
+    """The write path checks bodies against the records' Struct mirrors: a body one accepts
+    and the other refuses would store what readers skip, or refuse what they read."""
+    for record, kind, decoder in ((d, RoutingDecision, codec.decisions_dec),
+                                  (t, RequestTrace, codec.traces_dec)):
+        try:
+            body = (codec.decision_body if kind is RoutingDecision else codec.trace_body)(
+                record)  # type: ignore[arg-type]
+        except (ValueError, TypeError, OverflowError, UnicodeError):
+            continue  # not encodable: refused before any read-back
+        accepted = _strict(body, kind)
+        event(f"{kind.__name__} accepted={accepted}")
+        assert codec.all_read_back([body], decoder) is accepted, body
