@@ -109,22 +109,3 @@ def test_pages_draw_within_a_bound_clicked_and_opened_fresh(live_dashboard: Live
         if took > FRESH_BOUND_S:
             slow.append((name, "fresh", round(took, 2)))
     assert not slow, slow
-
-
-def test_an_idle_tab_loads_the_chart_code_ahead(live_dashboard: LiveDashboard,
-                                                browser_page: Any) -> None:
-    """A page without a chart, once drawn and idle, has Plotly's code loaded: the first
-    click to a page with a chart does not evaluate it (mmlens.ui.warmup)."""
-    from tests.pages.browser_timing import click_to_drawn, load_to_drawn
-
-    page = browser_page
-    load_to_drawn(page, f"{live_dashboard.url}/targets", "Targets", ("mmlens.toml",), 60)
-    assert page.locator("[data-testid='stPlotlyChart']").count() == 0
-    page.wait_for_function("""() => performance.getEntriesByType("resource")
-        .some(e => e.name.includes("/static/js/PlotlyChart."))""", timeout=30_000)
-    click_to_drawn(page, "/cache", "Cache", ("Predicted vs realized",), 60)
-    assert page.locator(".main-svg").count() > 0
-    fetched = page.evaluate("""() => performance.getEntriesByType("resource")
-        .filter(e => e.name.includes("/static/js/PlotlyChart.")).length""")
-    assert fetched == 1
-    assert page.locator("[data-testid='stException']").count() == 0
