@@ -19,7 +19,8 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from collectors.verdict_job import VerdictJob
+from mmlens.collectors.verdict_job import VerdictJob
+
 from mmlens.store.open import open_store
 from mmlens.store.reader import StoreReader
 from tests.observed.acceptance import (
