@@ -362,9 +362,7 @@ def test_smg_verdicts_against_the_engines_own_logs(smg_run: Run) -> None:
 # request in flight when w2 was killed (retried on w1, so w2's engine never logged it), read
 # as a same-length request's prefill. A failed attempt's run now competes on its worker
 # (tests/collectors/test_verdicts_recorded.py: a later run's store, wrong without it).
-# Non-strict until CI runs confirm no other cause.
-@pytest.mark.xfail(reason="issue 21: 2 of 224 wrong on one CI run (a failed attempt's "
-                   "blocks; fixed, watched)", strict=False)
+# A plain test again: no definite verdict was wrong in 5 live runs and 2 CI runs since.
 def test_smg_definite_verdicts_from_logs_and_kv_events_are_right(smg_run: Run) -> None:
     check_definite_right(smg_run)
 
