@@ -51,8 +51,9 @@ class AvailabilityJob:
             ) -> list[Availability]:
         """Evaluate the requests that ended ``settle_s`` (default: the job's) before ``now``."""
         now = time.time() if now is None else now
+        self._forget(now - self.lookback_s)
         if self.apply_kv() and self.unresolved:
-            self._revisit(now)
+            self._revisit()
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.tracker.index.horizon_s
         traces = self.store.traces_between(since - self.lookback_s, until, 20_000)
@@ -79,13 +80,19 @@ class AvailabilityJob:
         self.since = until
         return results
 
-    def _revisit(self, now: float) -> None:
+    def _forget(self, ended_before: float) -> None:
+        """Unresolved requests that ended before ``ended_before`` are given up, also where no
+        KV events come at all (kept in about the order they ended: the oldest go first)."""
+        while self.unresolved:
+            rid, (f, _) = next(iter(self.unresolved.items()))
+            if f.done_ts >= ended_before:
+                return
+            del self.unresolved[rid]
+
+    def _revisit(self) -> None:
         """The unresolved requests evaluated again against the KV events now applied."""
         old, new = [], []
         for rid, (f, before) in sorted(self.unresolved.items(), key=lambda kv: kv[1][0].ts):
-            if f.done_ts < now - self.lookback_s:
-                del self.unresolved[rid]
-                continue
             after = self.tracker.evaluate(f)
             if after.identities_resolved:
                 del self.unresolved[rid]

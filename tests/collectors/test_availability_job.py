@@ -95,6 +95,19 @@ def test_an_unresolved_request_is_given_up_after_the_lookback(store_db: str) -> 
     store.close()
 
 
+def test_unresolved_requests_are_given_up_when_no_kv_events_come(store_db: str) -> None:
+    """A router-only deployment names no image: what the job holds stays bounded."""
+    store = open_store(store_db)
+    _, summary, _ = laid_out(RED)
+    store.add_traces([trace("a1", summary, 100.0, "w1", 0)])
+    job = AvailabilityJob(store, lookback_s=30.0)
+    job.run(now=100.6, settle_s=0.0)
+    assert set(job.unresolved) == {"a1"}
+    job.run(now=200.0, settle_s=0.0)
+    assert job.unresolved == {}
+    store.close()
+
+
 def _keyed(worker: str, seq: int, key: int) -> BlockStored:
     return BlockStored(worker, 0, seq, 1000.0 + seq, [key], None, [1] * 16, 16, keys=[key])
 

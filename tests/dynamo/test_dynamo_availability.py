@@ -34,6 +34,7 @@ def test_exact_routing_leaves_nothing_avoidable(tmp_path: Path) -> None:
         repeats = [send(RED), send(BLUE)]
 
         wanted = {t.request_id for t in seeds + repeats}
+        seen: list = []  # the rows last read, for the failure message
 
         def evaluated() -> dict:
             # An image's identity comes with the worker's KV events; on a loaded machine they
@@ -48,7 +49,6 @@ def test_exact_routing_leaves_nothing_avoidable(tmp_path: Path) -> None:
             done = set(rows) == wanted and all(r.identities_resolved for r in rows.values())
             return rows if done else {}
 
-        seen: list = []
         try:
             found = wait_until(evaluated, 15, interval=0.5,
                                what="every request evaluated with its images' identities")
