@@ -3,6 +3,7 @@ read back as records and as the aggregate columns."""
 
 from __future__ import annotations
 
+import pytest
 from mmlens.collectors.availability_job import AvailabilityJob
 from mmlens.collectors.runner import CollectorRunner
 
@@ -80,31 +81,24 @@ def test_a_request_evaluated_before_its_kv_events_is_evaluated_again_when_they_l
     store.close()
 
 
-def test_an_unresolved_request_is_given_up_after_the_lookback(store_db: str) -> None:
+@pytest.mark.parametrize("late_events", [True, False])
+def test_an_unresolved_request_is_given_up_after_the_lookback(store_db: str,
+                                                              late_events: bool) -> None:
+    """Also where no KV events come at all (a router-only deployment names no image): what
+    the job holds stays bounded."""
     store = open_store(store_db)
     layout, summary, _ = laid_out(RED)
     store.add_traces([trace("a1", summary, 100.0, "w1", 0)])
     job = AvailabilityJob(store, lookback_s=30.0)
     job.run(now=100.6, settle_s=0.0)
-    late = engine_stored(layout, "w1", 100.2, "engine-red")
-    ResidentIndex().apply([late])
-    store.add_kv_events([late])
+    assert set(job.unresolved) == {"a1"}
+    if late_events:
+        late = engine_stored(layout, "w1", 100.2, "engine-red")
+        ResidentIndex().apply([late])
+        store.add_kv_events([late])
     job.run(now=200.5, settle_s=0.0)
     assert job.unresolved == {} and job.revised == 0
     assert [r.identities_resolved for r in store.availability_rows(0.0)] == [False]
-    store.close()
-
-
-def test_unresolved_requests_are_given_up_when_no_kv_events_come(store_db: str) -> None:
-    """A router-only deployment names no image: what the job holds stays bounded."""
-    store = open_store(store_db)
-    _, summary, _ = laid_out(RED)
-    store.add_traces([trace("a1", summary, 100.0, "w1", 0)])
-    job = AvailabilityJob(store, lookback_s=30.0)
-    job.run(now=100.6, settle_s=0.0)
-    assert set(job.unresolved) == {"a1"}
-    job.run(now=200.0, settle_s=0.0)
-    assert job.unresolved == {}
     store.close()
 
 
