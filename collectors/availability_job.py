@@ -1,7 +1,8 @@
 """Evaluates available vs achieved for every stored request once its service is over.
 
-Each run reads the keyed KV events stored since the last run (every shard's) into one
-``AvailabilityTracker``, then the requests that ended at least ``settle_s`` ago and are not
+Each run reads the KV events stored since the last run (every shard's, with their content
+keys), then the content keys that came late for events stored before (``kv_content``), into
+one ``AvailabilityTracker``, then the requests that ended at least ``settle_s`` ago and are not
 evaluated yet (with their logged decisions), and writes one availability row per request.
 
 A request evaluated before its worker's KV events named its images (``identities_resolved``
@@ -31,6 +32,7 @@ class AvailabilityJob:
         self.lookback_s = lookback_s
         self.tracker = AvailabilityTracker(horizon_s)
         self.kv_tail = IdTail()  # every shard's rows, also those committed out of id order
+        self.late_tail = IdTail()  # content keys stored after their events
         self.since: float | None = None  # requests decided before this are done
         self.evaluated = 0
         self.revised = 0  # rows replaced after later KV events named their images
@@ -38,14 +40,16 @@ class AvailabilityJob:
         self.unresolved: dict[str, tuple[RequestFacts, Availability]] = {}
 
     def apply_kv(self) -> int:
+        """Apply the events stored since, then the late keys (those of an event come after
+        it, as when they were stored); returns the rows applied."""
         n = 0
-        while True:
-            rows = self.store.kv_content_tail(self.kv_tail)
-            if not rows:
-                return n
-            for r in rows:
-                self.tracker.apply_keyed(r.ts, r.unit, r.kind, r.keys, r.images)
-            n += len(rows)
+        for read, tail in ((self.store.kv_keyed_tail, self.kv_tail),
+                           (self.store.kv_content_tail, self.late_tail)):
+            while rows := read(tail):
+                for r in rows:
+                    self.tracker.apply_keyed(r.ts, r.unit, r.kind, r.keys, r.images)
+                n += len(rows)
+        return n
 
     def run(self, now: float | None = None, settle_s: float | None = None,
             ) -> list[Availability]:

@@ -1,10 +1,11 @@
 """Store tables of the available-vs-achieved analysis (SQLite DDL here, PostgreSQL's in
 ``mmlens.store.postgres``).
 
-- ``kv_content``: per KV event, the content keys the resident index computed (and, for
-  stored image blocks, their shape keys and image refs): what a replay needs, without token
-  ids. Keyed like ``kv_events`` (worker, rank, seq, ts, idx), so a batch stored twice is
-  kept once.
+- ``kv_content``: content keys that became known after their event was stored without them
+  (``kv_events.content`` holds each event's own: the content keys the resident index
+  computed and, for stored image blocks, their shape keys and image refs — what a replay
+  needs, without token ids). Keyed like ``kv_events`` (ts, worker, rank, seq, idx), so keys
+  handed over twice are kept once.
 - ``availability``: one row per request (re-evaluating replaces it): its counts and the
   whole record as JSON;
 - ``availability_cells``: the sums the aggregates need per (minute, router, model, worker),
@@ -45,6 +46,11 @@ CREATE TABLE IF NOT EXISTS availability_cells (
     sums TEXT NOT NULL, PRIMARY KEY (ts, router, model, worker));
 """
 CONTENT_COLUMNS = "ts, worker, rank, seq, idx, kind, content"
+# A row's content keys go in where its event is stored without any (values from that row).
+_UNKEYED = ("INSERT INTO kv_content (ts, worker, rank, seq, idx, kind, content) "
+            "SELECT e.ts, e.worker, e.rank, e.seq, e.idx, e.kind, ? FROM kv_events e "
+            "WHERE e.ts = ? AND e.worker = ? AND e.rank = ? AND e.seq = ? AND e.idx = ? "
+            "AND e.content IS NULL ON CONFLICT DO NOTHING")
 TABLES = ("kv_content", "availability", "availability_cells")
 CAUSE_COLUMNS = ("load_spill", "content_blind", "stale_index", "count_drift", "unattributed",
                  "evicted", "unexplained")
@@ -70,12 +76,14 @@ class KeyedRow:
 
 
 def content_rows(events: Iterable[KVEvent]) -> list[tuple[Any, ...]]:
-    """The ``kv_content`` rows of events: those the index gave content keys, and clears."""
-    return [(ev.ts, ev.worker, ev.rank, ev.seq, ev.idx, ev.kind, _content(ev))
-            for ev in events if ev.kind == "cleared" or getattr(ev, "keys", None)]
+    """The ``kv_content`` rows of events the index gave content keys (a clear has none: its
+    ``kv_events`` row is all the replay needs)."""
+    return [(ev.ts, ev.worker, ev.rank, ev.seq, ev.idx, ev.kind, content_of(ev))
+            for ev in events if getattr(ev, "keys", None)]
 
 
-def _content(ev: KVEvent) -> bytes | None:
+def content_of(ev: KVEvent) -> bytes | None:
+    """The event's content keys as stored (msgpack), None where the index gave none."""
     if isinstance(ev, BlockStored):
         if not ev.keys:
             return None
@@ -92,12 +100,20 @@ class AvailabilityTables(SQLBase):
     """The tables' reads and writes, one SQL for every backend (a part of the store)."""
 
     def add_kv_content(self, events: Iterable[KVEvent]) -> int:
-        rows = content_rows(events)
+        """Content keys of events stored before without them (``kv_late``)."""
+        return self.add_kv_content_rows(content_rows(events))
+
+    def add_kv_content_rows(self, rows: Sequence[Sequence[Any]], only_unkeyed: bool = False,
+                            ) -> int:
+        """``kv_content`` rows (``CONTENT_COLUMNS``); ``only_unkeyed``: only those whose event
+        row is stored without content keys (the others have theirs there)."""
         if not rows:
             return 0
         self._before_append("kv_content", (r[0] for r in rows))
         with self._tx():
-            return self._insert_new("kv_content", CONTENT_COLUMNS, rows)
+            if not only_unkeyed:
+                return self._insert_new("kv_content", CONTENT_COLUMNS, rows)
+            return self._many(_UNKEYED, [(r[6], r[0], r[1], r[2], r[3], r[4]) for r in rows])
 
     def _insert_new(self, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> int:
         """Insert the rows whose key is not stored yet, inside the caller's transaction;
@@ -105,12 +121,20 @@ class AvailabilityTables(SQLBase):
         return self._many(f"INSERT INTO {table} ({columns}) VALUES ({marks(len(rows[0]))}) "
                           "ON CONFLICT DO NOTHING", rows)
 
+    def kv_keyed_tail(self, tail: IdTail, limit: int = 50_000) -> list[KeyedRow]:
+        """KV events with their content keys (none: ``keys`` empty) ``tail`` has not
+        returned yet (up to ``limit`` new ones and any committed late, ``IdTail``), in the
+        order they were stored."""
+        return self._keyed_tail("kv_events", tail, limit)
+
     def kv_content_tail(self, tail: IdTail, limit: int = 50_000) -> list[KeyedRow]:
-        """Keyed KV events ``tail`` has not returned yet (up to ``limit`` new ones and any
-        committed late, ``IdTail``), in the order they were stored."""
+        """Like ``kv_keyed_tail``, the content keys that came late (``kv_content``)."""
+        return self._keyed_tail("kv_content", tail, limit)
+
+    def _keyed_tail(self, table: str, tail: IdTail, limit: int) -> list[KeyedRow]:
         out = []
         for rid, ts, worker, rank, kind, content in self._tail(
-                "kv_content", f"{self.key}, ts, worker, rank, kind, content", tail, limit):
+                table, f"{self.key}, ts, worker, rank, kind, content", tail, limit):
             body = _dec.decode(content) if content else {}
             out.append(KeyedRow(int(rid), float(ts), worker if not rank else f"{worker}#{rank}",
                                 kind, body.get("k") or [],

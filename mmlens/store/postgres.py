@@ -22,6 +22,7 @@ from mmlens.store import rollups
 from mmlens.store.base import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, SQLStore, StoreError
 from mmlens.store.dialect import APPEND_ONLY
 from mmlens.store.open import redact
+from mmlens.store.schema import MOVE_CONTENT
 
 PARTITION_S = 3600.0
 # pg_advisory_xact_lock keys: schema and partition DDL; trace merging (read, then write).
@@ -40,7 +41,7 @@ CREATE TABLE IF NOT EXISTS kv_events (
     id bigint GENERATED ALWAYS AS IDENTITY, ts double precision NOT NULL,
     worker text NOT NULL, rank integer NOT NULL, seq bigint NOT NULL, kind text NOT NULL,
     n_blocks integer NOT NULL, parent text, hashes bytea, images text,
-    idx integer NOT NULL DEFAULT 0,
+    idx integer NOT NULL DEFAULT 0, content bytea,
     CONSTRAINT kv_events_key UNIQUE (worker, rank, seq, ts, idx)) PARTITION BY RANGE (ts);
 CREATE INDEX IF NOT EXISTS kv_events_ts ON kv_events (ts);
 CREATE INDEX IF NOT EXISTS kv_events_id ON kv_events (id);
@@ -127,6 +128,7 @@ class PostgresStore(SQLStore):
                 self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
                 self.db.execute(_SCHEMA)
                 self.db.execute(rollups.POSTGRES_SCHEMA)
+                self._migrate_v2()
                 self._check_version()
                 if self.meta("partition_s") is None:
                     self.set_meta("partition_s", partition_s)
@@ -308,6 +310,17 @@ class PostgresStore(SQLStore):
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = current_schema() AND c.relkind = 'r'") or 0)
+
+    def _migrate_v2(self) -> None:
+        """Schema 2 → 3 in place (``mmlens.store.schema.migrate_v2``): the content keys of
+        kv_content move into their event rows (every partition gains the column)."""
+        if "content" in self._columns("kv_events"):
+            return
+        self.db.execute("ALTER TABLE kv_events ADD COLUMN content bytea")
+        self.db.execute(MOVE_CONTENT)
+        self.db.execute("DELETE FROM kv_content")
+        self.db.execute("UPDATE meta SET value = %s WHERE key = 'schema_version' AND "
+                        "value = '2'", (str(SCHEMA_VERSION),))
 
     def _check_version(self) -> None:
         found = self._one("SELECT value FROM meta WHERE key = 'schema_version'")

@@ -14,7 +14,7 @@ from typing import Any
 
 from mmlens.store import availability, rollups, verdicts
 from mmlens.store.base import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, SQLStore, StoreError
-from mmlens.store.schema import SCHEMA, columns, migrate_v1
+from mmlens.store.schema import SCHEMA, columns, migrate_v1, migrate_v2
 
 __all__ = ["SCHEMA_VERSION", "Store", "StoreError"]
 
@@ -34,6 +34,7 @@ class Store(SQLStore):
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 migrate_v1(self.db)
+                migrate_v2(self.db)
                 self.db.executescript(SCHEMA)
                 self.db.executescript(availability.SCHEMA)
                 self.db.executescript(verdicts.SCHEMA)

@@ -25,7 +25,7 @@ from mmlens.records import (
     count_error,
 )
 from mmlens.store import codec
-from mmlens.store.availability import CONTENT_COLUMNS, AvailabilityTables, content_rows
+from mmlens.store.availability import AvailabilityTables, content_of
 from mmlens.store.dialect import StoreError, marks
 from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
@@ -34,17 +34,19 @@ _enc = msgspec.msgpack.Encoder()
 
 
 def kv_row(ev: KVEvent) -> tuple[Any, ...]:
+    """The event's ``kv_events`` row (``KV_COLUMNS``), its content keys in it."""
     if isinstance(ev, BlockStored):
         images = None
         if ev.images:
             images = json.dumps(sorted({r[0] for refs in ev.images if refs for r in refs}))
         return (ev.ts, ev.worker, ev.rank, ev.seq, "stored", len(ev.block_hashes),
                 None if ev.parent is None else str(ev.parent), _enc.encode(ev.block_hashes),
-                images, ev.idx)
+                images, ev.idx, content_of(ev))
     if isinstance(ev, BlockRemoved):
         return (ev.ts, ev.worker, ev.rank, ev.seq, "removed", len(ev.block_hashes), None,
-                _enc.encode(ev.block_hashes), None, ev.idx)
-    return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx)
+                _enc.encode(ev.block_hashes), None, ev.idx,
+                _enc.encode({"k": ev.keys}) if ev.keys else None)
+    return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx, None)
 
 
 def _sample_reads_back(row: tuple[Any, ...]) -> bool:
@@ -155,27 +157,34 @@ class StoreWrites(AvailabilityTables):
         return self._append("samples", "ts, target, name, labels, value", rows)
 
     def add_kv_events(self, events: Iterable[KVEvent]) -> int:
-        """Store events idempotently (the key: ``mmlens.store.schema.KV_COLUMNS``), with their
-        content keys; returns the rows actually added, so events already stored are not
-        counted twice."""
+        """Store events idempotently (the key: ``mmlens.store.schema.KV_COLUMNS``), one row
+        each with its content keys; returns the rows actually added, so events already stored
+        are not counted twice."""
         events = self._kv_writable(list(events))
         if not events:
             return 0
-        rows, content = list(map(kv_row, events)), content_rows(events)
+        rows = list(map(kv_row, events))
         self._before_append("kv_events", (r[0] for r in rows))
-        if content:
-            self._before_append("kv_content", (r[0] for r in content))
-        try:  # both tables in one transaction: one commit, not two
+        try:
             with self._tx():
-                if content:
-                    self._insert_new("kv_content", CONTENT_COLUMNS, content)
-                return self._insert_new("kv_events", KV_COLUMNS, rows)
+                added = self._insert_new("kv_events", KV_COLUMNS, rows)
         except Exception as exc:
             if self.is_outage(exc) or isinstance(exc, StoreError):
                 raise
-        # Refused for its content: each table alone, row by row where it is refused again.
-        self._append("kv_content", CONTENT_COLUMNS, content, ignore_duplicates=True)
-        return self._append("kv_events", KV_COLUMNS, rows, ignore_duplicates=True)
+            added = self._append("kv_events", KV_COLUMNS, rows, ignore_duplicates=True)
+        if added < len(rows):
+            self._content_of_stored(rows)
+        return added
+
+    def _content_of_stored(self, rows: list[tuple[Any, ...]]) -> None:
+        """Rows that were stored already (a replay, a second collector) but without content
+        keys, where these rows have them (that collector's index did not know the parent):
+        the keys go to ``kv_content``, as late keys do, so the availability replay gets
+        them once."""
+        keyed = [r for r in rows if r[-1] is not None]
+        if keyed:
+            self.add_kv_content_rows([(r[0], r[1], r[2], r[3], r[9], r[4], r[10])
+                                      for r in keyed], only_unkeyed=True)
 
     def add_kv_views(self, points: Iterable[Any]) -> int:
         """Router view vs engine holdings (``mmlens.analysis.kv_divergence.ViewPoint``)."""

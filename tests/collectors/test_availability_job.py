@@ -113,26 +113,26 @@ def test_a_row_committed_after_higher_ids_were_read_is_applied_once(postgres, mo
     A's row is applied once, and the lead's health counts it."""
     db = new_database(postgres)
     a, b, reader = open_store(db), open_store(db), open_store(db)
-    a.add_kv_content([_keyed("wa", 0, 10)])  # each writer's partition exists before the race
-    b.add_kv_content([_keyed("wb", 0, 20)])
+    a.add_kv_events([_keyed("wa", 0, 10)])  # each writer's partition exists before the race
+    b.add_kv_events([_keyed("wb", 0, 20)])
     applied: list[int] = []
-    read = reader.kv_content_tail
+    read = reader.kv_keyed_tail
 
     def counted(tail: IdTail) -> list[KeyedRow]:
         rows = read(tail)
         applied.extend(k for r in rows for k in r.keys)
         return rows
 
-    monkeypatch.setattr(reader, "kv_content_tail", counted)
+    monkeypatch.setattr(reader, "kv_keyed_tail", counted)
     runner = CollectorRunner(Config(), reader)
     runner._evaluate_availability(2000.0)
     with a._tx():  # shard A's batch: the lower id, not committed yet
-        a.add_kv_content([_keyed("wa", 1, 11)])
-        b.add_kv_content([_keyed("wb", i, 20 + i) for i in range(1, 4)])
+        a.add_kv_events([_keyed("wa", 1, 11)])
+        b.add_kv_events([_keyed("wb", i, 20 + i) for i in range(1, 4)])
         runner._evaluate_availability(2000.0)
         assert sorted(applied) == [10, 20, 21, 22, 23]  # read past A's id
-    ids = dict(reader._rows(f"SELECT seq, {reader.key} FROM kv_content WHERE worker = 'wa'"))
-    assert ids[1] < max(i for (i,) in reader._rows(f"SELECT {reader.key} FROM kv_content"))
+    ids = dict(reader._rows(f"SELECT seq, {reader.key} FROM kv_events WHERE worker = 'wa'"))
+    assert ids[1] < max(i for (i,) in reader._rows(f"SELECT {reader.key} FROM kv_events"))
     runner._evaluate_availability(2000.0)
     runner._evaluate_availability(2000.0)
     assert sorted(applied) == [10, 11, 20, 21, 22, 23]  # A's late row once, nothing twice

@@ -120,14 +120,21 @@ def test_silent_then_answering_replay_loses_nothing_and_the_index_is_the_loss_fr
 
 
 def content_rows(store: SQLStore) -> dict[tuple, tuple]:
-    return {(w, r, s, i): (ts, kind, content) for ts, w, r, s, i, kind, content in store._rows(
-        "SELECT ts, worker, rank, seq, idx, kind, content FROM kv_content")}
+    """What the availability replay reads: the events with their content keys (and clears),
+    then the keys that came late; no event's keys twice."""
+    rows = store._rows(
+        "SELECT ts, worker, rank, seq, idx, kind, content FROM kv_events WHERE content IS NOT "
+        "NULL OR kind = 'cleared' UNION ALL "
+        "SELECT ts, worker, rank, seq, idx, kind, content FROM kv_content")
+    out = {(w, r, s, i): (ts, kind, content) for ts, w, r, s, i, kind, content in rows}
+    assert len(out) == len(rows)
+    return out
 
 
 def test_a_late_parent_gives_a_stored_orphan_its_content_rows_once(ctx, tmp_path):
     """The runner's KV side against a store: seq 16 (block 10) is stored live while its
     parent's batch (seq 15) is owed; once 15 comes, 16's content keys reach ``kv_content``
-    (as in a loss-free run) and its event is not stored a second time."""
+    (a loss-free run has them in the event's row) and its event is not stored a second time."""
     pub_ep, replay_ep = loopback_endpoints(2)
     pub = Publisher(ctx, pub_ep, replay_ep)
     store = open_store(tmp_path / "late.db")

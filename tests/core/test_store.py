@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import msgspec
 import pytest
 
 from mmlens.ingest.metric_series import to_series
@@ -22,6 +23,7 @@ from mmlens.records import (
 from mmlens.store.open import NoStoreYet, StoreError, open_store
 from mmlens.store.sqlite import SCHEMA_VERSION, Store
 from mmlens.store.tail import IdTail
+from tests.conftest import new_database
 
 BIG = (1 << 64) - 1
 
@@ -172,9 +174,93 @@ def test_kv_events_and_content_in_one_transaction_are_stored_once(store_db: str)
         assert store.add_kv_events(first) == 3
         assert store.add_kv_events(second) == 2
     assert store.add_kv_events(second) == 0
-    assert [r.keys for r in store.kv_content_tail(IdTail())] == [
+    assert [r.keys for r in store.kv_keyed_tail(IdTail())] == [
         [107], [108], [109], [207], [208]]
     assert sorted(r.seq for r in store.kv_event_rows(None)) == [1, 1, 1, 2, 2]
+    store.close()
+
+
+def test_keys_of_an_event_stored_before_without_them_go_to_the_late_table_once(
+        store_db: str) -> None:
+    """A second collector (or a replay) hands over a stored event with content keys the
+    first one's index did not know: the event row stays as it was, its keys reach the
+    availability replay once, through ``kv_content``; an event stored with keys gets none."""
+    one, two = open_store(store_db), open_store(store_db)
+    unkeyed, keyed = _batch(1, 10.0, 2), _batch(1, 10.0, 2)
+    keyed[0].keys, keyed[1].keys = [7], [8]
+    unkeyed[1].keys = [8]
+    assert one.add_kv_events(unkeyed) == 2
+    assert two.add_kv_events(keyed) == 0
+    assert two.add_kv_events(keyed) == 0
+    assert [(r.keys, r.kind) for r in one.kv_keyed_tail(IdTail())] == [([], "stored"),
+                                                                       ([8], "stored")]
+    assert [r.keys for r in one.kv_content_tail(IdTail())] == [[7]]
+    one.close()
+    two.close()
+
+
+_V2_KV = """
+    CREATE TABLE kv_events (ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL,
+        seq INTEGER NOT NULL, kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT,
+        hashes BLOB, images TEXT, idx INTEGER NOT NULL DEFAULT 0);
+    CREATE INDEX kv_events_ts ON kv_events (ts);
+    CREATE UNIQUE INDEX kv_events_key ON kv_events (worker, rank, seq, ts, idx);
+    CREATE TABLE kv_content (ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL,
+        seq INTEGER NOT NULL, idx INTEGER NOT NULL, kind TEXT NOT NULL, content BLOB);
+    CREATE UNIQUE INDEX kv_content_key ON kv_content (worker, rank, seq, ts, idx);
+"""
+
+
+def _v2_rows(run) -> None:
+    """Three schema-2 events (a store with keys, a store without, a clear) and the
+    ``kv_content`` rows schema 2 wrote for them (the keyed store, the clear)."""
+    enc = msgspec.msgpack.Encoder()
+    for seq, kind, content in ((1, "stored", enc.encode({"k": [11], "i": []})),
+                               (2, "stored", None), (3, "cleared", None)):
+        run("INSERT INTO kv_events (ts, worker, rank, seq, kind, n_blocks, hashes, "
+            "idx) VALUES (?, 'w', 0, ?, ?, 1, ?, 0)",
+            (float(seq), seq, kind, enc.encode([seq])))
+        if seq != 2:
+            run("INSERT INTO kv_content (ts, worker, rank, seq, idx, kind, content) "
+                "VALUES (?, 'w', 0, ?, 0, ?, ?)", (float(seq), seq, kind, content))
+
+
+def _check_v3(store) -> None:
+    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert [(r.ts, r.kind, r.keys) for r in store.kv_keyed_tail(IdTail())] == [
+        (1.0, "stored", [11]), (2.0, "stored", []), (3.0, "cleared", [])]
+    assert store.kv_content_tail(IdTail()) == []  # moved, not applied twice
+    assert store.add_kv_events([BlockStored("w", 0, 1, 1.0, [1], None, [1] * 16, 16)]) == 0
+    assert store.add_kv_events([AllBlocksCleared("w", 0, 4, 4.0)]) == 1
+    assert len(store.kv_event_rows()) == 4
+
+
+def test_schema_2_store_is_migrated_in_place(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                      "INSERT INTO meta VALUES ('schema_version', '2');" + _V2_KV)
+    with con:
+        _v2_rows(con.execute)
+    con.close()
+    store = Store(db)
+    _check_v3(store)
+    indexes = {r[1] for r in store.db.execute("PRAGMA index_list(kv_events)")}
+    assert indexes == {"kv_events_ts_key"}  # one index: the ts-led key
+    store.close()
+
+
+def test_schema_2_postgres_store_is_migrated_in_place(postgres) -> None:
+    db = new_database(postgres)
+    store = open_store(db)
+    store._exec("ALTER TABLE kv_events DROP COLUMN content")  # the schema-2 table
+    store._exec("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    store._before_append("kv_events", [1.0])
+    store._before_append("kv_content", [1.0])
+    _v2_rows(store._exec)
+    store.close()
+    store = open_store(db)
+    _check_v3(store)
     store.close()
 
 
@@ -212,7 +298,7 @@ def test_schema_1_store_is_migrated_in_place(tmp_path) -> None:
     con.commit()
     con.close()
     store = Store(db)
-    assert store.schema_version() == SCHEMA_VERSION == 2
+    assert store.schema_version() == SCHEMA_VERSION == 3
     assert len(store.kv_event_rows()) == 2  # old rows kept, even old duplicates
     assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 1
     assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 0
