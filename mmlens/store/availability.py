@@ -85,15 +85,19 @@ def content_rows(events: Iterable[KVEvent]) -> list[tuple[Any, ...]]:
 def content_of(ev: KVEvent) -> bytes | None:
     """The event's content keys as stored (msgpack), None where the index gave none."""
     if isinstance(ev, BlockStored):
-        if not ev.keys:
-            return None
-        images = [] if not (ev.images and ev.shapes) else [
-            [shape, key, [list(r) for r in refs]]
-            for shape, key, refs in zip(ev.shapes, ev.keys, ev.images, strict=False) if refs]
-        return _enc.encode({"k": ev.keys, "i": images})
+        return stored_content(ev.keys, ev.images, ev.shapes) if ev.keys else None
     if isinstance(ev, BlockRemoved):
         return _enc.encode({"k": ev.keys}) if ev.keys else None
     return None
+
+
+def stored_content(keys: list[int], images: list[Any] | None, shapes: list[int] | None,
+                   ) -> bytes:
+    """A store's content keys and, per image block, (shape key, content key, image refs)."""
+    blocks = [] if not (images and shapes) else [
+        [shape, key, [list(r) for r in refs]]
+        for shape, key, refs in zip(shapes, keys, images, strict=False) if refs]
+    return _enc.encode({"k": keys, "i": blocks})
 
 
 class AvailabilityTables(SQLBase):

@@ -25,7 +25,7 @@ from mmlens.records import (
     count_error,
 )
 from mmlens.store import codec
-from mmlens.store.availability import AvailabilityTables, content_of
+from mmlens.store.availability import AvailabilityTables, stored_content
 from mmlens.store.dialect import StoreError, marks
 from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
@@ -35,14 +35,18 @@ _enc = msgspec.msgpack.Encoder()
 
 def kv_row(ev: KVEvent) -> tuple[Any, ...]:
     """The event's ``kv_events`` row (``KV_COLUMNS``), its content keys in it."""
-    if isinstance(ev, BlockStored):
-        images = None
-        if ev.images:
-            images = json.dumps(sorted({r[0] for refs in ev.images if refs for r in refs}))
+    kind = type(ev)
+    if kind is BlockStored:
+        images = ev.images
+        keys = ev.keys
+        names = None
+        if images:
+            names = json.dumps(sorted({r[0] for refs in images if refs for r in refs}))
         return (ev.ts, ev.worker, ev.rank, ev.seq, "stored", len(ev.block_hashes),
                 None if ev.parent is None else str(ev.parent), _enc.encode(ev.block_hashes),
-                images, ev.idx, content_of(ev))
-    if isinstance(ev, BlockRemoved):
+                names, ev.idx, (stored_content(keys, images, ev.shapes) if images else
+                                _enc.encode({"k": keys, "i": []})) if keys else None)
+    if kind is BlockRemoved:
         return (ev.ts, ev.worker, ev.rank, ev.seq, "removed", len(ev.block_hashes), None,
                 _enc.encode(ev.block_hashes), None, ev.idx,
                 _enc.encode({"k": ev.keys}) if ev.keys else None)
@@ -92,7 +96,9 @@ class StoreWrites(AvailabilityTables):
         """Events whose row reads back: the hashes and images are msgpack/JSON this module
         encodes from checked ints and UTF-8 text (``kv_events``), so the time and the worker
         are what is left to check (a full decode of each row would cost ~30 µs an event)."""
-        if all(ts_ok(ev.ts) and text_ok(ev.worker) for ev in events):
+        # A batch's events share their time and worker: each distinct one checked once.
+        if all(map(ts_ok, {ev.ts for ev in events})) and all(
+                map(text_ok, {ev.worker for ev in events})):
             return events
         out = []
         for ev in events:
