@@ -3,15 +3,17 @@ then never waits for the recorder's hold on the interpreter (parsing a 1 MB imag
 hashing it, writing the store), and the recorder runs at a lower priority, so the kernel
 gives the core to the proxy first.
 
-The proxy hands each exchange over a bounded queue (full: dropped and counted, never
-waited for); its own counters (requests, upstream errors, clients gone) go along every
-half second when they changed, and the recorder writes one health row with both.
+The proxy hands each exchange over a pipe as framed bytes (``tap_frames``), written by its
+loop once the response is relayed, the frames of one loop iteration in one write and never
+waited for; past the backlog bound an exchange is dropped and counted. Its own counters
+(requests, upstream errors, clients gone) go along every half second when they changed, and
+the recorder writes one health row with both.
 
 The proxy may be killed at any instant (SIGKILL included), so nothing the recorder needs is
 behind a lock the proxy could die holding: the bytes in flight are two counters, each
-written by one side only. The recorder watches the proxy's process itself (not only when
-its queue is idle) and, the proxy gone, takes what is still in the pipe and stops: what it
-holds goes to the spill file for the next tap.
+written by one side only, and the pipe's end tells the recorder the proxy is gone (its last
+frame, cut off by the kill, is dropped): it has then read all that was sent, and stops:
+what it holds goes to the spill file for the next tap.
 """
 
 from __future__ import annotations
@@ -19,14 +21,21 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from multiprocessing.connection import wait
 from typing import Any
 
+from mmlens.collectors.tap_frames import (
+    EXCHANGE,
+    HEALTH,
+    FrameReader,
+    PipeWriter,
+    exchange_frame,
+    health_frame,
+    stop_frame,
+)
 from mmlens.collectors.tap_record import MAX_BACKLOG_BYTES
 
 from mmlens.ingest.tap_parse import Exchange
@@ -34,10 +43,6 @@ from mmlens.records import CollectorHealth
 
 HEALTH_EVERY_S = 0.5
 NICE = 10
-WATCH_S = 0.1  # how often the recorder looks whether the proxy still lives
-# The proxy gone: what it sent is taken from the pipe for as long as items keep coming
-# (one cut off mid-write by the kill never completes: not waited for past this).
-DRAIN_S = 2.0
 
 # What the child builds its recorder from: (write, flush_health, recorder options) made in
 # the child (stores and sessions do not cross processes).
@@ -48,17 +53,22 @@ class RecorderProcess:
     def __init__(self, setup: Setup, health: CollectorHealth, max_backlog: int = 10_000,
                  max_backlog_bytes: int = MAX_BACKLOG_BYTES) -> None:
         self.health = health
+        self.max_backlog = max_backlog
         self.max_backlog_bytes = max_backlog_bytes
         ctx = mp.get_context("spawn")
-        self._q: Any = ctx.Queue(maxsize=max_backlog)
-        # Bytes handed over (written here only) and taken by the recorder (written there
-        # only): lock-free, so a proxy killed mid-submit leaves no lock held.
-        self._handed: Any = ctx.RawValue("q", 0)
-        self._taken: Any = ctx.RawValue("q", 0)
-        self._proc = ctx.Process(target=_child, args=(setup, self._q, self._taken,
+        # Exchanges and bytes handed over (written here only) and taken by the recorder
+        # (written there only): lock-free, so a proxy killed mid-submit leaves no lock held.
+        self._handed: Any = ctx.RawArray("q", 2)
+        self._taken: Any = ctx.RawArray("q", 2)
+        read_end, write_end = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_child, args=(setup, read_end, self._taken,
                                                       health.collector, health.target),
                                  name="tap-recorder", daemon=True)
         self._proc.start()
+        read_end.close()  # the recorder's alone: its end of the stream is the proxy's exit
+        fd = os.dup(write_end.fileno())  # the writer's own (it closes it)
+        write_end.close()
+        self._pipe = PipeWriter(fd, self._recorder_gone)
         self._sent: tuple[float, int] | None = None
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="tap-health", daemon=True)
@@ -67,35 +77,41 @@ class RecorderProcess:
     def submit(self, ex: Exchange) -> None:
         """Called on the proxy's loop: never blocks."""
         size = ex.size()
-        if self._handed.value - self._taken.value + size > self.max_backlog_bytes:
+        handed, taken = self._handed, self._taken
+        if (handed[0] - taken[0] >= self.max_backlog
+                or handed[1] - taken[1] + size > self.max_backlog_bytes):
             self.health.count("dropped_backlog")
             return
-        try:
-            self._q.put_nowait(ex)
-            self._handed.value += size
-        except queue.Full:
-            self.health.count("dropped_backlog")
+        handed[0] += 1
+        handed[1] += size
+        self._pipe.send(exchange_frame(ex))
 
-    def _send_health(self) -> None:
+    def _recorder_gone(self) -> None:
+        self.health.error("recorder", "the recorder process is gone", time.time())
+
+    def _health_snapshot(self) -> CollectorHealth | None:
         state = (sum(self.health.counters.values()), sum(self.health.errors.values()))
         if state == self._sent:
-            return
-        snap = replace(self.health, counters=dict(self.health.counters),
+            return None
+        self._sent = state
+        return replace(self.health, counters=dict(self.health.counters),
                        errors=dict(self.health.errors))
-        with contextlib.suppress(queue.Full):
-            self._q.put_nowait(("health", snap))
-            self._sent = state
 
     def _tick(self) -> None:
         while not self._stop.wait(HEALTH_EVERY_S):
-            self._send_health()
+            snap = self._health_snapshot()
+            if snap is not None:
+                self._pipe.send(health_frame(snap))
+            else:
+                self._pipe.flush()  # what a full pipe left, should the loop be idle
 
     def close(self, timeout_s: float = 15.0) -> None:
         self._stop.set()
         self._ticker.join(2)
         self._sent = None
-        self._send_health()
-        self._q.put(None)
+        snap = self._health_snapshot()
+        with contextlib.suppress(OSError):
+            self._pipe.close([*health_frame(snap), *stop_frame()])
         self._proc.join(timeout_s)
         if self._proc.is_alive():
             self._proc.terminate()
@@ -106,7 +122,8 @@ class RecorderProcess:
         return self._proc.pid
 
 
-def _child(setup: Setup, q: Any, taken_bytes: Any, collector: str, target: str) -> None:
+def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, target: str
+           ) -> None:
     from mmlens.collectors.tap_record import Recorder
 
     with contextlib.suppress(OSError):
@@ -125,58 +142,43 @@ def _child(setup: Setup, q: Any, taken_bytes: Any, collector: str, target: str) 
 
     def taken(ex: Exchange) -> None:  # the parent may hand over as much again
         done(ex)
-        taken_bytes.value += ex.size()
+        taken_counts[0] += 1
+        taken_counts[1] += ex.size()
 
     rec.taken = taken  # type: ignore[method-assign]
-    parent = mp.parent_process()
-    gone = threading.Event()
-    got = [0]  # items taken from the pipe
-    intake = threading.Thread(target=_intake, args=(q, rec, proxy, health, gone, got),
-                              name="tap-intake", daemon=True)
-    intake.start()
-    while intake.is_alive():
-        if parent is not None and wait([parent.sentinel], WATCH_S):
-            _proxy_gone(gone, intake, got)
-            break
-        intake.join(0 if parent is not None else WATCH_S)
+    if not _intake(FrameReader(read_end.fileno()), rec, proxy, health):
+        _proxy_gone()
     rec.close()
 
 
-def _proxy_gone(gone: threading.Event, intake: threading.Thread, got: list[int]) -> None:
-    """The proxy was killed: nobody is left to yield the core to (so the recorder's lower
-    priority is given up where the system allows), and what is still in the pipe is taken
-    before the recorder stops and spills what it holds."""
-    gone.set()
+def _proxy_gone() -> None:
+    """The proxy was killed: nobody is left to yield the core to, so the recorder's lower
+    priority is given up where the system allows, before it records what it read and
+    spills what the store did not take."""
     for t in threading.enumerate():  # a thread's priority is its own on Linux
         with contextlib.suppress(OSError, TypeError):
             os.setpriority(os.PRIO_PROCESS, t.native_id, 0)  # type: ignore[arg-type]
-    seen = -1
-    while intake.is_alive() and got[0] != seen:
-        seen = got[0]
-        intake.join(DRAIN_S)
 
 
-def _intake(q: Any, rec: Any, proxy: list[CollectorHealth], health: CollectorHealth,
-            gone: threading.Event, got: list[int]) -> None:
-    """The proxy's queue into the recorder until the proxy says stop, or is gone and its
-    queue empty."""
+def _intake(reader: FrameReader, rec: Any, proxy: list[CollectorHealth],
+            health: CollectorHealth) -> bool:
+    """The proxy's frames into the recorder until the proxy says stop (True) or its end of
+    the pipe closes without a word (False: it is gone)."""
     while True:
         try:
-            item = q.get(timeout=WATCH_S)
-        except queue.Empty:
-            if gone.is_set():
-                return
-            continue
-        except (EOFError, OSError):
-            return
-        if item is None:
-            return
-        got[0] += 1
-        if isinstance(item, tuple):
-            proxy[0] = item[1]
-            health.counters["proxy_updated"] = time.time()
-            continue
-        rec.submit(item)
+            frames = reader.read()
+        except OSError:
+            return False
+        if frames is None:
+            return False
+        for kind, item in frames:
+            if kind == EXCHANGE:
+                rec.submit(item)
+            elif kind == HEALTH:
+                proxy[0] = item
+                health.counters["proxy_updated"] = time.time()
+            else:
+                return True
 
 
 def merged(recorder: CollectorHealth, proxy: CollectorHealth) -> CollectorHealth:

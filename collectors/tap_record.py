@@ -53,6 +53,10 @@ class StoreBuffer(Protocol):
 
     def flush_backlog(self) -> None: ...
 MAX_BATCH = 2000
+# A batch is written once this long has passed since its first exchange came (or it is
+# full): one store transaction for many records, not one each (a record is in the store
+# this much later, at most).
+LINGER_S = 0.05
 MAX_BACKLOG_BYTES = 256 << 20  # exchanges waiting to be recorded, bodies included
 KEPT_QUARANTINED = 100
 
@@ -82,6 +86,16 @@ def unreadable(t: RequestTrace) -> str | None:
     return None if codec.trace(body) is not None else "decode: the readers skip it"
 
 
+def all_readable(batch: list[RequestTrace]) -> bool:
+    """Whether every record of ``batch`` reads back, in one decode of them all (False: one
+    might not, ``unreadable`` says which)."""
+    try:
+        bodies = [codec.trace_body(t) for t in batch]
+    except (UnicodeError, TypeError, ValueError, OverflowError):
+        return False
+    return codec.all_read_back(bodies, codec.traces_dec)
+
+
 class Recorder:
     def __init__(self, write: Write, health: CollectorHealth, *, router: str = "",
                  store_text: bool = False, layout: LayoutFn | None = None,
@@ -89,7 +103,7 @@ class Recorder:
                  flush_health: Callable[[CollectorHealth], None] | None = None,
                  buffer: StoreBuffer | None = None, max_backlog: int = 10_000,
                  max_backlog_bytes: int = MAX_BACKLOG_BYTES,
-                 health_every_s: float = 1.0) -> None:
+                 health_every_s: float = 1.0, linger_s: float = LINGER_S) -> None:
         self.write = write
         self.health = health
         self.router = router
@@ -102,6 +116,7 @@ class Recorder:
         self._backlog_bytes = 0  # of the exchanges waiting
         self._bytes_lock = threading.Lock()
         self.health_every_s = health_every_s
+        self.linger_s = linger_s
         self.quarantined: deque[Quarantined] = deque(maxlen=KEPT_QUARANTINED)
         self._q: queue.SimpleQueue[Exchange | _Fetched | None] = queue.SimpleQueue()
         self._flushed: tuple[float, int] | None = None
@@ -151,16 +166,17 @@ class Recorder:
                 continue
             batch: list[RequestTrace] = []
             stop = item is None
+            due = time.monotonic() + self.linger_s
             while item is not None:
                 self._take(item, batch)
                 if len(batch) >= MAX_BATCH:
                     break
                 try:
-                    item = self._q.get_nowait()
+                    item = self._q.get(timeout=max(0.0, due - time.monotonic()))
                 except queue.Empty:
                     break
                 stop = item is None
-            self._store(batch, retry=not stop)
+            self._store(self._readable(batch), retry=not stop)
             if stop and self.buffer is not None:
                 self.buffer.flush_backlog()  # what is still held waits in its spill file
             self._health(force=stop)
@@ -189,11 +205,20 @@ class Recorder:
         if self.layout is not None:
             with contextlib.suppress(Exception):  # a layout the core refuses stays unknown
                 self.layout(req, t)
-        why = unreadable(t)
-        if why is not None:
-            self._quarantine("unreadable", t.request_id, why)
-            return
         batch.append(t)
+
+    def _readable(self, batch: list[RequestTrace]) -> list[RequestTrace]:
+        """``batch`` without the records that would not read back (each quarantined)."""
+        if all_readable(batch):
+            return batch
+        out = []
+        for t in batch:
+            why = unreadable(t)
+            if why is None:
+                out.append(t)
+            else:
+                self._quarantine("unreadable", t.request_id, why)
+        return out
 
     def _quarantine(self, kind: str, request_id: str, reason: str) -> None:
         self.quarantined.append(Quarantined(kind, request_id, reason[:300]))

@@ -96,7 +96,8 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
 def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
                    ) -> tuple[Callable[[list[RequestTrace]], None], dict[str, Any]]:
     """In the recorder's process: the store it writes (through the outage buffer the
-    collector uses) and the recorder's options."""
+    collector uses) and the recorder's options; the process's collector tuned as the
+    proxy's is (parsing allocates thousands of short-lived dicts a second)."""
     buffer = BufferedStore(open_store(args.db), args.spill_dir, max_memory=args.buffer_records)
     sink = ObservedSink(TraceSink(buffer.add_traces).record_all, hold_s=0.0)
     outage_instance = f"tap {socket.gethostname()}:{os.getpid()}"
@@ -113,6 +114,7 @@ def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
                            args.fetch_max_bytes, args.fetch_timeout,
                            allow_private=args.fetch_allow_private) if args.fetch_images \
         else None
+    tune_gc()
     return write, {"router": args.upstream, "store_text": args.store_text,
                    "layout": layout_fn(args.layout_model, args.store_text)
                    if args.layout_model else None, "fetcher": fetcher,

@@ -126,7 +126,7 @@ class Served:
 
 
 RECORDER_OPTIONS = ("store_text", "layout", "fetcher", "flush_health", "max_backlog",
-                    "max_backlog_bytes", "buffer")
+                    "max_backlog_bytes", "buffer", "linger_s")
 
 
 class ServedTap:

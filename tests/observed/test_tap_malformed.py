@@ -104,7 +104,8 @@ def test_one_record_the_store_refuses_does_not_lose_its_batch() -> None:
 def test_the_store_down_holds_records_spills_them_and_writes_them_when_it_is_back(
         tmp_path: Path) -> None:
     """The collector's outage buffer: two records in memory, the rest spilled to a file while
-    a real SQLite store is locked; all written once the lock goes, the file removed."""
+    a real SQLite store is locked; all written once the lock goes, the file removed (each
+    exchange its own batch: a batch is never split to be spilled)."""
     db = tmp_path / "tap.db"
     store = open_store(db)
     store.db.execute("PRAGMA busy_timeout=100")  # locked: down in 0.1 s
@@ -112,8 +113,8 @@ def test_the_store_down_holds_records_spills_them_and_writes_them_when_it_is_bac
     lock = sqlite3.connect(db, isolation_level=None)
     router = Served(odd_app(), free_port())  # a response id of each request's own
     try:
-        with tap_in_front(router.url, write=buffer.add_traces, buffer=buffer) as (tap, url, _), \
-                httpx.Client() as c:
+        with tap_in_front(router.url, write=buffer.add_traces, buffer=buffer, linger_s=0.0
+                          ) as (tap, url, _), httpx.Client() as c:
             lock.execute("BEGIN EXCLUSIVE")
             for i in range(8):
                 r = c.post(url + "/v1/chat/completions", json={"model": "m", "messages": []},
@@ -150,7 +151,8 @@ def test_idle_health_is_flushed_without_more_traffic() -> None:
 
 def test_the_backlog_is_bounded_in_bytes_and_drops_are_counted() -> None:
     """A store slower than the traffic: exchanges past the byte bound are dropped and
-    counted, never queued without end (and the clients' answers are not held up)."""
+    counted, never queued without end (and the clients' answers are not held up). No
+    linger: the first exchange is written alone, the others wait behind it."""
     import threading
 
     gate = threading.Event()
@@ -161,7 +163,7 @@ def test_the_backlog_is_bounded_in_bytes_and_drops_are_counted() -> None:
         written.extend(batch)
 
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 20_000}]}
-    with tap_in_front(write=slow, max_backlog_bytes=100_000) as (tap, url, _), \
+    with tap_in_front(write=slow, max_backlog_bytes=100_000, linger_s=0.0) as (tap, url, _), \
             httpx.Client() as c:
         for _ in range(12):
             assert c.post(url + "/v1/chat/completions", json=body).status_code == 200

@@ -1,0 +1,219 @@
+"""The tap's exchanges on their way from the proxy to its recorder process: framed bytes on a
+pipe, written by the proxy's event loop without blocking and read by the recorder in large
+reads.
+
+A frame: kind (1 byte), the length of its metadata and of its data (4 bytes each), the
+metadata (msgpack), the data. An exchange's metadata is every field but the bytes; its data
+is the request body and the kept response chunks as they came, written as they are held
+(``os.writev``: no copy into one buffer). A health snapshot is a pickle (rare, and its error
+counts are a dict subclass). A frame cut off by the proxy's death is never completed and is
+dropped with the rest of what was unread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import struct
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+
+from mmlens.ingest.tap_parse import Exchange
+
+HEAD = struct.Struct("<BII")
+EXCHANGE, HEALTH, STOP = 1, 2, 3
+PIPE_BYTES = 1 << 20  # asked of the kernel for the pipe (Linux: up to pipe-max-size)
+MAX_IOV = 512
+READ_BYTES = 1 << 20
+MIN_FREE = 64 << 10  # room a read is given at least
+
+_meta_enc = msgspec.msgpack.Encoder()
+_meta_dec = msgspec.msgpack.Decoder()
+
+
+def exchange_frame(ex: Exchange) -> list[bytes]:
+    head = [c for _, c in ex.chunks]
+    tail = [c for _, c in ex.tail]
+    meta = _meta_enc.encode((
+        ex.ts, ex.t0, ex.client_request_id, ex.status, ex.headers, ex.sse,
+        [t for t, _ in ex.chunks], [len(c) for c in head], [t for t, _ in ex.tail],
+        [len(c) for c in tail], ex.kept, ex.tail_bytes, ex.overflow, ex.latency_s, ex.cut,
+        len(ex.body)))
+    size = len(ex.body) + sum(map(len, head)) + sum(map(len, tail))
+    return [HEAD.pack(EXCHANGE, len(meta), size), meta, ex.body, *head, *tail]
+
+
+def health_frame(row: Any) -> list[bytes]:
+    data = pickle.dumps(row, pickle.HIGHEST_PROTOCOL)
+    return [HEAD.pack(HEALTH, 0, len(data)), data]
+
+
+def stop_frame() -> list[bytes]:
+    return [HEAD.pack(STOP, 0, 0)]
+
+
+def _exchange(meta: bytes | memoryview, data: memoryview) -> Exchange:
+    (ts, t0, rid, status, headers, sse, head_t, head_n, tail_t, tail_n, kept, tail_bytes,
+     overflow, latency_s, cut, body_n) = _meta_dec.decode(meta)
+    at = body_n
+    chunks, tail = [], []
+    for out, times, sizes in ((chunks, head_t, head_n), (tail, tail_t, tail_n)):
+        for t, n in zip(times, sizes, strict=True):
+            out.append((t, bytes(data[at:at + n])))
+            at += n
+    return Exchange(ts, t0, bytes(data[:body_n]), rid, status, headers, sse, chunks, tail,
+                    kept, tail_bytes, overflow, latency_s, cut)
+
+
+class FrameReader:
+    """Frames from the read end of the pipe, in reads of up to ``READ_BYTES`` into one
+    buffer (grown for a frame larger than it)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray(READ_BYTES)
+        self._start = 0  # the first byte not yet taken
+        self._end = 0  # the end of what was read
+
+    def read(self) -> list[tuple[int, Any]] | None:
+        """What one read completed (kind, item), waiting for it; None at the end of the
+        stream (the proxy closed its end or is gone)."""
+        if self._start == self._end:
+            self._start = self._end = 0
+        if len(self._buf) - self._end < MIN_FREE:
+            self._make_room()
+        n = os.readv(self.fd, [memoryview(self._buf)[self._end:]])
+        if n == 0:
+            return None
+        self._end += n
+        return list(self._frames())
+
+    def _frames(self) -> Iterator[tuple[int, Any]]:
+        view = memoryview(self._buf)
+        while self._end - self._start >= HEAD.size:
+            kind, meta_n, data_n = HEAD.unpack_from(self._buf, self._start)
+            at = self._start + HEAD.size
+            if self._end - at < meta_n + data_n:
+                break
+            meta, data = view[at:at + meta_n], view[at + meta_n:at + meta_n + data_n]
+            self._start = at + meta_n + data_n
+            if kind == EXCHANGE:
+                yield kind, _exchange(meta, data)
+            elif kind == HEALTH:
+                yield kind, pickle.loads(data)
+            else:
+                yield kind, None
+
+    def _make_room(self) -> None:
+        """The buffer is nearly full: what is not taken moves to its start, and a frame
+        larger than the buffer gets one that holds it (a buffer grown for one shrinks
+        again)."""
+        rest = self._buf[self._start:self._end]
+        need = len(rest) + MIN_FREE
+        if len(rest) >= HEAD.size:
+            _, meta_n, data_n = HEAD.unpack_from(rest, 0)
+            need = max(need, HEAD.size + meta_n + data_n)
+        if need > len(self._buf) or (len(self._buf) > READ_BYTES >= need):
+            self._buf = bytearray(max(need, READ_BYTES))
+        self._buf[:len(rest)] = rest
+        self._start, self._end = 0, len(rest)
+
+
+class PipeWriter:
+    """Frames onto the write end without blocking: what the pipe cannot take yet is kept in
+    order and written when it can (the event loop watches the pipe then). ``send`` may be
+    called from any thread; frames sent on the loop in one iteration go in one write."""
+
+    def __init__(self, fd: int, broken: Callable[[], None]) -> None:
+        self.fd = fd
+        self.broken = broken  # called once when the reader is gone
+        os.set_blocking(fd, False)
+        try:
+            import fcntl
+
+            fcntl.fcntl(fd, 1031, PIPE_BYTES)  # F_SETPIPE_SZ: fewer wake-ups of the reader
+        except (ImportError, OSError):
+            pass
+        self._bufs: deque[bytes | memoryview] = deque()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due = False  # a flush is scheduled on the loop
+        self._watching = False  # the loop waits for the pipe to take more
+        self.closed = False
+
+    def pending(self) -> int:
+        return len(self._bufs)
+
+    def send(self, parts: list[bytes]) -> None:
+        if self.closed:
+            return
+        with self._lock:
+            self._bufs.extend(parts)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:  # another thread: written now, or left for the loop
+            self.flush()
+            if self._bufs and self._loop is not None:
+                with contextlib.suppress(RuntimeError):  # the loop has closed
+                    self._loop.call_soon_threadsafe(self._on_loop)
+            return
+        self._loop = loop
+        if not self._due:
+            self._due = True
+            loop.call_soon(self._on_loop)
+
+    def _on_loop(self) -> None:
+        self._due = False
+        self.flush()
+        loop = self._loop
+        if loop is None or self.closed:
+            return
+        if self._bufs and not self._watching:
+            loop.add_writer(self.fd, self._on_loop)
+            self._watching = True
+        elif not self._bufs and self._watching:
+            loop.remove_writer(self.fd)
+            self._watching = False
+
+    def flush(self) -> None:
+        """Write what the pipe takes now."""
+        with self._lock:
+            bufs = self._bufs
+            while bufs and not self.closed:
+                try:
+                    n = os.writev(self.fd, [bufs[i] for i in range(min(len(bufs), MAX_IOV))])
+                except BlockingIOError:
+                    return
+                except OSError:  # the reader is gone: nothing will take these
+                    self.closed = True
+                    bufs.clear()
+                    self.broken()
+                    return
+                while n and bufs:
+                    first = bufs[0]
+                    if len(first) <= n:
+                        n -= len(first)
+                        bufs.popleft()
+                    else:
+                        bufs[0] = memoryview(first)[n:]
+                        n = 0
+
+    def close(self, final: list[bytes]) -> None:
+        """Everything held and ``final`` written, waiting for the pipe as long as it takes
+        (the loop has stopped), then the write end closed."""
+        if self.closed:
+            return
+        with self._lock:
+            self._bufs.extend(final)
+        os.set_blocking(self.fd, True)
+        self.flush()
+        self.closed = True
+        os.close(self.fd)
