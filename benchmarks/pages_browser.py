@@ -3,7 +3,8 @@
 Starts the dashboard on a store, clicks through every page in a fixed order for several
 rounds (so each page is revisited), waits ``--idle`` seconds (longer than any query cache's
 lifetime) before the last round, and opens each page fresh in a new tab (a link from a chat
-message: a new Streamlit session; the browser keeps Streamlit's own scripts cached). Prints
+message: a new Streamlit session; the browser keeps Streamlit's own scripts cached) and in a
+new browser profile (a first-ever visit: nothing cached). Prints
 p50/p95 per page, and with ``--apptest`` the AppTest cold/warm script time beside it
 (benchmarks/pages_bench.py).
 
@@ -111,37 +112,74 @@ TIMEOUT_S = 90.0
 SCRIPT_TIMES = "script-times.jsonl"  # each page run's script seconds, as the app noted them
 
 
-def script_times(work: Path) -> dict[str, tuple[float, float]]:
-    """Per page, the median (wall, CPU) seconds of its script runs on the server."""
-    runs: dict[str, list[tuple[float, float]]] = {}
+Interval = tuple[float, float]  # wall-clock start and end of one click or load
+
+
+def script_runs(work: Path) -> list[tuple[str, float, float, float]]:
+    """Every page run the app noted: (page, end time, wall s, CPU s)."""
     path = work / SCRIPT_TIMES
+    out = []
     for line in path.read_text().splitlines() if path.exists() else []:
         r = json.loads(line)
-        page = "overview" if r["page"] == "index" else r["page"]
-        runs.setdefault(page, []).append((r["wall_s"], r["cpu_s"]))
+        out.append(("overview" if r["page"] == "index" else r["page"], r["ts"], r["wall_s"],
+                    r["cpu_s"]))
+    return out
+
+
+def script_times(runs: list[tuple[str, float, float, float]]) -> dict[str, tuple[float, float]]:
+    """Per page, the median (wall, CPU) seconds of its script runs on the server."""
+    by_page: dict[str, list[tuple[float, float]]] = {}
+    for page, _ts, wall, cpu in runs:
+        by_page.setdefault(page, []).append((wall, cpu))
     return {p: (statistics.median(w for w, _ in xs), statistics.median(c for _, c in xs))
-            for p, xs in runs.items()}
+            for p, xs in by_page.items()}
 
 
-def timed(step: Any, name: str) -> float:
-    """A step's seconds; one not drawn within ``TIMEOUT_S`` counts as that (and says so)."""
+def server_share(runs: list[tuple[str, float, float, float]], page: str,
+                 span: Interval) -> float:
+    """Wall seconds of ``page``'s script runs that ended within ``span``."""
+    return sum(wall for p, ts, wall, _ in runs if p == page and span[0] <= ts <= span[1])
+
+
+def timed(step: Any, name: str) -> tuple[float, Interval]:
+    """A step's seconds and wall-clock span; one not drawn within ``TIMEOUT_S`` counts as
+    that (and says so)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    start = time.time()
     try:
-        return float(step())
+        took = float(step())
     except PlaywrightTimeout:
         print(f"{name}: not drawn within {TIMEOUT_S:.0f} s", flush=True)
-        return TIMEOUT_S
+        took = TIMEOUT_S
+    return took, (start, time.time())
 
 
-def measure(url: str, rounds: int, idle_s: float) -> tuple[dict[str, list[float]],
-                                                             dict[str, list[float]]]:
-    """Per page: click → drawn times over ``rounds`` rounds (the last after ``idle_s`` idle),
-    and fresh-load times (a new tab per load, twice per page)."""
+class Timings:
+    """Per page: click → drawn (round by round), fresh loads in a new tab of the same
+    browser (a returning user: its HTTP cache holds Streamlit's scripts) and first visits
+    (a new browser profile each: nothing cached), each with its wall-clock span."""
+
+    def __init__(self) -> None:
+        self.clicks: dict[str, list[float]] = {p[0]: [] for p in PAGES}
+        self.fresh: dict[str, list[float]] = {p[0]: [] for p in PAGES}
+        self.first: dict[str, list[float]] = {p[0]: [] for p in PAGES}
+        self.spans: dict[str, list[Interval]] = {p[0]: [] for p in PAGES}
+
+    def add(self, kind: dict[str, list[float]], name: str, result: tuple[float, Interval],
+            ) -> None:
+        kind[name].append(result[0])
+        if kind is self.clicks:
+            self.spans[name].append(result[1])
+
+
+def measure(url: str, rounds: int, idle_s: float) -> Timings:
+    """Click → drawn per page over ``rounds`` rounds (the last after ``idle_s`` idle), then
+    fresh loads (a new tab per load, twice per page) and first visits (a new browser
+    context per load, twice per page)."""
     from playwright.sync_api import sync_playwright
 
-    clicks: dict[str, list[float]] = {p[0]: [] for p in PAGES}
-    fresh: dict[str, list[float]] = {p[0]: [] for p in PAGES}
+    out = Timings()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         try:
@@ -153,20 +191,30 @@ def measure(url: str, rounds: int, idle_s: float) -> tuple[dict[str, list[float]
                 if r == rounds - 1 and idle_s:
                     time.sleep(idle_s)
                 for name, href, title, texts in PAGES:
-                    clicks[name].append(timed(lambda: click_to_drawn(
+                    out.add(out.clicks, name, timed(lambda: click_to_drawn(
                         page, href, title, texts, TIMEOUT_S), name))  # noqa: B023
             page.close()
             for _ in range(2):  # a new tab of the same browser: a new session, cached assets
                 for name, _href, title, texts in PAGES:
                     tab = ctx.new_page()
-                    path = "" if name == "overview" else name
-                    fresh[name].append(timed(lambda: load_to_drawn(
-                        tab, f"{url}/{path}", title, texts, TIMEOUT_S), name))  # noqa: B023
+                    out.add(out.fresh, name, timed(lambda: load_to_drawn(
+                        tab, page_url(url, name), title, texts, TIMEOUT_S), name))  # noqa: B023
                     tab.close()
             ctx.close()
+            for _ in range(2):  # a first-ever visit: a new profile, its HTTP cache empty
+                for name, _href, title, texts in PAGES:
+                    fresh_ctx = browser.new_context(viewport=VIEWPORT)
+                    tab = fresh_ctx.new_page()
+                    out.add(out.first, name, timed(lambda: load_to_drawn(
+                        tab, page_url(url, name), title, texts, TIMEOUT_S), name))  # noqa: B023
+                    fresh_ctx.close()
         finally:
             browser.close()
-    return clicks, fresh
+    return out
+
+
+def page_url(url: str, name: str) -> str:
+    return f"{url}/{'' if name == 'overview' else name}"
 
 
 def apptest_figures(db: str, n_traces: int) -> dict[str, tuple[float, float]]:
@@ -183,26 +231,35 @@ def apptest_figures(db: str, n_traces: int) -> dict[str, tuple[float, float]]:
     return {}
 
 
-def report(store: str, clicks: dict[str, list[float]], fresh: dict[str, list[float]],
-           apptest: dict[str, tuple[float, float]], load: str,
-           script: dict[str, tuple[float, float]]) -> bool:
+def report(store: str, t: Timings, apptest: dict[str, tuple[float, float]], load: str,
+           runs: list[tuple[str, float, float, float]]) -> bool:
     goal = GOALS[store]
+    script = script_times(runs)
     print(f"\n{store} store (load average {load}; goal click p95 ≤ {goal} s, fresh ≤ "
-          f"{FRESH_GOAL} s; script: the server's run of the page, median wall / CPU)")
-    print("| page | click p50 | click p95 | clicks | fresh p50 | fresh max | script | "
-          "AppTest cold / warm |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"{FRESH_GOAL} s; fresh: a new tab, Streamlit's scripts in the browser's cache; "
+          "first: a new browser profile, nothing cached; script: the server's run of the "
+          "page, median wall / CPU)")
+    print("| page | click p50 | click p95 | clicks | fresh p50 | fresh max | first p50 | "
+          "first max | script | AppTest cold / warm |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ok = True
     for name, *_ in PAGES:
-        c, f = clicks[name], fresh[name]
+        c, f, v = t.clicks[name], t.fresh[name], t.first[name]
         at = apptest.get(name)
         at_txt = f"{at[0] * 1000:.0f} / {at[1] * 1000:.0f} ms" if at else "—"
         sc = script.get(name)
         sc_txt = f"{sc[0] * 1000:.0f} / {sc[1] * 1000:.0f} ms" if sc else "—"
         ok &= p95(c) <= goal and max(f) <= FRESH_GOAL
         print(f"| {name} | {statistics.median(c):.2f} s | {p95(c):.2f} s | {len(c)} | "
-              f"{statistics.median(f):.2f} s | {max(f):.2f} s | {sc_txt} | {at_txt} |",
-              flush=True)
+              f"{statistics.median(f):.2f} s | {max(f):.2f} s | {statistics.median(v):.2f} s | "
+              f"{max(v):.2f} s | {sc_txt} | {at_txt} |", flush=True)
+    print("each click in order (the last round after the idle wait), browser s (the server "
+          "script's ms) · fresh loads · first visits:")
+    for name, *_ in PAGES:
+        clicks = " ".join(f"{x:.2f} ({server_share(runs, name, span) * 1000:.0f})"
+                          for x, span in zip(t.clicks[name], t.spans[name], strict=True))
+        print(f"  {name}: {clicks} · " + " ".join(f"{x:.2f}" for x in t.fresh[name]) + " · "
+              + " ".join(f"{x:.2f}" for x in t.first[name]))
     print("goal met" if ok else "goal NOT met")
     return ok
 
@@ -307,12 +364,11 @@ def main() -> int:
                     try:
                         with tempfile.TemporaryDirectory() as work, \
                                 dashboard(db, Path(work), kind == "demo") as (url, store):
-                            clicks, fresh = measure(url, args.rounds, args.idle)
+                            timings = measure(url, args.rounds, args.idle)
                             load = load_average()
                             apptest = apptest_figures(store, n_traces or 1) if args.apptest \
                                 else {}
-                            ok &= report(kind, clicks, fresh, apptest, load,
-                                         script_times(Path(work)))
+                            ok &= report(kind, timings, apptest, load, script_runs(Path(work)))
                         break
                     except RuntimeError as exc:
                         print(f"{kind}: {exc}"[-600:], flush=True)

@@ -10,6 +10,7 @@ from mmlens.analysis.availability.view import CAUSE_TEXT, AvailabilityView
 from mmlens.analysis.views.common import by_worker_name, clock, name_rows, named_text, pct
 from mmlens.analysis.views.overview import mark_routers_down, overview_view
 from mmlens.figures.cache import worker_hit_rate_bars
+from mmlens.figures.svg import bar_chart_html
 
 st.title("Overview")
 path = shared.require_reader()
@@ -68,8 +69,8 @@ def live() -> None:
                                      view.routers_down)
             st.dataframe(shared.table(rows), hide_index=True, width="stretch")
         if snap.metrics.hit_rates:
-            st.plotly_chart(worker_hit_rate_bars(snap.metrics.hit_rates, names),
-                            key="overview_hit_rates", width="stretch")
+            st.markdown(bar_chart_html(worker_hit_rate_bars(snap.metrics.hit_rates, names)),
+                        unsafe_allow_html=True)
 
 
 def alert_panel(tracked: list[TrackedAlert], names: dict[str, str]) -> None:

@@ -9,6 +9,7 @@ from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.judgement.shown import category
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.figures.plain import PlainFigure
+from mmlens.figures.svg import Bar, BarChart
 from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.figures.workers import faded, worker_colour
@@ -204,9 +205,10 @@ MAX_WORKER_BARS = 40  # on a fleet: the lowest hit rates, the workers to look at
 
 
 def worker_hit_rate_bars(hit_rates: Sequence[HitRate],
-                         worker_names: Mapping[str, str] | None = None) -> PlainFigure:
+                         worker_names: Mapping[str, str] | None = None) -> BarChart:
     """Per worker: token-weighted hit rate over the window (cumulative when idle); on a
-    fleet the ``MAX_WORKER_BARS`` lowest."""
+    fleet the ``MAX_WORKER_BARS`` lowest. Plain bars, drawn as SVG (``figures.svg``): the
+    Overview shows no other chart, so a new tab of it never loads Plotly."""
     names = worker_names or {}
     rows = [h for h in hit_rates if h.hit_rate is not None]
     title = "Engine prefix hit rate per worker (last 5 min)"
@@ -214,12 +216,11 @@ def worker_hit_rate_bars(hit_rates: Sequence[HitRate],
         title = f"Engine prefix hit rate: the {MAX_WORKER_BARS} lowest of {len(rows)} workers " \
                 "(last 5 min)"
         rows = sorted(rows, key=lambda h: (h.hit_rate or 0.0, h.worker))[:MAX_WORKER_BARS]
-    labels = [names.get(h.worker, h.worker) for h in rows]
-    return PlainFigure({"data": [{
-        "type": "bar", "name": "hit rate", "x": labels, "y": [h.hit_rate for h in rows],
-        "text": [f"{h.hit_rate:.0%}" for h in rows],
-        "marker": {"color": [worker_colour(n) for n in labels]},
-        "hovertext": [f"{h.worker}: {h.hits_increase:.0f} of {h.queries_increase:.0f} tokens "
-                      f"in {h.window_s:.0f} s ({h.source})" for h in rows]}],
-        "layout": {"title": {"text": title}, "height": 300, "margin": MARGIN,
-                   "yaxis": {"range": [0, 1.05], "tickformat": ".0%"}}})
+    bars = []
+    for h in rows:
+        label = names.get(h.worker, h.worker)
+        bars.append(Bar(label, h.hit_rate or 0.0, f"{h.hit_rate:.0%}",
+                        f"{label} ({h.worker}): {h.hit_rate:.0%}, {h.hits_increase:.0f} of "
+                        f"{h.queries_increase:.0f} tokens in {h.window_s:.0f} s ({h.source})",
+                        worker_colour(label)))
+    return BarChart(title, tuple(bars), percent=True)

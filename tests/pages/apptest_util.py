@@ -1,10 +1,12 @@
-"""AppTest helpers: open one page of the app, read its Plotly figures as JSON, and fail a
-test when `page_guard` turned an exception into an error box it did not expect."""
+"""AppTest helpers: open one page of the app, read its Plotly figures as JSON and its SVG bar
+charts as the bars drawn, and fail a test when `page_guard` turned an exception into an error
+box it did not expect."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,24 @@ def open_page(page: str, query: dict[str, str] | None = None, timeout: float = 6
 
 def figures(at: AppTest) -> list[dict[str, Any]]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
+    """The SVG bar chart (``mmlens.figures.svg``) whose title holds ``words``, as drawn: each
+    bar's label, value, colour and tooltip."""
+    for md in at.markdown:
+        if 'class="mmlens-chart"' not in md.value:
+            continue
+        root = ET.fromstring(md.value)
+        if words not in root.get("data-chart-title", ""):
+            continue
+        svg = "{http://www.w3.org/2000/svg}"
+        bars = [g for g in root.iter(f"{svg}g") if g.get("data-label") is not None]
+        return {"x": [g.get("data-label") for g in bars],
+                "y": [float(g.get("data-value", "nan")) for g in bars],
+                "colour": [g.find(f"{svg}rect").get("fill") for g in bars],  # type: ignore[union-attr]
+                "hover": [g.findtext(f"{svg}title") for g in bars]}
+    raise AssertionError(f"no SVG chart titled …{words}…")
 
 
 def figure_titled(at: AppTest, words: str) -> dict[str, Any]:

@@ -321,14 +321,14 @@ def test_each_worker_has_one_colour_on_every_chart() -> None:
     bars = worker_hit_rate_bars([HitRate("a", "grpc://a", "m", "vllm", 1, 2, 60.0, 0.5, 0.5,
                                          0.5), HitRate("b", "grpc://b", "m", "vllm", 1, 4,
                                                        60.0, 0.25, 0.25, 0.25)],
-                                {"grpc://a": "w1", "grpc://b": "w2"}).to_dict()["data"][0]
+                                {"grpc://a": "w1", "grpc://b": "w2"}).bars
     views = divergence_figure([ViewPoint(1.0, "w2", "index_gauge", 4, 4, 0, 0)]).to_dict()
     w2 = worker_colour("w2")
     assert [t["line"]["color"] for t in lines] == [worker_colour("w1"), w2]
     stored = {t["name"].split(" ")[0]: t["marker"]["color"] for t in kv.to_dict()["data"]
               if " stored " in t["name"]}
     assert stored == {"w1": worker_colour("w1"), "w2": w2}
-    assert list(bars["marker"]["color"]) == [worker_colour("w1"), w2]
+    assert [b.colour for b in bars] == [worker_colour("w1"), w2]
     assert views["data"][0]["line"]["color"] == w2
     assert not {"#cf1124", "#d1495b"} & set(PALETTE)  # red means a miss, never a worker
 def test_prefix_tree_counts_blocks_below_the_visible_depth_on_one_node() -> None:
@@ -367,9 +367,37 @@ def test_fleet_hit_rate_bars_show_the_lowest_workers() -> None:
 
     rates = [HitRate("r", f"grpc://w{i}", "m", "vllm", i, 100, 60.0, i / 100, i / 100, i / 100)
              for i in range(100)]
-    fig = worker_hit_rate_bars(rates[::-1]).to_dict()
-    (bars,) = fig["data"]
-    assert len(bars["x"]) == MAX_WORKER_BARS
-    assert bars["x"][:2] == ["grpc://w0", "grpc://w1"]
-    assert max(bars["y"]) == (MAX_WORKER_BARS - 1) / 100
-    assert "of 100 workers" in fig["layout"]["title"]["text"]
+    chart = worker_hit_rate_bars(rates[::-1])
+    assert len(chart.bars) == MAX_WORKER_BARS
+    assert [b.label for b in chart.bars[:2]] == ["grpc://w0", "grpc://w1"]
+    assert max(b.value for b in chart.bars) == (MAX_WORKER_BARS - 1) / 100
+    assert "of 100 workers" in chart.title
+
+
+def test_svg_bar_chart_draws_each_bar_to_scale_with_its_text_escaped() -> None:
+    import xml.etree.ElementTree as ET
+
+    from mmlens.figures.svg import Bar, BarChart, bar_chart_html
+
+    chart = BarChart("hit <rate> & more", (Bar("w<1>", 0.5, "50%", 'tip "a" & b', "#123456"),
+                                           Bar("w2", 1.0, "100%", "", "#654321")), percent=True)
+    markup = bar_chart_html(chart)
+    assert "\n" not in markup  # one line: Markdown keeps it a raw HTML block
+    root = ET.fromstring(markup)  # well formed: every text escaped
+    assert root.get("data-chart-title") == "hit <rate> & more"
+    svg = "{http://www.w3.org/2000/svg}"
+    groups = [g for g in root.iter(f"{svg}g") if g.get("data-label") is not None]
+    assert [g.get("data-label") for g in groups] == ["w<1>", "w2"]
+    assert groups[0].findtext(f"{svg}title") == 'tip "a" & b'
+    assert groups[1].findtext(f"{svg}title") == "w2: 100%"  # no tooltip given: label and text
+    heights = [float(g.find(f"{svg}rect").get("height")) for g in groups]  # type: ignore[union-attr]
+    assert heights[1] == pytest.approx(2 * heights[0], rel=1e-3)
+    fills = [g.find(f"{svg}rect").get("fill") for g in groups]  # type: ignore[union-attr]
+    assert fills == ["#123456", "#654321"]
+    ticks = [t.text for t in root.iter(f"{svg}text") if t.get("text-anchor") == "end"]
+    assert ticks[:5] == ["0%", "25%", "50%", "75%", "100%"]
+    # many bars: the labels slant (and the numbers above them go: they would overlap)
+    many = BarChart("t", tuple(Bar(f"worker-{i}", i, str(i)) for i in range(40)))
+    texts = list(ET.fromstring(bar_chart_html(many)).iter(f"{svg}text"))
+    assert sum("rotate(-40)" in (t.get("transform") or "") for t in texts) == 40
+    assert not any(t.text == "39" and not t.get("transform") for t in texts)

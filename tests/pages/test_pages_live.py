@@ -17,6 +17,7 @@ from tests.pages.apptest_util import (
     figures,
     messages,
     open_page,
+    svg_bars,
     trace_names,
 )
 from tests.pages.conftest import LiveDashboard
@@ -54,7 +55,7 @@ def test_overview_shows_demo_numbers(live: LiveDashboard) -> None:
     assert not any("kv_view_divergence" in c.value for c in at.caption)  # not even pending
     targets = next(df.value for df in at.dataframe if "last success (s ago)" in df.value)
     assert not {"stale", "down"} & set(targets["state"]), targets.to_dict("records")
-    assert figure_titled(at, "hit rate per worker")["data"][0]["type"] == "bar"
+    assert svg_bars(at, "hit rate per worker")["y"]
 
 
 def test_inspector_rebuilds_a_warmup_request(live: LiveDashboard) -> None:
