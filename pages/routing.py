@@ -15,6 +15,7 @@ from mmlens.analysis.views.routing import (
     routers_of_kind,
 )
 from mmlens.figures.routing import branches_figure, dynamo_events_figure, mode_reason_figure
+from mmlens.figures.svg import bar_chart_html
 
 st.title("Routing")
 path = shared.require_reader()
@@ -29,7 +30,7 @@ def live() -> None:
         verdicts_of = shared.recent_verdicts(path, 200)
         series = mode_reason_series(shared.samples(path, (MODE_SERIES,), float(window)))
         if series:
-            st.plotly_chart(mode_reason_figure(series), key="mode_reason", width="stretch")
+            st.markdown(bar_chart_html(mode_reason_figure(series)), unsafe_allow_html=True)
         elif metrics.mm_processing:
             st.info("No image requests in this window; totals since the router started: "
                     + mode_totals(metrics))
@@ -37,11 +38,11 @@ def live() -> None:
             st.info("No `smg_mm_processing_total` yet: no image request has reached an SMG "
                     "router (or the router's metrics are not scraped).")
         if metrics.cache_aware_branches:
-            st.plotly_chart(branches_figure(metrics.cache_aware_branches), key="branches",
-                            width="stretch")
+            st.markdown(bar_chart_html(branches_figure(metrics.cache_aware_branches)),
+                        unsafe_allow_html=True)
         applied = applied_events(metrics)
         if applied:
-            st.plotly_chart(dynamo_events_figure(applied), key="dynamo_events", width="stretch")
+            st.markdown(bar_chart_html(dynamo_events_figure(applied)), unsafe_allow_html=True)
 
         verdicts = shared.meta(path, "dynamo_mm_routing") or {}
         if verdicts:

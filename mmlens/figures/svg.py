@@ -1,9 +1,9 @@
-"""Plain bar charts drawn as inline SVG, for pages whose charts need no chart library.
+"""Plain bar charts drawn as inline SVG, for charts that are read, not explored.
 
 A new browser tab evaluates Plotly's JavaScript (a 4.7 MB chunk) before it draws its first
-Plotly chart; a bar chart that is only read (no zoom, no selection, no legend to toggle) is
-SVG in a Markdown block instead, each bar's details in its native tooltip. Every bar carries
-its label and value as data attributes, so tests read what is drawn."""
+Plotly chart; a bar chart that is only read (no zoom, no selection, no trace to hide) is SVG
+in a Markdown block instead, each bar's details in its native tooltip. Every bar carries its
+label, series and value as data attributes, so tests read what is drawn."""
 
 from __future__ import annotations
 
@@ -15,16 +15,22 @@ WIDTH = 1000  # viewBox units; the SVG scales to the column it is in
 FONT = 'font-family="Source Sans, sans-serif"'
 AXIS_COLOUR = "#5c6f82"
 GRID_COLOUR = "#e4e7eb"
-ROTATE_AFTER = 12  # more bars than this: labels slanted so they do not run together
+SLANT_AFTER = 12  # more slots than this: labels slanted so they do not run together
+MAX_LABELS = 10  # on a time axis, at most this many slots are labelled
+# Series that are not workers (workers keep ``figures.workers``' colours): Plotly's default
+# colourway, so they read as the charts beside them.
+SERIES_COLOURS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692",
+                  "#b6e880", "#ff97ff", "#fecb52")
 
 
 @dataclass(frozen=True)
 class Bar:
-    label: str
+    label: str  # its slot on the x axis
     value: float
-    text: str = ""  # printed above the bar
+    text: str = ""  # printed above the bar (unstacked charts)
     hover: str = ""  # the bar's tooltip
     colour: str = "#3b6fd8"
+    series: str = ""  # bars of one slot: side by side, or stacked
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,10 @@ class BarChart:
     bars: tuple[Bar, ...]
     percent: bool = False  # values are shares: axis 0–100 %
     height: int = 300
+    stacked: bool = False  # a slot's bars stack (else they stand side by side)
+    slots: tuple[str, ...] = ()  # every slot in order, empty ones too (default: the bars')
+    time_axis: bool = False  # slots are times: only every few are labelled, level
+    legend: tuple[tuple[str, str], ...] = ()  # (series, colour) keys under the chart
 
 
 def _esc(text: str) -> str:
@@ -47,7 +57,7 @@ def _ticks(top: float, percent: bool) -> list[float]:
     raw = top / 4
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    return [i * step for i in range(int(top / step + 0.999) + 1)]
+    return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
 
 
 def _tick_text(v: float, percent: bool) -> str:
@@ -56,17 +66,32 @@ def _tick_text(v: float, percent: bool) -> str:
     return f"{v:,.0f}" if v == int(v) else f"{v:,.2g}"
 
 
+def _slots(chart: BarChart) -> list[str]:
+    if chart.slots:
+        return list(chart.slots)
+    return list(dict.fromkeys(b.label for b in chart.bars))
+
+
+def _tops(chart: BarChart, slots: list[str]) -> float:
+    if not chart.stacked:
+        return max([b.value for b in chart.bars] + [0.0])
+    sums = dict.fromkeys(slots, 0.0)
+    for b in chart.bars:
+        sums[b.label] = sums.get(b.label, 0.0) + max(0.0, b.value)
+    return max([*sums.values(), 0.0])
+
+
 def bar_chart_html(chart: BarChart) -> str:
-    """The chart as one line of HTML (a title and an SVG), for ``st.markdown(...,
+    """The chart as one line of HTML (title, SVG, legend), for ``st.markdown(...,
     unsafe_allow_html=True)``: one line, so Markdown reads it as a raw HTML block and leaves
     its text alone."""
-    bars = chart.bars
-    slanted = len(bars) > ROTATE_AFTER
+    slots = _slots(chart)
+    slanted = len(slots) > SLANT_AFTER and not chart.time_axis
     left, right, top_px = 56, 12, 22
     bottom = 96 if slanted else 34
     h = chart.height
     plot_w, plot_h = WIDTH - left - right, h - top_px - bottom
-    ticks = _ticks(max([b.value for b in bars] + [0.0]), chart.percent)
+    ticks = _ticks(_tops(chart, slots), chart.percent)
     y_max = ticks[-1] * (1.05 if chart.percent else 1.0)
 
     def y_of(v: float) -> float:
@@ -81,32 +106,55 @@ def bar_chart_html(chart: BarChart) -> str:
                      f'stroke="{GRID_COLOUR}"/><text x="{left - 6}" y="{y + 4:.1f}" '
                      f'text-anchor="end" fill="{AXIS_COLOUR}">'
                      f"{_tick_text(t, chart.percent)}</text>")
-    slot = plot_w / max(1, len(bars))
-    width = min(slot * 0.8, 120.0)
+    slot_w = plot_w / max(1, len(slots))
+    index = {s: i for i, s in enumerate(slots)}
+    per_slot: dict[str, list[Bar]] = {}
+    for b in chart.bars:
+        per_slot.setdefault(b.label, []).append(b)
     base = y_of(0.0)
-    for i, b in enumerate(bars):
-        cx = left + slot * (i + 0.5)
-        y = y_of(b.value)
-        tip = b.hover or f"{b.label}: {b.text or b.value}"
-        parts.append(f'<g data-label="{_esc(b.label)}" data-value="{b.value!r}">'
-                     f"<title>{_esc(tip)}</title>"
-                     f'<rect x="{cx - width / 2:.1f}" y="{y:.1f}" width="{width:.1f}" '
-                     f'height="{max(0.0, base - y):.1f}" fill="{_esc(b.colour)}"/>')
-        if b.text and not slanted:
-            parts.append(f'<text x="{cx:.1f}" y="{y - 5:.1f}" text-anchor="middle" '
-                         f'fill="#1f2933">{_esc(b.text)}</text>')
+    every = max(1, math.ceil(len(slots) / MAX_LABELS)) if chart.time_axis else 1
+    for label, bars in per_slot.items():
+        i = index.get(label)
+        if i is None:
+            continue
+        cx = left + slot_w * (i + 0.5)
+        width = min(slot_w * 0.8, 120.0)
+        each = width if chart.stacked else width / len(bars)
+        below = 0.0
+        for j, b in enumerate(bars):
+            x = cx - width / 2 + (0 if chart.stacked else j * each)
+            y_top, y_bottom = y_of(below + b.value), y_of(below)
+            if chart.stacked:
+                below += max(0.0, b.value)
+            tip = b.hover or f"{b.series or b.label}: {b.text or f'{b.value:g}'}"
+            parts.append(f'<g data-label="{_esc(b.label)}" data-series="{_esc(b.series)}" '
+                         f'data-value="{b.value!r}"><title>{_esc(tip)}</title>'
+                         f'<rect x="{x:.1f}" y="{y_top:.1f}" width="{each:.1f}" '
+                         f'height="{max(0.0, y_bottom - y_top):.1f}" fill="{_esc(b.colour)}"/>')
+            if b.text and not chart.stacked and not slanted:
+                parts.append(f'<text x="{x + each / 2:.1f}" y="{y_top - 5:.1f}" '
+                             f'text-anchor="middle" fill="#1f2933">{_esc(b.text)}</text>')
+            parts.append("</g>")
+    for i, label in enumerate(slots):
+        if i % every:
+            continue
+        cx = left + slot_w * (i + 0.5)
         if slanted:
             parts.append(f'<text transform="translate({cx:.1f},{base + 12:.1f}) rotate(-40)" '
                          f'text-anchor="end" fill="{AXIS_COLOUR}" font-size="12">'
-                         f"{_esc(b.label)}</text>")
+                         f"{_esc(label)}</text>")
         else:
             parts.append(f'<text x="{cx:.1f}" y="{base + 18:.1f}" text-anchor="middle" '
-                         f'fill="{AXIS_COLOUR}">{_esc(b.label)}</text>')
-        parts.append("</g>")
+                         f'fill="{AXIS_COLOUR}">{_esc(label)}</text>')
     parts.append(f'<line x1="{left}" x2="{WIDTH - right}" y1="{base:.1f}" y2="{base:.1f}" '
                  f'stroke="{AXIS_COLOUR}"/></svg>')
     title = (f'<div style="font-size:1.05rem;color:#31333f;margin:0.5rem 0 0 0.6rem">'
              f"{_esc(chart.title)}</div>")
+    keys = "".join(f'<span style="margin-right:1.2rem;white-space:nowrap">'
+                   f'<span style="display:inline-block;width:0.8rem;height:0.8rem;'
+                   f'background:{_esc(colour)};margin-right:0.3rem;vertical-align:-0.1rem">'
+                   f"</span>{_esc(name)}</span>" for name, colour in chart.legend)
+    legend = (f'<div style="font-size:0.85rem;color:#31333f;margin:0 0 0.5rem 3.5rem">'
+              f"{keys}</div>" if keys else "")
     return (f'<div class="mmlens-chart" data-chart-title="{_esc(chart.title)}">{title}'
-            + "".join(parts) + "</div>")
-
+            + "".join(parts) + legend + "</div>")

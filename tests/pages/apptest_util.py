@@ -33,7 +33,7 @@ def figures(at: AppTest) -> list[dict[str, Any]]:
 
 def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
     """The SVG bar chart (``mmlens.figures.svg``) whose title holds ``words``, as drawn: each
-    bar's label, value, colour and tooltip."""
+    bar's label, series, value, colour and tooltip."""
     for md in at.markdown:
         if 'class="mmlens-chart"' not in md.value:
             continue
@@ -43,6 +43,7 @@ def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
         svg = "{http://www.w3.org/2000/svg}"
         bars = [g for g in root.iter(f"{svg}g") if g.get("data-label") is not None]
         return {"x": [g.get("data-label") for g in bars],
+                "series": [g.get("data-series") for g in bars],
                 "y": [float(g.get("data-value", "nan")) for g in bars],
                 "colour": [g.find(f"{svg}rect").get("fill") for g in bars],  # type: ignore[union-attr]
                 "hover": [g.findtext(f"{svg}title") for g in bars]}

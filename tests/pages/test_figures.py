@@ -236,8 +236,9 @@ def test_ratio_series_handles_resets() -> None:
 def test_mode_reason_figure_one_trace_per_mode_reason() -> None:
     fig = mode_reason_figure({("smg", "m", "router", "auto_mixed"): [(0.0, 3.0)],
                               ("smg", "m", "worker", "auto_uniform"): [(0.0, 2.0)]})
-    assert [t.name for t in fig.data] == ["router / auto_mixed · m", "worker / auto_uniform · m"]
-    assert fig.layout.barmode == "stack"
+    assert [name for name, _ in fig.legend] == ["router / auto_mixed · m",
+                                                "worker / auto_uniform · m"]
+    assert fig.stacked and [b.value for b in fig.bars] == [3.0, 2.0]
 
 
 def test_overview_alerts_block_size_and_unhealthy() -> None:
@@ -351,15 +352,15 @@ def test_time_bars_keep_their_width_and_ticks_never_repeat() -> None:
     from mmlens.figures.availability import avoidable_figure
 
     early = mode_reason_figure({("demo", "m", "router", "auto"): [(0.0, 2), (30.0, 1)]})
-    # Ten minutes on, two more buckets: the bars are as wide as before, not a sliver.
+    # Ten minutes on, two more buckets: the quiet intervals between are empty slots (the bars
+    # keep one bucket's width, and time is not squeezed), each slot its own clock time.
     late = mode_reason_figure({("demo", "m", "router", "auto"): [
         (0.0, 2), (30.0, 1), (570.0, 1), (600.0, 3)]})
-    assert early.data[0].width == late.data[0].width == 0.8 * 30_000
+    assert early.slots == ("00:00:00", "00:00:30")
+    assert len(late.slots) == 21 and len(set(late.slots)) == 21
+    assert [b.label for b in late.bars] == ["00:00:00", "00:00:30", "00:09:30", "00:10:00"]
     # One bucket alone is one bucket wide, not a slab across the chart.
     assert avoidable_figure([(60.0, "content_blind", 320.0)]).data[0].width == 0.8 * 60_000
-    stops = {tuple(s["dtickrange"]): s["value"]
-             for s in early.to_dict()["layout"]["xaxis"]["tickformatstops"]}
-    assert stops[(None, 1000)] == "%H:%M:%S.%L"  # sub-second ticks: two never read the same
 
 
 def test_fleet_hit_rate_bars_show_the_lowest_workers() -> None:

@@ -84,7 +84,7 @@ def test_cache_routing_affinity_have_demo_traces(live: LiveDashboard) -> None:
     assert figure_titled(at, "Prefix tree")["data"][0]["type"] == "icicle"
     assert len(figure_titled(at, "Predicted vs realized")["data"][1]["x"]) >= 10
     at = open_page("routing")
-    names = trace_names(figure_titled(at, "processing mode"))
+    names = svg_bars(at, "processing mode")["series"]
     assert any("router / config" in n for n in names)
     assert any("worker / config" in n for n in names)
     at = open_page("affinity")

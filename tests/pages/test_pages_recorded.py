@@ -154,11 +154,12 @@ def test_inspector_shows_each_router_s_view_and_outcome(db: Recorded) -> None:
 def test_routing_page_charts_and_tables(db: Recorded) -> None:
     at = open_page("routing")
     assert_clean(at)
-    modes = figure_titled(at, "processing mode")
-    assert all(t["type"] == "bar" for t in modes["data"])
-    assert any("router / auto_mixed" in n for n in trace_names(modes))
-    branches = figure_titled(at, "branches")
-    assert set(branches["data"][0]["x"]) == {"event_hit", "expected_wait_fallback"}
+    modes = svg_bars(at, "processing mode")
+    assert modes["y"] and all(y > 0 for y in modes["y"])
+    assert any("router / auto_mixed" in n for n in modes["series"])
+    branches = svg_bars(at, "branches")
+    assert set(branches["x"]) == {"event_hit", "expected_wait_fallback"}
+    assert not figures(at)  # every Routing chart is SVG: a new tab of it loads no Plotly
     decisions = at.dataframe[0].value
     errors = next(d.value for d in at.dataframe if "error_code" in d.value.columns)
     assert db.hit_id in set(decisions["request"])
