@@ -20,6 +20,7 @@ from mmlens.figures.cache import (
 )
 from mmlens.figures.kv_divergence import divergence_figure
 from mmlens.figures.plain import PlainFigure
+from mmlens.figures.svg import bar_chart_html
 
 st.title("Cache")
 path = shared.require_reader()
@@ -49,7 +50,8 @@ def live() -> None:
         with c2:
             bars, folded = shared.resident_bars(path)
             if bars:
-                st.plotly_chart(resident_blocks_figure(bars), key="resident", width="stretch")
+                st.markdown(bar_chart_html(resident_blocks_figure(bars)),
+                            unsafe_allow_html=True)
                 if folded:
                     st.caption(f"The {len(bars) - 1} workers holding the most blocks, and the "
                                f"mean of the other {folded}.")
@@ -106,8 +108,8 @@ def available() -> None:
                             width="stretch")
         with c2:
             if view.avoidable:
-                st.plotly_chart(avoidable_figure(view.avoidable), key="avoidable",
-                                width="stretch")
+                st.markdown(bar_chart_html(avoidable_figure(view.avoidable)),
+                            unsafe_allow_html=True)
             else:
                 st.success("Nothing avoidable: every request got what the best worker held.")
         by = st.radio("Per", ["router", "model", "worker"], horizontal=True, key="avail_by")

@@ -1,5 +1,6 @@
 """Available vs achieved: token-weighted hit rates per router over time (achieved solid,
-available dashed), and avoidable prefill tokens per minute stacked by cause."""
+available dashed; Plotly, a line per router to hide or compare), and avoidable prefill tokens
+per minute stacked by cause (SVG bars)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 from mmlens.analysis.availability.aggregate import HitRatePoint
 from mmlens.analysis.availability.view import CAUSE_TEXT
 from mmlens.figures.plain import PlainFigure
-from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
+from mmlens.figures.svg import SERIES_COLOURS, Bar, BarChart, time_slots
+from mmlens.figures.timeaxis import TIME_AXIS, gapped
 from mmlens.figures.token_layout import MARGIN
 
 CAUSE_COLORS = {"load_spill": "#e8a33d", "content_blind": "#d1495b", "stale_index": "#8e6c8a",
@@ -47,23 +49,16 @@ def _requests(pts: Sequence[HitRatePoint], ys: Sequence[float | None]) -> list[i
     return [None if y is None else next(counts) for y in ys]
 
 
-def avoidable_figure(rows: Sequence[tuple[float, str, float]]) -> PlainFigure:
-    """``rows``: (bucket start, cause, avoidable tokens per minute)."""
-    by_cause: dict[str, list[tuple[float, float]]] = {}
-    for t, cause, per_min in rows:
-        by_cause.setdefault(cause, []).append((t, per_min))
-    width = bar_width_ms([r[0] for r in rows], 60.0)
-    data = []
-    for cause, pts in by_cause.items():
-        bar: dict[str, Any] = {
-            "type": "bar", "name": cause, "x": utc([p[0] for p in pts]),
-            "y": [p[1] for p in pts], "width": width,
-            "hovertemplate": f"{CAUSE_TEXT.get(cause, cause)}: %{{y:.0f}} tokens/min"
-                             "<extra></extra>"}
-        if cause in CAUSE_COLORS:
-            bar["marker"] = {"color": CAUSE_COLORS[cause]}
-        data.append(bar)
-    return PlainFigure({"data": data, "layout": {
-        "title": {"text": "Avoidable prefill tokens per minute, by cause (UTC)"},
-        "barmode": "stack", "height": 320, "margin": MARGIN, "xaxis": TIME_AXIS,
-        "yaxis": {"title": {"text": "tokens / min"}}}})
+def avoidable_figure(rows: Sequence[tuple[float, str, float]]) -> BarChart:
+    """``rows``: (bucket start, cause, avoidable tokens per minute), stacked by cause; read,
+    not explored: SVG bars."""
+    slots, label_of = time_slots([r[0] for r in rows], 60.0)
+    causes = list(dict.fromkeys(cause for _, cause, _ in rows))
+    colour = {c: CAUSE_COLORS.get(c, SERIES_COLOURS[i % len(SERIES_COLOURS)])
+              for i, c in enumerate(causes)}
+    bars = tuple(Bar(label_of[t], per_min, hover=f"{label_of[t]} UTC · "
+                     f"{CAUSE_TEXT.get(cause, cause)}: {per_min:.0f} tokens/min",
+                     colour=colour[cause], series=cause) for t, cause, per_min in rows)
+    return BarChart("Avoidable prefill tokens per minute, by cause (UTC)", bars, height=320,
+                    stacked=True, slots=slots, time_axis=True,
+                    legend=tuple((c, colour[c]) for c in causes))

@@ -97,17 +97,22 @@ def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> Pla
         "margin": MARGIN}})
 
 
-def resident_blocks_figure(bars: Sequence[tuple[str, float, float]]) -> PlainFigure:
+RESIDENT_SERIES = (("resident blocks", "#2680c2"), ("…with image keys", "#8719e0"))
+
+
+def resident_blocks_figure(bars: Sequence[tuple[str, float, float]]) -> BarChart:
     """``bars``: (worker, resident blocks, blocks with image keys), e.g.
-    ``analysis.views.cache.resident_bars``."""
-    labels = [b[0] for b in bars]
-    return PlainFigure({"data": [
-        {"type": "bar", "name": "resident blocks", "x": labels, "y": [b[1] for b in bars],
-         "marker": {"color": "#2680c2"}},
-        {"type": "bar", "name": "…with image keys", "x": labels, "y": [b[2] for b in bars],
-         "marker": {"color": "#8719e0"}}],
-        "layout": {"barmode": "group", "height": 320, "margin": MARGIN,
-                   "title": {"text": "Resident blocks per worker (from KV events)"}}})
+    ``analysis.views.cache.resident_bars``; read, not explored: SVG bars side by side."""
+    (resident, r_colour), (keyed, k_colour) = RESIDENT_SERIES
+    drawn = []
+    for worker, blocks, with_keys in bars:
+        drawn += [Bar(worker, blocks, f"{blocks:,.0f}", f"{worker}: {blocks:,.0f} {resident}",
+                      r_colour, resident),
+                  Bar(worker, with_keys, f"{with_keys:,.0f}",
+                      f"{worker}: {with_keys:,.0f} resident blocks with image keys", k_colour,
+                      keyed)]
+    return BarChart("Resident blocks per worker (from KV events)", tuple(drawn), height=320,
+                    slots=tuple(b[0] for b in bars), legend=RESIDENT_SERIES)
 
 
 # The icicle draws this many levels below the worker; deeper blocks of a chain are one node

@@ -4,47 +4,27 @@ read, not explored: inline SVG bars (``figures.svg``), so the Routing page loads
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from itertools import pairwise
 
-from mmlens.figures.svg import SERIES_COLOURS, Bar, BarChart
+from mmlens.figures.svg import SERIES_COLOURS, Bar, BarChart, time_slots
 
 Point = tuple[float, float]
-MAX_TIME_SLOTS = 720  # 6 h of 30 s buckets
-
-
-def _time_slots(ts: Sequence[float]) -> tuple[list[float], float]:
-    """Every bucket from the first to the last at the buckets' spacing (an interval without
-    requests is an empty slot, not squeezed out), and that spacing."""
-    found = sorted(set(ts))
-    spacing = [b - a for a, b in pairwise(found) if b > a]
-    step = min(spacing) if spacing else 30.0
-    n = round((found[-1] - found[0]) / step) + 1 if found else 0
-    if n > MAX_TIME_SLOTS:
-        return found, step
-    return [found[0] + i * step for i in range(n)], step
-
-
-def _clock(ts: float, step: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S" if step < 60 else "%H:%M")
 
 
 def mode_reason_figure(series: Mapping[tuple[str, ...], Sequence[Point]]) -> BarChart:
     """``series`` keyed (target, model, mode, reason): requests per interval, stacked."""
-    slots, step = _time_slots([p[0] for points in series.values() for p in points])
-    by_ts = {t: _clock(t, step) for t in slots}
+    slots, by_ts = time_slots([p[0] for points in series.values() for p in points])
     bars, legend = [], []
     for i, ((target, model, mode, reason), points) in enumerate(sorted(series.items())):
         name = f"{mode} / {reason} · {model.split('/')[-1]}"
         colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
         legend.append((name, colour))
         for ts, n in points:
-            label = by_ts.get(ts) or _clock(ts, step)
+            label = by_ts[ts]
             bars.append(Bar(label, n, hover=f"{name} at {label} UTC: {n:g} requests "
                             f"({target}: {model})", colour=colour, series=name))
     return BarChart("Image requests by processing mode / reason (smg_mm_processing_total, "
                     "per interval, UTC)", tuple(bars), height=320, stacked=True,
-                    slots=tuple(by_ts.values()), time_axis=True, legend=tuple(legend))
+                    slots=slots, time_axis=True, legend=tuple(legend))
 
 
 def _bars_per_target(title: str, counts_by_target: Mapping[str, Mapping[str, float]],

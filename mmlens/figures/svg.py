@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import pairwise
 
 WIDTH = 1000  # viewBox units; the SVG scales to the column it is in
 FONT = 'font-family="Source Sans, sans-serif"'
@@ -19,6 +22,7 @@ SLANT_AFTER = 12  # more slots than this: labels slanted so they do not run toge
 MAX_LABELS = 10  # on a time axis, at most this many slots are labelled
 # Series that are not workers (workers keep ``figures.workers``' colours): Plotly's default
 # colourway, so they read as the charts beside them.
+MAX_TIME_SLOTS = 720  # 6 h of 30 s buckets
 SERIES_COLOURS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692",
                   "#b6e880", "#ff97ff", "#fecb52")
 
@@ -43,6 +47,28 @@ class BarChart:
     slots: tuple[str, ...] = ()  # every slot in order, empty ones too (default: the bars')
     time_axis: bool = False  # slots are times: only every few are labelled, level
     legend: tuple[tuple[str, str], ...] = ()  # (series, colour) keys under the chart
+
+
+def time_slots(ts: Sequence[float], default_step: float = 30.0,
+               ) -> tuple[tuple[str, ...], dict[float, str]]:
+    """The UTC clock time of every bucket from the first to the last at the buckets' spacing
+    (an interval without data is an empty slot, not squeezed out; past ``MAX_TIME_SLOTS``
+    only the buckets found), and each bucket's slot."""
+    found = sorted(set(ts))
+    if not found:
+        return (), {}
+    spacing = [b - a for a, b in pairwise(found) if b > a]
+    step = min(spacing) if spacing else default_step
+    fmt = "%H:%M:%S" if step < 60 else "%H:%M"
+
+    def clock(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime(fmt)
+
+    n = round((found[-1] - found[0]) / step) + 1
+    if n > MAX_TIME_SLOTS:
+        return tuple(clock(t) for t in found), {t: clock(t) for t in found}
+    slots = tuple(clock(found[0] + i * step) for i in range(n))
+    return slots, {t: slots[round((t - found[0]) / step)] for t in found}
 
 
 def _esc(text: str) -> str:

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from tests.live_support import REPO
+from tests.pages.browser_timing import DRAWN_JS
 from tests.pages.conftest import LiveDashboard
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 SHOTS = REPO / "artifacts" / "screenshots"
+SVG_ONLY = ("overview", "routing")  # pages whose every chart is inline SVG (figures.svg)
 
 # page url → text that must be visible once it has rendered
 EXPECTED = {
@@ -36,8 +38,16 @@ def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any
     body = browser_page.locator("[data-testid='stMain']")
     for text in EXPECTED[page]:
         body.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=30_000)
-    if page in ("overview", "inspector", "routing", "affinity", "cache"):
+    if page in ("inspector", "affinity", "cache"):
         browser_page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=30_000)
+    if page in SVG_ONLY:  # its charts are inline SVG: this tab never loads Plotly's code
+        browser_page.locator(".mmlens-chart svg rect").first.wait_for(state="visible",
+                                                                     timeout=30_000)
+        browser_page.wait_for_function(DRAWN_JS, arg=[EXPECTED[page][0], []], timeout=30_000)
+        assert browser_page.locator("[data-testid='stPlotlyChart']").count() == 0
+        assert not browser_page.evaluate(
+            "() => performance.getEntriesByType('resource')"
+            ".some(e => e.name.includes('PlotlyChart'))")
     # Nothing on the page may be a traceback, and the URL must have resolved to its page.
     assert browser_page.locator("[data-testid='stException']").count() == 0
     assert browser_page.get_by_text("Page not found").count() == 0

@@ -220,8 +220,8 @@ def test_fleet_residency_rows_and_bars_stay_small() -> None:
     assert [b[1] for b in bars[:12]] == list(range(29, 17, -1))
     assert bars[-1] == ("18 other workers (mean)", sum(range(18)) / 18,
                         2 + sum(i % 3 for i in range(18)) / 18)
-    fig = resident_blocks_figure(bars).to_dict()
-    assert fig["data"][0]["x"][-1] == "18 other workers (mean)"
+    chart = resident_blocks_figure(bars)
+    assert chart.slots[-1] == "18 other workers (mean)" and len(chart.bars) == 2 * len(bars)
     small, none_folded = resident_bars(state[:3], names)
     assert none_folded == 0 and [b[0] for b in small] == ["w0", "h:1", "h:2"]
 
@@ -360,7 +360,8 @@ def test_time_bars_keep_their_width_and_ticks_never_repeat() -> None:
     assert len(late.slots) == 21 and len(set(late.slots)) == 21
     assert [b.label for b in late.bars] == ["00:00:00", "00:00:30", "00:09:30", "00:10:00"]
     # One bucket alone is one bucket wide, not a slab across the chart.
-    assert avoidable_figure([(60.0, "content_blind", 320.0)]).data[0].width == 0.8 * 60_000
+    one = avoidable_figure([(60.0, "content_blind", 320.0)])
+    assert one.slots == ("00:01",) and one.bars[0].value == 320.0
 
 
 def test_fleet_hit_rate_bars_show_the_lowest_workers() -> None:

@@ -239,8 +239,9 @@ def test_cache_page_figures(db: Recorded) -> None:
     timeline = figure_titled(at, "KV events")
     assert "w1 stored (12)" in trace_names(timeline)
     assert "w1 removed (0)" in trace_names(timeline)
-    resident = figure_titled(at, "Resident blocks")
-    assert resident["data"][0]["y"] == [12, 5]
+    resident = svg_bars(at, "Resident blocks")
+    assert [y for s, y in zip(resident["series"], resident["y"], strict=True)
+            if s == "resident blocks"] == [12, 5]
     tree = figure_titled(at, "Prefix tree")["data"][0]
     assert tree["type"] == "icicle"
     # The chained event (parent 1004) hangs under block 1004 of its worker.
