@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 import streamlit as st
+from mmlens.ui.read_cache import VersionedCache
 
 from mmlens.analysis.affinity import multi_resident, worker_image_sets
 from mmlens.analysis.alert_states import AlertTracker, TrackedAlert
@@ -148,7 +149,8 @@ def _note_caught(what: str, exc: Exception) -> None:
 # A cached read lives until a table it reads changes (``mmlens.store.versions``), so coming
 # back to a page after a minute redraws it from the cache when the store has nothing new;
 # VERSIONS_TTL_S bounds how often the versions themselves are read (all sessions share them),
-# SAFETY_TTL_S the life of an entry whose change no version shows.
+# SAFETY_TTL_S how stale an entry whose change no version shows may be served (it is read
+# again in the background once older).
 VERSIONS_TTL_S = 1.0
 SAFETY_TTL_S = 60.0
 
@@ -168,26 +170,24 @@ def _versions_of(path: str, tables: tuple[str, ...]) -> tuple[tuple[Any, ...], .
     return tuple(found.get(t, ()) for t in tables)
 
 
+_store_reads: list[VersionedCache[Any]] = []
+
+
 def store_cached(*tables: str, records: bool = False, max_entries: int = 8,
                  ttl: float = SAFETY_TTL_S) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """Cache ``read(path, ...)`` until one of ``tables`` changes (``records``: the value is
-    shared, not copied; see ``records_cache``)."""
+    """Cache ``read(path, ...)`` until one of ``tables`` changes; past ``ttl`` it is read
+    again in the background while the cached value is served (``read_cache``). ``records``:
+    the value is shared, not copied (see ``records_cache``)."""
     def wrap(read: Callable[..., T]) -> Callable[..., T]:
-        def versioned(path: str, versions: tuple[Any, ...], *args: Any) -> T:
-            return read(path, *args)
-
-        # Streamlit keys a cache by the function's qualified name and source: each read
-        # gets its own.
-        versioned.__qualname__ = f"{read.__qualname__}.versioned"
-        versioned.__module__ = read.__module__
-        cache = records_cache if records else st.cache_data
-        cached = cache(ttl=ttl, show_spinner=False, max_entries=max_entries)(versioned)
+        cache: VersionedCache[T] = VersionedCache(read, ttl, max_entries, shared=records)
+        _store_reads.append(cache)
 
         @functools.wraps(read)
         def current(path: str, *args: Any) -> T:
-            return cached(path, _versions_of(path, tables), *args)
+            return cache.get(_versions_of(path, tables), path, *args)
 
-        current.clear = cached.clear  # type: ignore[attr-defined]
+        current.clear = cache.clear  # type: ignore[attr-defined]
+        current.cache = cache  # type: ignore[attr-defined]
         return current
     return wrap
 
@@ -195,8 +195,9 @@ def store_cached(*tables: str, records: bool = False, max_entries: int = 8,
 def forget_store_reads() -> None:
     """Drop every cached read (after this session wrote to the store itself)."""
     st.cache_data.clear()
-    for read in (_snapshot, recent_traces, recent_verdicts, verdict, verdicts_by_id,
-                 trace_by_id):
+    for cache in _store_reads:
+        cache.clear()
+    for read in (recent_traces, recent_verdicts):
         read.clear()  # type: ignore[attr-defined]
 
 
@@ -268,6 +269,29 @@ class _TraceWindow:
         self.traces: list[RequestTrace] = []
         self.versions: tuple[Any, ...] | None = None
         self.read_at = 0.0
+        self.rereading = False
+
+
+def _reread_soon(window: Any, read: Callable[[], T], merge: Callable[[T], None]) -> None:
+    """A window's whole read, due every ``SAFETY_TTL_S``, in the background (one at a time):
+    the page run that finds it due serves the window topped up as usual; ``merge`` folds the
+    whole read in under the window's lock once it is done."""
+    if window.rereading:
+        return
+    window.rereading = True
+
+    def run() -> None:
+        try:
+            value = read()
+            with window.lock:
+                merge(value)
+                window.read_at = time.monotonic()
+        except Exception as exc:  # the window stays as topped up; the next run tries again
+            log.info("background window read failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            window.rereading = False
+
+    threading.Thread(target=run, daemon=True, name="mmlens-window-read").start()
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -278,25 +302,37 @@ def _trace_window(path: str, limit: int) -> _TraceWindow:
 def recent_traces(path: str, limit: int = 300) -> list[RequestTrace]:
     """The newest ``limit`` traces with their logged decisions (shared, not copied). When only
     new traces came (no decision), only those are read; a trace recorded late, behind the
-    newest one, or merged in place shows at the next whole read (every ``SAFETY_TTL_S``)."""
+    newest one, or merged in place shows after the next whole read, made in the background
+    once the last is ``SAFETY_TTL_S`` old (no page run waits for it)."""
     versions = _versions_of(path, ("traces", "decisions"))
     window = _trace_window(path, limit)
     with window.lock:
-        if versions == window.versions:
-            return window.traces
-        now = time.monotonic()
+        due = time.monotonic() - window.read_at >= SAFETY_TTL_S
         old = window.traces
-        if (old and window.versions is not None and versions[1] == window.versions[1]
-                and now - window.read_at < SAFETY_TTL_S):
+        if versions == window.versions:
+            pass
+        elif old and window.versions is not None and versions[1] == window.versions[1]:
             seen = {t.request_id for t in old if t.ts == old[0].ts}
             new = [t for t in _reader(path).traces_from(old[0].ts, limit)
                    if t.request_id not in seen]
             window.traces = [*new, *old][:limit]
         else:
             window.traces = _reader(path).recent_traces(limit)
-            window.read_at = now
+            window.read_at = time.monotonic()
+            due = False
         window.versions = versions
+        if due and window.traces:
+            _reread_soon(window, lambda: _reader(path).recent_traces(limit),
+                         lambda whole: _merge_traces(window, whole, limit))
         return window.traces
+
+
+def _merge_traces(window: _TraceWindow, whole: list[RequestTrace], limit: int) -> None:
+    """A whole read of the window, keeping what a top-up added while it ran."""
+    newest = whole[0].ts if whole else float("-inf")
+    ids = {t.request_id for t in whole}
+    window.traces = [*(t for t in window.traces if t.ts >= newest and t.request_id not in ids),
+                     *whole][:limit]
 
 
 recent_traces.clear = _trace_window.clear  # type: ignore[attr-defined]
@@ -311,8 +347,10 @@ class _VerdictWindow:
         self.known: dict[str, Verdict] = {}
         self.asked: set[str] = set()  # ids looked up (judged or not yet)
         self.shown: dict[str, Verdict] = {}
+        self.ids: list[str] = []  # the window's requests, newest first
         self.versions: tuple[Any, ...] | None = None
         self.read_at = 0.0
+        self.rereading = False
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -328,18 +366,21 @@ def recent_verdicts(path: str, limit: int = 300) -> dict[str, Verdict]:
     """The stored verdicts of ``recent_traces(path, limit)`` (a request not judged yet has
     none: pending), shared, not copied. A new request's verdict is read alone; a change of
     the verdicts' version reads the verdicts judged at or after the previous one (the job
-    re-judges in place, moving ``judged_at``); everything is read whole every
-    ``SAFETY_TTL_S``."""
+    re-judges in place, moving ``judged_at``); everything is read whole in the background
+    every ``SAFETY_TTL_S``."""
     traces = recent_traces(path, limit)
     versions = _versions_of(path, ("traces", "decisions", "verdicts"))
     window = _verdict_window(path, limit)
     with window.lock:
-        if versions == window.versions:
-            return window.shown
         ids = [t.request_id for t in traces]
         now = time.monotonic()
+        if window.versions is not None and now - window.read_at >= SAFETY_TTL_S:
+            _reread_soon(window, lambda: _reader(path).store_verdicts(ids),
+                         lambda whole: _merge_verdicts(window, whole))
+        if versions == window.versions:
+            return window.shown
         r = _reader(path)
-        fresh = window.versions is None or now - window.read_at >= SAFETY_TTL_S
+        fresh = window.versions is None
         if not fresh and versions[2] != window.versions[2]:
             since = window.versions[2][0] if window.versions[2] else None
             judged = [] if since is None else r.verdicts_judged_since(since, REJUDGED_MAX)
@@ -355,12 +396,27 @@ def recent_verdicts(path: str, limit: int = 300) -> dict[str, Verdict]:
             new = [i for i in ids if i not in window.asked]
             window.known.update(r.store_verdicts(new))
             window.asked.update(new)
-        window.shown = {i: window.known[i] for i in ids if i in window.known}
-        keep = set(ids)
-        window.known = {i: v for i, v in window.known.items() if i in keep}
-        window.asked &= keep
+        window.ids = ids
+        _show_verdicts(window)
         window.versions = versions
         return window.shown
+
+
+def _show_verdicts(window: _VerdictWindow) -> None:
+    window.shown = {i: window.known[i] for i in window.ids if i in window.known}
+    keep = set(window.ids)
+    window.known = {i: v for i, v in window.known.items() if i in keep}
+    window.asked &= keep
+
+
+def _merge_verdicts(window: _VerdictWindow, whole: dict[str, Verdict]) -> None:
+    """A whole read of the window's verdicts; one judged again while it ran stays."""
+    for rid, v in whole.items():
+        known = window.known.get(rid)
+        if known is None or v.judged_at >= known.judged_at:
+            window.known[rid] = v
+    window.asked.update(whole)
+    _show_verdicts(window)
 
 
 recent_verdicts.clear = _verdict_window.clear  # type: ignore[attr-defined]

@@ -86,22 +86,33 @@ def test_each_page_run_notes_its_script_time(db: Recorded, tmp_path: Path,
     assert all(r["wall_s"] > 0 and r["cpu_s"] >= 0 for r in runs)
 
 
-def test_new_traces_top_up_the_cached_ones(tmp_path: Any, sql: list[str]) -> None:
-    """When requests arrive (and no decision), a page reads only the traces recorded since
-    its newest, not the whole window again; one recorded behind the newest shows at the next
-    whole read."""
+def five_traces(tmp_path: Any) -> tuple[str, Store, float]:
+    """A store of five traces a second apart (req-0 … req-4), nothing of it cached yet."""
     db = str(tmp_path / "s.db")
     store = open_store(db)
     now = time.time()
     store.add_traces([trace(f"req-{i}", now + i) for i in range(5)])
     shared.forget_store_reads()
     shared._reader.clear()
+    return db, store, now
+
+
+def newest_three(db: str, sql: list[str]) -> tuple[list[str], list[str]]:
+    """The trace window's three newest ids, and the trace queries that read them."""
+    shared.store_versions.clear()  # the versions are read again
+    del sql[:]
+    ids = [t.request_id for t in shared.recent_traces(db, 3)]
+    return ids, [q for q in sql if "FROM traces" in q and "max(" not in q]
+
+
+def test_new_traces_top_up_the_cached_ones(tmp_path: Any, sql: list[str]) -> None:
+    """When requests arrive (and no decision), a page reads only the traces recorded since
+    its newest, not the whole window again; one recorded behind the newest shows at the next
+    whole read."""
+    db, store, now = five_traces(tmp_path)
 
     def newest() -> tuple[list[str], list[str]]:
-        shared.store_versions.clear()  # the versions are read again
-        del sql[:]
-        ids = [t.request_id for t in shared.recent_traces(db, 3)]
-        return ids, [q for q in sql if "FROM traces" in q and "max(" not in q]
+        return newest_three(db, sql)
 
     assert newest()[0] == ["req-4", "req-3", "req-2"]
     store.add_traces([trace("req-5", now + 5), trace("req-6", now + 6)])
@@ -158,4 +169,58 @@ def test_verdicts_read_only_what_moved(tmp_path: Any, sql: list[str],
     shown, queries = verdicts()
     assert shown == {"req-4": "hit", "req-3": "cold", "req-2": "false_miss"}
     assert read_ids == [] and len(queries) == 1 and "judged_at >= ?" in queries[0]
+    store.close()
+
+
+def test_an_expired_read_is_served_while_it_is_read_again_in_the_background() -> None:
+    """Past its lifetime an entry whose versions hold is still served (a click after a
+    minute idle waits for no read) and read again behind it; new versions are read at once;
+    unshared values are copies."""
+    from mmlens.ui.read_cache import VersionedCache
+
+    store = {"x": [1]}
+    reads: list[str] = []
+
+    def read(key: str) -> list[int]:
+        reads.append(key)
+        return list(store[key])
+
+    cache: VersionedCache[list[int]] = VersionedCache(read, 0.05, 4, shared=False)
+    assert cache.get(("v1",), "x") == [1] and reads == ["x"]
+    cache.get(("v1",), "x").append(99)  # a copy: the cached value is untouched
+    assert cache.get(("v1",), "x") == [1] and reads == ["x"]
+    store["x"] = [2]  # a change no version shows
+    time.sleep(0.06)
+    assert cache.get(("v1",), "x") == [1]  # served stale, not waited for
+    deadline = time.monotonic() + 5
+    while cache.refreshes < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reads == ["x", "x"] and cache.get(("v1",), "x") == [2]
+    store["x"] = [3]
+    assert cache.get(("v2",), "x") == [3] and len(reads) == 3  # new versions: read now
+
+
+def test_the_windows_whole_reads_run_behind_the_page(tmp_path: Any, sql: list[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the trace window's whole read is due, the page run that finds it reads only the
+    new traces; the whole read runs in the background and brings the late trace (recorded
+    behind the newest) at the next run."""
+    db, store, now = five_traces(tmp_path)
+
+    def newest() -> tuple[list[str], list[str]]:
+        return newest_three(db, sql)
+
+    assert newest()[0] == ["req-4", "req-3", "req-2"]
+    monkeypatch.setattr(shared, "SAFETY_TTL_S", 0.0)  # the whole read is due from now on
+    store.add_traces([trace("late", now + 3.5), trace("req-5", now + 5)])
+    ids, queries = newest()
+    assert ids == ["req-5", "req-4", "req-3"]  # topped up: the late one not seen yet
+    assert queries and all("ts >= ?" in q for q in queries[:1])
+    window = shared._trace_window(db, 3)
+    deadline = time.monotonic() + 10
+    while (window.rereading or not any("ts >= ?" not in q for q in sql)) \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
+    monkeypatch.setattr(shared, "SAFETY_TTL_S", 60.0)
+    assert newest()[0] == ["req-5", "req-4", "late"]
     store.close()
