@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from mmlens.records import Availability, BlockRemoved, BlockStored, KVEvent
-from mmlens.store.dialect import SQLBase, marks
+from mmlens.store.dialect import SQLBase, StoreError, marks
 from mmlens.store.tail import IdTail
 
 SCHEMA = """
@@ -94,9 +94,9 @@ def content_of(ev: KVEvent) -> bytes | None:
 def stored_content(keys: list[int], images: list[Any] | None, shapes: list[int] | None,
                    ) -> bytes:
     """A store's content keys and, per image block, (shape key, content key, image refs)."""
-    blocks = [] if not (images and shapes) else [
-        [shape, key, [list(r) for r in refs]]
-        for shape, key, refs in zip(shapes, keys, images, strict=False) if refs]
+    blocks = [] if not (images and shapes) else [  # tuples: the same msgpack arrays as lists
+        (shape, key, refs) for shape, key, refs in zip(shapes, keys, images, strict=False)
+        if refs]
     return _enc.encode({"k": keys, "i": blocks})
 
 
@@ -105,19 +105,32 @@ class AvailabilityTables(SQLBase):
 
     def add_kv_content(self, events: Iterable[KVEvent]) -> int:
         """Content keys of events stored before without them (``kv_late``)."""
-        return self.add_kv_content_rows(content_rows(events))
-
-    def add_kv_content_rows(self, rows: Sequence[Sequence[Any]], only_unkeyed: bool = False,
-                            ) -> int:
-        """``kv_content`` rows (``CONTENT_COLUMNS``); ``only_unkeyed``: only those whose event
-        row is stored without content keys (the others have theirs there)."""
+        rows = content_rows(events)
         if not rows:
             return 0
         self._before_append("kv_content", (r[0] for r in rows))
         with self._tx():
-            if not only_unkeyed:
-                return self._insert_new("kv_content", CONTENT_COLUMNS, rows)
-            return self._many(_UNKEYED, [(r[6], r[0], r[1], r[2], r[3], r[4]) for r in rows])
+            return self._insert_new("kv_content", CONTENT_COLUMNS, rows)
+
+    def add_keys_where_missing(self, rows: Sequence[Sequence[Any]]) -> None:
+        """``kv_content`` rows (``CONTENT_COLUMNS``) of the events stored without content
+        keys (the others have theirs in their row)."""
+        args = [(r[6], r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        self._before_append("kv_content", (r[0] for r in rows))
+        try:
+            with self._tx():
+                self._many(_UNKEYED, args)
+            return
+        except Exception as exc:
+            if self.is_outage(exc) or isinstance(exc, StoreError):
+                raise
+        for one in args:  # a row the event table refused (counted there) has none to key
+            try:
+                with self._tx():
+                    self._many(_UNKEYED, [one])
+            except Exception as exc:
+                if self.is_outage(exc):
+                    raise
 
     def _insert_new(self, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> int:
         """Insert the rows whose key is not stored yet, inside the caller's transaction;

@@ -31,6 +31,7 @@ from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, 
 from mmlens.store.schema import KV_COLUMNS
 
 _enc = msgspec.msgpack.Encoder()
+_json = msgspec.json.Encoder()
 
 
 def kv_row(ev: KVEvent) -> tuple[Any, ...]:
@@ -41,7 +42,8 @@ def kv_row(ev: KVEvent) -> tuple[Any, ...]:
         keys = ev.keys
         names = None
         if images:
-            names = json.dumps(sorted({r[0] for refs in images if refs for r in refs}))
+            names = _json.encode(sorted({r[0] for refs in images if refs for r in refs})
+                                 ).decode()
         return (ev.ts, ev.worker, ev.rank, ev.seq, "stored", len(ev.block_hashes),
                 None if ev.parent is None else str(ev.parent), _enc.encode(ev.block_hashes),
                 names, ev.idx, (stored_content(keys, images, ev.shapes) if images else
@@ -189,8 +191,8 @@ class StoreWrites(AvailabilityTables):
         them once."""
         keyed = [r for r in rows if r[-1] is not None]
         if keyed:
-            self.add_kv_content_rows([(r[0], r[1], r[2], r[3], r[9], r[4], r[10])
-                                      for r in keyed], only_unkeyed=True)
+            self.add_keys_where_missing([(r[0], r[1], r[2], r[3], r[9], r[4], r[10])
+                                         for r in keyed])
 
     def add_kv_views(self, points: Iterable[Any]) -> int:
         """Router view vs engine holdings (``mmlens.analysis.kv_divergence.ViewPoint``)."""

@@ -199,6 +199,23 @@ def test_keys_of_an_event_stored_before_without_them_go_to_the_late_table_once(
     two.close()
 
 
+def test_a_kv_row_the_backend_refuses_is_set_aside_alone(store_db: str) -> None:
+    """A rank past 64 bits fails the whole batch's insert (PostgreSQL's binary COPY, SQLite's
+    bind): the batch goes row by row, the bad row alone is refused and named, and the keys
+    of the others are there for the availability replay."""
+    store = open_store(store_db)
+    events = _batch(1, 10.0, 3)
+    for ev in events:
+        ev.keys = [ev.block_hashes[0]]
+    events[1].rank = 1 << 70
+    assert store.add_kv_events(events) == 2
+    assert [r.keys for r in store.kv_keyed_tail(IdTail())] == [[100], [102]]
+    assert dict(store.rejected) == {"unwritable_kv_events": 1}
+    assert store.add_kv_events(events) == 0  # stored once, refused again
+    assert dict(store.rejected) == {"unwritable_kv_events": 2}
+    store.close()
+
+
 _V2_KV = """
     CREATE TABLE kv_events (ts REAL NOT NULL, worker TEXT NOT NULL, rank INTEGER NOT NULL,
         seq INTEGER NOT NULL, kind TEXT NOT NULL, n_blocks INTEGER NOT NULL, parent TEXT,
