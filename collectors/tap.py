@@ -492,7 +492,7 @@ class _Upstream(asyncio.Protocol):
         if cut is not None:
             tap._count(cut)
         if req.ex is not None and req.body is not None and tap.submit is not None:
-            req.ex.body = b"".join(req.body or [])
+            req.ex.body_parts = req.body  # joined by the recorder
             req.ex.latency_s, req.ex.cut = time.perf_counter() - req.t0, cut
             tap.submit(req.ex)
             req.ex = None

@@ -38,15 +38,16 @@ _meta_dec = msgspec.msgpack.Decoder()
 
 
 def exchange_frame(ex: Exchange) -> list[bytes]:
+    body_n = len(ex.body) + sum(map(len, ex.body_parts))
     head = [c for _, c in ex.chunks]
     tail = [c for _, c in ex.tail]
     meta = _meta_enc.encode((
         ex.ts, ex.t0, ex.client_request_id, ex.status, ex.headers, ex.sse,
         [t for t, _ in ex.chunks], [len(c) for c in head], [t for t, _ in ex.tail],
         [len(c) for c in tail], ex.kept, ex.tail_bytes, ex.overflow, ex.latency_s, ex.cut,
-        len(ex.body)))
-    size = len(ex.body) + sum(map(len, head)) + sum(map(len, tail))
-    return [HEAD.pack(EXCHANGE, len(meta), size), meta, ex.body, *head, *tail]
+        body_n))
+    size = body_n + sum(map(len, head)) + sum(map(len, tail))
+    return [HEAD.pack(EXCHANGE, len(meta), size), meta, ex.body, *ex.body_parts, *head, *tail]
 
 
 def health_frame(row: Any) -> list[bytes]:

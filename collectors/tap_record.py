@@ -114,11 +114,12 @@ class Recorder:
         self.max_backlog = max_backlog
         self.max_backlog_bytes = max_backlog_bytes
         self._backlog_bytes = 0  # of the exchanges waiting
+        self._backlog_n = 0
         self._bytes_lock = threading.Lock()
         self.health_every_s = health_every_s
         self.linger_s = linger_s
         self.quarantined: deque[Quarantined] = deque(maxlen=KEPT_QUARANTINED)
-        self._q: queue.SimpleQueue[Exchange | _Fetched | None] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[list[Exchange] | _Fetched | None] = queue.SimpleQueue()
         self._flushed: tuple[float, int] | None = None
         self._last = 0.0
         self._fetch = FetchLoop(fetcher, self._q.put) if fetcher is not None else None
@@ -130,19 +131,30 @@ class Recorder:
 
     def submit(self, ex: Exchange) -> None:
         """Called on the proxy's loop: never blocks."""
-        size = ex.size()
-        if (self._closing.is_set() or self._q.qsize() >= self.max_backlog
-                or self._backlog_bytes + size > self.max_backlog_bytes):
-            self.health.count("dropped_backlog")
-            return
+        self.submit_many([ex])
+
+    def submit_many(self, exs: list[Exchange]) -> None:
+        """Exchanges into the backlog in one hand-over (what one read of the recorder
+        process's pipe brought); those past its bounds are dropped and counted."""
+        kept = []
         with self._bytes_lock:
-            self._backlog_bytes += size
-        self._q.put(ex)
+            for ex in exs:
+                size = ex.size()
+                if (self._closing.is_set() or self._backlog_n >= self.max_backlog
+                        or self._backlog_bytes + size > self.max_backlog_bytes):
+                    self.health.count("dropped_backlog")
+                    continue
+                self._backlog_bytes += size
+                self._backlog_n += 1
+                kept.append(ex)
+        if kept:
+            self._q.put(kept)
 
     def taken(self, ex: Exchange) -> None:
         """``ex`` left the backlog (its bytes may be handed over again)."""
         with self._bytes_lock:
             self._backlog_bytes -= ex.size()
+            self._backlog_n -= 1
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Record what is queued and spill what the store did not take. The store is not
@@ -168,7 +180,8 @@ class Recorder:
             stop = item is None
             due = time.monotonic() + self.linger_s
             while item is not None:
-                self._take(item, batch)
+                for one in item if isinstance(item, list) else (item,):
+                    self._take(one, batch)
                 if len(batch) >= MAX_BATCH:
                     break
                 try:

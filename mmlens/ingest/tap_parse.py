@@ -69,10 +69,16 @@ class Exchange:
     overflow: bool = False
     latency_s: float | None = None
     cut: str | None = None
+    # The rest of the request's bytes as they came in pieces, after ``body`` (the proxy
+    # hands them on without joining them).
+    body_parts: list[bytes] = field(default_factory=list)
 
     def size(self) -> int:
         """Bytes held (what a backlog of exchanges is bounded by)."""
-        return len(self.body) + self.kept + self.tail_bytes
+        return len(self.body) + sum(map(len, self.body_parts)) + self.kept + self.tail_bytes
+
+    def request_body(self) -> bytes:
+        return b"".join([self.body, *self.body_parts]) if self.body_parts else self.body
 
     def add(self, t: float, chunk: bytes, head_cap: int, tail_cap: int) -> None:
         if self.overflow:
@@ -345,7 +351,7 @@ def exchange_trace(ex: Exchange, router: str, store_text: bool = False,
                    ) -> tuple[RequestFacts, ResponseFacts, RequestTrace]:
     """The tap's record of one relayed exchange (and the facts it came from, for a layout or
     a fetch of its images)."""
-    req = request_facts(ex.body, store_text)
+    req = request_facts(ex.request_body(), store_text)
     resp = response_facts(ex)
     return req, resp, to_fragment(req, resp, client_request_id=ex.client_request_id,
                                   ts=ex.ts, router=router)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from dataclasses import replace
 
 from mmlens.collectors.tap_frames import (
     EXCHANGE,
@@ -28,12 +29,17 @@ def exchanges() -> list[Exchange]:
                    {"content-type": "text/event-stream"}, sse=True)
     for i in range(40):
         sse.add(0.001 * i, b"data: {\"i\": %d}\n\n" % i, 100, 120)
-    big = Exchange(3.0, 4.0, os.urandom(3 << 20), None, 200, {"x": "y"})
+    big = Exchange(3.0, 4.0, b"", None, 200, {"x": "y"},
+                   body_parts=[os.urandom(1 << 20) for _ in range(3)])  # as the proxy holds it
     big.add(0.01, b'{"id":"c"}', 1 << 20, 0)
     over = Exchange(5.0, 6.0, b"", None, 502, {})
     over.add(0.1, b"x" * 50, 10, 0)  # over the cap: no chunks, overflow
     over.latency_s, over.cut = 0.25, "upstream_broken"
     return [sse, big, over]
+
+
+def joined(ex: Exchange) -> Exchange:
+    return replace(ex, body=ex.request_body(), body_parts=[])
 
 
 def test_exchanges_come_out_as_they_went_in_through_a_full_pipe() -> None:
@@ -64,7 +70,7 @@ def test_exchanges_come_out_as_they_went_in_through_a_full_pipe() -> None:
     reading.join(10)
     os.close(r)
     assert [k for k, _ in got] == [EXCHANGE] * 3 + [HEALTH, STOP] and not broken
-    assert [item for _, item in got[:3]] == sent
+    assert [item for _, item in got[:3]] == [joined(ex) for ex in sent]
     assert got[3][1] == row
 
 
