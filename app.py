@@ -2,6 +2,7 @@
 
 import streamlit as st
 from mmlens.ui import shared
+from mmlens.ui.warmup import warm_browser
 
 st.set_page_config(page_title="mmlens", page_icon=":material/search:", layout="wide")
 
@@ -49,5 +50,6 @@ current = st.navigation(PAGES)
 shared.time_controls()
 shared.sidebar_status()
 shared.load_tokenizers_soon()
+warm_browser()
 with shared.script_timer(current.url_path or "index"):
     current.run()
