@@ -5,7 +5,11 @@ shows must appear within it) is served too, while a background thread reads it a
 (stale-while-revalidate): coming back to a page after a minute on a store that did not change
 draws it from the cache instead of waiting for every read of the page again. Values are kept
 as pickles and each hit gets its own copy (as ``st.cache_data`` does), or, when ``shared``, as
-the objects themselves (request records, which pages treat as read-only)."""
+the objects themselves (request records, which pages treat as read-only).
+
+A read whose answer moves slowly (per-minute rollups, five minutes of counters) may also be
+served up to ``stale_s`` old after the store changed, and read again behind the page: on a
+fleet the collectors write every second, so a version-keyed entry is otherwise never hit."""
 
 from __future__ import annotations
 
@@ -31,9 +35,10 @@ class _Entry:
 
 class VersionedCache(Generic[T]):
     def __init__(self, read: Callable[..., T], ttl_s: float, max_entries: int,
-                 shared: bool) -> None:
+                 shared: bool, stale_s: float = 0.0) -> None:
         self.read = read
         self.ttl_s = ttl_s
+        self.stale_s = stale_s
         self.max_entries = max_entries
         self.shared = shared
         self.lock = threading.Lock()
@@ -42,17 +47,20 @@ class VersionedCache(Generic[T]):
         self.refreshes = 0  # background reads done (tests, benchmarks)
 
     def get(self, versions: Hashable, *args: Any) -> T:
-        """``read(*args)``, from the cache while ``versions`` hold."""
+        """``read(*args)``, from the cache while ``versions`` hold, or while the entry is
+        younger than ``stale_s`` (then read again behind it at the new versions)."""
         with self.lock:
             entry = self.entries.get(args)
-            if entry is not None and entry.versions == versions:
-                self.entries.move_to_end(args)
-                if (time.monotonic() - entry.read_at >= self.ttl_s
-                        and args not in self.refreshing):
-                    self.refreshing.add(args)
-                    threading.Thread(target=self._refresh, args=(versions, args), daemon=True,
-                                     name="mmlens-cache-refresh").start()
-                return self._out(entry.value)
+            if entry is not None:
+                age = time.monotonic() - entry.read_at
+                same = entry.versions == versions
+                if same or age < self.stale_s:
+                    self.entries.move_to_end(args)
+                    if (not same or age >= self.ttl_s) and args not in self.refreshing:
+                        self.refreshing.add(args)
+                        threading.Thread(target=self._refresh, args=(versions, args),
+                                         daemon=True, name="mmlens-cache-refresh").start()
+                    return self._out(entry.value)
         value = self.read(*args)
         self._put(versions, args, value)
         return value

@@ -153,6 +153,11 @@ def _note_caught(what: str, exc: Exception) -> None:
 # again in the background once older).
 VERSIONS_TTL_S = 1.0
 SAFETY_TTL_S = 60.0
+# Reads of per-minute rollups and of windows of minutes (hit rates, KV timelines, liveness)
+# may be served this old after the store changed, while read again behind the page: on a
+# fleet the collectors write every second, and these are the reads a page waits for most.
+# Requests, verdicts and decisions are always shown as stored.
+SLOW_MOVING_S = float(REFRESH_S)
 
 # Queries returning request records are cached as shared objects, not copies: st.cache_data
 # pickles its value on every hit, which for 500 traces costs ~150 ms per page run. Pages and
@@ -174,12 +179,15 @@ _store_reads: list[VersionedCache[Any]] = []
 
 
 def store_cached(*tables: str, records: bool = False, max_entries: int = 8,
-                 ttl: float = SAFETY_TTL_S) -> Callable[[Callable[..., T]], Callable[..., T]]:
+                 ttl: float = SAFETY_TTL_S, stale_s: float = 0.0,
+                 ) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Cache ``read(path, ...)`` until one of ``tables`` changes; past ``ttl`` it is read
-    again in the background while the cached value is served (``read_cache``). ``records``:
-    the value is shared, not copied (see ``records_cache``)."""
+    again in the background while the cached value is served (``read_cache``); ``stale_s``:
+    after a change, served that long while read again behind the page. ``records``: the
+    value is shared, not copied (see ``records_cache``)."""
     def wrap(read: Callable[..., T]) -> Callable[..., T]:
-        cache: VersionedCache[T] = VersionedCache(read, ttl, max_entries, shared=records)
+        cache: VersionedCache[T] = VersionedCache(read, ttl, max_entries, shared=records,
+                                                  stale_s=stale_s)
         _store_reads.append(cache)
 
         @functools.wraps(read)
@@ -217,7 +225,7 @@ def snapshot(path: str, n_traces: int = 200) -> Snapshot:
     return with_health(_snapshot(path, n_traces), _reader(path).health())
 
 
-@store_cached("samples")
+@store_cached("samples", stale_s=SLOW_MOVING_S)
 def router_metrics(path: str) -> NormalizedMetrics:
     """The last 5 min of the routers' own series, normalized (no engine series)."""
     return _reader(path).router_metrics()
@@ -229,7 +237,7 @@ def router_metrics(path: str) -> NormalizedMetrics:
 NOT_ON_OVERVIEW = ("smg_worker_requests_total", "dynamo_router_overhead_")
 
 
-@store_cached("samples", "worker_minutes")
+@store_cached("samples", "worker_minutes", stale_s=SLOW_MOVING_S)
 def overview_metrics(path: str, window_s: float = 300.0) -> NormalizedMetrics:
     """The last ``window_s`` normalized; on a fleet the routers' series and each worker's hit
     rate from its rollup minutes (one row per worker), not every worker's raw counters."""
@@ -439,7 +447,7 @@ def samples(path: str, names: tuple[str, ...], window_s: float) -> list[MetricSa
     return _reader(path).recent_samples(window_s, names)
 
 
-@store_cached("samples", "worker_minutes")
+@store_cached("samples", "worker_minutes", stale_s=SLOW_MOVING_S)
 def hit_rates(path: str, window_s: float) -> tuple[dict[str, list[tuple[float, float]]], float]:
     """Prefix hit-rate lines over ``window_s`` and their bucket width: on a fleet (or a long
     window) from the rollup minutes, else from the counters' samples (``fleet_hit_rates``);
@@ -450,7 +458,7 @@ def hit_rates(path: str, window_s: float) -> tuple[dict[str, list[tuple[float, f
     return fleet_hit_rates(_reader(path).recent_series(window_s, HIT_NAMES))
 
 
-@store_cached("kv_events", "worker_minutes")
+@store_cached("kv_events", "worker_minutes", stale_s=SLOW_MOVING_S)
 def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float, str, str, int]]:
     """KV blocks per (bucket, worker, kind), the busiest workers named and the rest summed:
     on a fleet (or a long window) per minute from the rollups, else from the events."""
@@ -460,7 +468,8 @@ def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float
     return fold_timeline(_reader(path).kv_timeline(window_s, bucket_s))
 
 
-@store_cached("samples", "kv_views", "kv_state", "traces", "decisions", "verdicts")
+@store_cached("samples", "kv_views", "kv_state", "traces", "decisions", "verdicts",
+              stale_s=SLOW_MOVING_S)
 def worker_view(path: str, window_s: float = 900.0) -> WorkersView:
     """Per worker: live or gone (since when), its KV-event transport, and the alerts."""
     r = _reader(path)

@@ -224,3 +224,25 @@ def test_the_windows_whole_reads_run_behind_the_page(tmp_path: Any, sql: list[st
     monkeypatch.setattr(shared, "SAFETY_TTL_S", 60.0)
     assert newest()[0] == ["req-5", "req-4", "late"]
     store.close()
+
+
+def test_a_slow_moving_read_is_served_briefly_after_a_change_and_read_behind() -> None:
+    """With ``stale_s``, a read whose store changed is served from the cache while the entry
+    is younger than that, and read again behind it at the new versions; an older entry is
+    read at once."""
+    from mmlens.ui.read_cache import VersionedCache
+
+    value = {"n": 1}
+    cache: VersionedCache[int] = VersionedCache(lambda: value["n"], 60.0, 4, shared=True,
+                                                stale_s=0.5)
+    assert cache.get(("v1",)) == 1
+    value["n"] = 2
+    assert cache.get(("v2",)) == 1  # changed, but the entry is fresh enough: served
+    deadline = time.monotonic() + 5
+    while cache.refreshes < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.get(("v2",)) == 2  # read behind the page, at the new versions
+    value["n"] = 3
+    time.sleep(0.55)
+    assert cache.get(("v3",)) == 3  # too old to serve after a change: read now
+    assert cache.refreshes == 1
