@@ -3,10 +3,16 @@ health row that carries the proxy's counters and the recorder's, flushed while i
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
+import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -53,3 +59,61 @@ def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path:
         ids = {t.request_id for t in store.traces(limit=50)}
     assert ids == {f"r{i}" for i in range(20)} | {"probe"}
     assert proc.returncode == 0
+
+
+def test_an_image_sent_slowly_delays_no_other_connection(tmp_path: Path) -> None:
+    """A 4 MB image sent over a second and a half: ten small requests on another connection
+    are answered while it is still coming, and both are recorded (the big one with its
+    image's size), by the recorder process after the answers."""
+    router = Served(odd_app(), free_port())
+    port, db = free_port(), tmp_path / "tap.db"
+    proc = subprocess.Popen([sys.executable, "-m", "mmlens", "tap", "--listen",
+                             f"127.0.0.1:{port}", "--upstream", router.url, "--db", str(db)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    image = b"\x89PNG\r\n\x1a\n" + os.urandom(4 << 20)
+    big = json.dumps({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {
+            "url": "data:image/png;base64," + base64.b64encode(image).decode()}}]}]}).encode()
+    slow: dict[str, object] = {}
+
+    def send_slowly() -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                      b"content-type: application/json\r\nx-request-id: big\r\n"
+                      b"content-length: %d\r\n\r\n" % len(big))
+            step = len(big) // 30 + 1
+            for i in range(0, len(big), step):
+                s.sendall(big[i:i + step])
+                time.sleep(0.05)
+            slow["sent"] = time.monotonic()
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += s.recv(65536)
+            slow["status"] = answer.split(b" ", 2)[1]
+
+    try:
+        wait_until(lambda: httpx.post(url + "/v1/chat/completions", json={}, timeout=1,
+                                      headers={"x-request-id": "probe"}).status_code == 200,
+                   30, what="tap", ignore=(httpx.HTTPError,))
+        sender = threading.Thread(target=send_slowly)
+        sender.start()
+        time.sleep(0.2)  # the big one under way
+        done = []
+        with httpx.Client() as c:
+            for i in range(10):
+                r = c.post(url + "/v1/chat/completions", headers={"x-request-id": f"s{i}"},
+                           json={"model": "m", "messages": []})
+                assert r.status_code == 200
+                done.append(time.monotonic())
+        sender.join(30)
+        with contextlib.closing(open_store(db, readonly=True)) as store:
+            got = wait_until(lambda: (t := store.trace("big")) and t.images and t, 30, 0.1,
+                             what="the big one recorded", ignore=(Exception,))
+            assert {t.request_id for t in store.traces(limit=50)} >= {f"s{i}" for i in
+                                                                      range(10)}
+    finally:
+        stop_process(proc, signal.SIGINT, 30)
+        router.stop()
+    assert slow["status"] == b"200" and max(done) < slow["sent"]  # type: ignore[operator]
+    assert got.images[0].byte_size == len(image)
