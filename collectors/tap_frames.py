@@ -81,6 +81,7 @@ class FrameReader:
         self._buf = bytearray(READ_BYTES)
         self._start = 0  # the first byte not yet taken
         self._end = 0  # the end of what was read
+        self.last_read = 0  # bytes the last read brought
 
     def read(self) -> list[tuple[int, Any]] | None:
         """What one read completed (kind, item), waiting for it; None at the end of the
@@ -89,7 +90,7 @@ class FrameReader:
             self._start = self._end = 0
         if len(self._buf) - self._end < MIN_FREE:
             self._make_room()
-        n = os.readv(self.fd, [memoryview(self._buf)[self._end:]])
+        n = self.last_read = os.readv(self.fd, [memoryview(self._buf)[self._end:]])
         if n == 0:
             return None
         self._end += n

@@ -43,9 +43,10 @@ from mmlens.records import CollectorHealth
 
 HEALTH_EVERY_S = 0.5
 NICE = 10
-# A read that brought fewer frames than this is followed by a pause: the pipe (1 MB) holds
-# what comes meanwhile, and the recorder wakes 200 times a second, not once per exchange.
-FEW = 64
+# A read that found less than this in the pipe is followed by a pause: the pipe (1 MB) holds
+# what comes meanwhile, and the recorder wakes 200 times a second, not once per exchange
+# (a fuller pipe is read on at once: large images come at the pipe's speed).
+FEW_BYTES = 128 << 10
 GATHER_S = 0.005
 
 # What the child builds its recorder from: (write, flush_health, recorder options) made in
@@ -186,7 +187,7 @@ def _intake(reader: FrameReader, rec: Any, proxy: list[CollectorHealth],
                 rec.submit_many(exchanges)
                 return True
         rec.submit_many(exchanges)
-        if len(frames) < FEW:  # let a few more come before the next read (fewer wake-ups)
+        if reader.last_read < FEW_BYTES:  # let more come before the next read
             time.sleep(GATHER_S)
 
 
