@@ -468,8 +468,8 @@ def kv_timeline(path: str, window_s: float, bucket_s: float) -> list[tuple[float
     return fold_timeline(_reader(path).kv_timeline(window_s, bucket_s))
 
 
-@store_cached("samples", "kv_views", "kv_state", "traces", "decisions", "verdicts",
-              stale_s=SLOW_MOVING_S)
+# Not served stale: it carries the alerts, which must show what the store holds.
+@store_cached("samples", "kv_views", "kv_state", "traces", "decisions", "verdicts")
 def worker_view(path: str, window_s: float = 900.0) -> WorkersView:
     """Per worker: live or gone (since when), its KV-event transport, and the alerts."""
     r = _reader(path)
