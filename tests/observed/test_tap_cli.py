@@ -28,13 +28,18 @@ def tap_health(db: Path) -> CollectorHealth | None:
         return next((h for h in store.health() if h.collector == "tap"), None)
 
 
+def start_tap(port: int, upstream: str, db: Path, out: int) -> subprocess.Popen[bytes]:
+    """`mmlens tap` on 127.0.0.1:``port`` in front of ``upstream``, recording into ``db``."""
+    return subprocess.Popen([sys.executable, "-m", "mmlens", "tap", "--listen",
+                             f"127.0.0.1:{port}", "--upstream", upstream, "--db", str(db)],
+                            cwd=REPO, stdout=out, stderr=out)
+
+
 def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path: Path
                                                                          ) -> None:
     router = Served(odd_app(), free_port())
     port, db = free_port(), tmp_path / "tap.db"
-    proc = subprocess.Popen([sys.executable, "-m", "mmlens", "tap", "--listen",
-                             f"127.0.0.1:{port}", "--upstream", router.url, "--db", str(db)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_tap(port, router.url, db, subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.post(url + "/v1/chat/completions", json={}, timeout=1,
@@ -67,9 +72,7 @@ def test_an_image_sent_slowly_delays_no_other_connection(tmp_path: Path) -> None
     image's size), by the recorder process after the answers."""
     router = Served(odd_app(), free_port())
     port, db = free_port(), tmp_path / "tap.db"
-    proc = subprocess.Popen([sys.executable, "-m", "mmlens", "tap", "--listen",
-                             f"127.0.0.1:{port}", "--upstream", router.url, "--db", str(db)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_tap(port, router.url, db, subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     image = b"\x89PNG\r\n\x1a\n" + os.urandom(4 << 20)
     big = json.dumps({"model": "m", "messages": [{"role": "user", "content": [
