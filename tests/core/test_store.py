@@ -21,7 +21,7 @@ from mmlens.records import (
     RoutingDecision,
 )
 from mmlens.store.open import NoStoreYet, StoreError, open_store
-from mmlens.store.sqlite import SCHEMA_VERSION, Store
+from mmlens.store.sqlite import SCHEMA_VERSION, WAL_CHECKPOINT_PAGES, Store
 from mmlens.store.tail import IdTail
 from tests.conftest import new_database
 
@@ -31,6 +31,13 @@ BIG = (1 << 64) - 1
 def test_sqlite_store_is_in_wal_mode(tmp_path) -> None:
     store = Store(tmp_path / "s.db")
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
+def test_sqlite_writer_checkpoints_its_wal_every_few_thousand_pages(tmp_path) -> None:
+    store = Store(tmp_path / "s.db")
+    assert store.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_CHECKPOINT_PAGES
+    assert WAL_CHECKPOINT_PAGES > 1000  # SQLite's default: checkpoints four times as often
     store.close()
 
 
