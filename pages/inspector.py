@@ -21,6 +21,7 @@ from mmlens.analysis.views.inspector import (
     timing_caption,
 )
 from mmlens.errors import LayoutError
+from mmlens.figures.layout_svg import layout_svg_html
 from mmlens.figures.router_views import router_panel
 from mmlens.figures.token_layout import layout_figure
 from mmlens.layout.composition import ImageInput, Layout
@@ -61,7 +62,12 @@ def show(rv: RequestView, title: str) -> None:
     cols[4].metric("Engine prompt_tokens", "—" if observed is None else observed,
                    delta=None if not delta else f"{delta:+d} vs expected", delta_color="inverse")
     if rv.rows:
-        st.plotly_chart(layout_figure(rv, title), key="layout_figure", width="stretch")
+        # SVG first: a tab's first Plotly chart waits for Plotly's code; zooming is a toggle
+        if st.toggle("Zoomable chart", key="layout_zoom",
+                     help="the same layout in Plotly: zoom into long prompts"):
+            st.plotly_chart(layout_figure(rv, title), key="layout_figure", width="stretch")
+        else:
+            st.markdown(layout_svg_html(rv, title), unsafe_allow_html=True)
     for d in rv.divergences:
         st.warning(f"**First divergent block {d.block}** ({d.reason}): {d.detail}")
     if rv.rows and not rv.divergences:

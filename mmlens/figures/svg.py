@@ -71,11 +71,11 @@ def time_slots(ts: Sequence[float], default_step: float = 30.0,
     return slots, {t: slots[round((t - found[0]) / step)] for t in found}
 
 
-def _esc(text: str) -> str:
+def esc(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _ticks(top: float, percent: bool) -> list[float]:
+def ticks(top: float, percent: bool) -> list[float]:
     if percent:
         return [0.0, 0.25, 0.5, 0.75, 1.0]
     if top <= 0:
@@ -117,16 +117,16 @@ def bar_chart_html(chart: BarChart) -> str:
     bottom = 96 if slanted else 34
     h = chart.height
     plot_w, plot_h = WIDTH - left - right, h - top_px - bottom
-    ticks = _ticks(_tops(chart, slots), chart.percent)
-    y_max = ticks[-1] * (1.05 if chart.percent else 1.0)
+    axis = ticks(_tops(chart, slots), chart.percent)
+    y_max = axis[-1] * (1.05 if chart.percent else 1.0)
 
     def y_of(v: float) -> float:
         return top_px + plot_h * (1 - max(0.0, v) / y_max)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {h}" '
-             f'width="100%" role="img" aria-label="{_esc(chart.title)}" {FONT} '
+             f'width="100%" role="img" aria-label="{esc(chart.title)}" {FONT} '
              'font-size="13">']
-    for t in ticks:
+    for t in axis:
         y = y_of(t)
         parts.append(f'<line x1="{left}" x2="{WIDTH - right}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="{GRID_COLOUR}"/><text x="{left - 6}" y="{y + 4:.1f}" '
@@ -153,13 +153,13 @@ def bar_chart_html(chart: BarChart) -> str:
             if chart.stacked:
                 below += max(0.0, b.value)
             tip = b.hover or f"{b.series or b.label}: {b.text or f'{b.value:g}'}"
-            parts.append(f'<g data-label="{_esc(b.label)}" data-series="{_esc(b.series)}" '
-                         f'data-value="{b.value!r}"><title>{_esc(tip)}</title>'
+            parts.append(f'<g data-label="{esc(b.label)}" data-series="{esc(b.series)}" '
+                         f'data-value="{b.value!r}"><title>{esc(tip)}</title>'
                          f'<rect x="{x:.1f}" y="{y_top:.1f}" width="{each:.1f}" '
-                         f'height="{max(0.0, y_bottom - y_top):.1f}" fill="{_esc(b.colour)}"/>')
+                         f'height="{max(0.0, y_bottom - y_top):.1f}" fill="{esc(b.colour)}"/>')
             if b.text and not chart.stacked and not slanted:
                 parts.append(f'<text x="{x + each / 2:.1f}" y="{y_top - 5:.1f}" '
-                             f'text-anchor="middle" fill="#1f2933">{_esc(b.text)}</text>')
+                             f'text-anchor="middle" fill="#1f2933">{esc(b.text)}</text>')
             parts.append("</g>")
     for i, label in enumerate(slots):
         if i % every:
@@ -168,19 +168,24 @@ def bar_chart_html(chart: BarChart) -> str:
         if slanted:
             parts.append(f'<text transform="translate({cx:.1f},{base + 12:.1f}) rotate(-40)" '
                          f'text-anchor="end" fill="{AXIS_COLOUR}" font-size="12">'
-                         f"{_esc(label)}</text>")
+                         f"{esc(label)}</text>")
         else:
             parts.append(f'<text x="{cx:.1f}" y="{base + 18:.1f}" text-anchor="middle" '
-                         f'fill="{AXIS_COLOUR}">{_esc(label)}</text>')
+                         f'fill="{AXIS_COLOUR}">{esc(label)}</text>')
     parts.append(f'<line x1="{left}" x2="{WIDTH - right}" y1="{base:.1f}" y2="{base:.1f}" '
                  f'stroke="{AXIS_COLOUR}"/></svg>')
     title = (f'<div style="font-size:1.05rem;color:#31333f;margin:0.5rem 0 0 0.6rem">'
-             f"{_esc(chart.title)}</div>")
+             f"{esc(chart.title)}</div>")
+    legend = legend_html(chart.legend)
+    return (f'<div class="mmlens-chart" data-chart-title="{esc(chart.title)}">{title}'
+            + "".join(parts) + legend + "</div>")
+
+
+def legend_html(legend: Sequence[tuple[str, str]]) -> str:
+    """(series, colour) keys in a row under a chart ("" for none)."""
     keys = "".join(f'<span style="margin-right:1.2rem;white-space:nowrap">'
                    f'<span style="display:inline-block;width:0.8rem;height:0.8rem;'
-                   f'background:{_esc(colour)};margin-right:0.3rem;vertical-align:-0.1rem">'
-                   f"</span>{_esc(name)}</span>" for name, colour in chart.legend)
-    legend = (f'<div style="font-size:0.85rem;color:#31333f;margin:0 0 0.5rem 3.5rem">'
-              f"{keys}</div>" if keys else "")
-    return (f'<div class="mmlens-chart" data-chart-title="{_esc(chart.title)}">{title}'
-            + "".join(parts) + legend + "</div>")
+                   f'background:{esc(colour)};margin-right:0.3rem;vertical-align:-0.1rem">'
+                   f"</span>{esc(name)}</span>" for name, colour in legend)
+    return (f'<div style="font-size:0.85rem;color:#31333f;margin:0 0 0.5rem 3.5rem">'
+            f"{keys}</div>" if keys else "")

@@ -44,14 +44,16 @@ def _bar(name: str, x: list[Any], base: list[Any], y: list[Any], color: str,
             "hoverinfo": "text", **extra}
 
 
-def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
-    data: list[dict[str, Any]] = []
-    rows = [r.name for r in rv.rows]
-    engine_row = None
-    if rv.counts.get("engine_prompt_tokens") is not None:
-        engine_row = f"engine ({rv.counts['engine_prompt_tokens']}, cached {rv.cached_tokens or 0})"
-    y_order = ([engine_row] if engine_row else []) + rows[::-1]
+def engine_row_name(rv: RequestView) -> str | None:
+    """The engine's row (its prompt and cached tokens), when the engine reported a count."""
+    if rv.counts.get("engine_prompt_tokens") is None:
+        return None
+    return f"engine ({rv.counts['engine_prompt_tokens']}, cached {rv.cached_tokens or 0})"
 
+
+def span_groups(rv: RequestView) -> dict[str, dict[str, list[Any]]]:
+    """The spans of every row grouped by kind or image identity (a legend entry each): their
+    lengths (x), starts (base), rows (y) and tooltips (text)."""
     groups: dict[str, dict[str, list[Any]]] = {}
     for row in rv.rows:
         for s in row.spans:
@@ -65,12 +67,24 @@ def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
             g["base"].append(s.start)
             g["y"].append(row.name)
             g["text"].append(f"{key}: tokens {s.start}–{s.end - 1} ({s.length})")
-    for key, g in groups.items():
-        if key.startswith("image"):
-            color = image_color(int(key.split()[1]))
-        else:
-            color = KIND_COLORS.get(SpanKind(key), "#829ab1")
-        data.append(_bar(key, g["x"], g["base"], g["y"], color, g["text"], legendgroup=key))
+    return groups
+
+
+def group_color(key: str) -> str:
+    if key.startswith("image"):
+        return image_color(int(key.split()[1]))
+    return KIND_COLORS.get(SpanKind(key), "#829ab1")
+
+
+def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
+    data: list[dict[str, Any]] = []
+    rows = [r.name for r in rv.rows]
+    engine_row = engine_row_name(rv)
+    y_order = ([engine_row] if engine_row else []) + rows[::-1]
+
+    for key, g in span_groups(rv).items():
+        data.append(_bar(key, g["x"], g["base"], g["y"], group_color(key), g["text"],
+                         legendgroup=key))
 
     if engine_row:
         prompt = int(rv.counts["engine_prompt_tokens"] or 0)
@@ -119,39 +133,49 @@ def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
         "annotations": annotations}})
 
 
-def _block_hover(rv: RequestView) -> list[dict[str, Any]]:
+def block_tips(rv: RequestView) -> list[tuple[str, int, int, list[str]]]:
+    """Every block of every row (up to ``MAX_HOVER_BLOCKS`` a row): its row, first and end
+    token, and its tooltip's lines (tokens, full or partial, hash, content key, images)."""
     bs = rv.block_size
-    xs: list[float] = []
-    ys: list[str] = []
-    texts: list[str] = []
+    tips = []
     for row in rv.rows:
         n_blocks = -(-row.length // bs)
         for b in range(min(n_blocks, MAX_HOVER_BLOCKS)):
             start, end = b * bs, min((b + 1) * bs, row.length)
             full = end - start == bs
-            text = f"{row.name.split(' (')[0]} block {b}: tokens {start}–{end - 1}"
-            text += " (full)" if full else f" (partial, {end - start}/{bs}: never cached)"
+            first = f"{row.name.split(' (')[0]} block {b}: tokens {start}–{end - 1}"
+            lines = [first + (" (full)" if full else
+                              f" (partial, {end - start}/{bs}: never cached)")]
             if b < len(row.block_hashes):
-                text += f"<br>hash {row.block_hashes[b]:016x}"
+                lines.append(f"hash {row.block_hashes[b]:016x}")
             if b < len(row.block_keys):
-                text += f"<br>content key {row.block_keys[b]} (engine view)"
+                lines.append(f"content key {row.block_keys[b]} (engine view)")
             if b < len(row.block_images) and row.block_images[b]:
-                text += "<br>extra_keys " + ", ".join(row.block_images[b])
-            xs.append(start + (end - start) / 2)
-            ys.append(row.name)
-            texts.append(text)
-    if not xs:
+                lines.append("extra_keys " + ", ".join(row.block_images[b]))
+            tips.append((row.name, start, end, lines))
+    return tips
+
+
+def _block_hover(rv: RequestView) -> list[dict[str, Any]]:
+    tips = block_tips(rv)
+    if not tips:
         return []
-    return [{"type": "scatter", "name": "blocks", "x": xs, "y": ys, "mode": "markers",
-             "marker": {"size": 14, "opacity": 0.0}, "hovertext": texts, "hoverinfo": "text",
+    return [{"type": "scatter", "name": "blocks",
+             "x": [start + (end - start) / 2 for _, start, end, _ in tips],
+             "y": [row for row, _, _, _ in tips], "mode": "markers",
+             "marker": {"size": 14, "opacity": 0.0},
+             "hovertext": ["<br>".join(lines) for *_, lines in tips], "hoverinfo": "text",
              "showlegend": False}]
+
+
+def grid_blocks(rv: RequestView) -> range:
+    """The blocks whose left edge gets a grid line (every few past ``MAX_GRID_LINES``)."""
+    n = max([r.length for r in rv.rows] + [0]) // rv.block_size
+    return range(max(1, -(-n // MAX_GRID_LINES)), n + 1, max(1, -(-n // MAX_GRID_LINES)))
 
 
 def _block_grid(rv: RequestView) -> list[dict[str, Any]]:
     bs = rv.block_size
-    longest = max([r.length for r in rv.rows] + [0])
-    n = longest // bs
-    step = max(1, -(-n // MAX_GRID_LINES))
     return [{"type": "line", "xref": "x", "yref": "paper", "x0": b * bs, "x1": b * bs,
              "y0": 0, "y1": 1, "line": {"color": "rgba(31,41,51,0.35)", "width": 1}}
-            for b in range(step, n + 1, step)]
+            for b in grid_blocks(rv)]

@@ -50,6 +50,31 @@ def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
     raise AssertionError(f"no SVG chart titled …{words}…")
 
 
+def layout_drawn(at: AppTest) -> dict[str, Any]:
+    """The Inspector's SVG token layout (``mmlens.figures.layout_svg``) read back in the
+    token-layout figure's shape: one bar trace per series (its rows ``y`` and lengths ``x``),
+    the blocks' tooltips, the divergent blocks' labels."""
+    svg = "{http://www.w3.org/2000/svg}"
+    for md in at.markdown:
+        if 'class="mmlens-chart mmlens-layout"' not in md.value:
+            continue
+        root = ET.fromstring(md.value)
+        data: dict[str, dict[str, Any]] = {}
+        for g in root.iter(f"{svg}g"):
+            if g.get("data-series") is not None:
+                t = data.setdefault(g.get("data-series", ""), {
+                    "name": g.get("data-series"), "type": "bar", "x": [], "y": []})
+                t["x"].append(int(g.get("data-length", "0")))
+                t["y"].append(g.get("data-row"))
+            elif g.get("data-block-row") is not None:
+                data.setdefault("blocks", {"name": "blocks", "hovertext": []})[
+                    "hovertext"].append(g.findtext(f"{svg}title"))
+        notes = [{"text": el.get("data-annotation")} for el in root.iter(f"{svg}text")
+                 if el.get("data-annotation")]
+        return {"data": list(data.values()), "layout": {"annotations": notes}}
+    raise AssertionError("no SVG token layout drawn")
+
+
 def figure_titled(at: AppTest, words: str) -> dict[str, Any]:
     for fig in figures(at):
         title = fig.get("layout", {}).get("title", {})

@@ -403,3 +403,27 @@ def test_svg_bar_chart_draws_each_bar_to_scale_with_its_text_escaped() -> None:
     texts = list(ET.fromstring(bar_chart_html(many)).iter(f"{svg}text"))
     assert sum("rotate(-40)" in (t.get("transform") or "") for t in texts) == 40
     assert not any(t.text == "39" and not t.get("transform") for t in texts)
+
+
+def test_layout_svg_draws_the_figure_s_spans_and_block_tooltips(qwen3) -> None:
+    import xml.etree.ElementTree as ET
+
+    from mmlens.figures.layout_svg import layout_svg_html
+
+    layout = qwen3.layout([ImageInput(640, 480), "hi"], block_size=16, engine_count_drift=2)
+    rv = from_layout(layout, ["f" * 64])
+    svg = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(layout_svg_html(rv, "t <&>"))
+    spans = [(g.get("data-series"), g.get("data-row"), int(g.get("data-length", "-1")))
+             for g in root.iter(f"{svg}g") if g.get("data-series")]
+    fig = layout_figure(rv)
+    assert spans == [(t.name, row, x) for t in fig.data if t.type == "bar"
+                     for row, x in zip(t.y, t.x, strict=True)]
+    tips = [g.findtext(f"{svg}title") for g in root.iter(f"{svg}g") if g.get("data-block-row")]
+    hover = next(t for t in fig.data if t.name == "blocks").hovertext
+    assert tips == [h.replace("<br>", "\n") for h in hover]
+    assert "partial" in tips[19] and "hash " in tips[1] and "extra_keys ffffffff" in tips[1]
+    labels = [t.get("data-annotation") for t in root.iter(f"{svg}text")
+              if t.get("data-annotation")]
+    assert labels == ["block 19: count_drift"]
+    assert root.get("data-chart-title") == "t <&>"

@@ -15,6 +15,7 @@ from tests.pages.apptest_util import (
     assert_clean,
     figure_titled,
     figures,
+    layout_drawn,
     messages,
     open_page,
     svg_bars,
@@ -82,11 +83,11 @@ def test_inspector_rebuilds_a_warmup_request(live: LiveDashboard) -> None:
         reader.close()
     at = open_page("inspector", {"request": two.request_id})
     assert_clean(at)
-    names = trace_names(figures(at)[0])
+    names = trace_names(layout_drawn(at))
     assert sum(n.startswith("image ") for n in names) == 2
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Engine prompt_tokens"] == metrics["Engine expected"]
-    hover = next(t for t in figures(at)[0]["data"] if t.get("name") == "blocks")
+    hover = next(t for t in layout_drawn(at)["data"] if t.get("name") == "blocks")
     assert any("hash " in h for h in hover["hovertext"])
 
 

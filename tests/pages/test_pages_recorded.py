@@ -16,6 +16,7 @@ from tests.pages.apptest_util import (
     assert_clean,
     figure_titled,
     figures,
+    layout_drawn,
     messages,
     open_page,
     svg_bars,
@@ -78,7 +79,7 @@ def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> N
     at = open_page("inspector", {"request": db.hit_id})
     assert_clean(at)
     assert at.selectbox(key="inspector_request").value == db.hit_id
-    fig = figures(at)[0]
+    fig = layout_drawn(at)
     names = trace_names(fig)
     assert {"text", "special", "structural", "cached (engine)", "router predicted"} <= set(names)
     image = [t for t in fig["data"] if (t.get("name") or "").startswith("image 0")]
@@ -94,10 +95,10 @@ def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> N
 
 def test_inspector_choosing_a_request_changes_the_figure(db: Recorded) -> None:
     at = open_page("inspector", {"request": db.hit_id})
-    before = trace_names(figures(at)[0])
+    before = trace_names(layout_drawn(at))
     at.selectbox(key="inspector_request").set_value(db.two_image_id).run()
     assert_clean(at)
-    after = trace_names(figures(at)[0])
+    after = trace_names(layout_drawn(at))
     assert before != after
     assert sum(1 for n in after if n.startswith("image ")) == 2
     assert at.query_params["request"] in (db.two_image_id, [db.two_image_id])
@@ -107,7 +108,7 @@ def test_inspector_marks_count_drift_and_false_hit(db: Recorded) -> None:
     at = open_page("inspector", {"request": db.drift_id})
     warnings = messages(at)["warning"]
     assert any("First divergent block" in w and "count_drift" in w for w in warnings)
-    fig = figures(at)[0]
+    fig = layout_drawn(at)
     annotations = [a["text"] for a in fig["layout"].get("annotations", [])]
     assert any("count_drift" in a for a in annotations)
 
@@ -120,16 +121,16 @@ def test_inspector_compose_mode_follows_its_widgets(db: Recorded) -> None:
     at = open_page("inspector")
     at.radio(key="inspector_mode").set_value("Compose").run()
     assert_clean(at)
-    router_row = next(t for t in figures(at)[0]["data"] if t.get("name", "").startswith(
+    router_row = next(t for t in layout_drawn(at)["data"] if t.get("name", "").startswith(
         "image 0"))["y"][0]
     assert router_row.startswith("router view (")
     at.text_input(key="compose_sizes").set_value("1280x720").run()
-    image = next(t for t in figures(at)[0]["data"] if t.get("name", "").startswith("image 0"))
+    image = next(t for t in layout_drawn(at)["data"] if t.get("name", "").startswith("image 0"))
     assert image["x"] == [880]  # Qwen3-VL 1280×720
     at.number_input(key="compose_drift").set_value(3).run()
     assert any("count_drift" in w for w in messages(at)["warning"])
     at.text_input(key="compose_url").set_value("http://127.0.0.1:9/cat.png").run()
-    names = trace_names(figures(at)[0])
+    names = trace_names(layout_drawn(at))
     assert sum(n.startswith("image ") for n in names) == 2  # generated + URL image
     at.text_input(key="compose_sizes").set_value("banana").run()
     assert_clean(at)
@@ -424,3 +425,15 @@ def test_overview_shows_a_store_outage_as_a_banner(tmp_path: Path, monkeypatch) 
     assert_clean(at)
     (banner,) = [m for m in messages(at)["error"] if "store was unreachable" in m]
     assert "collector-a: 4321 records held (321 spilled" in banner
+
+
+def test_inspector_draws_its_layout_without_plotly_and_zooms_on_request(db: Recorded) -> None:
+    """The layout is inline SVG (a new tab's first click waits for no Plotly code); the
+    toggle draws the same series as the zoomable Plotly figure."""
+    at = open_page("inspector", {"request": db.hit_id})
+    assert not figures(at)
+    drawn = trace_names(layout_drawn(at))
+    at.toggle(key="layout_zoom").set_value(True).run()
+    assert_clean(at)
+    zoomable = [n for n in trace_names(figures(at)[0]) if n != "blocks"]
+    assert [n for n in drawn if n != "blocks"] == zoomable
