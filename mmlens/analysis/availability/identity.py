@@ -39,7 +39,6 @@ class EngineIdentities:
         # image block shape → (ts, unit, image refs, content key) of recent stores
         self._recent: dict[int, list[tuple[float, str, Refs, int]]] = {}
         self._expiry: deque[tuple[float, int]] = deque()
-        self.learned = 0  # names learned so far: more can tell an earlier request's apart
 
     def stored(self, ts: float, unit: str, images: Sequence[ImageBlock]) -> None:
         """Remember the image blocks of one ``BlockStored`` event (by shape key)."""
@@ -88,7 +87,6 @@ class EngineIdentities:
                 known.append(name)
                 self._owner[name] = content
                 learned[index] = name
-                self.learned += 1
         return learned
 
     def confirm(self, content_ids: Sequence[str], naming: Sequence[str], shapes: BlockShapes,
@@ -103,7 +101,6 @@ class EngineIdentities:
                 if name not in known:
                     known.append(name)
                     self._owner.setdefault(name, content)
-                    self.learned += 1
 
     def namings(self, content_ids: Sequence[str]) -> list[tuple[str, ...]]:
         """Names to key a request's images by: mmlens' own content identities (engines that
