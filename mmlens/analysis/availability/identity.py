@@ -56,13 +56,10 @@ class EngineIdentities:
 
     def learn(self, unit: str, since: float, until: float, shapes: BlockShapes,
               content_ids: Sequence[str], held_before: Callable[[int], bool],
-              slack_s: float = 0.0) -> dict[int, str]:
+              ) -> dict[int, str]:
         """Engine identifiers of a request's images from what ``unit`` stored between
         ``since`` and ``until`` (the request's service) that it did not hold before the
-        request (``held_before(content key)``); returns those newly learned. Stores up to
-        ``slack_s`` outside the service (the engine's clock may differ) count only when the
-        service itself names no image, or more than one: an engine that stores a prompt's
-        blocks when it allocates them stores the next request's right after this one ends."""
+        request (``held_before(content key)``); returns those newly learned."""
         learned: dict[int, str] = {}
         firsts = shapes.first_blocks()
         for index, content in enumerate(content_ids):
@@ -70,15 +67,11 @@ class EngineIdentities:
             if b is None:
                 continue
             offset = canonical_offset(next(off for i, off in shapes.images[b] if i == index))
-            stores = [(ts, name) for ts, u, refs, key in self._recent.get(shapes.shapes[b], ())
-                      if u == unit and since - slack_s <= ts <= until + slack_s
-                      and not held_before(key)
-                      for name, off in refs if canonical_offset(off) == offset]
+            names = {name for ts, u, refs, key in self._recent.get(shapes.shapes[b], ())
+                     if u == unit and since <= ts <= until and not held_before(key)
+                     for name, off in refs if canonical_offset(off) == offset}
             # A name already known for other bytes belongs to a concurrent request.
-            stores = [(ts, n) for ts, n in stores if self._owner.get(n, content) == content]
-            names = {n for ts, n in stores if since <= ts <= until}
-            if len(names) != 1:
-                names = {n for _, n in stores}
+            names = {n for n in names if self._owner.get(n, content) == content}
             if len(names) != 1:
                 continue
             name = names.pop()
