@@ -142,9 +142,6 @@ class VerdictJob:
         self.since: float | None = None  # requests before this are judged
         self.judged = 0
         self.rejudged = 0
-        # two-reading verdicts → (image sizes known when judged, request time): judged again
-        # once more sizes are known (a later request of one image may tell one)
-        self.two_readings: dict[str, tuple[int, float]] = {}
         self.pending = 0
 
     def _late_kv(self) -> set[str]:
@@ -244,9 +241,6 @@ class VerdictJob:
         late = self._late_kv()
         logged, late_logged = self._new_decisions()
         late |= late_logged
-        known = len(self.state.sizes)
-        sized = {r for r, (n, _) in self.two_readings.items() if n < known}
-        late |= sized
         self._drained()
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.state.horizon_s
@@ -255,7 +249,7 @@ class VerdictJob:
         assert self.window is not None
         win = self.window
         versions = self.versions
-        late = {r for r in late if versions.get(r) == 0} | sized
+        late = {r for r in late if versions.get(r) == 0}
         if caught_up and (not win.order or win.order[-1][0] <= now) and \
                 all(r in win.ctx.ids for r in late):
             # Every request of the window is judged against (kept as judging reads it).
@@ -307,12 +301,6 @@ class VerdictJob:
                            t.request_id not in done), default=until)
         for v in verdicts:
             versions[v.request_id] = v.version
-            if v.category.startswith("hit_or_"):
-                self.two_readings[v.request_id] = (len(self.state.sizes), v.ts)
-            else:
-                self.two_readings.pop(v.request_id, None)
-        old = until - self.state.horizon_s
-        self.two_readings = {r: x for r, x in self.two_readings.items() if x[1] >= old}
         self.since = min(until, oldest_open, cut)
         self.state.prune(until - self.state.horizon_s)
         self.judged_once.prune(until - self.state.horizon_s)

@@ -124,7 +124,6 @@ def _ranges(times: list[float]) -> list[tuple[float, float]]:
     return out
 
 
-SIZE_ROUNDS = 4  # attributions of a judging while image sizes learned settle more
 PRUNE_STEP_S = 60.0  # chains are pruned once the cut moved this far (every read is recent)
 
 
@@ -470,20 +469,8 @@ class JudgeState:
         ``judging``.
         ``context``: every request whose log order or exact dispatch is known (at least).
         ``on_unit``: whether a request of that id ran on that unit (default: among its
-        runs). Image sizes one unit's runs teach may settle another's (an image has one
-        identity on every worker): the units are attributed again while they teach more."""
+        runs)."""
         ended = ended_by_order(context)
-        for _ in range(SIZE_ROUNDS):
-            before = len(self.sizes)
-            realized = self._attribute_units(served, context, known, judging, on_unit, ended)
-            if len(self.sizes) == before:
-                break
-        return realized
-
-    def _attribute_units(self, served: Mapping[str, tuple[Sequence[Served], _Every | None]],
-                         context: Sequence[RequestTrace], known: frozenset[str],
-                         judging: set[str], on_unit: Callable[[str, str], bool] | None,
-                         ended: Mapping[str, float]) -> dict[str, Realized]:
         realized: dict[str, Realized] = {}
         exact: dict[str, float] | None = None
         for u, (rows, every) in served.items():
