@@ -60,13 +60,10 @@ def test_a_vllm_run_read_as_vllm_stores_every_block_it_computes(tmp_path: Path) 
     when allocated, a block computed again stored beside the first): a request that stored
     nothing found its prompt cached, the blocks below its own segment were found, not
     computed alongside another request. Read as an engine that stores a block once (the
-    readings ``announces_all`` rules out kept), fewer verdicts are definite. Image sizes
-    learned from every request of a worker around (later ones too) settle same-length
-    requests of other sizes at once: 207 definite (201 from each pass's own)."""
+    readings ``announces_all`` rules out kept), fewer verdicts are definite."""
     _, vllm = _judged(tmp_path, "smg_1.13_vllm_copies")
     assert vllm.wrong == 0, vllm.wrong_examples
     assert vllm.unknown == 0 and vllm.total == 224
-    assert vllm.definite >= 205, vllm
     _, once = _judged(tmp_path, "smg_1.13_vllm_copies", engine="sglang")
     assert once.wrong == 0, once.wrong_examples
-    assert vllm.definite >= once.definite + 12, (vllm, once)  # 207 and 191
+    assert vllm.definite >= once.definite + 20, (vllm, once)

@@ -21,7 +21,7 @@ reason.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from mmlens.analysis.judgement.evidence import Realized
@@ -440,18 +440,15 @@ def sized_like(learned: dict[str, tuple[int, int]], sizes: tuple[tuple[int, int]
 
 def _by_size(cands: dict[str, list[Segment]], owners: Owners[Segment],
              served: Sequence[Served], optional: frozenset[Segment],
-             known: Mapping[str, tuple[int, int]] | None = None,
              ) -> tuple[dict[str, list[Segment]], Owners[Segment], dict[str, tuple[int, int]]]:
     """An image's identity has one size. A request of one image whose only reading owns a
     chain of one image tells that image's size; a request whose images have other sizes
     cannot own a chain of it. Repeated while that settles more (a conflict: none learned).
-    ``known``: sizes learned before (other requests', on any worker). Also the sizes known
-    (image key → size)."""
+    Also the sizes learned (image key → size)."""
     sizes = {r.request_id: r.sizes for r in served if r.sizes and r.request_id in cands}
-    learned: dict[str, tuple[int, int]] = dict(known or {})
+    learned: dict[str, tuple[int, int]] = {}
     if not sizes:
         return cands, owners, learned
-    start = cands, owners
     while True:
         for rid, told in sizes.items():
             if len(told) != 1 or owners.may_own_none(rid):
@@ -460,7 +457,7 @@ def _by_size(cands: dict[str, list[Segment]], owners: Owners[Segment],
             if len(mine) == 1 and len(mine[0].images) == 1:
                 key = image_key(next(iter(mine[0].images)))
                 if learned.setdefault(key, told[0]) != told[0]:
-                    return *start, {}  # not one size: learn nothing, guess nothing
+                    return cands, owners, {}  # not one size: learn nothing, guess nothing
         kept = {rid: [seg for seg in segs if sized_like(learned, sizes.get(rid), seg)]
                 for rid, segs in cands.items()}
         if all(len(kept[rid]) == len(segs) for rid, segs in cands.items()):
@@ -473,7 +470,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
               only: Collection[str] | None = None, latest: dict[str, float] | None = None,
               span: tuple[float, float] | None = None, announces_all: bool = False,
-              sizes: dict[str, tuple[int, int]] | None = None) -> dict[str, Realized]:
+              ) -> dict[str, Realized]:
     """The realized hit of each request in ``served`` (one worker's) that its KV events
     show; a request they say nothing definite about is left out. ``known_images``: the
     image identities (keys) of every request around, on any worker. ``only``: the requests
@@ -483,8 +480,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     ``span``: when ``served`` are only the runs linked to ``only``'s, the times all the
     worker's runs cover (``runs_span``; the images no request names are read over it).
     ``announces_all``: the worker's engine stores every block it computes (vLLM): no request
-    computed blocks another stored while it ran without storing them too. ``sizes``: image
-    key → pixel size learned before; the sizes learned here are added to it."""
+    computed blocks another stored while it ran without storing them too."""
     served = _blind_to(chains, served, slack_s, known_images, span)
     if only is not None:
         served = _overlapping(served, only, slack_s)
@@ -498,9 +494,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     if only is not None:
         cands = _connected(cands, only)
     owners = Owners(cands, frozenset(decodes))
-    cands, owners, learned = _by_size(cands, owners, served, frozenset(decodes), sizes)
-    if sizes is not None:
-        sizes.update(learned)
+    cands, owners, learned = _by_size(cands, owners, served, frozenset(decodes))
     out: dict[str, Realized] = {}
     for r in served:
         if only is not None and r.request_id not in only:

@@ -353,8 +353,6 @@ class JudgeState:
     pruned_to: float = float("-inf")
     # the workers whose engine announces every block it computes (``engines``)
     announcing: frozenset[str] = frozenset()
-    # image key → pixel size, learned from requests whose only reading owns its chain
-    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def apply_kv(self, rows: Iterable[KVRow]) -> dict[str, list[tuple[float, float]]]:
         """Apply KV rows; per unit the time ranges they cover (rows less than
@@ -485,12 +483,7 @@ class JudgeState:
             every_block = announces_all(self.announcing, u)
             got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest,
                             _span(rows, every, ended, apart if ordered else None, known),
-                            every_block, self.sizes)
-            if self._learn_sizes(u, rows, every, got, known, every_block):
-                latest = {} if latest is not None else None
-                got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest,
-                                _span(rows, every, ended, apart if ordered else None, known),
-                                every_block, self.sizes)
+                            every_block)
             if latest:
                 if exact is None:
                     exact = {t.request_id: at for t in context
@@ -500,23 +493,9 @@ class JudgeState:
                     again = closed(rows, ended, ahead)
                     got = attribute(self.chains[u], again, u, SLACK_S, known, judging,
                                     span=_span(again, every, ended, ahead, known),
-                                    announces_all=every_block, sizes=self.sizes)
+                                    announces_all=every_block)
             realized.update(got)
         return realized
-
-    def _learn_sizes(self, u: str, rows: Sequence[Served], every: _Every | None,
-                     got: Mapping[str, Realized], known: frozenset[str],
-                     every_block: bool) -> bool:
-        """Where a judged request of logged image sizes keeps two readings, the sizes all
-        of the unit's runs teach (the requests around, later ones too, that own one image's
-        chain in their only reading): whether they taught one not known before."""
-        sized = {r.request_id for r in rows if r.sizes}
-        if not any(v.alternatives and rid in sized for rid, v in got.items()):
-            return False
-        before = len(self.sizes)
-        attribute(self.chains[u], rows if every is None else every(), u, SLACK_S, known,
-                  announces_all=every_block, sizes=self.sizes)
-        return len(self.sizes) > before
 
     def _verdicts(self, wanted: Sequence[RequestTrace], realized: Mapping[str, Realized],
                   blind: frozenset[str], judged_at: float | None) -> list[Verdict]:
