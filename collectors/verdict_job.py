@@ -22,7 +22,6 @@ from math import inf
 
 from mmlens.analysis.judgement.attribution import SLACK_S
 from mmlens.analysis.judgement.batch import Context, JudgeState, span_of, unit_of
-from mmlens.analysis.judgement.engines import announcing_units
 from mmlens.records import RequestTrace, Verdict
 from mmlens.store import codec
 from mmlens.store.base import SQLStore
@@ -236,8 +235,6 @@ class VerdictJob:
     def run(self, now: float | None = None, settle_s: float | None = None) -> list[Verdict]:
         """Judge the requests that ended ``settle_s`` (default: the job's) before ``now``."""
         now = time.time() if now is None else now
-        self.state.announcing = announcing_units(self.store.meta("targets"),
-                                                 self.store.meta("router_state"))
         late = self._late_kv()
         logged, late_logged = self._new_decisions()
         late |= late_logged

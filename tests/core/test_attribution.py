@@ -264,39 +264,3 @@ def test_an_images_size_learned_from_its_own_chain_rules_out_other_sizes():
     blind = attribute(c, [Served(r.request_id, r.start, r.end, r.prompt_tokens, BS)
                           for r in runs], "w1")
     assert blind["b"].alternatives and blind["c"].alternatives
-
-
-def test_on_vllm_a_request_that_stored_nothing_found_what_another_stored_while_it_ran():
-    # "r" (12 full blocks) stored nothing while "o" stored 14 blocks from the root, the
-    # first 12 of them "r"'s. An engine that stores a block once (SGLang) may have had "r"
-    # compute them too; vLLM stores every block it computes (a copy beside the one there):
-    # "r" found them cached.
-    c = chains_of((5.2, None, list(range(100, 114))), (9.0, None, [900]))
-    runs = [served("o", 5.0, 14, end=5.5), served("r", 5.1, 12)]
-    got = attribute(c, runs, "w1")
-    assert (got["r"].blocks, got["r"].alternatives) == (12, (0,))
-    assert got["r"].reason == "another request on w1 stored blocks of its prompt while it ran"
-    got = attribute(c, runs, "w1", announces_all=True)
-    assert (got["r"].blocks, got["r"].alternatives) == (12, ())
-
-
-def test_on_vllm_a_chain_found_below_a_requests_own_segment_was_not_computed_by_it():
-    # "r" stored 4 blocks off block 107 of the chain "o" stored while "r" ran: it found the
-    # 8 below cached (vLLM), or computed them too (an engine that stores a block once).
-    c = chains_of((5.2, None, list(range(100, 110))), (5.3, 107, [200, 201, 202, 203]),
-                  (9.0, None, [900]))
-    runs = [served("o", 5.0, 10, end=5.5), served("r", 5.1, 12)]
-    got = attribute(c, runs, "w1")["r"]
-    assert (got.blocks, got.alternatives) == (8, (0,))
-    got = attribute(c, runs, "w1", announces_all=True)["r"]
-    assert (got.blocks, got.alternatives) == (8, ())
-
-
-def test_a_block_stored_twice_stays_until_both_copies_are_removed():
-    c = chains_of((1.0, None, [1, 2, 3]), (2.0, 2, [3]))  # block 3 computed again
-    c.removed(3.0, ["3"])
-    assert c.depth.get("3") == 3
-    c.stored(4.0, "3", ["4"])
-    assert c.segments[-1].base == 3  # hung off the copy left
-    c.removed(5.0, ["3"])
-    assert "3" not in c.depth and "3" not in c.segment_of and not c.copies

@@ -19,7 +19,6 @@ from mmlens.analysis.judgement.attribution import (
     image_key,
     runs_span,
 )
-from mmlens.analysis.judgement.engines import announces_all
 from mmlens.analysis.judgement.evidence import Evidence, Realized, usage_realized
 from mmlens.analysis.judgement.holdings import HeldIndex, keys_of
 from mmlens.analysis.judgement.order import (
@@ -351,8 +350,6 @@ class JudgeState:
     removals: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
     seen: dict[int, _Seen] = field(default_factory=dict)  # id(trace) → what it gives
     pruned_to: float = float("-inf")
-    # the workers whose engine announces every block it computes (``engines``)
-    announcing: frozenset[str] = frozenset()
 
     def apply_kv(self, rows: Iterable[KVRow]) -> dict[str, list[tuple[float, float]]]:
         """Apply KV rows; per unit the time ranges they cover (rows less than
@@ -480,10 +477,8 @@ class JudgeState:
             if ordered:
                 rows = closed(rows, ended, apart)
             latest: dict[str, float] | None = {} if ordered and apart > 0 else None
-            every_block = announces_all(self.announcing, u)
             got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest,
-                            _span(rows, every, ended, apart if ordered else None, known),
-                            every_block)
+                            _span(rows, every, ended, apart if ordered else None, known))
             if latest:
                 if exact is None:
                     exact = {t.request_id: at for t in context
@@ -492,8 +487,7 @@ class JudgeState:
                 if ahead is not None and ahead < apart:
                     again = closed(rows, ended, ahead)
                     got = attribute(self.chains[u], again, u, SLACK_S, known, judging,
-                                    span=_span(again, every, ended, ahead, known),
-                                    announces_all=every_block)
+                                    span=_span(again, every, ended, ahead, known))
             realized.update(got)
         return realized
 
