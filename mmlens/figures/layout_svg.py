@@ -13,6 +13,7 @@ from mmlens.figures.svg import AXIS_COLOUR, FONT, GRID_COLOUR, WIDTH, esc, legen
 from mmlens.figures.token_layout import (
     CACHED_COLOR,
     COMPUTED_COLOR,
+    MARK_COLOR,
     block_tips,
     engine_row_name,
     grid_blocks,
@@ -56,7 +57,7 @@ def layout_svg_html(rv: RequestView, title: str | None = None) -> str:
     for d in rv.divergences[:3]:
         x0, x1 = x_of(d.block * rv.block_size), x_of((d.block + 1) * rv.block_size)
         parts.append(f'<rect x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" '
-                     f'height="{base - TOP}" fill="#e12d39" opacity="0.18"/>')
+                     f'height="{base - TOP}" fill="{MARK_COLOR}" opacity="0.18"/>')
     for name, y in row_y.items():
         parts.append(f'<text x="{LABEL_W - 8}" y="{y + ROW_H / 2 + 4:.1f}" text-anchor="end" '
                      f'fill="#1f2933">{esc(name)}</text>')
@@ -87,8 +88,8 @@ def layout_svg_html(rv: RequestView, title: str | None = None) -> str:
                          f'data-start="{rv.predicted_tokens}" data-length="0"><title>'
                          f"{esc(f'router predicted {rv.predicted_tokens} cached tokens')}"
                          f'</title><line x1="{x:.1f}" x2="{x:.1f}" y1="{y - 4:.1f}" '
-                         f'y2="{y + ROW_H + 4:.1f}" stroke="#e12d39" stroke-width="3"/></g>')
-            legend.append(("router predicted", "#e12d39"))
+                         f'y2="{y + ROW_H + 4:.1f}" stroke="{MARK_COLOR}" stroke-width="3"/></g>')
+            legend.append(("router predicted", MARK_COLOR))
     for b in grid_blocks(rv):
         x = x_of(b * rv.block_size)
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{base}" '

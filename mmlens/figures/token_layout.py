@@ -24,6 +24,7 @@ IMAGE_COLORS = ("#2680c2", "#3ebd93", "#8719e0", "#f35627", "#0f609b", "#c65d21"
                 "#27ab83", "#a368fc")
 CACHED_COLOR = "#199473"
 COMPUTED_COLOR = "#d9e2ec"
+MARK_COLOR = "#e12d39"  # the router's predicted hit and divergent blocks
 MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}  # every dashboard figure's margins
 LEGEND_GAP_PX = 58  # below the plot: tick labels and the x axis title
 # Room below the plot for the gap and a legend wrapped to three rows (800 px): a margin that
@@ -97,7 +98,7 @@ def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
             data.append({
                 "type": "scatter", "name": "router predicted", "x": [rv.predicted_tokens],
                 "y": [engine_row], "mode": "markers",
-                "marker": {"symbol": "line-ns-open", "size": 26, "color": "#e12d39",
+                "marker": {"symbol": "line-ns-open", "size": 26, "color": MARK_COLOR,
                            "line": {"width": 3}},
                 "hovertext": [f"router predicted {rv.predicted_tokens} cached tokens"],
                 "hoverinfo": "text"})
@@ -107,7 +108,7 @@ def layout_figure(rv: RequestView, title: str | None = None) -> PlainFigure:
     for d in rv.divergences[:3]:
         x0 = d.block * rv.block_size
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": x0,
-                       "x1": x0 + rv.block_size, "y0": 0, "y1": 1, "fillcolor": "#e12d39",
+                       "x1": x0 + rv.block_size, "y0": 0, "y1": 1, "fillcolor": MARK_COLOR,
                        "opacity": 0.18, "line": {"width": 0}, "layer": "below"})
         # dark on white: the default grey is illegible over the image run
         annotations.append({"text": f"block {d.block}: {d.reason}", "xref": "x",
@@ -171,7 +172,8 @@ def _block_hover(rv: RequestView) -> list[dict[str, Any]]:
 def grid_blocks(rv: RequestView) -> range:
     """The blocks whose left edge gets a grid line (every few past ``MAX_GRID_LINES``)."""
     n = max([r.length for r in rv.rows] + [0]) // rv.block_size
-    return range(max(1, -(-n // MAX_GRID_LINES)), n + 1, max(1, -(-n // MAX_GRID_LINES)))
+    step = max(1, -(-n // MAX_GRID_LINES))
+    return range(step, n + 1, step)
 
 
 def _block_grid(rv: RequestView) -> list[dict[str, Any]]:
