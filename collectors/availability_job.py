@@ -8,7 +8,8 @@ evaluated yet (with their logged decisions), and writes one availability row per
 A request evaluated before its worker's KV events named its images (``identities_resolved``
 false: the events came late, or a flush evaluated it at once) is evaluated again on each run
 that brings KV events, for ``lookback_s`` after it ended: its row is replaced and its cell
-gets the difference, so no sum counts it twice.
+gets the difference, so no sum counts it twice. So is one evaluated before a later request
+of the run named its own image (its blocks stored inside the earlier one's window).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class AvailabilityJob:
             if f is not None and not f.failed and f.done_ts <= until:
                 facts.append(f)
         results = []
+        learned = self.tracker.identities.learned
         for f in sorted(facts, key=lambda f: f.ts):
             a = self.tracker.evaluate(f)
             results.append(a)
@@ -81,6 +83,12 @@ class AvailabilityJob:
             self.store.add_availability(results)
             self.store.add_cells(cell_sums(results))
             self.evaluated += len(results)
+        # A request that started while an earlier one ran stores its image blocks inside
+        # the earlier one's window (vLLM: at allocation); once the later one's name is
+        # learned, the earlier one's own block is the only one left.
+        while self.unresolved and self.tracker.identities.learned != learned:
+            learned = self.tracker.identities.learned
+            self._revisit()
         self.since = until
         return results
 

@@ -22,6 +22,8 @@ from math import inf
 
 from mmlens.analysis.judgement.attribution import SLACK_S
 from mmlens.analysis.judgement.batch import Context, JudgeState, span_of, unit_of
+from mmlens.analysis.judgement.engines import announcing_units
+from mmlens.ingest.observed import SOURCE_KV, known
 from mmlens.records import RequestTrace, Verdict
 from mmlens.store import codec
 from mmlens.store.base import SQLStore
@@ -31,6 +33,11 @@ from mmlens.store.tail import IdTail
 BLIND_METRIC = "smg_kv_events_unavailable"
 TRACES_PER_RUN = 20_000  # a backlog is judged over several runs
 WINDOW_ROWS = 100_000  # a window read whole larger than this is a backlog
+# How long a verdict read from KV chains waits for the engine's own count (a worker's span
+# comes in batches, seconds after the request's log lines)
+USAGE_WAIT_S = 60.0
+USAGE_SOURCES = frozenset({"otlp"})  # collectors that tell the engine's count after the fact
+USAGE_ASK_S = 10.0
 
 
 @dataclass
@@ -141,6 +148,14 @@ class VerdictJob:
         self.since: float | None = None  # requests before this are judged
         self.judged = 0
         self.rejudged = 0
+        # two-reading verdicts → (image sizes known when judged, request time): judged again
+        # once more sizes are known (a later request of one image may tell one)
+        self.two_readings: dict[str, tuple[int, float]] = {}
+        # verdicts whose realized hit was read from KV chains → when judged: judged again
+        # when the engine's own count reaches their row (whatever the KV events did since)
+        self.inferred: dict[str, float] = {}
+        self.usage_told = False  # a source tells engine counts after the fact
+        self.usage_asked = -inf  # when the store's health was last read for one
         self.pending = 0
 
     def _late_kv(self) -> set[str]:
@@ -235,9 +250,16 @@ class VerdictJob:
     def run(self, now: float | None = None, settle_s: float | None = None) -> list[Verdict]:
         """Judge the requests that ended ``settle_s`` (default: the job's) before ``now``."""
         now = time.time() if now is None else now
+        self.state.announcing = announcing_units(self.store.meta("targets"),
+                                                 self.store.meta("router_state"))
         late = self._late_kv()
         logged, late_logged = self._new_decisions()
         late |= late_logged
+        known = len(self.state.sizes)
+        sized = {r for r, (n, _) in self.two_readings.items() if n < known}
+        late |= sized
+        reported = self._usage_reported(now)
+        late |= reported
         self._drained()
         until = now - (self.settle_s if settle_s is None else settle_s)
         since = self.since if self.since is not None else until - self.state.horizon_s
@@ -246,7 +268,7 @@ class VerdictJob:
         assert self.window is not None
         win = self.window
         versions = self.versions
-        late = {r for r in late if versions.get(r) == 0}
+        late = {r for r in late if versions.get(r) == 0} | sized | reported
         if caught_up and (not win.order or win.order[-1][0] <= now) and \
                 all(r in win.ctx.ids for r in late):
             # Every request of the window is judged against (kept as judging reads it).
@@ -298,10 +320,47 @@ class VerdictJob:
                            t.request_id not in done), default=until)
         for v in verdicts:
             versions[v.request_id] = v.version
+            if v.category.startswith("hit_or_"):
+                self.two_readings[v.request_id] = (len(self.state.sizes), v.ts)
+            else:
+                self.two_readings.pop(v.request_id, None)
+            if v.sources.get("realized", SOURCE_KV) == SOURCE_KV:
+                self.inferred[v.request_id] = now
+            else:
+                self.inferred.pop(v.request_id, None)
+        old = until - self.state.horizon_s
+        self.two_readings = {r: x for r, x in self.two_readings.items() if x[1] >= old}
         self.since = min(until, oldest_open, cut)
         self.state.prune(until - self.state.horizon_s)
         self.judged_once.prune(until - self.state.horizon_s)
         return verdicts
+
+    def _usage_reported(self, now: float) -> set[str]:
+        """The requests judged from KV chains whose stored row now carries the engine's own
+        count (a worker's span merged into it since): the engine's count is believed over
+        the inference, so they are judged again (however many times KV rows re-judged them)."""
+        self.inferred = {r: at for r, at in self.inferred.items() if at >= now - USAGE_WAIT_S}
+        win = self.window
+        if not self.inferred or win is None:
+            return set()
+        if not self.usage_told:
+            if now - self.usage_asked < USAGE_ASK_S:
+                return set()
+            self.usage_asked = now
+            self.usage_told = any(h.collector in USAGE_SOURCES for h in self.store.health())
+            if not self.usage_told:
+                return set()
+        rows = {row: rid for rid in self.inferred for row in win.named({rid})}
+        out: set[str] = set()
+        for row, body in self.store.trace_bodies(list(rows)).items():
+            kept = win.rows.get(row)
+            if kept is not None and body != kept.body and (t := codec.trace(body)) is not None \
+                    and known(t, "cached_tokens"):
+                out.add(rows[row])
+        for rid in out:
+            del self.inferred[rid]
+        return out
+
     def catch_up(self, now: float | None = None) -> int:
         """Judge every stored request that has ended (a store filled offline: ``mmlens
         check``'s own, a recorded capture), from the oldest on; returns how many."""

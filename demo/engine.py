@@ -65,6 +65,9 @@ class Engine:
         self.waiting = 0
         self.active: set[str] = set()
         self._freed = asyncio.Event()  # replaced each time a request releases its blocks
+        # vLLM schedules its waiting queue first come, first served: a request that waits
+        # for free blocks holds back the ones that came after it
+        self._admission = asyncio.Lock()
         self.aborted: set[str] = set()
         self.gen_tokens_total = 0
         self.query_tokens_total = 0
@@ -113,24 +116,26 @@ class Engine:
                 f"prompt of {len(prompt)} tokens plus max_tokens {max_tokens} exceeds "
                 f"max_model_len {self.max_model_len}")
         events: list[Event] = []
-        while True:
-            try:
-                alloc = self.cache.allocate(prompt, media, events)
-                break
-            except MemoryError as exc:
-                if self.running == 0:
-                    raise EngineError(
-                        f"prompt of {len(prompt)} tokens does not fit in the KV cache "
-                        f"({self.cache.num_blocks} blocks of {self.cache.block_size})") from exc
-                # Wait, as vLLM's scheduler does, until a running request frees blocks.
-                freed = self._freed
-                self.waiting += 1
-                self._gauges()
+        async with self._admission:
+            while True:
                 try:
-                    await freed.wait()
-                finally:
-                    self.waiting -= 1
-        await self.publisher.publish(events)
+                    alloc = self.cache.allocate(prompt, media, events)
+                    break
+                except MemoryError as exc:
+                    if self.running == 0:
+                        raise EngineError(
+                            f"prompt of {len(prompt)} tokens does not fit in the KV cache "
+                            f"({self.cache.num_blocks} blocks of {self.cache.block_size})",
+                        ) from exc
+                    # Wait, as vLLM's scheduler does, until a running request frees blocks.
+                    freed = self._freed
+                    self.waiting += 1
+                    self._gauges()
+                    try:
+                        await freed.wait()
+                    finally:
+                        self.waiting -= 1
+            await self.publisher.publish(events)
         return alloc
 
     def _admit(self, request_id: str, prompt: Sequence[int], media: Sequence[MediaSpan],

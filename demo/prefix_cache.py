@@ -4,9 +4,17 @@
   identity enters through `extra_keys` = [(identifier, item offset - block start)], so two
   different images with identical placeholder ids never share a block.
 - Only full blocks are cached and announced (`BlockStored`). A hit emits nothing.
+- As vLLM's scheduler does (``allocate_slots`` → ``cache_full_blocks``), a prompt's full
+  blocks are cached and announced when they are allocated, before they are computed: a
+  request allocated after it finds them. Blocks are not de-duplicated: a block computed
+  again (a whole prompt cached recomputes its last block) is cached and announced beside
+  the one already there (``BlockPool``: "we don't check if there is already an identical
+  block in the cache"), and each block id is removed on its own.
 - Freed blocks keep their hash in an LRU free queue; `BlockRemoved` is emitted only when a
   cached free block is popped for reuse (lazy eviction), as vLLM does.
 - As in vLLM, a prompt never hits entirely: the last prompt token is always recomputed.
+- SGLang's radix cache (``SglangPrefixCache``) inserts a prompt once its prefill ran and
+  keeps one copy of a prefix: what another request computed meanwhile is not announced.
 """
 
 from __future__ import annotations
@@ -87,10 +95,14 @@ class PrefixCache:
     block_size: int = 16
     num_blocks: int = 4096
     seed: bytes = b"mmlens-demo"
-    cached: dict[int, int] = field(default_factory=dict)  # hash -> block id
+    # hash -> its block ids, the first found by a lookup (vLLM keeps every copy)
+    cached: dict[int, dict[int, None]] = field(default_factory=dict)
     block_hash: dict[int, int] = field(default_factory=dict)  # block id -> hash
     ref_count: dict[int, int] = field(default_factory=dict)
     free: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    # vLLM caches a prompt's blocks when it allocates them (and keeps duplicates); False:
+    # once they are computed, one copy of each (SGLang's radix tree)
+    stores_at_allocation: bool = True
 
     def __post_init__(self) -> None:
         self.free = OrderedDict((i, None) for i in range(self.num_blocks))
@@ -120,14 +132,20 @@ class PrefixCache:
         used = sum(1 for c in self.ref_count.values() if c > 0)
         return used / self.num_blocks
 
+    def _first(self, h: int) -> int:
+        return next(iter(self.cached[h]))
+
     def _take_free(self, events: list[Event]) -> int:
         if not self.free:
             raise MemoryError("KV cache is full")
         block_id, _ = self.free.popitem(last=False)
         old = self.block_hash.pop(block_id, None)
-        if old is not None and self.cached.get(old) == block_id:
-            del self.cached[old]
-            events.append(RemovedBlocks([old]))
+        ids = None if old is None else self.cached.get(old)
+        if ids is not None and block_id in ids:  # one event per block id evicted
+            del ids[block_id]
+            if not ids:
+                del self.cached[old]  # type: ignore[arg-type]
+            events.append(RemovedBlocks([old]))  # type: ignore[list-item]
         return block_id
 
     def allocate(
@@ -141,11 +159,11 @@ class PrefixCache:
                 break
             hits += 1
         needed = -(-len(tokens) // self.block_size) - hits
-        if needed > len(self.free) - sum(1 for h in hashes[:hits] if self.cached[h] in self.free):
+        if needed > len(self.free) - sum(1 for h in hashes[:hits] if self._first(h) in self.free):
             raise MemoryError("KV cache is full")
         block_ids: list[int] = []
         for h in hashes[:hits]:
-            bid = self.cached[h]
+            bid = self._first(h)
             self.free.pop(bid, None)
             self.ref_count[bid] = self.ref_count.get(bid, 0) + 1
             block_ids.append(bid)
@@ -153,20 +171,24 @@ class PrefixCache:
             bid = self._take_free(events)
             self.ref_count[bid] = 1
             block_ids.append(bid)
-        return Allocation(block_ids, hashes, extras, hits, hits * self.block_size,
-                          list(tokens), stored_upto=hits)
+        alloc = Allocation(block_ids, hashes, extras, hits, hits * self.block_size,
+                           list(tokens), stored_upto=hits)
+        if self.stores_at_allocation:
+            self.commit(alloc, events)
+        return alloc
 
     def commit(self, alloc: Allocation, events: list[Event]) -> None:
-        """Cache the allocation's newly full blocks (after its prefill step)."""
+        """Cache the allocation's newly full blocks (vLLM: when allocated; SGLang: after
+        its prefill step, keeping one copy of a block another request computed meanwhile)."""
         bs = self.block_size
         new = range(alloc.stored_upto, len(alloc.hashes))
         stored: list[int] = []
         for i in new:
             h = alloc.hashes[i]
             bid = alloc.block_ids[i]
-            if h in self.cached:  # computed concurrently by another request
+            if h in self.cached and not self.stores_at_allocation:
                 continue
-            self.cached[h] = bid
+            self.cached.setdefault(h, {})[bid] = None
             self.block_hash[bid] = h
             stored.append(i)
         if stored:
@@ -221,6 +243,7 @@ class SglangPrefixCache(PrefixCache):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.stores_at_allocation = False
         self.digests: dict[int, bytes] = {}
 
     def extra_keys(self, start: int, end: int, media: Sequence[MediaSpan]) -> None:

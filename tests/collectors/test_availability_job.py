@@ -16,6 +16,7 @@ from mmlens.store.open import open_store
 from mmlens.store.tail import IdTail
 from tests.conftest import new_database
 from tests.core.test_availability import (
+    BLUE,
     FULL,
     RED,
     engine_stored,
@@ -78,6 +79,28 @@ def test_a_request_evaluated_before_its_kv_events_is_evaluated_again_when_they_l
     assert row.to_json() != first[0].to_json()
     stored_cells = {(t, r, m, w): s for t, r, m, w, s in store.cells(0.0)}
     assert stored_cells == cell_sums([row])  # the old row's sums taken out, the new one's in
+    store.close()
+
+
+def test_a_request_whose_window_holds_a_later_requests_image_block_is_named(
+        store_db: str) -> None:
+    """vLLM stores a prompt's blocks when it allocates them: B, started on w1 while A ran,
+    stored its blue block inside A's service, so A's window holds two image names. B's
+    window holds only its own; once B is named, A's own block is the one left."""
+    store = open_store(store_db)
+    red, red_summary, _ = laid_out(RED)
+    blue, blue_summary, _ = laid_out(BLUE)
+    events = [engine_stored(red, "w1", 100.02, "engine-red"),
+              engine_stored(blue, "w1", 100.32, "engine-blue")]
+    ResidentIndex().apply(events)
+    store.add_kv_events(events)
+    store.add_traces([trace("a", red_summary, 100.0, "w1", 0),
+                      trace("b", blue_summary, 100.3, "w1", 0)])
+    job = AvailabilityJob(store)
+    assert {a.request_id for a in job.run(now=101.0, settle_s=0.0)} == {"a", "b"}
+    assert job.unresolved == {} and job.revised == 1
+    assert all(r.identities_resolved for r in store.availability_rows(0.0))
+    assert sorted(job.tracker.identities.aliases.values()) == [["engine-blue"], ["engine-red"]]
     store.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mmlens.collectors.verdict_job import VerdictJob
 
-from mmlens.records import BlockStored, RequestTrace, RoutingDecision
+from mmlens.records import BlockStored, CollectorHealth, RequestTrace, RoutingDecision
 from mmlens.store.open import open_store
 
 BS = 16
@@ -132,3 +132,33 @@ def test_image_identities_from_the_log_meet_the_kv_events_images(store_db: str) 
         5, [])
     assert (got["new"].realized_blocks, got["new"].evidence["realized_alternatives"]) == (
         0, [])
+
+
+def test_the_engines_own_count_is_believed_however_the_kv_events_came(store_db: str) -> None:
+    """A worker's span (cached tokens, as the engine counted them) reaches the row seconds
+    after the router's log lines: the verdict read from KV chains meanwhile, and re-judged
+    already when late KV rows came, is judged again from the engine's count once it is there."""
+    store = open_store(store_db)
+    seed = [1000 + i for i in range(10)]
+    store.set_health([CollectorHealth("otlp", "grpc 127.0.0.1:4317")], 9.0)  # spans received
+    store.add_kv_events([stored("w1", 0, 10.5, seed, None)])
+    store.add_traces([observed("seed", 10.0, "w1", 10 * BS + 3),
+                      observed("again", 20.0, "w1", 12 * BS + 3)])
+    store.add_decisions([decision("seed", "w1", 0, 10, 10.0),
+                         decision("again", "w1", 10, 12, 20.0)])
+    store.add_kv_events([stored("w1", 1, 20.3, [2000, 2001], seed[-1])])
+    job = VerdictJob(store, settle_s=5.0)
+    got = {v.request_id: v for v in job.run(now=30.0)}
+    assert got["again"].sources["realized"] == "kv_events"
+    store.add_kv_events([stored("w1", 2, 20.8, [3000], None)])  # late: re-judged once
+    assert {v.request_id: v.version for v in job.run(now=31.0)}["again"] == 1
+    assert job.run(now=32.0) == []
+    span = RequestTrace("again", "smg", "smg", "m", 20.0, False, cached_tokens=10 * BS,
+                        origin="observed", sources=["otlp"],
+                        provenance={"cached_tokens": "otlp:llm_request"})
+    store.add_traces([span])  # merged into the row judged twice already
+    (v,) = job.run(now=33.0)
+    assert (v.request_id, v.version, v.sources["realized"]) == ("again", 2, "otlp:llm_request")
+    assert (v.category, v.realized_blocks) == ("hit", 10)
+    assert job.run(now=34.0) == []  # the engine's count is not replaced again
+    store.close()

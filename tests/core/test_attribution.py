@@ -238,22 +238,30 @@ def test_a_length_from_a_rounded_up_block_count_may_fill_its_last_block():
     assert prompt_told(t, BS) == (81, True)
 
 
+A_ID, B_ID = "a" * 16 + "0" * 48, "b" * 16 + "0" * 48
+
+
+def _two_images() -> WorkerChains:
+    """Image B's 7-block chain stored at 0.5, image A's at 1.2 (the requests of 7 blocks)."""
+    c = WorkerChains()
+    c.stored(0.5, None, ["b1", "b2", "b3", "b4", "b5", "b6", "b7"], [B_ID])
+    c.stored(1.2, None, ["a1", "a2", "a3", "a4", "a5", "a6", "a7"], [A_ID])
+    return c
+
+
+def sized(rid: str, start: float, end: float, size: tuple[int, int]) -> Served:
+    return Served(rid, start, end, 7 * BS + 3, BS, sizes=(size,))
+
+
 def test_an_images_size_learned_from_its_own_chain_rules_out_other_sizes():
     # SMG logs sizes, no identities. "a" (a 320×320 image, 7 blocks, alone at first) stored
     # the chain of image A; "b" (a 384×256 image) and "c" (320×320), both 7 blocks, ran
     # later at once, and one chain of A was stored while they ran besides c's. Image A is
     # 320×320 (a's chain): b cannot own a chain of it, so the chain of A off the root is
     # c's... and b found its prompt cached.
-    a_id, b_id = "a" * 16 + "0" * 48, "b" * 16 + "0" * 48
-    c = WorkerChains()
-    c.stored(0.5, None, ["b1", "b2", "b3", "b4", "b5", "b6", "b7"], [b_id])
-    c.stored(1.2, None, ["a1", "a2", "a3", "a4", "a5", "a6", "a7"], [a_id])
+    c = _two_images()
     c.stored(5.2, "a6", ["c7"])
     c.stored(9.0, None, ["tail"])
-
-    def sized(rid: str, start: float, end: float, size: tuple[int, int]) -> Served:
-        return Served(rid, start, end, 7 * BS + 3, BS, sizes=(size,))
-
     runs = [sized("a", 1.0, 1.5, (320, 320)), sized("b", 5.0, 6.0, (384, 256)),
             sized("c", 5.05, 6.0, (320, 320))]
     got = attribute(c, runs, "w1")
@@ -264,3 +272,60 @@ def test_an_images_size_learned_from_its_own_chain_rules_out_other_sizes():
     blind = attribute(c, [Served(r.request_id, r.start, r.end, r.prompt_tokens, BS)
                           for r in runs], "w1")
     assert blind["b"].alternatives and blind["c"].alternatives
+
+
+def test_on_vllm_a_request_that_stored_nothing_found_what_another_stored_while_it_ran():
+    # "r" (12 full blocks) stored nothing while "o" stored 14 blocks from the root, the
+    # first 12 of them "r"'s. An engine that stores a block once (SGLang) may have had "r"
+    # compute them too; vLLM stores every block it computes (a copy beside the one there):
+    # "r" found them cached.
+    c = chains_of((5.2, None, list(range(100, 114))), (9.0, None, [900]))
+    runs = [served("o", 5.0, 14, end=5.5), served("r", 5.1, 12)]
+    got = attribute(c, runs, "w1")
+    assert (got["r"].blocks, got["r"].alternatives) == (12, (0,))
+    assert got["r"].reason == "another request on w1 stored blocks of its prompt while it ran"
+    got = attribute(c, runs, "w1", announces_all=True)
+    assert (got["r"].blocks, got["r"].alternatives) == (12, ())
+
+
+def test_on_vllm_a_chain_found_below_a_requests_own_segment_was_not_computed_by_it():
+    # "r" stored 4 blocks off block 107 of the chain "o" stored while "r" ran: it found the
+    # 8 below cached (vLLM), or computed them too (an engine that stores a block once).
+    c = chains_of((5.2, None, list(range(100, 110))), (5.3, 107, [200, 201, 202, 203]),
+                  (9.0, None, [900]))
+    runs = [served("o", 5.0, 10, end=5.5), served("r", 5.1, 12)]
+    got = attribute(c, runs, "w1")["r"]
+    assert (got.blocks, got.alternatives) == (8, (0,))
+    got = attribute(c, runs, "w1", announces_all=True)["r"]
+    assert (got.blocks, got.alternatives) == (8, ())
+
+
+def test_a_block_stored_twice_stays_until_both_copies_are_removed():
+    c = chains_of((1.0, None, [1, 2, 3]), (2.0, 2, [3]))  # block 3 computed again
+    c.removed(3.0, ["3"])
+    assert c.depth.get("3") == 3
+    c.stored(4.0, "3", ["4"])
+    assert c.segments[-1].base == 3  # hung off the copy left
+    c.removed(5.0, ["3"])
+    assert "3" not in c.depth and "3" not in c.segment_of and not c.copies
+
+
+def test_sizes_learned_in_one_pass_rule_out_chains_in_another():
+    # "a" (320×320, alone) stored image A's chain: A is 320×320. Later "b" (384×256) and
+    # "c" (320×320), both 7 blocks, ran at once on another stretch of the worker: a chain
+    # of A off the root and one block off image B's chain were stored. Judged on their own
+    # either may be the one that found B's blocks; with A's size known, b cannot own A's
+    # chain: it stored the block off B's (6 cached), c computed A's anew.
+    c = _two_images()
+    c.stored(5.1, None, ["x1", "x2", "x3", "x4", "x5", "x6", "x7"], [A_ID])
+    c.stored(5.2, "b6", ["y7"])
+    c.stored(9.0, None, ["tail"])
+    learned: dict[str, tuple[int, int]] = {}
+    attribute(c, [sized("a", 1.0, 1.5, (320, 320))], "w1", sizes=learned)
+    assert learned == {"a" * 16: (320, 320)}
+    later = [sized("b", 5.0, 6.0, (384, 256)), sized("c", 5.05, 6.0, (320, 320))]
+    alone = attribute(c, later, "w1")
+    assert alone["b"].alternatives and alone["c"].alternatives
+    got = attribute(c, later, "w1", sizes=learned)
+    assert (got["b"].blocks, got["b"].alternatives) == (6, ())
+    assert (got["c"].blocks, got["c"].alternatives) == (0, ())

@@ -257,6 +257,20 @@ def test_engine_identifiers_are_learned_from_what_the_request_stored() -> None:
     assert a2.available == {"w1": FULL} and a2.causes == {"load_spill": 96}
 
 
+def test_the_next_requests_store_just_after_the_service_names_no_image() -> None:
+    # vLLM stores a prompt's blocks when it allocates them: the blue request that follows the
+    # red one on w1 stores its image 0.1 s after the red one ended, inside the clock slack.
+    c = Cluster()
+    red, red_summary, _ = laid_out(RED)
+    blue, _, _ = laid_out(BLUE)
+    c.events(engine_stored(red, "w1", 1.05, "engine-id-of-red"),
+             engine_stored(blue, "w1", 1.6, "engine-id-of-blue"))
+    a = c.evaluate(trace("a", red_summary, 1.0, "w1", 0))  # served 1.0 .. 1.5
+    red_id = red_summary["images"][0]["identity"]["content"]
+    assert a.identities_resolved
+    assert c.tracker.identities.aliases[red_id] == ["engine-id-of-red"]
+
+
 def test_unresolved_identity_still_counts_the_text_prefix() -> None:
     c = Cluster()
     layout, summary, _ = laid_out(RED)

@@ -15,6 +15,7 @@ from mmlens.demo.prefix_cache import (
     MediaSpan,
     PrefixCache,
     RemovedBlocks,
+    SglangPrefixCache,
     StoredBlocks,
     block_extra_keys,
 )
@@ -45,7 +46,7 @@ def test_repeat_hits_all_full_blocks_but_the_last_token() -> None:
     ids, media = prompt_with_image("a")
     events: list = []
     first = cache.allocate(ids, media, events)
-    assert first.cached_tokens == 0 and events == []
+    assert first.cached_tokens == 0
     cache.commit(first, events)
     cache.release(first)
     assert len(events) == 1 and isinstance(events[0], StoredBlocks)
@@ -65,8 +66,56 @@ def test_prompt_fully_cached_recomputes_last_block() -> None:
     a = cache.allocate(ids, [], events)
     cache.commit(a, events)
     cache.release(a)
+    events.clear()
     b = cache.allocate(ids, [], events)
     assert b.cached_tokens == 12  # vLLM never hits the last prompt token
+    # ... and caches the block it computes again beside the first copy, announced again
+    assert [(e.block_hashes, e.parent_block_hash) for e in events] == [
+        ([a.hashes[3]], a.hashes[2])]
+    assert list(cache.cached[a.hashes[3]]) == [a.block_ids[3], b.block_ids[3]]
+
+
+def test_blocks_are_cached_when_allocated_so_a_request_in_flight_shares_them() -> None:
+    # vLLM's scheduler caches a prompt's full blocks in allocate_slots, before its prefill
+    # ran: the next request finds them, and only the one that computed them announces them.
+    cache = PrefixCache(block_size=BS, num_blocks=64)
+    ids = list(range(10))
+    events: list = []
+    a = cache.allocate(ids, [], events)
+    assert [e.block_hashes for e in events] == [a.hashes]
+    b = cache.allocate(ids, [], events)
+    assert b.cached_tokens == 8 and len(events) == 1
+    cache.commit(a, events)
+    cache.commit(b, events)
+    assert len(events) == 1
+
+
+def test_each_copy_of_a_block_is_removed_on_its_own() -> None:
+    cache = PrefixCache(block_size=BS, num_blocks=6)
+    events: list = []
+    a = cache.allocate(list(range(8)), [], events)
+    cache.release(a)
+    b = cache.allocate(list(range(8)), [], events)  # its last block again: a second copy
+    cache.release(b)
+    events.clear()
+    cache.allocate(list(range(100, 124)), [], events)  # evicts all six
+    removed = [h for e in events if isinstance(e, RemovedBlocks) for h in e.block_hashes]
+    assert sorted(removed) == sorted([a.hashes[0], a.hashes[1], a.hashes[1]])
+    assert a.hashes[1] not in cache.cached
+
+
+def test_sglang_keeps_one_copy_of_a_prefix_computed_twice() -> None:
+    # SGLang inserts a prompt into its radix tree after its prefill: two requests in flight
+    # both compute it, the second insert finds it there and announces nothing.
+    cache = SglangPrefixCache(block_size=BS, num_blocks=64)
+    ids = list(range(10))
+    events: list = []
+    a = cache.allocate(ids, [], events)
+    b = cache.allocate(ids, [], events)
+    assert events == [] and b.cached_tokens == 0
+    cache.commit(a, events)
+    cache.commit(b, events)
+    assert [e.block_hashes for e in events] == [a.hashes]
 
 
 def test_different_images_same_ids_do_not_share_blocks() -> None:

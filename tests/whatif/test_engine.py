@@ -1,5 +1,7 @@
 """The engine cache model against the demo engines' own block pool (mmlens.demo.prefix_cache,
-the vLLM-like cache the demo's workers run): the same requests admitted, committed after
+the cache the demo's workers run), caching a prompt once its prefill ran as the model does
+(the demo's vLLM caches it when it allocates it: requests that overlap hit more there): the
+same requests admitted, committed after
 their prefill, decoded and released in the same order must hit the same blocks, under
 random traffic with shared prefixes and repeated prompts (answered alike) and a cache small
 enough to evict (pinned blocks of running requests, decoded blocks cached and shared by
@@ -43,7 +45,8 @@ def _trial(seed: int, capacity: int, alike: bool) -> tuple[list[int], list[int],
     model told so: ``answer=None``)."""
     rnd = random.Random(seed)
     pool = [[rnd.randrange(50) for _ in range(rnd.randint(1, 40))] for _ in range(8)]
-    real, model = PrefixCache(block_size=BS, num_blocks=capacity), EngineCache(0, capacity)
+    real = PrefixCache(block_size=BS, num_blocks=capacity, stores_at_allocation=False)
+    model = EngineCache(0, capacity)
     events: list = []
     due: list[tuple[float, int, int]] = []
     running = {}

@@ -39,6 +39,7 @@ class EngineIdentities:
         # image block shape → (ts, unit, image refs, content key) of recent stores
         self._recent: dict[int, list[tuple[float, str, Refs, int]]] = {}
         self._expiry: deque[tuple[float, int]] = deque()
+        self.learned = 0  # names learned so far: more can tell an earlier request's apart
 
     def stored(self, ts: float, unit: str, images: Sequence[ImageBlock]) -> None:
         """Remember the image blocks of one ``BlockStored`` event (by shape key)."""
@@ -56,10 +57,13 @@ class EngineIdentities:
 
     def learn(self, unit: str, since: float, until: float, shapes: BlockShapes,
               content_ids: Sequence[str], held_before: Callable[[int], bool],
-              ) -> dict[int, str]:
+              slack_s: float = 0.0) -> dict[int, str]:
         """Engine identifiers of a request's images from what ``unit`` stored between
         ``since`` and ``until`` (the request's service) that it did not hold before the
-        request (``held_before(content key)``); returns those newly learned."""
+        request (``held_before(content key)``); returns those newly learned. Stores up to
+        ``slack_s`` outside the service (the engine's clock may differ) count only when the
+        service itself names no image, or more than one: an engine that stores a prompt's
+        blocks when it allocates them stores the next request's right after this one ends."""
         learned: dict[int, str] = {}
         firsts = shapes.first_blocks()
         for index, content in enumerate(content_ids):
@@ -67,11 +71,15 @@ class EngineIdentities:
             if b is None:
                 continue
             offset = canonical_offset(next(off for i, off in shapes.images[b] if i == index))
-            names = {name for ts, u, refs, key in self._recent.get(shapes.shapes[b], ())
-                     if u == unit and since <= ts <= until and not held_before(key)
-                     for name, off in refs if canonical_offset(off) == offset}
+            stores = [(ts, name) for ts, u, refs, key in self._recent.get(shapes.shapes[b], ())
+                      if u == unit and since - slack_s <= ts <= until + slack_s
+                      and not held_before(key)
+                      for name, off in refs if canonical_offset(off) == offset]
             # A name already known for other bytes belongs to a concurrent request.
-            names = {n for n in names if self._owner.get(n, content) == content}
+            stores = [(ts, n) for ts, n in stores if self._owner.get(n, content) == content]
+            names = {n for ts, n in stores if since <= ts <= until}
+            if len(names) != 1:
+                names = {n for _, n in stores}
             if len(names) != 1:
                 continue
             name = names.pop()
@@ -80,6 +88,7 @@ class EngineIdentities:
                 known.append(name)
                 self._owner[name] = content
                 learned[index] = name
+                self.learned += 1
         return learned
 
     def confirm(self, content_ids: Sequence[str], naming: Sequence[str], shapes: BlockShapes,
@@ -94,6 +103,7 @@ class EngineIdentities:
                 if name not in known:
                     known.append(name)
                     self._owner.setdefault(name, content)
+                    self.learned += 1
 
     def namings(self, content_ids: Sequence[str]) -> list[tuple[str, ...]]:
         """Names to key a request's images by: mmlens' own content identities (engines that

@@ -80,8 +80,8 @@ class AvailabilityTracker:
             def held_before(key: int) -> bool:
                 return bool(self.index.overlaps([key], facts.ts, units=(unit,)))
 
-            self.identities.learn(unit, facts.ts - CLOCK_SLACK_S, facts.done_ts + CLOCK_SLACK_S,
-                                  facts.shapes, facts.content_ids, held_before)
+            self.identities.learn(unit, facts.ts, facts.done_ts, facts.shapes,
+                                  facts.content_ids, held_before, CLOCK_SLACK_S)
         overlaps: dict[str, int] = {}
         prefill = 0
         for naming, keys in self.key_lists(facts):

@@ -10,14 +10,18 @@ each request over every assignment that gives every segment an owner). Its decod
 one block at a time off its prompt's last block: such a block may be a running request's
 decode, so it owes no prompt an owner. A request that may have stored nothing found its
 whole prompt cached (all but the last token, recomputed) when the worker's events are known
-to cover its time, or computed it while another request stored the same blocks (an engine
-stores a block once). Readings the evidence cannot tell apart are all given
-(``Realized.alternatives``), with the reason.
+to cover its time, or, on an engine that stores a block once (SGLang's radix tree), computed
+it while another request stored the same blocks. vLLM announces every block it computes
+(``announces_all``): it caches a prompt's blocks when it allocates them, so a request
+allocated later finds them, and a block computed again is stored again beside the first
+(its block pool keeps duplicates): a request's own segment starts where its hit ends.
+Readings the evidence cannot tell apart are all given (``Realized.alternatives``), with the
+reason.
 """
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from mmlens.analysis.judgement.evidence import Realized
@@ -106,6 +110,9 @@ class WorkerChains:
     unrooted: _ByTime = field(default_factory=_ByTime)  # parent depth unknown
     children: dict[str, _ByTime] = field(default_factory=dict)
     last_ts: float = 0.0  # the newest event seen: the stream covers times before it
+    # Copies of a block beyond the first (vLLM stores a block computed again beside the one
+    # it had and removes each copy on its own): the block stays until its last goes.
+    copies: dict[str, int] = field(default_factory=dict)
 
     @property
     def segments(self) -> list[Segment]:
@@ -119,6 +126,10 @@ class WorkerChains:
         below = None if parent is None else self.segment_of.get(parent)
         seg = Segment(ts, base, len(hashes), parent, hashes[-1], frozenset(images) | (
             below.images if below is not None else frozenset()))
+        held, copies = self.segment_of, self.copies
+        for h in hashes:
+            if h in held:
+                copies[h] = copies.get(h, 0) + 1
         if base is not None:
             for i, h in enumerate(hashes, start=base + 1):
                 self.depth[h] = i
@@ -139,14 +150,20 @@ class WorkerChains:
         self.last_ts = max(self.last_ts, ts)
 
     def removed(self, ts: float, hashes: Sequence[str]) -> None:
+        copies = self.copies
         for h in hashes:
-            self.depth.pop(h, None)
-            self.segment_of.pop(h, None)
+            more = copies.pop(h, 0) if copies else 0
+            if more > 1:
+                copies[h] = more - 1
+            elif not more:
+                self.depth.pop(h, None)
+                self.segment_of.pop(h, None)
         self.last_ts = max(self.last_ts, ts)
 
     def cleared(self, ts: float) -> None:
         self.depth.clear()
         self.segment_of.clear()
+        self.copies.clear()
         self.last_ts = max(self.last_ts, ts)
 
     def window(self, since: float, until: float) -> list[Segment]:
@@ -172,6 +189,7 @@ class WorkerChains:
             for h in list(self.depth)[:len(self.depth) - max_blocks]:
                 del self.depth[h]
                 self.segment_of.pop(h, None)
+                self.copies.pop(h, None)
 
 
 def _full(r: Served) -> tuple[int, int] | None:
@@ -422,15 +440,18 @@ def sized_like(learned: dict[str, tuple[int, int]], sizes: tuple[tuple[int, int]
 
 def _by_size(cands: dict[str, list[Segment]], owners: Owners[Segment],
              served: Sequence[Served], optional: frozenset[Segment],
+             known: Mapping[str, tuple[int, int]] | None = None,
              ) -> tuple[dict[str, list[Segment]], Owners[Segment], dict[str, tuple[int, int]]]:
     """An image's identity has one size. A request of one image whose only reading owns a
     chain of one image tells that image's size; a request whose images have other sizes
     cannot own a chain of it. Repeated while that settles more (a conflict: none learned).
-    Also the sizes learned (image key → size)."""
+    ``known``: sizes learned before (other requests', on any worker). Also the sizes known
+    (image key → size)."""
     sizes = {r.request_id: r.sizes for r in served if r.sizes and r.request_id in cands}
-    learned: dict[str, tuple[int, int]] = {}
+    learned: dict[str, tuple[int, int]] = dict(known or {})
     if not sizes:
         return cands, owners, learned
+    start = cands, owners
     while True:
         for rid, told in sizes.items():
             if len(told) != 1 or owners.may_own_none(rid):
@@ -439,7 +460,7 @@ def _by_size(cands: dict[str, list[Segment]], owners: Owners[Segment],
             if len(mine) == 1 and len(mine[0].images) == 1:
                 key = image_key(next(iter(mine[0].images)))
                 if learned.setdefault(key, told[0]) != told[0]:
-                    return cands, owners, {}  # not one size: learn nothing, guess nothing
+                    return *start, {}  # not one size: learn nothing, guess nothing
         kept = {rid: [seg for seg in segs if sized_like(learned, sizes.get(rid), seg)]
                 for rid, segs in cands.items()}
         if all(len(kept[rid]) == len(segs) for rid, segs in cands.items()):
@@ -451,7 +472,8 @@ def _by_size(cands: dict[str, list[Segment]], owners: Owners[Segment],
 def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
               slack_s: float = SLACK_S, known_images: frozenset[str] | None = None,
               only: Collection[str] | None = None, latest: dict[str, float] | None = None,
-              span: tuple[float, float] | None = None) -> dict[str, Realized]:
+              span: tuple[float, float] | None = None, announces_all: bool = False,
+              sizes: dict[str, tuple[int, int]] | None = None) -> dict[str, Realized]:
     """The realized hit of each request in ``served`` (one worker's) that its KV events
     show; a request they say nothing definite about is left out. ``known_images``: the
     image identities (keys) of every request around, on any worker. ``only``: the requests
@@ -459,7 +481,10 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     tick's settled requests against the minutes around them. ``latest``, when given, gets
     for each request that stored a segment in every assignment the latest it may own.
     ``span``: when ``served`` are only the runs linked to ``only``'s, the times all the
-    worker's runs cover (``runs_span``; the images no request names are read over it)."""
+    worker's runs cover (``runs_span``; the images no request names are read over it).
+    ``announces_all``: the worker's engine stores every block it computes (vLLM): no request
+    computed blocks another stored while it ran without storing them too. ``sizes``: image
+    key → pixel size learned before; the sizes learned here are added to it."""
     served = _blind_to(chains, served, slack_s, known_images, span)
     if only is not None:
         served = _overlapping(served, only, slack_s)
@@ -473,7 +498,9 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     if only is not None:
         cands = _connected(cands, only)
     owners = Owners(cands, frozenset(decodes))
-    cands, owners, learned = _by_size(cands, owners, served, frozenset(decodes))
+    cands, owners, learned = _by_size(cands, owners, served, frozenset(decodes), sizes)
+    if sizes is not None:
+        sizes.update(learned)
     out: dict[str, Realized] = {}
     for r in served:
         if only is not None and r.request_id not in only:
@@ -503,13 +530,14 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         own = {_hit(s, full) for s in mine} | {
             min(_hit(s, full + 1), max_hit) for s in mine if r.one_more and s.base is None}
         readings = set(own)
-        for seg in mine:
+        for seg in () if announces_all else mine:
             # Its chain's blocks above where it starts, stored by another request while it
-            # ran: it may have computed them too (an engine stores a block once).
+            # ran: it may have computed them too (an engine that stores a block once).
             readings |= _computed_alongside(chains, seg, since, max_hit)
         alongside = set()
         if none:
             readings.add(max_hit)  # it stored nothing: its prompt was cached...
+        if none and not announces_all:
             # ...or another request stored the same prompt while it computed it too.
             alongside = {min(b, max_hit) for s in chains.window(since, _until(r, slack_s))
                          if (b := s.base) is not None

@@ -19,6 +19,7 @@ from mmlens.analysis.judgement.attribution import (
     image_key,
     runs_span,
 )
+from mmlens.analysis.judgement.engines import announces_all
 from mmlens.analysis.judgement.evidence import Evidence, Realized, usage_realized
 from mmlens.analysis.judgement.holdings import HeldIndex, keys_of
 from mmlens.analysis.judgement.order import (
@@ -123,6 +124,7 @@ def _ranges(times: list[float]) -> list[tuple[float, float]]:
     return out
 
 
+SIZE_ROUNDS = 4  # attributions of a judging while image sizes learned settle more
 PRUNE_STEP_S = 60.0  # chains are pruned once the cut moved this far (every read is recent)
 
 
@@ -350,6 +352,10 @@ class JudgeState:
     removals: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
     seen: dict[int, _Seen] = field(default_factory=dict)  # id(trace) → what it gives
     pruned_to: float = float("-inf")
+    # the workers whose engine announces every block it computes (``engines``)
+    announcing: frozenset[str] = frozenset()
+    # image key → pixel size, learned from requests whose only reading owns its chain
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def apply_kv(self, rows: Iterable[KVRow]) -> dict[str, list[tuple[float, float]]]:
         """Apply KV rows; per unit the time ranges they cover (rows less than
@@ -464,8 +470,20 @@ class JudgeState:
         ``judging``.
         ``context``: every request whose log order or exact dispatch is known (at least).
         ``on_unit``: whether a request of that id ran on that unit (default: among its
-        runs)."""
+        runs). Image sizes one unit's runs teach may settle another's (an image has one
+        identity on every worker): the units are attributed again while they teach more."""
         ended = ended_by_order(context)
+        for _ in range(SIZE_ROUNDS):
+            before = len(self.sizes)
+            realized = self._attribute_units(served, context, known, judging, on_unit, ended)
+            if len(self.sizes) == before:
+                break
+        return realized
+
+    def _attribute_units(self, served: Mapping[str, tuple[Sequence[Served], _Every | None]],
+                         context: Sequence[RequestTrace], known: frozenset[str],
+                         judging: set[str], on_unit: Callable[[str, str], bool] | None,
+                         ended: Mapping[str, float]) -> dict[str, Realized]:
         realized: dict[str, Realized] = {}
         exact: dict[str, float] | None = None
         for u, (rows, every) in served.items():
@@ -477,8 +495,15 @@ class JudgeState:
             if ordered:
                 rows = closed(rows, ended, apart)
             latest: dict[str, float] | None = {} if ordered and apart > 0 else None
+            every_block = announces_all(self.announcing, u)
             got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest,
-                            _span(rows, every, ended, apart if ordered else None, known))
+                            _span(rows, every, ended, apart if ordered else None, known),
+                            every_block, self.sizes)
+            if self._learn_sizes(u, rows, every, got, known, every_block):
+                latest = {} if latest is not None else None
+                got = attribute(self.chains[u], rows, u, SLACK_S, known, judging, latest,
+                                _span(rows, every, ended, apart if ordered else None, known),
+                                every_block, self.sizes)
             if latest:
                 if exact is None:
                     exact = {t.request_id: at for t in context
@@ -487,9 +512,24 @@ class JudgeState:
                 if ahead is not None and ahead < apart:
                     again = closed(rows, ended, ahead)
                     got = attribute(self.chains[u], again, u, SLACK_S, known, judging,
-                                    span=_span(again, every, ended, ahead, known))
+                                    span=_span(again, every, ended, ahead, known),
+                                    announces_all=every_block, sizes=self.sizes)
             realized.update(got)
         return realized
+
+    def _learn_sizes(self, u: str, rows: Sequence[Served], every: _Every | None,
+                     got: Mapping[str, Realized], known: frozenset[str],
+                     every_block: bool) -> bool:
+        """Where a judged request of logged image sizes keeps two readings, the sizes all
+        of the unit's runs teach (the requests around, later ones too, that own one image's
+        chain in their only reading): whether they taught one not known before."""
+        sized = {r.request_id for r in rows if r.sizes}
+        if not any(v.alternatives and rid in sized for rid, v in got.items()):
+            return False
+        before = len(self.sizes)
+        attribute(self.chains[u], rows if every is None else every(), u, SLACK_S, known,
+                  announces_all=every_block, sizes=self.sizes)
+        return len(self.sizes) > before
 
     def _verdicts(self, wanted: Sequence[RequestTrace], realized: Mapping[str, Realized],
                   blind: frozenset[str], judged_at: float | None) -> list[Verdict]:
