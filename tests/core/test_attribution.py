@@ -329,3 +329,19 @@ def test_sizes_learned_in_one_pass_rule_out_chains_in_another():
     got = attribute(c, later, "w1", sizes=learned)
     assert (got["b"].blocks, got["b"].alternatives) == (6, ())
     assert (got["c"].blocks, got["c"].alternatives) == (0, ())
+
+
+def test_on_vllm_a_copy_of_a_block_held_before_a_request_started_is_not_its_prompt():
+    # Block 1 was stored at 1.0. While "r" (26 tokens: one full block, all of it hittable)
+    # ran, a copy of block 1 came from the root: a 16-token prompt found whole recomputes
+    # its last block (vLLM keeps the copy). Had "r" computed that block, it would have
+    # found the one stored at 1.0 first: "r" found its prompt cached, the copy is another's.
+    c = chains_of((1.0, None, [1]), (5.5, None, [1]), (9.0, None, [900]))
+    runs = [Served("r", 5.0, 6.0, 26, BS)]
+    assert attribute(c, runs, "w1")["r"].blocks == 0  # an engine that stores once: its own
+    got = attribute(c, runs, "w1", announces_all=True)["r"]
+    assert (got.blocks, got.alternatives) == (1, ())
+    # A copy whose first block came after "r" started may still be its.
+    late = chains_of((5.2, None, [1]), (5.5, None, [1]), (9.0, None, [900]))
+    assert 0 in {(g := attribute(late, runs, "w1", announces_all=True)["r"]).blocks,
+                 *g.alternatives}

@@ -36,7 +36,8 @@ class Segment:
     """One stored-blocks event: when, how deep its parent sits (None: the parent was stored
     before the index saw it), how many blocks, its parent and last block. Compared by
     identity: two events alike are two segments. ``images``: the identities of the images
-    in its blocks and the blocks below it (its engine's extra keys)."""
+    in its blocks and the blocks below it (its engine's extra keys). ``held_since``: where
+    its first block was already stored when it came (a copy), when that copy came."""
 
     ts: float
     base: int | None
@@ -44,6 +45,7 @@ class Segment:
     parent: str | None = None
     last: str = ""
     images: frozenset[str] = frozenset()
+    held_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +126,11 @@ class WorkerChains:
             return
         base = 0 if parent is None else self.depth.get(parent)
         below = None if parent is None else self.segment_of.get(parent)
-        seg = Segment(ts, base, len(hashes), parent, hashes[-1], frozenset(images) | (
-            below.images if below is not None else frozenset()))
         held, copies = self.segment_of, self.copies
+        first = held.get(hashes[0])
+        seg = Segment(ts, base, len(hashes), parent, hashes[-1], frozenset(images) | (
+            below.images if below is not None else frozenset()),
+            None if first is None else first.ts)
         for h in hashes:
             if h in held:
                 copies[h] = copies.get(h, 0) + 1
@@ -256,16 +260,21 @@ def _hit(seg: Segment, full: int) -> int:
 
 
 def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: float,
-          ) -> list[Segment]:
+          announces_all: bool = False) -> list[Segment]:
     """Segments stored while ``r`` ran that end at its prompt's depth (or hang off a block
-    the index never saw and are no longer than its prompt)."""
+    the index never saw and are no longer than its prompt). On an engine that caches a
+    prompt's blocks at allocation (``announces_all``), not a copy of a block it could hit
+    that was stored before it started: it found that block (a copy comes from a request
+    that recomputed its prompt's last block, found whole)."""
     since, until = _since(r, slack_s), _until(r, slack_s)
     out = []
     for depth in _ends(r, full):
         end = chains.by_end.get(depth)
         out += [] if end is None else [
             s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
-            and (r.known_blocks is None or abs(r.known_blocks - s.base) <= 1)]
+            and (r.known_blocks is None or abs(r.known_blocks - s.base) <= 1)
+            and not (announces_all and s.held_since is not None and s.held_since < since
+                     and s.base < max_hit)]
     out += [s for s in chains.unrooted.between(since, until)
             if s.blocks <= _ends(r, full)[-1]]
     return [s for s in out if same_images(s, r.images)] if r.images is not None else out
@@ -296,7 +305,7 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
 
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,
-               ) -> dict[str, list[Segment]]:
+               announces_all: bool = False) -> dict[str, list[Segment]]:
     """Per request, the segments it may own as its prefill. A request of unknown length
     may own any segment stored while it ran: it is no one's answer, but a rival that keeps
     others from claiming its chain."""
@@ -310,7 +319,7 @@ def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = 
                                                            _until(r, slack_s))
                                   if s.parent is None and s.blocks == 1]
         else:
-            fits[r.request_id] = _fits(chains, r, *f, slack_s)
+            fits[r.request_id] = _fits(chains, r, *f, slack_s, announces_all)
     return fits
 
 
@@ -488,7 +497,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     served = _blind_to(chains, served, slack_s, known_images, span)
     if only is not None:
         served = _overlapping(served, only, slack_s)
-    cands = candidates(chains, served, slack_s)
+    cands = candidates(chains, served, slack_s, announces_all)
     decodes = _maybe_decodes(chains, served, slack_s)
     # A segment hung off a prompt a request may have stored may be its decode: it owes no
     # prompt an owner, but stays a longer prompt's candidate (one with the same blocks
