@@ -67,6 +67,7 @@ def apply_targets(runner: CollectorRunner, new: Config) -> list[str]:
     for w in new.workers:
         if (w.router_url or w.name) not in configured and cfg.add_worker(w):
             runner.add_kv_source(w, running=True)
+            runner.add_worker_log(w)
             notes.append(f"worker {w.name} added")
     # Only workers the file named go: those a router listed (discovery) stay.
     gone = [w for w in cfg.workers if (w.router_url or w.name) not in keys

@@ -56,6 +56,7 @@ from mmlens.store.base import SQLStore
 
 log = logging.getLogger("mmlens.collect")
 
+WORKER_LOG = "worker:"  # a worker's own log among the followers (the rest: routers')
 _RUNNERS = itertools.count()  # two runners in one process (tests, a dashboard) are two rows
 
 
@@ -136,6 +137,7 @@ class CollectorRunner:
         self._keep_own_share()
         for w in self.cfg.workers:
             self.add_kv_source(w)
+            self.add_worker_log(w)
         for router in self.cfg.routers:
             if router.event_plane:
                 self.kv_side.add_plane(router.name, router.event_plane, router.namespace)
@@ -152,6 +154,11 @@ class CollectorRunner:
             for w in RouterStateCollector.workers_of(state):
                 if self.cfg.add_worker(smg_worker_target(w.url, {"runtime_type": w.runtime})):
                     self.discovery_health.count("discovered_workers")
+
+    def add_worker_log(self, w: WorkerTarget) -> None:
+        """Follow a worker's own log: when each request reached it, on its clock."""
+        if w.log_file and WORKER_LOG + w.name not in self.followers:
+            self.followers[WORKER_LOG + w.name] = LogFollower(w.log_file)
 
     def add_kv_source(self, w: WorkerTarget, running: bool = False) -> None:
         """Read the worker's KV events (its ZMQ endpoints or its gRPC stream); ``running``:
@@ -256,7 +263,8 @@ class CollectorRunner:
 
     def _read_logs(self) -> None:
         for name, follower in self.followers.items():
-            h = self.log_health.setdefault(name, CollectorHealth("router_logs", name))
+            h = self.log_health.setdefault(name, CollectorHealth(
+                "worker_logs" if name.startswith(WORKER_LOG) else "router_logs", name))
             lines = follower.read_new()
             if getattr(follower, "refused", 0):
                 h.errors["symlink_refused"] = follower.refused
@@ -265,7 +273,8 @@ class CollectorRunner:
             found, frags = read_lines(lines, h.errors,
                                       self._attempts.setdefault(name, Attempts()),
                                       getattr(follower, "first_seq", None))
-            name_router(frags, name, "config:log_file")
+            if not name.startswith(WORKER_LOG):
+                name_router(frags, name, "config:log_file")
             # Dynamo says once per model whether it routes images exactly, and why not.
             if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
                 self.store.set_meta("dynamo_mm_routing", {

@@ -37,6 +37,8 @@ kv_events = "tcp://127.0.0.1:5557"   # vLLM/SGLang ZMQ; grpc://host:port = the w
 kv_replay = "tcp://127.0.0.1:5558"
 dp_size = 1                         # ranks > 0 listen on port + rank
 topic = ""
+log_file = "worker-w1.log"          # optional: the worker's own JSON log (Dynamo's runtime
+                                    # logs when each request reached it, on its clock)
 [demo]
 ready_file = "demo-ready.json"      # targets from `mmlens demo --ready-file`
 [otlp]                              # built-in OTLP trace receiver (off without this table)
@@ -97,6 +99,8 @@ class WorkerTarget:
     kv_replay: str | None = None
     dp_size: int = 1
     topic: str = ""
+    # The worker's own JSON log (Dynamo's runtime): when each request reached it.
+    log_file: str | None = None
 
     @property
     def kv_transport(self) -> str | None:
@@ -181,7 +185,7 @@ def parse_config(doc: dict[str, Any], base_dir: Path = Path(".")) -> Config:
     for i, r in enumerate(v.tables(doc, "router")):
         cfg.routers.append(_router(r, f"router[{i}]", i, cfg))
     for i, w in enumerate(v.tables(doc, "worker")):
-        cfg.workers.append(_worker(w, f"worker[{i}]", i))
+        cfg.workers.append(_worker(w, f"worker[{i}]", i, cfg))
     otlp = v.table(doc, "otlp")
     cfg.otlp_host = v.text(otlp, "host", "otlp") or cfg.otlp_host
     for key in ("grpc_port", "http_port"):
@@ -212,7 +216,7 @@ def _router(r: Any, where: str, i: int, cfg: Config) -> RouterTarget:
                             cfg.log_dirs))
 
 
-def _worker(w: Any, where: str, i: int) -> WorkerTarget:
+def _worker(w: Any, where: str, i: int, cfg: Config) -> WorkerTarget:
     dp = v.integer(w, "dp_size", f"{where}.", 1, 1, 1024) or 1
     kv = v.text(w, "kv_events", where)
     return WorkerTarget(
@@ -224,7 +228,9 @@ def _worker(w: Any, where: str, i: int) -> WorkerTarget:
         kv_events=v.endpoint(kv, f"{where}.kv_events", v.ZMQ + v.GRPC, dp - 1),
         kv_replay=v.endpoint(v.text(w, "kv_replay", where), f"{where}.kv_replay", v.ZMQ,
                              dp - 1),
-        dp_size=dp, topic=v.text(w, "topic", where) or "")
+        dp_size=dp, topic=v.text(w, "topic", where) or "",
+        log_file=v.confined(v.text(w, "log_file", where), f"{where}.log_file", cfg.base_dir,
+                            cfg.log_dirs))
 
 
 def _event_plane(table: Any, where: str) -> str | None:

@@ -178,6 +178,9 @@ def merge(base: RequestTrace, new: RequestTrace) -> RequestTrace:
         alias(base, new.request_id)
     for a in new.aliases:
         alias(base, a)
+    for unit, at in new.engine_received.items():
+        had = base.engine_received.get(unit)
+        base.engine_received[unit] = at if had is None else min(had, at)
     base.response_id = base.response_id or new.response_id
     base.trace_id = base.trace_id or new.trace_id
     if not mine or not base.ts:  # mmlens' own send time stands (a log line's is to the second)

@@ -209,11 +209,18 @@ def dynamo_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
         return None
     msg = str(obj.get("message", ""))
     when = ts if ts is not None else parse_ts(obj.get("time"))
+    worker = obj.get("instance_id") if obj.get("span_name") == "handle_payload" else None
+    if worker is not None and (msg != "request received" or obj.get("endpoint") != "generate"
+                               or when is None):
+        return None  # a worker's other ingress lines (its KV queries, its completions)
     t = fragment(str(rid), source, when or 0.0, "dynamo")
     label = f"{source}:dynamo"
     alias(t, obj.get("x_request_id"))
     t.trace_id = str(obj["trace_id"]) if obj.get("trace_id") else None
-    if msg == "request received":
+    if worker is not None:  # a worker's own log: when the request reached it, on its clock
+        t.engine_received[str(worker)] = when  # type: ignore[assignment]
+        t.provenance["engine_received"] = f"{source}:dynamo_worker"
+    elif msg == "request received":
         put(t, "model", obj.get("model"), label)
         put(t, "stream", {"stream": True, "unary": False}.get(str(obj.get("request_type"))),
             label)

@@ -140,6 +140,9 @@ class RequestTrace:
     # order is exact where their times are whole seconds.
     sent_seq: int | None = None
     ended_seq: int | None = None
+    # When each worker's own log says the request reached it (worker id → the engine's
+    # clock, to the microsecond: Dynamo's ingress line): its blocks there were stored after.
+    engine_received: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:

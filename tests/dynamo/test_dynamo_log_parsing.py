@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mmlens.ingest.observed import merge_all
+from mmlens.ingest.observed_logs import read_lines
 from mmlens.ingest.router_logs import parse_lines
 from mmlens.records import RequestTrace, RoutingDecision
 from mmlens.store.decisions import attach
@@ -166,3 +168,27 @@ def test_dynamo_verdict_rows() -> None:
     assert rows["/models/Qwen3-VL-2B-Instruct"]["image routing"] == "exact (pad values)"
     glm = rows["/models/GLM-5.3-Flash"]
     assert glm["image routing"] == "text prefix only" and "glm53_flash" in glm["why not"]
+
+
+WORKER_FIXTURE = FIXTURE.with_name("dynamo_worker_1.6.1.jsonl")  # the runtime's ingress lines
+
+
+def test_a_workers_own_log_tells_when_each_request_reached_it() -> None:
+    # Verbatim lines of the Dynamo 1.6.1 runtime in two workers' logs (`push_handler.rs`): a
+    # KV-query ingress, five requests received on `generate`, one completed. Only the
+    # requests received become records, each with its worker's time, joined by x-request-id.
+    decisions, frags = read_lines(WORKER_FIXTURE.read_text().splitlines())
+    assert not decisions
+    got = {a: t.engine_received for t in frags for a in t.aliases}
+    assert set(got) == {"acc-000", "acc-001", "acc-002", "acc-003", "acc-004", "acc-007"}
+    assert got["acc-001"] == {"1793629401006860017": pytest.approx(1796280675.600927)}
+    assert list(got["acc-007"]) == ["6071493109577130047"]
+    assert all(t.provenance == {"engine_received": "router_log:dynamo_worker"} for t in frags)
+    assert all(t.worker is None and t.status is None for t in frags)  # the router's to say
+
+
+def test_a_workers_arrival_merges_into_the_routers_record_earliest_first() -> None:
+    lines = WORKER_FIXTURE.read_text().splitlines()
+    _, frags = read_lines(lines + lines[1:3])  # a line read twice keeps its time
+    (one,) = [t for t in merge_all(frags) if "acc-001" in t.aliases]
+    assert one.engine_received == {"1793629401006860017": pytest.approx(1796280675.600927)}

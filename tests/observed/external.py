@@ -158,9 +158,11 @@ def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str 
             if worker_otlp:
                 cmd += ["--otlp-traces-endpoint", worker_otlp]
             ext.procs.append(spawn(ext.log_dir, f"worker-w{i + 1}", cmd, wenv, cwd=scratch))
+            # Its log holds the Dynamo runtime's own ingress lines (a production worker's).
             ext.workers.append({"name": f"w{i + 1}", "metrics": f"http://{HOST}:{p}/metrics",
                                 "kv_events": f"tcp://{HOST}:{p + 1}",
-                                "kv_replay": f"tcp://{HOST}:{p + 2}"})
+                                "kv_replay": f"tcp://{HOST}:{p + 2}",
+                                "log": str(ext.log_dir / f"worker-w{i + 1}.log")})
         fenv = dict(env)
         if otlp_grpc:
             fenv.update(OTEL_EXPORT_ENABLED="1", OTEL_SERVICE_NAME="dynamo-frontend",

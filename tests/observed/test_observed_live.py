@@ -56,13 +56,15 @@ def mmlens(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
 
 
 def config(path: Path, ext: External, kind: str, otlp: tuple[int, int] | None,
-           kv: bool = True) -> Path:
+           kv: bool = True, worker_logs: bool = True) -> Path:
     lines = ["interval_s = 0.5", "[[router]]", 'name = "r"', f'kind = "{kind}"',
              f'url = "{ext.router_url}"', f'log_file = "{ext.router_log}"',
              "discover_workers = false"]
     for w in ext.workers:
         name = w.get("grpc") or w["worker_id"]
         lines += ["[[worker]]", f'name = "{w["name"]}"', f'router_url = "{name}"']
+        if w.get("log") and worker_logs:
+            lines.append(f'log_file = "{w["log"]}"')
         if kv:
             lines += [f'kv_events = "{w["kv_events"]}"', f'kv_replay = "{w["kv_replay"]}"']
     if otlp:

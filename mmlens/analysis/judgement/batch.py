@@ -171,12 +171,15 @@ def _seen(t: RequestTrace) -> _Seen:
     bs = block_size_of(t)
     known = usage_realized(t, bs)
     # On the router's own host the engine's clock is the router's: its blocks are stored
-    # after the exact dispatch, with no slack before it.
+    # after the exact dispatch, with no slack before it. Where the worker's own log says
+    # when the request reached it, that is on the engine's clock wherever it runs.
     exact = clocks_apart(u) == 0 and exact_dispatch(t) is not None
+    froms = [at for at in (start if exact else None, t.engine_received.get(u.split("#", 1)[0]))
+             if at is not None]
     prompt, up = prompt_told(t, bs)
     return _Seen(t, len(t.predictions), u, Served(
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        stored_from=start if exact else None, one_more=up, sizes=sizes_of(t)), ids,
+        stored_from=max(froms) if froms else None, one_more=up, sizes=sizes_of(t)), ids,
         tuple((w, r) for w, r in _rivals(t, end, bs, ids) if w != u))
 
 
