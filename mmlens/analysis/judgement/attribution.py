@@ -402,13 +402,16 @@ def _connected(cands: dict[str, list[Segment]], only: Collection[str],
         for s in segs:
             rivals.setdefault(s, []).append(rid)
     keep: set[str] = set()
+    reached: set[Segment] = set()
     todo = [r for r in only if r in cands]
     while todo:
         rid = todo.pop()
         if rid not in keep:
             keep.add(rid)
             for s in cands[rid]:
-                todo.extend(rivals[s])
+                if s not in reached:
+                    reached.add(s)
+                    todo.extend(rivals[s])
     return {rid: segs for rid, segs in cands.items() if rid in keep}
 
 
