@@ -110,6 +110,7 @@ class WorkerChains:
     all: _ByTime = field(default_factory=_ByTime)
     by_end: dict[int, _ByTime] = field(default_factory=dict)  # base + blocks → segments
     unrooted: _ByTime = field(default_factory=_ByTime)  # parent depth unknown
+    ones: _ByTime = field(default_factory=_ByTime)  # one block: a decode's, maybe
     children: dict[str, _ByTime] = field(default_factory=dict)
     last_ts: float = 0.0  # the newest event seen: the stream covers times before it
     # Copies of a block beyond the first (vLLM stores a block computed again beside the one
@@ -151,6 +152,8 @@ class WorkerChains:
                 kids = self.children[parent] = _ByTime()
             kids.add(seg)
         self.all.add(seg)
+        if len(hashes) == 1:
+            self.ones.add(seg)
         self.last_ts = max(self.last_ts, ts)
 
     def removed(self, ts: float, hashes: Sequence[str]) -> None:
@@ -181,6 +184,7 @@ class WorkerChains:
         """Forget the segments stored before ``before`` (reads never reach back so far)."""
         self.all.prune(before)
         self.unrooted.prune(before)
+        self.ones.prune(before)
         for end in self.by_end.values():
             end.prune(before)
         for kids in self.children.values():
@@ -332,13 +336,14 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
     out: dict[Segment, set[str]] = {}
     for r in served:
         f = _full(r)
-        mine = {s for s in chains.window(_since(r, slack_s), _until(r, slack_s))
-                if s.blocks == 1 and (f is None or s.base is None or s.base in _ends(r, f[0]))}
+        ends = () if f is None else _ends(r, f[0])
+        since, until = _since(r, slack_s), _until(r, slack_s)
+        mine = {s for s in chains.ones.between(since, until)
+                if f is None or s.base is None or s.base in ends}
         tips = [s.last for s in mine]
         while tips and f is not None:
             kids = chains.children.get(tips.pop())
-            for child in () if kids is None else kids.between(_since(r, slack_s),
-                                                              _until(r, slack_s)):
+            for child in () if kids is None else kids.between(since, until):
                 if child.blocks == 1 and child not in mine:
                     mine.add(child)
                     tips.append(child.last)
