@@ -22,8 +22,8 @@ def live() -> None:
             st.info("No image requests with a known worker yet: send some from the Lab page.")
         else:
             sizes = {a.identity: a.size for a in affinities}
-            st.plotly_chart(affinity_sankey(sankey_links(affinities), sizes, names),
-                            key="affinity_sankey", width="stretch")
+            st.markdown(affinity_sankey(sankey_links(affinities), sizes, names),
+                        unsafe_allow_html=True)
             st.subheader("Per image (router-side identity)")
             st.dataframe(shared.table(image_rows(affinities, names)), hide_index=True,
                          width="stretch")

@@ -50,6 +50,28 @@ def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
     raise AssertionError(f"no SVG chart titled …{words}…")
 
 
+def sankey_links_drawn(markup: str) -> dict[str, list[Any]]:
+    """The SVG Sankey (``mmlens.figures.affinity``) as drawn: each band's image label, worker
+    label, requests and tooltip, and every node's label."""
+    svg = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(markup)
+    bands = [g for g in root.iter(f"{svg}g") if g.get("data-value") is not None]
+    return {"source": [g.get("data-source") for g in bands],
+            "target": [g.get("data-target") for g in bands],
+            "value": [int(g.get("data-value", "0")) for g in bands],
+            "hover": [g.findtext(f"{svg}title") for g in bands],
+            "nodes": [g.get("data-node") for g in root.iter(f"{svg}g")
+                      if g.get("data-node") is not None]}
+
+
+def sankey_drawn(at: AppTest) -> dict[str, list[Any]]:
+    """The Affinity page's Sankey, as drawn (``sankey_links_drawn``)."""
+    for md in at.markdown:
+        if 'class="mmlens-chart mmlens-sankey"' in md.value:
+            return sankey_links_drawn(md.value)
+    raise AssertionError("no SVG Sankey drawn")
+
+
 def layout_drawn(at: AppTest) -> dict[str, Any]:
     """The Inspector's SVG token layout (``mmlens.figures.layout_svg``) read back in the
     token-layout figure's shape: one bar trace per series (its rows ``y`` and lengths ``x``),

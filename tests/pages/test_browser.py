@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 SHOTS = REPO / "artifacts" / "screenshots"
 # pages whose every chart is inline SVG (figures.svg, figures.layout_svg)
-SVG_ONLY = ("overview", "inspector", "routing")
+SVG_ONLY = ("overview", "inspector", "routing", "affinity")
 
 # page url → text that must be visible once it has rendered
 EXPECTED = {
@@ -39,7 +39,7 @@ def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any
     body = browser_page.locator("[data-testid='stMain']")
     for text in EXPECTED[page]:
         body.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=30_000)
-    if page in ("affinity", "cache"):
+    if page == "cache":
         browser_page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=30_000)
     if page in SVG_ONLY:  # its charts are inline SVG: drawing it waits for no Plotly code
         browser_page.locator(".mmlens-chart svg rect").first.wait_for(state="visible",

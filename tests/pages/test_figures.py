@@ -39,6 +39,7 @@ from mmlens.records import (
 )
 from mmlens.state import Snapshot
 from mmlens.targets_toml import config_toml_from_ready, validate_toml
+from tests.pages.apptest_util import sankey_links_drawn
 from tests.verdicts_support import judged
 
 
@@ -194,8 +195,11 @@ def test_affinity_and_sankey() -> None:
     assert aff[0].requests == 3 and aff[0].stuck_ratio == pytest.approx(2 / 3)
     assert (aff[0].first_seen, aff[0].last_seen) == (1.0, 3.0)
     links = sankey_links(aff)
-    sankey = affinity_sankey(links).data[0]
-    assert sum(sankey.link.value) == 4
+    sankey = sankey_links_drawn(affinity_sankey(links, worker_names={"w2": "second"}))
+    assert sum(sankey["value"]) == 4
+    assert sankey["nodes"][-2:] == ["w1", "second"]  # images first, then workers by URL
+    assert sorted(zip(sankey["target"], sankey["value"], strict=True)) == [
+        ("second", 1), ("second", 1), ("w1", 2)]
     assert multi_resident([ResidentSummary("w1", 0, images={"x": 1}),
                            ResidentSummary("w2", 0, images={"x": 2, "y": 0})]) == {
         "x": ["w1", "w2"]}
