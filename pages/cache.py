@@ -43,8 +43,8 @@ def live() -> None:
             timeline = named_timeline(shared.kv_timeline(path, float(window), window / 60),
                                       names)
             if timeline:
-                st.plotly_chart(kv_event_timeline_figure(timeline), key="kv_timeline",
-                                width="stretch")
+                st.markdown(bar_chart_html(kv_event_timeline_figure(timeline)),
+                            unsafe_allow_html=True)
             else:
                 st.info("No KV events in this window.")
         with c2:

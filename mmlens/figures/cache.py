@@ -9,8 +9,8 @@ from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.judgement.shown import category
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.figures.plain import PlainFigure
-from mmlens.figures.svg import Bar, BarChart
-from mmlens.figures.timeaxis import TIME_AXIS, bar_width_ms, gapped, utc
+from mmlens.figures.svg import Bar, BarChart, time_slots
+from mmlens.figures.timeaxis import TIME_AXIS, gapped
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.figures.workers import faded, worker_colour
 from mmlens.ingest.metrics_normalize import HitRate
@@ -70,31 +70,32 @@ def predicted_vs_realized_figure(traces: Sequence[RequestTrace],
                    "margin": MARGIN}})
 
 
-def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> PlainFigure:
-    """``rows``: (bucket ts, worker, kind, blocks). Stored up, removed down, per worker: every
-    worker has both entries in the legend, so no removals reads as none, not as missing."""
+def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> BarChart:
+    """``rows``: (bucket ts, worker, kind, blocks). Stored up, removed down, per worker,
+    stacked per bucket; read, not explored: SVG bars (a Plotly chart here cost the Cache page
+    a draw on every visit). Every worker has both entries in the legend, so no removals reads
+    as none, not as missing."""
     series: dict[tuple[str, str], dict[float, int]] = {}
     for ts, worker, kind, blocks in rows:
         series.setdefault((worker, kind), {})[ts] = blocks
-    width = bar_width_ms([r[0] for r in rows])
-    data = []
+    slots, label_of = time_slots([r[0] for r in rows], 60.0)
+    bars: list[Bar] = []
+    legend: list[tuple[str, str]] = []
     for worker in sorted({w for w, _ in series}):
         for kind in ("stored", "removed"):
             points = series.get((worker, kind), {})
-            total = sum(points.values())
-            # A zero bar keeps a worker that removed nothing in the legend, saying 0.
-            points = points or {min(t for t, _, _, _ in rows): 0}
-            ts = sorted(points)
+            name = f"{worker} {kind} ({sum(points.values())})"
             sign = -1 if kind == "removed" else 1
-            colour = worker_colour(worker)
-            data.append({"type": "bar", "name": f"{worker} {kind} ({total})", "x": utc(ts),
-                         "y": [sign * points[t] for t in ts], "legendgroup": worker,
-                         "width": width,
-                         "marker": {"color": faded(colour) if sign < 0 else colour}})
-    return PlainFigure({"data": data, "layout": {
-        "barmode": "relative", "xaxis": TIME_AXIS, "showlegend": True, "height": 320,
-        "title": {"text": "KV events per worker: blocks stored (+) / removed (−)"},
-        "margin": MARGIN}})
+            colour = faded(worker_colour(worker)) if sign < 0 else worker_colour(worker)
+            legend.append((name, colour))
+            # A zero bar keeps a worker that removed nothing among the series, saying 0.
+            for t in sorted(points) or [min(r[0] for r in rows)]:
+                n = points.get(t, 0)
+                bars.append(Bar(label_of[t], float(sign * n), colour=colour, series=name,
+                                hover=f"{label_of[t]} UTC · {worker}: {n} block(s) {kind}"))
+    return BarChart("KV events per worker: blocks stored (+) / removed (−)", tuple(bars),
+                    height=320, stacked=True, signed=True, slots=slots, time_axis=True,
+                    legend=tuple(legend))
 
 
 RESIDENT_SERIES = (("resident blocks", "#2680c2"), ("…with image keys", "#8719e0"))

@@ -47,6 +47,7 @@ class BarChart:
     slots: tuple[str, ...] = ()  # every slot in order, empty ones too (default: the bars')
     time_axis: bool = False  # slots are times: only every few are labelled, level
     legend: tuple[tuple[str, str], ...] = ()  # (series, colour) keys under the chart
+    signed: bool = False  # negative values drawn down from zero (else drawn as zero)
 
 
 def time_slots(ts: Sequence[float], default_step: float = 30.0,
@@ -107,6 +108,18 @@ def _tops(chart: BarChart, slots: list[str]) -> float:
     return max([*sums.values(), 0.0])
 
 
+def _bottom(chart: BarChart, slots: list[str]) -> float:
+    """The lowest value drawn (0 unless ``signed``): a slot's negative bars stack down."""
+    if not chart.signed:
+        return 0.0
+    if not chart.stacked:
+        return min([b.value for b in chart.bars] + [0.0])
+    sums = dict.fromkeys(slots, 0.0)
+    for b in chart.bars:
+        sums[b.label] = sums.get(b.label, 0.0) + min(0.0, b.value)
+    return min([*sums.values(), 0.0])
+
+
 def bar_chart_html(chart: BarChart) -> str:
     """The chart as one line of HTML (title, SVG, legend), for ``st.markdown(...,
     unsafe_allow_html=True)``: one line, so Markdown reads it as a raw HTML block and leaves
@@ -117,11 +130,18 @@ def bar_chart_html(chart: BarChart) -> str:
     bottom = 96 if slanted else 34
     h = chart.height
     plot_w, plot_h = WIDTH - left - right, h - top_px - bottom
-    axis = ticks(_tops(chart, slots), chart.percent)
-    y_max = axis[-1] * (1.05 if chart.percent else 1.0)
+    high, low = _tops(chart, slots), _bottom(chart, slots)
+    axis = ticks(max(high, -low), chart.percent)
+    if low < 0:  # the same step below zero, down to the lowest stack
+        step = axis[1]
+        axis = [-step * i for i in range(math.ceil(-low / step - 1e-9), 0, -1)] + [
+            step * i for i in range(math.ceil(high / step - 1e-9) + 1)]
+    y_max = max(axis[-1] * (1.05 if chart.percent else 1.0), 1e-9)
+    y_min = min(axis[0], 0.0)
 
     def y_of(v: float) -> float:
-        return top_px + plot_h * (1 - max(0.0, v) / y_max)
+        v = v if chart.signed else max(0.0, v)
+        return top_px + plot_h * (y_max - v) / (y_max - y_min)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {h}" '
              f'width="100%" role="img" aria-label="{esc(chart.title)}" {FONT} '
@@ -138,6 +158,7 @@ def bar_chart_html(chart: BarChart) -> str:
     for b in chart.bars:
         per_slot.setdefault(b.label, []).append(b)
     base = y_of(0.0)
+    foot = y_of(y_min)  # slot labels under the lowest bar
     every = max(1, math.ceil(len(slots) / MAX_LABELS)) if chart.time_axis else 1
     for label, bars in per_slot.items():
         i = index.get(label)
@@ -146,12 +167,16 @@ def bar_chart_html(chart: BarChart) -> str:
         cx = left + slot_w * (i + 0.5)
         width = min(slot_w * 0.8, 120.0)
         each = width if chart.stacked else width / len(bars)
-        below = 0.0
+        up = down = 0.0  # a stack's top and (signed) bottom so far
         for j, b in enumerate(bars):
             x = cx - width / 2 + (0 if chart.stacked else j * each)
-            y_top, y_bottom = y_of(below + b.value), y_of(below)
-            if chart.stacked:
-                below += max(0.0, b.value)
+            start = (up if b.value >= 0 else down) if chart.stacked else 0.0
+            end = start + b.value
+            y_top, y_bottom = y_of(max(start, end)), y_of(min(start, end))
+            if chart.stacked and b.value >= 0:
+                up = end
+            elif chart.stacked and chart.signed:
+                down = end
             tip = b.hover or f"{b.series or b.label}: {b.text or f'{b.value:g}'}"
             parts.append(f'<g data-label="{esc(b.label)}" data-series="{esc(b.series)}" '
                          f'data-value="{b.value!r}"><title>{esc(tip)}</title>'
@@ -166,11 +191,11 @@ def bar_chart_html(chart: BarChart) -> str:
             continue
         cx = left + slot_w * (i + 0.5)
         if slanted:
-            parts.append(f'<text transform="translate({cx:.1f},{base + 12:.1f}) rotate(-40)" '
+            parts.append(f'<text transform="translate({cx:.1f},{foot + 12:.1f}) rotate(-40)" '
                          f'text-anchor="end" fill="{AXIS_COLOUR}" font-size="12">'
                          f"{esc(label)}</text>")
         else:
-            parts.append(f'<text x="{cx:.1f}" y="{base + 18:.1f}" text-anchor="middle" '
+            parts.append(f'<text x="{cx:.1f}" y="{foot + 18:.1f}" text-anchor="middle" '
                          f'fill="{AXIS_COLOUR}">{esc(label)}</text>')
     parts.append(f'<line x1="{left}" x2="{WIDTH - right}" y1="{base:.1f}" y2="{base:.1f}" '
                  f'stroke="{AXIS_COLOUR}"/></svg>')

@@ -23,14 +23,6 @@ def utc(ts: Sequence[float]) -> list[datetime]:
     return [datetime.fromtimestamp(t, UTC).replace(tzinfo=None) for t in ts]
 
 
-def bar_width_ms(ts: Sequence[float], default_s: float = 30.0) -> float:
-    """A time bar's width: 80 % of the smallest spacing of its buckets (``default_s`` for one
-    bucket), so bars keep their width as the axis spans more time and one bucket is not a
-    slab across the chart."""
-    spacing = [b - a for a, b in pairwise(sorted(set(ts))) if b > a]
-    return 0.8 * 1000.0 * (min(spacing) if spacing else default_s)
-
-
 def gapped(points: Sequence[tuple[float, float]], step: float | None = None,
            ) -> tuple[list[datetime | None], list[float | None]]:
     """x and y of a line with a break (None) wherever two consecutive points lie more than

@@ -144,13 +144,37 @@ def test_predicted_vs_realized_carries_request_ids() -> None:
 
 
 def test_kv_timeline_removed_blocks_point_down() -> None:
-    fig = kv_event_timeline_figure([(0.0, "w1", "stored", 10), (0.0, "w1", "removed", 4),
-                                    (0.0, "w2", "stored", 3)])
-    by_name = {t.name: t.y for t in fig.data}
+    import xml.etree.ElementTree as ET
+
+    from mmlens.figures.svg import bar_chart_html
+
+    chart = kv_event_timeline_figure([(0.0, "w1", "stored", 10), (0.0, "w1", "removed", 4),
+                                      (0.0, "w2", "stored", 3), (30.0, "w1", "stored", 2)])
+    by_name: dict[str, list[float]] = {}
+    for b in chart.bars:
+        by_name.setdefault(b.series, []).append(b.value)
     # Every worker has a removed entry: none removed reads as 0, not as a missing series.
-    assert by_name == {"w1 stored (10)": (10,), "w1 removed (4)": (-4,),
-                       "w2 stored (3)": (3,), "w2 removed (0)": (0,)}
-    assert fig.layout.barmode == "relative" and fig.layout.xaxis.type == "date"
+    assert by_name == {"w1 stored (12)": [10, 2], "w1 removed (4)": [-4],
+                       "w2 stored (3)": [3], "w2 removed (0)": [0]}
+    assert [name for name, _ in chart.legend] == list(by_name)
+    assert chart.stacked and chart.signed and chart.slots == ("00:00:00", "00:00:30")
+    # As drawn: a bucket's stored blocks stack up from the zero line, its removed ones down.
+    svg = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(bar_chart_html(chart))
+    zero = min(float(line.get("y1", "0")) for line in root.iter(f"{svg}line")
+               if line.get("stroke") == "#5c6f82")
+    rects = {(g.get("data-series"), g.get("data-label")): g.find(f"{svg}rect")
+             for g in root.iter(f"{svg}g") if g.get("data-series")}
+
+    def span(series: str, label: str = "00:00:00") -> tuple[float, float]:
+        r = rects[(series, label)]
+        y, h = float(r.get("y", "0")), float(r.get("height", "0"))
+        return y, y + h
+
+    assert span("w1 stored (12)")[1] == pytest.approx(zero, abs=0.1)
+    assert span("w2 stored (3)")[1] == pytest.approx(span("w1 stored (12)")[0], abs=0.1)
+    assert span("w1 removed (4)")[0] == pytest.approx(zero, abs=0.1)
+    assert span("w1 removed (4)")[1] > zero + 10  # 4 blocks down: drawn, below the line
 
 
 def test_hit_rate_lines_break_at_gaps_and_name_every_worker() -> None:
@@ -330,8 +354,7 @@ def test_each_worker_has_one_colour_on_every_chart() -> None:
     views = divergence_figure([ViewPoint(1.0, "w2", "index_gauge", 4, 4, 0, 0)]).to_dict()
     w2 = worker_colour("w2")
     assert [t["line"]["color"] for t in lines] == [worker_colour("w1"), w2]
-    stored = {t["name"].split(" ")[0]: t["marker"]["color"] for t in kv.to_dict()["data"]
-              if " stored " in t["name"]}
+    stored = {b.series.split(" ")[0]: b.colour for b in kv.bars if " stored " in b.series}
     assert stored == {"w1": worker_colour("w1"), "w2": w2}
     assert [b.colour for b in bars] == [worker_colour("w1"), w2]
     assert views["data"][0]["line"]["color"] == w2

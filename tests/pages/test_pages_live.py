@@ -94,7 +94,7 @@ def test_inspector_rebuilds_a_warmup_request(live: LiveDashboard) -> None:
 def test_cache_routing_affinity_have_demo_traces(live: LiveDashboard) -> None:
     at = open_page("cache")
     assert figure_titled(at, "hit rate per worker")["data"]
-    assert figure_titled(at, "KV events")["data"]
+    assert any(y > 0 for y in svg_bars(at, "KV events")["y"])
     assert figure_titled(at, "Prefix tree")["data"][0]["type"] == "icicle"
     assert len(figure_titled(at, "Predicted vs realized")["data"][1]["x"]) >= 10
     at = open_page("routing")

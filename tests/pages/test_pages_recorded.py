@@ -239,9 +239,11 @@ def test_cache_page_figures(db: Recorded) -> None:
     hit = figure_titled(at, "hit rate per worker")
     assert sorted(trace_names(hit)) == ["w1", "w2"]  # the config's names
     assert max(y for y in hit["data"][0]["y"] if y is not None) == pytest.approx(0.4)
-    timeline = figure_titled(at, "KV events")
-    assert "w1 stored (12)" in trace_names(timeline)
-    assert "w1 removed (0)" in trace_names(timeline)
+    timeline = svg_bars(at, "KV events")
+    assert "w1 stored (12)" in timeline["series"]
+    assert "w1 removed (0)" in timeline["series"]
+    assert sum(y for y, s in zip(timeline["y"], timeline["series"], strict=True)
+               if s == "w1 stored (12)") == 12
     resident = svg_bars(at, "Resident blocks")
     assert [y for s, y in zip(resident["series"], resident["y"], strict=True)
             if s == "resident blocks"] == [12, 5]

@@ -113,11 +113,10 @@ def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: An
             if s == "resident blocks"]
     assert len(bars) == 13 and bars[-1][0] == f"{WORKERS - 12} other workers (mean)"
     assert bars[0][1] == 100 + WORKERS - 1
-    for title in ("hit rate", "KV events"):
-        fig = figure_titled(at, title)
-        # KV bars are named "<worker> stored (N)" / "<worker> removed (N)"
-        names = {re.sub(r" (stored|removed) \(\d+\)$", "", t.get("name") or "")
-                 for t in fig["data"]}
+    # KV bars (SVG) are of series "<worker> stored (N)" / "<worker> removed (N)"
+    for title, found in (("hit rate", [t.get("name") for t in figure_titled(
+            at, "hit rate")["data"]]), ("KV events", svg_bars(at, "KV events")["series"])):
+        names = {re.sub(r" (stored|removed) \(\d+\)$", "", n or "") for n in found}
         assert f"{WORKERS - 12} other workers" in names, (title, names)
         assert len(names) == 13, (title, names)
 
