@@ -10,7 +10,6 @@ import warnings
 from dataclasses import dataclass
 
 import pybase64
-from PIL import Image, UnidentifiedImageError
 
 from mmlens.errors import ImageError
 from mmlens.layout.image_tokens import MAX_SIDE, check_size
@@ -47,6 +46,8 @@ def probe_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES) -> ImageInfo:
         raise ImageError("empty image data")
     if len(data) > max_bytes:
         raise ImageError(f"image is {len(data)} bytes, over the {max_bytes} byte limit")
+    from PIL import Image, UnidentifiedImageError  # here: a size given as WxH needs no PIL
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -74,6 +75,8 @@ def check_truncation(data: bytes, fmt: str) -> None:
     if fmt == "PNG":
         if b"IEND" not in data[-32:]:
             raise ImageError("truncated PNG: no IEND chunk")
+        from PIL import Image
+
         try:
             Image.open(io.BytesIO(data)).verify()
         except Exception as exc:
@@ -102,6 +105,8 @@ def to_data_url(data: bytes, fmt: str) -> str:
 
 def decoded_rgb(data: bytes) -> bytes:
     """Raw RGB pixels, what Dynamo's frontend-decoding mode hashes for an image's identity."""
+    from PIL import Image
+
     probe_image(data)
     with Image.open(io.BytesIO(data)) as img:
         return img.convert("RGB").tobytes()

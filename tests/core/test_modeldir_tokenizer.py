@@ -65,11 +65,12 @@ def test_other_classes_and_config_only_tokens_go_through_transformers(tmp_path, 
 
 
 @pytest.mark.parametrize("family", ["qwen3-vl", "kimi-k3"])
-def test_layout_of_a_model_dir_is_quiet_and_leaves_transformers_unimported(family):
+def test_layout_of_a_model_dir_is_quiet_and_leaves_transformers_and_pil_unimported(family):
     code = ("import sys; from mmlens.cli.main import main; "
             f"rc = main(['layout', '--model', {str(ensure_model_dir(family))!r}, "
             "'--image', '640x480']); "
-            "print('TRANSFORMERS' if 'transformers' in sys.modules else 'CLEAN'); sys.exit(rc)")
+            "heavy = sorted(m for m in ('transformers', 'PIL') if m in sys.modules); "
+            "print(heavy or 'CLEAN'); sys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
