@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -99,25 +99,15 @@ def _slots(chart: BarChart) -> list[str]:
     return list(dict.fromkeys(b.label for b in chart.bars))
 
 
-def _tops(chart: BarChart, slots: list[str]) -> float:
+def _reach(chart: BarChart, slots: list[str], extreme: Callable[..., float]) -> float:
+    """How far the bars reach from zero, up (``max``) or down (``min``): a slot's bars of
+    that sign stack when ``stacked``."""
     if not chart.stacked:
-        return max([b.value for b in chart.bars] + [0.0])
+        return extreme([b.value for b in chart.bars] + [0.0])
     sums = dict.fromkeys(slots, 0.0)
     for b in chart.bars:
-        sums[b.label] = sums.get(b.label, 0.0) + max(0.0, b.value)
-    return max([*sums.values(), 0.0])
-
-
-def _bottom(chart: BarChart, slots: list[str]) -> float:
-    """The lowest value drawn (0 unless ``signed``): a slot's negative bars stack down."""
-    if not chart.signed:
-        return 0.0
-    if not chart.stacked:
-        return min([b.value for b in chart.bars] + [0.0])
-    sums = dict.fromkeys(slots, 0.0)
-    for b in chart.bars:
-        sums[b.label] = sums.get(b.label, 0.0) + min(0.0, b.value)
-    return min([*sums.values(), 0.0])
+        sums[b.label] = sums.get(b.label, 0.0) + extreme(0.0, b.value)
+    return extreme([*sums.values(), 0.0])
 
 
 def bar_chart_html(chart: BarChart) -> str:
@@ -130,7 +120,8 @@ def bar_chart_html(chart: BarChart) -> str:
     bottom = 96 if slanted else 34
     h = chart.height
     plot_w, plot_h = WIDTH - left - right, h - top_px - bottom
-    high, low = _tops(chart, slots), _bottom(chart, slots)
+    high = _reach(chart, slots, max)
+    low = _reach(chart, slots, min) if chart.signed else 0.0
     axis = ticks(max(high, -low), chart.percent)
     if low < 0:  # the same step below zero, down to the lowest stack
         step = axis[1]

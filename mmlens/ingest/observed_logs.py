@@ -218,7 +218,7 @@ def dynamo_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,
     alias(t, obj.get("x_request_id"))
     t.trace_id = str(obj["trace_id"]) if obj.get("trace_id") else None
     if worker is not None:  # a worker's own log: when the request reached it, on its clock
-        t.engine_received[str(worker)] = when  # type: ignore[assignment]
+        t.engine_received[str(worker)] = t.ts
         t.provenance["engine_received"] = f"{source}:dynamo_worker"
     elif msg == "request received":
         put(t, "model", obj.get("model"), label)
