@@ -5,8 +5,11 @@ its own, after the client got its answer.
   counted (``dropped_backlog``); traffic is never held up.
 - Per exchange: parse (``mmlens.ingest.tap_parse``), the expected layout when asked, the
   images behind http(s) URLs when ``--fetch-images`` (fetched on a loop of their own, then
-  back here), and the readers' own decode of the record's stored form: a record that would
-  not read back is quarantined alone (counted by kind, the last ones kept for a look).
+  back here). A record that would not read back (the readers' own decode of its stored form)
+  is quarantined alone (counted by kind, the last ones kept for a look). The store checks
+  that itself on every write and says how many it took: the recorder looks for the ones it
+  refused only when it took fewer, and checks every record before it is held only while the
+  store is down (the buffer would keep an unreadable record for later).
 - Writes in batches; a batch the store refuses is retried one record at a time, so one
   record the store cannot take loses nothing else. A store that is down is the ``buffer``'s
   (``mmlens.collectors.store_buffer.BufferedStore``, the collector's own): records are held
@@ -40,6 +43,8 @@ from mmlens.store import codec
 log = logging.getLogger("mmlens.tap")
 
 LayoutFn = Callable[[RequestFacts, RequestTrace], None]
+# Stores a batch; may return how many records of it the store took (the store leaves out the
+# ones that would not read back), anything else: not told.
 Write = Callable[[list[RequestTrace]], object]
 
 
@@ -189,7 +194,7 @@ class Recorder:
                 except queue.Empty:
                     break
                 stop = item is None
-            self._store(self._readable(batch), retry=not stop)
+            self._store(batch, retry=not stop)
             if stop and self.buffer is not None:
                 self.buffer.flush_backlog()  # what is still held waits in its spill file
             self._health(force=stop)
@@ -244,9 +249,13 @@ class Recorder:
         if self.buffer is not None and retry and not self._closing.is_set():
             with contextlib.suppress(Exception):  # a store that fails even so stays held
                 self.buffer.retry()
+        if batch and self.buffer is not None and self.buffer.backlog:
+            batch = self._readable(batch)  # held for later: nothing checks it till then
         if batch:
             try:
-                self.write(batch)
+                took = self.write(batch)
+                if type(took) is int and took < len(batch):
+                    batch = self._readable(batch)  # which it left out (merged ones: none)
                 self._stored(len(batch))
             except Exception:  # one at a time: a record the store refuses is set aside alone
                 for t in batch:

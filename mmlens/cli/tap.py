@@ -99,12 +99,20 @@ def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
     collector uses) and the recorder's options; the process's collector tuned as the
     proxy's is (parsing allocates thousands of short-lived dicts a second)."""
     buffer = BufferedStore(open_store(args.db), args.spill_dir, max_memory=args.buffer_records)
-    sink = ObservedSink(TraceSink(buffer.add_traces).record_all, hold_s=0.0)
+    took = [0]
+
+    def to_store(traces: list[RequestTrace]) -> None:
+        took[0] += buffer.add_traces(traces)
+
+    sink = ObservedSink(to_store, hold_s=0.0)
     outage_instance = f"tap {socket.gethostname()}:{os.getpid()}"
 
-    def write(batch: list[RequestTrace]) -> None:
+    def write(batch: list[RequestTrace]) -> int:
+        """How many the store took (fewer: it left some out, or held them)."""
+        took[0] = 0
         sink.add(batch)
         sink.flush(force=True)
+        return took[0]
 
     def flush_health(row: CollectorHealth) -> None:
         buffer.set_health([row, sink.health])

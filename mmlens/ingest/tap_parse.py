@@ -29,7 +29,13 @@ from mmlens.ingest.router_logs import cache_trace_from_header
 from mmlens.layout.image_header import header_size
 from mmlens.layout.imageinfo import decode_data_url
 from mmlens.layout.sent import SentImage, describe_image, identities
-from mmlens.records import ExpectedLayout, ImageInfo, RequestTrace, RoutingDecision
+from mmlens.records import (
+    ExpectedLayout,
+    ImageInfo,
+    LayoutPart,
+    RequestTrace,
+    RoutingDecision,
+)
 
 LABEL = SOURCE_TAP
 
@@ -379,7 +385,7 @@ def to_fragment(req: RequestFacts, resp: ResponseFacts, *, client_request_id: st
         d.request_id = d.request_id or rid
     t.router_kind = resp.router_kind
     if req.parts:  # the part layout; a full token layout replaces it with --layout-model
-        t.expected_layout = ExpectedLayout.from_summary(
-            {"parts": req.parts, "text": req.text if req.store_text else None})
+        t.expected_layout = ExpectedLayout(parts=[LayoutPart(**p) for p in req.parts],
+                                           text=req.text if req.store_text else None)
         t.provenance["expected_layout"] = LABEL
     return t

@@ -12,10 +12,15 @@ from typing import Any
 
 import msgspec
 
+_NAMES: dict[type, tuple[str, ...]] = {}
+
 
 def _set_fields(record: Any) -> dict[str, Any]:
     """A dataclass's fields in order, without those that are None."""
-    return {f.name: v for f in fields(record) if (v := getattr(record, f.name)) is not None}
+    names = _NAMES.get(type(record))
+    if names is None:
+        names = _NAMES[type(record)] = tuple(f.name for f in fields(record))
+    return {name: v for name in names if (v := getattr(record, name)) is not None}
 
 
 @dataclass(slots=True)
