@@ -8,8 +8,8 @@ its own, after the client got its answer.
   back here). A record that would not read back (the readers' own decode of its stored form)
   is quarantined alone (counted by kind, the last ones kept for a look). The store checks
   that itself on every write and says how many it took: the recorder looks for the ones it
-  refused only when it took fewer, and checks every record before it is held only while the
-  store is down (the buffer would keep an unreadable record for later).
+  refused only when it took fewer, and checks every record before it is held while the
+  store is down (a batch held as the store goes down is checked by the store when written).
 - Writes in batches; a batch the store refuses is retried one record at a time, so one
   record the store cannot take loses nothing else. A store that is down is the ``buffer``'s
   (``mmlens.collectors.store_buffer.BufferedStore``, the collector's own): records are held
@@ -254,7 +254,8 @@ class Recorder:
         if batch:
             try:
                 took = self.write(batch)
-                if type(took) is int and took < len(batch):
+                if type(took) is int and took < len(batch) and not (
+                        self.buffer is not None and self.buffer.backlog):
                     batch = self._readable(batch)  # which it left out (merged ones: none)
                 self._stored(len(batch))
             except Exception:  # one at a time: a record the store refuses is set aside alone

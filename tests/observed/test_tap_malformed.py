@@ -6,14 +6,18 @@ quarantined alone and counted, and the rest of its batch is stored."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tempfile
 from pathlib import Path
 
 import httpx
 from mmlens.collectors.store_buffer import BufferedStore
+from mmlens.collectors.tap_record import Recorder
 
-from mmlens.records import RequestTrace
+from mmlens.cli import tap as tap_cli
+from mmlens.ingest.tap_parse import Exchange
+from mmlens.records import CollectorHealth, RequestTrace
 from mmlens.store.open import open_store
 from tests.live_support import free_port, wait_until
 from tests.observed.tap_support import DEEP, Served, odd_app, recorded, tap_in_front
@@ -173,3 +177,52 @@ def test_the_backlog_is_bounded_in_bytes_and_drops_are_counted() -> None:
                    what="the rest recorded")
     assert 5 <= dropped <= 8  # ~20 kB each: at most five wait (and one being written)
     assert len(written) == 12 - dropped
+
+
+def _exchange(rid: str, trace_header: str | None = None) -> Exchange:
+    headers = {"content-type": "application/json", "x-smg-routed-worker-id": "w1"}
+    if trace_header is not None:
+        headers["x-smg-cache-trace"] = trace_header
+    return Exchange(ts=1.8e9, t0=0.0, body=b'{"model":"m"}', client_request_id=rid, status=200,
+                    headers=headers, chunks=[(0.001, b'{"id":"c-' + rid.encode() + b'"}')],
+                    kept=12, latency_s=0.001)
+
+
+def test_the_tap_process_write_path_quarantines_what_its_store_leaves_out(
+        tmp_path: Path) -> None:
+    """Through ``mmlens tap``'s own write path (merge sink, outage buffer, SQLite), the store
+    is the one that checks a record reads back: it takes 30 of 31, the recorder names the one
+    it left out. While the store is down (locked) the recorder checks a batch before the
+    buffer holds it, so the unreadable one is never held: once the lock goes the 20 held are
+    written."""
+    bad = json.dumps({"selections": [{"worker": 5}]})
+    args = tap_cli.parse_args(["--upstream", "http://127.0.0.1:9", "--db",
+                               str(tmp_path / "t.db"), "--spill-dir", str(tmp_path)])
+    health = CollectorHealth("tap", "x")
+    write, options = tap_cli.recorder_setup(args, health)
+    rec = Recorder(write, health, **options)
+    rec.submit_many([_exchange(f"ok-{i}") for i in range(30)] + [_exchange("bad", bad)])
+    wait_until(lambda: health.counters.get("recorded") == 30, timeout=10)
+    assert health.counters["quarantined"] == 1
+    assert [q.request_id for q in rec.quarantined] == ["bad"]
+    lock = sqlite3.connect(tmp_path / "t.db", timeout=0)
+    lock.execute("BEGIN EXCLUSIVE")  # the store is down for the recorder
+    try:
+        rec.submit_many([_exchange(f"late-{i}") for i in range(10)])
+        wait_until(lambda: options["buffer"].backlog == 10, timeout=30)
+        rec.submit_many([_exchange(f"late-{i}") for i in range(10, 20)]
+                        + [_exchange("bad2", bad)])
+        wait_until(lambda: health.counters.get("quarantined") == 2, timeout=30)
+        wait_until(lambda: options["buffer"].backlog == 20, timeout=30)
+    finally:
+        lock.rollback()
+        lock.close()
+    wait_until(lambda: options["buffer"].backlog == 0, timeout=60)  # retried, written
+    rec.close()
+    store = open_store(tmp_path / "t.db")
+    try:
+        ids = {t.request_id for t in store.traces(limit=100)}
+    finally:
+        store.close()
+    assert ids == {f"ok-{i}" for i in range(30)} | {f"late-{i}" for i in range(20)}
+    assert [q.request_id for q in rec.quarantined] == ["bad", "bad2"]
