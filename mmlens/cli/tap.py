@@ -24,7 +24,6 @@ from typing import Any
 
 from mmlens.cli.buffer_options import add_buffer_options
 from mmlens.cli.gc_tuning import tune_gc
-from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.store_buffer import BufferedStore
 from mmlens.collectors.tap import MAX_RECORD_BODY, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
@@ -94,28 +93,20 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
 
 
 def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
-                   ) -> tuple[Callable[[list[RequestTrace]], None], dict[str, Any]]:
+                   ) -> tuple[Callable[[list[RequestTrace]], int], dict[str, Any]]:
     """In the recorder's process: the store it writes (through the outage buffer the
     collector uses) and the recorder's options; the process's collector tuned as the
     proxy's is (parsing allocates thousands of short-lived dicts a second)."""
     buffer = BufferedStore(open_store(args.db), args.spill_dir, max_memory=args.buffer_records)
-    took = [0]
-
-    def to_store(traces: list[RequestTrace]) -> None:
-        took[0] += buffer.add_traces(traces)
-
-    sink = ObservedSink(to_store, hold_s=0.0)
     outage_instance = f"tap {socket.gethostname()}:{os.getpid()}"
 
     def write(batch: list[RequestTrace]) -> int:
-        """How many the store took (fewer: it left some out, or held them)."""
-        took[0] = 0
-        sink.add(batch)
-        sink.flush(force=True)
-        return took[0]
+        """How many the store took (fewer: it left some out, or held them). The store merges
+        records that share a key, in the batch and with stored rows: no sink in between."""
+        return buffer.add_traces(batch)
 
     def flush_health(row: CollectorHealth) -> None:
-        buffer.set_health([row, sink.health])
+        buffer.set_health([row])
         buffer.set_health([buffer.outage_health], instance=outage_instance)
 
     fetcher = ImageFetcher(health, frozenset(h.lower() for h in args.fetch_host) or None,

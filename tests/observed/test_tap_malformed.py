@@ -190,7 +190,7 @@ def _exchange(rid: str, trace_header: str | None = None) -> Exchange:
 
 def test_the_tap_process_write_path_quarantines_what_its_store_leaves_out(
         tmp_path: Path) -> None:
-    """Through ``mmlens tap``'s own write path (merge sink, outage buffer, SQLite), the store
+    """Through ``mmlens tap``'s own write path (outage buffer, SQLite), the store
     is the one that checks a record reads back: it takes 30 of 31, the recorder names the one
     it left out. While the store is down (locked) the recorder checks a batch before the
     buffer holds it, so the unreadable one is never held: once the lock goes the 20 held are
