@@ -18,6 +18,7 @@ from mmlens.analysis.kv_divergence import Diffs, compare_counts, compare_sets, e
 from mmlens.config import WorkerTarget
 from mmlens.ingest.kv_index import ResidentIndex
 from mmlens.ingest.lag import LagHistogram
+from mmlens.ingest.prompt_end import generation_prompt, suffix_bytes
 from mmlens.records import CollectorHealth, KVEvent, MetricSample
 from mmlens.store.base import SQLStore
 
@@ -52,6 +53,8 @@ class KVSide:
         """Read the worker's KV events (its ZMQ endpoints or its gRPC stream); ``running``:
         the KV threads run already (a target added by a config reload)."""
         key = w.router_url or w.name
+        if w.model and w.kv_transport:
+            self._know_model(key, w.model)
         if w.kv_transport == "grpc" and w.kv_events:
             self.grpc.add_worker(key, w.kv_events, w.engine)
         for rank, pub, replay in w.kv_endpoints():
@@ -64,6 +67,18 @@ class KVSide:
         if running:
             self.grpc.start()
             self._start_thread()
+
+    def _know_model(self, worker: str, model: str) -> None:
+        """The worker's generation prompt, so its decode blocks say where prompts ended; a
+        model mmlens cannot read is reported, and the events are read without it."""
+        try:
+            suffix = suffix_bytes(generation_prompt(model))
+        except Exception as exc:
+            self.supervisor_health.error("worker_model", f"{worker}: {model!r}: "
+                                         f"{type(exc).__name__}: {exc}", time.time())
+            return
+        with self.kv.lock:
+            self.kv.ingest.index.prompt_suffixes[worker] = suffix
 
     def add_plane(self, name: str, url: str, namespace: str) -> None:
         plane: EventPlaneCollector

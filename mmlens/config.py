@@ -39,6 +39,8 @@ dp_size = 1                         # ranks > 0 listen on port + rank
 topic = ""
 log_file = "worker-w1.log"          # optional: the worker's own JSON log (Dynamo's runtime
                                     # logs when each request reached it, on its clock)
+model = "qwen3-vl"                  # optional: the model it serves (a family or a model
+                                    # directory): where prompts end in its decode blocks
 [demo]
 ready_file = "demo-ready.json"      # targets from `mmlens demo --ready-file`
 [otlp]                              # built-in OTLP trace receiver (off without this table)
@@ -101,6 +103,9 @@ class WorkerTarget:
     topic: str = ""
     # The worker's own JSON log (Dynamo's runtime): when each request reached it.
     log_file: str | None = None
+    # The model it serves (a family name or a model directory): its generation prompt tells
+    # where a prompt ended in the worker's decode blocks (``mmlens.ingest.prompt_end``).
+    model: str | None = None
 
     @property
     def kv_transport(self) -> str | None:
@@ -230,7 +235,8 @@ def _worker(w: Any, where: str, i: int, cfg: Config) -> WorkerTarget:
                              dp - 1),
         dp_size=dp, topic=v.text(w, "topic", where) or "",
         log_file=v.confined(v.text(w, "log_file", where), f"{where}.log_file", cfg.base_dir,
-                            cfg.log_dirs))
+                            cfg.log_dirs),
+        model=v.text(w, "model", where))
 
 
 def _event_plane(table: Any, where: str) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 from mmlens.ingest.block_table import new_blocks
 from mmlens.ingest.kv_events import KVEventError, decode_payload, normalize_batch
 from mmlens.ingest.kv_fast import fast_batch
+from mmlens.ingest.prompt_end import prompt_end
 from mmlens.layout.content_keys import event_chain, native, pad_images, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent, count_error
 
@@ -94,6 +95,9 @@ class ResidentIndex:
 
     def __init__(self) -> None:
         self.workers: dict[tuple[str, int], WorkerResidency] = {}
+        # Worker → its model's generation prompt (``prompt_end.suffix_bytes``): its one-block
+        # stores get the prompt's end in them (``BlockStored.prompt_end``).
+        self.prompt_suffixes: dict[str, bytes] = {}
 
     def residency(self, worker: str, rank: int) -> WorkerResidency:
         key = (worker, rank)
@@ -104,6 +108,8 @@ class ResidentIndex:
 
     def apply(self, events: Iterable[KVEvent]) -> None:
         evs = events if type(events) is list else list(events)
+        if self.prompt_suffixes:
+            self._prompt_ends(evs)
         i, n = 0, len(evs)
         while i < n:
             ev = evs[i]
@@ -124,6 +130,13 @@ class ResidentIndex:
                 res.reset()
                 if res.marks is not None:
                     res.marks.cleared_at = ev.seq
+
+    def _prompt_ends(self, evs: list[KVEvent]) -> None:
+        suffixes = self.prompt_suffixes
+        for ev in evs:
+            if type(ev) is BlockStored and len(ev.block_hashes) == 1 and (
+                    suffix := suffixes.get(ev.worker)) is not None:
+                ev.prompt_end = prompt_end(ev.token_ids, suffix, ev.block_size)
 
     def watch(self, worker: str, rank: int, on: bool) -> None:
         """Switch the watermarks of a stream on (it may owe batches) or off (it owes none)."""

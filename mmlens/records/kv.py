@@ -41,6 +41,9 @@ class BlockStored:
     # and the shape key; None when the parent block's content is unknown.
     keys: list[int] | None = None
     shapes: list[int] | None = None
+    # Set by the resident index for a one-block store of a worker whose model it knows: the
+    # block's tokens that end a prompt (``mmlens.ingest.prompt_end``), None elsewhere.
+    prompt_end: int | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +88,7 @@ class KVEventRow:
     parent: BlockHash | None = None
     block_hashes: list[BlockHash] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
+    prompt_end: int | None = None  # a one-block store's: where a prompt ended in it
 
 
 @dataclass(slots=True)

@@ -92,11 +92,14 @@ def content_of(ev: KVEvent) -> bytes | None:
 
 
 def stored_content(keys: list[int], images: list[Any] | None, shapes: list[int] | None,
-                   ) -> bytes:
-    """A store's content keys and, per image block, (shape key, content key, image refs)."""
+                   prompt_end: int | None = None) -> bytes:
+    """A store's content keys and, per image block, (shape key, content key, image refs);
+    ``e``: where a prompt ended in a one-block store (``BlockStored.prompt_end``)."""
     blocks = [] if not (images and shapes) else [  # tuples: the same msgpack arrays as lists
         (shape, key, refs) for shape, key, refs in zip(shapes, keys, images, strict=False)
         if refs]
+    if prompt_end is not None:
+        return _enc.encode({"k": keys, "i": blocks, "e": prompt_end})
     return _enc.encode({"k": keys, "i": blocks})
 
 

@@ -38,6 +38,24 @@ def _images(text: str | None) -> list[str]:
     return [str(i) for i in got] if isinstance(got, list) else []
 
 
+class _End(msgspec.Struct):
+    e: int | None = None
+
+
+_end = msgspec.msgpack.Decoder(_End)
+
+
+def _prompt_end(content: bytes | None) -> int | None:
+    """Where a prompt ended in a one-block store (its content's ``e``), None when not told
+    or unreadable."""
+    if not content:
+        return None
+    try:
+        return _end.decode(content).e
+    except msgspec.DecodeError:
+        return None
+
+
 def _decode(body: str) -> Verdict | None:
     try:
         return msgspec.json.decode(body, type=Verdict, strict=False)
@@ -94,18 +112,21 @@ class VerdictTables(SQLBase):
         return {str(c): int(n) for c, n in rows}
 
     def kv_chain_tail(self, tail: IdTail, limit: int = 50_000,
-                      ) -> list[tuple[float, str, str, str | None, list[str], list[str]]]:
+                      ) -> list[tuple[float, str, str, str | None, list[str], list[str],
+                                      int | None]]:
         """KV events ``tail`` has not returned yet (``IdTail``), in store order, as the
         verdict job's chain index reads them: (ts, worker#rank, kind, parent, hashes, the
-        identities of the images in the blocks), the hashes as text like a stored parent."""
+        identities of the images in the blocks, where a prompt ended in a one-block store),
+        the hashes as text like a stored parent."""
         out = []
-        for _, ts, worker, rank, kind, parent, hashes, images in self._tail(
-                "kv_events", f"{self.key}, ts, worker, rank, kind, parent, hashes, images",
-                tail, limit):
+        for _, ts, worker, rank, kind, parent, hashes, images, n, content in self._tail(
+                "kv_events", f"{self.key}, ts, worker, rank, kind, parent, hashes, images, "
+                "n_blocks, content", tail, limit):
             unit = worker if not rank else f"{worker}#{rank}"
             out.append((float(ts), unit, kind, None if parent is None else str(parent),
                         [str(h) for h in _hashes.decode(hashes)] if hashes else [],
-                        _images(images)))
+                        _images(images),
+                        _prompt_end(content) if n == 1 and kind == "stored" else None))
         return out
 
     def trace_rows_from(self, since: float, limit: int) -> tuple[int, list[tuple[int, str]]]:

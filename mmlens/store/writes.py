@@ -44,10 +44,13 @@ def kv_row(ev: KVEvent) -> tuple[Any, ...]:
         if images:
             names = _json.encode(sorted({r[0] for refs in images if refs for r in refs})
                                  ).decode()
+        content = None
+        if keys:
+            content = stored_content(keys, images, ev.shapes, ev.prompt_end) if (
+                images or ev.prompt_end is not None) else _enc.encode({"k": keys, "i": []})
         return (ev.ts, ev.worker, ev.rank, ev.seq, "stored", len(ev.block_hashes),
                 None if ev.parent is None else str(ev.parent), _enc.encode(ev.block_hashes),
-                names, ev.idx, (stored_content(keys, images, ev.shapes) if images else
-                                _enc.encode({"k": keys, "i": []})) if keys else None)
+                names, ev.idx, content)
     if kind is BlockRemoved:
         return (ev.ts, ev.worker, ev.rank, ev.seq, "removed", len(ev.block_hashes), None,
                 _enc.encode(ev.block_hashes), None, ev.idx,

@@ -345,3 +345,51 @@ def test_on_vllm_a_copy_of_a_block_held_before_a_request_started_is_not_its_prom
     late = chains_of((5.2, None, [1]), (5.5, None, [1]), (9.0, None, [900]))
     assert 0 in {(g := attribute(late, runs, "w1", announces_all=True)["r"]).blocks,
                  *g.alternatives}
+
+
+def _swappable_pair(decodes: bool, same_length: bool = False) -> dict:
+    """Two requests of 5 full blocks at once on a vLLM worker, different images of one size:
+    "a" (90 tokens) found image X's chain, stored before; "b" (81 tokens, or 90) computed
+    image Y's. Their decode blocks hang off their own prompt's last block; with the prompt's
+    end in them (``prompt_end``: 10 tokens of a's, 1 of b's), each names its owner."""
+    c = WorkerChains()
+    c.stored(0.0, None, [f"x{i}" for i in range(5)])  # an earlier request's: image X
+    c.stored(5.1, None, [f"y{i}" for i in range(5)])  # b's prefill: image Y
+    b_len = 90 if same_length else 81
+    if decodes:
+        c.stored(5.3, "x4", ["xd"], prompt_end=10)  # a's first decode block
+        c.stored(5.5, "y4", ["yd"], prompt_end=b_len % BS)  # b's
+    c.stored(9.0, None, ["later"])
+    a = Served("a", 5.0, 6.0, 90, BS, exact=True)
+    b = Served("b", 5.05, 6.0, b_len, BS, exact=True)
+    return attribute(c, [a, b], "w1", announces_all=True)
+
+
+def test_a_decode_block_that_ends_a_prompt_tells_swappable_requests_apart():
+    """Without the decode blocks' prompt ends either may have computed Y's chain; with them
+    the one of 90 tokens hung its decode off X's chain, so it found its prompt cached. Two
+    requests of one length stay two readings."""
+    def readings(got: dict) -> dict[str, set[int]]:
+        return {r: {v.blocks, *v.alternatives} for r, v in got.items()}
+
+    assert readings(_swappable_pair(decodes=False)) == {"a": {0, 5}, "b": {0, 5}}
+    assert readings(_swappable_pair(decodes=True)) == {"a": {5}, "b": {0}}
+    got = _swappable_pair(decodes=True, same_length=True)
+    assert all(v.alternatives for v in got.values())
+
+
+def test_where_a_prompt_ends_in_a_block():
+    from array import array
+
+    from mmlens.ingest.prompt_end import prompt_end, suffix_bytes
+
+    gen = suffix_bytes([151644, 77091, 198])  # Qwen's <|im_start|>assistant\n
+    tail = [11, 12, 151645, 198, 151644, 77091, 198]  # prompt's last 7 tokens
+    assert prompt_end(tail + list(range(500, 509)), gen, BS) == 7
+    assert prompt_end(array("I", tail + list(range(500, 509))), gen, BS) == 7
+    assert prompt_end(list(range(500, 516)), gen, BS) is None  # all generated
+    assert prompt_end(list(range(9)) + tail, gen, BS) is None  # a prompt of whole blocks
+    assert prompt_end(tail, gen, BS) is None  # not a whole block
+    # Bytes that match across token boundaries are no match.
+    assert prompt_end([0x03040000, 0x00000102] + [1] * 14, suffix_bytes([0x01020304]),
+                      BS) is None

@@ -71,7 +71,7 @@ def start_workers(ext: External, base: int, n: int, otlp: str | None,
         ext.procs.append(spawn(ext.log_dir, f"worker-w{i + 1}", cmd, env))
         ext.workers.append({"name": f"w{i + 1}", "grpc": f"grpc://{HOST}:{g}",
                             "http": f"http://{HOST}:{h}", "kv_events": f"tcp://{HOST}:{kv}",
-                            "kv_replay": f"tcp://{HOST}:{rp}"})
+                            "kv_replay": f"tcp://{HOST}:{rp}", "model": str(model_dir)})
     for w in ext.workers:
         _wait(lambda w=w: httpx.get(w["http"] + "/health", timeout=0.5).status_code == 200,
               20, w["name"], ext.procs)
@@ -162,7 +162,8 @@ def dynamo_cluster(base: int, *, otlp_grpc: str | None = None, worker_otlp: str 
             ext.workers.append({"name": f"w{i + 1}", "metrics": f"http://{HOST}:{p}/metrics",
                                 "kv_events": f"tcp://{HOST}:{p + 1}",
                                 "kv_replay": f"tcp://{HOST}:{p + 2}",
-                                "log": str(ext.log_dir / f"worker-w{i + 1}.log")})
+                                "log": str(ext.log_dir / f"worker-w{i + 1}.log"),
+                                "model": str(model_dir)})
         fenv = dict(env)
         if otlp_grpc:
             fenv.update(OTEL_EXPORT_ENABLED="1", OTEL_SERVICE_NAME="dynamo-frontend",

@@ -63,6 +63,8 @@ def config(path: Path, ext: External, kind: str, otlp: tuple[int, int] | None,
     for w in ext.workers:
         name = w.get("grpc") or w["worker_id"]
         lines += ["[[worker]]", f'name = "{w["name"]}"', f'router_url = "{name}"']
+        if w.get("model"):
+            lines.append(f'model = "{w["model"]}"')
         if w.get("log") and worker_logs:
             lines.append(f'log_file = "{w["log"]}"')
         if kv:

@@ -46,6 +46,7 @@ class Segment:
     last: str = ""
     images: frozenset[str] = frozenset()
     held_since: float | None = None
+    prompt_end: int | None = None  # one block: the tokens of it that end a prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,8 @@ class Served:
     ``one_more``: its length is a router's block count rounded up (Dynamo's), so its prompt
     may fill that last block: one full block more than ``prompt_tokens`` gives (the most it
     can hit stays the same). ``sizes``: its images' pixel sizes where the router logged
-    every one (SMG logs sizes, no identities)."""
+    every one (SMG logs sizes, no identities). ``exact``: ``prompt_tokens`` is the engine's
+    prompt length to the token (not the shortest a block count allows)."""
 
     request_id: str
     start: float
@@ -73,6 +75,7 @@ class Served:
     stored_from: float | None = None
     one_more: bool = False
     sizes: tuple[tuple[int, int], ...] | None = None
+    exact: bool = False
 
 
 @dataclass(slots=True)
@@ -122,7 +125,7 @@ class WorkerChains:
         return self.all.segs
 
     def stored(self, ts: float, parent: str | None, hashes: Sequence[str],
-               images: Iterable[str] = ()) -> None:
+               images: Iterable[str] = (), prompt_end: int | None = None) -> None:
         if not hashes:
             return
         base = 0 if parent is None else self.depth.get(parent)
@@ -131,7 +134,7 @@ class WorkerChains:
         first = held.get(hashes[0])
         seg = Segment(ts, base, len(hashes), parent, hashes[-1], frozenset(images) | (
             below.images if below is not None else frozenset()),
-            None if first is None else first.ts)
+            None if first is None else first.ts, prompt_end)
         for h in hashes:
             if h in held:
                 copies[h] = copies.get(h, 0) + 1
@@ -306,6 +309,34 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
                     out[child] = r.request_id
                     tips.append(child.last)
     return out
+
+
+def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
+                ) -> dict[str, str]:
+    """Requests a decode block names the prompt of: a one-block store whose tokens end a
+    prompt (``Segment.prompt_end``) hung off a block at depth d, while exactly one request
+    of exactly d blocks and that many tokens more ran on the worker, is that request's
+    first decode block, so its prompt's last full block is the one it hangs off. Request →
+    that block (a request two such blocks name differently: none)."""
+    by_len: dict[tuple[int, int], list[Served]] = {}
+    for r in served:
+        if r.exact and r.prompt_tokens and not r.one_more and r.block_size > 0:
+            d, k = divmod(r.prompt_tokens, r.block_size)
+            if d and k:
+                by_len.setdefault((d, k), []).append(r)
+    if not by_len:
+        return {}
+    since, until = runs_span(served, slack_s)
+    tips: dict[str, str | None] = {}
+    for seg in chains.ones.between(since, until):
+        if seg.prompt_end is None or seg.base is None or seg.parent is None:
+            continue
+        running = [r for r in by_len.get((seg.base, seg.prompt_end), ())
+                   if _since(r, slack_s) <= seg.ts <= _until(r, slack_s)]
+        if len(running) == 1:
+            rid = running[0].request_id
+            tips[rid] = seg.parent if tips.get(rid, seg.parent) == seg.parent else None
+    return {rid: tip for rid, tip in tips.items() if tip is not None}
 
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,
@@ -506,6 +537,11 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     if only is not None:
         served = _overlapping(served, only, slack_s)
     cands = candidates(chains, served, slack_s, announces_all)
+    # A request whose first decode block is known: its prompt ends at the block that hangs
+    # off, so it computed no chain ending elsewhere.
+    for rid, tip in decode_tips(chains, served, slack_s).items():
+        if rid in cands:
+            cands[rid] = [s for s in cands[rid] if s.last == tip]
     decodes = _maybe_decodes(chains, served, slack_s)
     # A segment hung off a prompt a request may have stored may be its decode: it owes no
     # prompt an owner, but stays a longer prompt's candidate (one with the same blocks

@@ -35,9 +35,11 @@ from mmlens.records import RequestTrace, Verdict
 
 EVICTION_WINDOW_S = 300.0
 UNKNOWN_SPAN_S = 30.0  # a request without a latency may have run this long
-# ts, unit, kind, parent, hashes[, the images' identities in the blocks]
+# ts, unit, kind, parent, hashes[, the images' identities in the blocks[, where a prompt
+# ended in a one-block store]]
 KVRow = tuple[float, str, str, "str | None", list[str]] | tuple[
-    float, str, str, "str | None", list[str], list[str]]
+    float, str, str, "str | None", list[str], list[str]] | tuple[
+    float, str, str, "str | None", list[str], list[str], "int | None"]
 
 
 def unit_of(t: RequestTrace) -> str | None:
@@ -93,6 +95,13 @@ def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool]:
         return None, False
     up = t.router_kind == "dynamo" and blocks > 0
     return max(0, blocks - int(up)) * block_size + 1, up
+
+
+def length_exact(t: RequestTrace) -> bool:
+    """Whether ``prompt_of`` is the engine's exact prompt length (the engine's count, or
+    SMG's expanded prompt), not the shortest a block count or a tree's units allow."""
+    return bool((t.prompt_tokens and known(t, "prompt_tokens"))
+                or any(p.expanded_tokens for p in t.predictions))
 
 
 def sizes_of(t: RequestTrace) -> tuple[tuple[int, int], ...] | None:
@@ -179,7 +188,8 @@ def _seen(t: RequestTrace) -> _Seen:
     prompt, up = prompt_told(t, bs)
     return _Seen(t, len(t.predictions), u, Served(
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        stored_from=max(froms) if froms else None, one_more=up, sizes=sizes_of(t)), ids,
+        stored_from=max(froms) if froms else None, one_more=up, sizes=sizes_of(t),
+        exact=length_exact(t)), ids,
         tuple((w, r) for w, r in _rivals(t, end, bs, ids) if w != u))
 
 
@@ -370,7 +380,8 @@ class JudgeState:
             if chains is None:
                 chains = self.chains[unit] = WorkerChains()
             if kind == "stored":
-                chains.stored(ts, parent, hashes, row[5] if len(row) > 5 else ())
+                chains.stored(ts, parent, hashes, row[5] if len(row) > 5 else (),
+                              row[6] if len(row) > 6 else None)
             elif kind == "removed":
                 chains.removed(ts, hashes)
                 times, sums = self.removals.setdefault(unit, ([], []))

@@ -1,0 +1,48 @@
+"""Where a prompt ends inside a stored block: the one evidence in an engine's KV events of a
+request's exact prompt length, without storing a token.
+
+A request whose prompt is not a whole number of blocks fills its last block with its first
+generated tokens, and the engine announces that block (one block hung off the prompt's last
+full block). A chat prompt ends with the model's generation prompt (Qwen's
+``<|im_start|>assistant\\n``): just past its last occurrence in the block is where the prompt
+ended, its length modulo the block size. Only that offset is kept (sizes, not text).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from functools import lru_cache
+
+
+def suffix_bytes(ids: Sequence[int]) -> bytes:
+    """The generation prompt's token ids as the index searches them (uint32, native order:
+    the order ``array('I')`` holds a block's tokens in)."""
+    return array("I", ids).tobytes()
+
+
+def prompt_end(tokens: Sequence[int], suffix: bytes, block_size: int) -> int | None:
+    """Tokens of the block that are the prompt's (1 .. block_size − 1): just past the last
+    generation prompt in ``tokens``; None when the block holds none, or ends with it (a
+    prompt of whole blocks: the block is a prompt block, no decode)."""
+    if not suffix or len(tokens) != block_size:
+        return None
+    raw = tokens.tobytes() if isinstance(tokens, array) and tokens.typecode == "I" \
+        else array("I", tokens).tobytes()
+    at = raw.rfind(suffix)
+    while at > 0 and at % 4:  # a match across token boundaries: look further left
+        at = raw.rfind(suffix, 0, at + len(suffix) - 1)
+    if at < 0 or at % 4:
+        return None
+    end = (at + len(suffix)) // 4
+    return end if 0 < end < block_size else None
+
+
+@lru_cache(maxsize=16)
+def generation_prompt(model: str) -> tuple[int, ...]:
+    """The token ids of ``model``'s generation prompt (a family name or a model directory,
+    as ``mmlens layout --model`` takes them)."""
+    from mmlens.layout.modeldir import resolve_model
+
+    m = resolve_model(model)
+    return tuple(m.tokenizer.encode(m.family.chat.assistant_prefix))
