@@ -182,6 +182,9 @@ class Cluster:
                 **({"kv_grpc": f"grpc://{HOST}:{p['grpc']}"}
                    if self.cfg.connection == "grpc" else {}),
                 "kv_topic": "kv-events",
+                # What it serves: its generation prompt marks where prompts end in its
+                # decode blocks.
+                "model": str(self.model_dir) if self.model_dir else self.cfg.family,
                 "kv_encoding": "array" if self.cfg.legacy_kv_encoding or
                 self._engine(i) == "sglang" else "map",
                 "mm_processor": "inprocess" if self.workers_advertise else "",

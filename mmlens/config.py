@@ -320,7 +320,7 @@ def _ready_router(r: Any, where: str, kind: str, plane: str | None, base: Path |
 def _ready_worker(w: Any, where: str, grpc: bool) -> WorkerTarget:
     dp = v.integer(w, "dp_size", f"{where}.", 1, 1, 1024) or 1
     for key in ("url", "grpc", "http", "metrics", "kv_events", "kv_grpc", "kv_replay",
-                "kv_topic", "name", "engine"):
+                "kv_topic", "name", "engine", "model"):
         v.text(w, key, where)
     wid = w.get("worker_id")  # Dynamo's decimal id, as a number or a string of digits
     if wid is not None and not (type(wid) is int or (
@@ -338,7 +338,7 @@ def _ready_worker(w: Any, where: str, grpc: bool) -> WorkerTarget:
                              f"{where}.kv_events", v.ZMQ + v.GRPC, dp - 1),
         kv_replay=None if use_grpc else v.endpoint(w.get("kv_replay"), f"{where}.kv_replay",
                                                    v.ZMQ, dp - 1),
-        dp_size=dp, topic=w.get("kv_topic") or "")
+        dp_size=dp, topic=w.get("kv_topic") or "", model=w.get("model"))
 
 
 MAX_READY_BYTES = 1 << 20

@@ -40,6 +40,7 @@ kv_events = "tcp://127.0.0.1:5557"
 kv_replay = "tcp://127.0.0.1:5558"
 dp_size = 3
 topic = "kv-events"
+model = "qwen3-vl"
 """
 
 
@@ -56,6 +57,7 @@ def test_full_config(tmp_path, monkeypatch) -> None:
     assert (r.kind, r.api_key_env, r.api_key()) == ("smg", "MMLENS_TEST_KEY", "sk-secret")
     assert r.log_file == str(tmp_path / "smg.log")
     (w,) = cfg.workers
+    assert w.model == "qwen3-vl"
     assert w.kv_endpoints() == [
         (0, "tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558"),
         (1, "tcp://127.0.0.1:5558", "tcp://127.0.0.1:5559"),
@@ -112,7 +114,8 @@ def test_demo_ready_line(tmp_path) -> None:
                           "http": "http://127.0.0.1:31011",
                           "metrics": "http://127.0.0.1:31011/metrics",
                           "kv_events": "tcp://127.0.0.1:31012",
-                          "kv_replay": "tcp://127.0.0.1:31013", "kv_topic": "kv-events"}],
+                          "kv_replay": "tcp://127.0.0.1:31013", "kv_topic": "kv-events",
+                          "model": "qwen3-vl"}],
              "models": [{"id": "Qwen/Qwen3-VL-2B-Instruct"}]}
     path = tmp_path / "ready.json"
     path.write_text("starting\n" + json.dumps(ready) + "\n")
@@ -122,8 +125,8 @@ def test_demo_ready_line(tmp_path) -> None:
     assert [(r.url, r.metrics_url) for r in cfg.routers] == [
         ("http://127.0.0.1:31000", "http://127.0.0.1:31001/metrics")]
     (w,) = cfg.workers
-    assert (w.router_url, w.topic, w.kv_replay) == (
-        "grpc://127.0.0.1:31010", "kv-events", "tcp://127.0.0.1:31013")
+    assert (w.router_url, w.topic, w.kv_replay, w.model) == (
+        "grpc://127.0.0.1:31010", "kv-events", "tcp://127.0.0.1:31013", "qwen3-vl")
     with pytest.raises(ConfigError):
         apply_ready(cfg, {"event": "started"})
 

@@ -18,7 +18,7 @@ def test_qwen_generation_prompt_is_its_assistant_header() -> None:
 
 
 def test_a_decode_blocks_prompt_end_is_stored_and_read_back(store_db: str) -> None:
-    prompt = list(range(1000, 1016)) + [7, 8, 9, 151645, 198, *GEN]  # 16 + 8 tokens
+    prompt = [*range(1000, 1016), 7, 8, 9, 151645, 198, *GEN]  # 16 + 8 tokens
     decode = prompt[16:] + list(range(400, 408))
     events = [BlockStored("w1", 0, 1, 10.0, [1], None, prompt[:16], 16),
               BlockStored("w1", 0, 2, 10.5, [2], 1, decode, 16),
