@@ -29,6 +29,7 @@ from mmlens.analysis.judgement.ownership import Owners
 from mmlens.ingest.observed import SOURCE_KV
 
 SLACK_S = 0.05  # the router's and the engines' clocks apart (KV batches carry the engine's)
+_NO_IMAGES: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True, eq=False)
@@ -125,27 +126,29 @@ class WorkerChains:
                images: Iterable[str] = ()) -> None:
         if not hashes:
             return
-        base = 0 if parent is None else self.depth.get(parent)
-        below = None if parent is None else self.segment_of.get(parent)
-        held, copies = self.segment_of, self.copies
+        held, copies, depth = self.segment_of, self.copies, self.depth
+        base = 0 if parent is None else depth.get(parent)
+        below = None if parent is None else held.get(parent)
         first = held.get(hashes[0])
-        seg = Segment(ts, base, len(hashes), parent, hashes[-1], frozenset(images) | (
-            below.images if below is not None else frozenset()),
-            None if first is None else first.ts)
+        under = _NO_IMAGES if below is None else below.images
+        seg = Segment(ts, base, len(hashes), parent, hashes[-1],
+                      frozenset(images) | under if images else under,
+                      None if first is None else first.ts)
         for h in hashes:
             if h in held:
                 copies[h] = copies.get(h, 0) + 1
         if base is not None:
             for i, h in enumerate(hashes, start=base + 1):
-                self.depth[h] = i
+                held[h] = seg
+                depth[h] = i
             end = self.by_end.get(base + len(hashes))
             if end is None:
                 end = self.by_end[base + len(hashes)] = _ByTime()
             end.add(seg)
         else:
+            for h in hashes:
+                held[h] = seg
             self.unrooted.add(seg)
-        for h in hashes:
-            self.segment_of[h] = seg
         if parent is not None:
             kids = self.children.get(parent)
             if kids is None:
@@ -154,7 +157,8 @@ class WorkerChains:
         self.all.add(seg)
         if len(hashes) == 1:
             self.ones.add(seg)
-        self.last_ts = max(self.last_ts, ts)
+        if ts > self.last_ts:
+            self.last_ts = ts
 
     def removed(self, ts: float, hashes: Sequence[str]) -> None:
         copies = self.copies

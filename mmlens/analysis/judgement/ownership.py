@@ -65,9 +65,11 @@ class Owners(Generic[S]):
         return out
 
     def _augment(self, s: S, seen: set[str], seg_of: dict[str, S], owner_of: dict[S, str],
-                 banned: str | None) -> bool:
+                 banned: str | None, undo: list[tuple[dict, object, object]] | None = None,
+                 ) -> bool:
         """An owner for ``s``, moving owners along an alternating path (iterative: a busy
-        worker's group can be longer than Python's recursion allows)."""
+        worker's group can be longer than Python's recursion allows). ``undo``, when given,
+        gets each entry's value before it was changed (``_MISSING``: none)."""
         frames: list[list] = [[s, 0]]
         chosen: list[str] = []  # the request taken at each frame but the last
         while frames:
@@ -86,6 +88,9 @@ class Owners(Generic[S]):
             nxt = seg_of.get(rid)
             if nxt is None:
                 for (seg, _), r in zip(frames, [*chosen, rid], strict=True):
+                    if undo is not None:
+                        undo.append((seg_of, r, seg_of.get(r, _MISSING)))
+                        undo.append((owner_of, seg, owner_of.get(seg, _MISSING)))
                     seg_of[r] = seg
                     owner_of[seg] = r
                 return True
@@ -98,9 +103,13 @@ class Owners(Generic[S]):
         mine = self.seg_of.get(rid)
         if mine is None:
             return True
-        seg_of, owner_of = dict(self.seg_of), dict(self.owner_of)
+        seg_of, owner_of = self.seg_of, self.owner_of
+        undo: list[tuple[dict, object, object]] = [(seg_of, rid, mine), (owner_of, mine, rid)]
         del seg_of[rid], owner_of[mine]
-        return self._augment(mine, set(), seg_of, owner_of, rid)
+        try:
+            return self._augment(mine, set(), seg_of, owner_of, rid, undo)
+        finally:
+            _restore(undo)
 
     def may_own(self, rid: str, s: S) -> bool:
         """Whether some assignment gives ``s`` to ``rid``: the one ``rid`` gives up (if any)
@@ -111,10 +120,32 @@ class Owners(Generic[S]):
             return self.may_own_none(rid)
         if self.seg_of.get(rid) == s:
             return True
-        seg_of, owner_of = dict(self.seg_of), dict(self.owner_of)
-        mine = seg_of.pop(rid, None)
+        # The question is asked of the matching itself, changed in place and put back: a
+        # copy per question costs the whole matching, and a busy worker asks thousands.
+        seg_of, owner_of = self.seg_of, self.owner_of
+        undo: list[tuple[dict, object, object]] = []
+        mine = seg_of.get(rid)
         if mine is not None:
-            del owner_of[mine]
-        del seg_of[owner_of[s]]
+            undo.append((seg_of, rid, mine))
+            undo.append((owner_of, mine, rid))
+            del seg_of[rid], owner_of[mine]
+        was = owner_of[s]
+        undo += [(seg_of, was, s), (owner_of, s, was), (seg_of, rid, _MISSING)]
+        del seg_of[was]
         seg_of[rid], owner_of[s] = s, rid
-        return mine is None or self._augment(mine, set(), seg_of, owner_of, rid)
+        try:
+            return mine is None or self._augment(mine, set(), seg_of, owner_of, rid, undo)
+        finally:
+            _restore(undo)
+
+
+_MISSING = object()
+
+
+def _restore(undo: list[tuple[dict, object, object]]) -> None:
+    """Put back the entries ``undo`` saved, latest change first."""
+    for d, key, old in reversed(undo):
+        if old is _MISSING:
+            d.pop(key, None)
+        else:
+            d[key] = old
