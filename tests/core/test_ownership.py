@@ -1,5 +1,6 @@
-"""``Owners`` answers as every assignment, enumerated, does: who may own which segment and who
-may own none, on random small groups of requests and segments (some segments optional)."""
+"""``Owners`` answers as every assignment, enumerated, does: who may own which segment (one
+question, or all of a request's at once) and who may own none, on random small groups of
+requests and segments (some segments optional)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ def test_owners_answers_as_the_enumerated_assignments() -> None:
             assert owners.may_own_none(rid) == none[rid], (case, cands, optional, rid)
             for s in cands[rid]:
                 assert owners.may_own(rid, s) == own[rid, s], (case, cands, optional, rid, s)
+            assert owners.owned_by(rid, cands[rid]) == [s for s in cands[rid] if own[rid, s]]
         assert not owners.may_own("r0", "nobody's")
 
 

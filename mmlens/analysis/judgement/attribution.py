@@ -101,6 +101,16 @@ class _ByTime:
         del self.times[:cut], self.segs[:cut]
 
 
+def _add(index: _ByTime, seg: Segment) -> None:
+    """``index.add``, the rows in time order (nearly all) without its method's call."""
+    times = index.times
+    if not times or seg.ts >= times[-1]:
+        times.append(seg.ts)
+        index.segs.append(seg)
+    else:
+        index.add(seg)
+
+
 @dataclass
 class WorkerChains:
     """One worker's stored blocks: each block's depth in its chain and segment, and recent
@@ -144,7 +154,7 @@ class WorkerChains:
             end = self.by_end.get(base + len(hashes))
             if end is None:
                 end = self.by_end[base + len(hashes)] = _ByTime()
-            end.add(seg)
+            _add(end, seg)
         else:
             for h in hashes:
                 held[h] = seg
@@ -153,10 +163,10 @@ class WorkerChains:
             kids = self.children.get(parent)
             if kids is None:
                 kids = self.children[parent] = _ByTime()
-            kids.add(seg)
-        self.all.add(seg)
+            _add(kids, seg)
+        _add(self.all, seg)
         if len(hashes) == 1:
-            self.ones.add(seg)
+            _add(self.ones, seg)
         if ts > self.last_ts:
             self.last_ts = ts
 
@@ -550,7 +560,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         if only is not None and r.request_id not in only:
             continue
         rid, f = r.request_id, _full(r)
-        mine = [s for s in cands.get(rid, []) if owners.may_own(rid, s)]
+        mine = owners.owned_by(rid, cands.get(rid, ()))
         none = owners.may_own_none(rid)
         if latest is not None and mine and not none:
             latest[rid] = max(s.ts for s in mine)

@@ -158,6 +158,25 @@ class Owners(Generic[S]):
         mine = self.seg_of.get(rid)
         return mine is None or mine in self._answers()[0]
 
+    def owned_by(self, rid: str, segs: Sequence[S]) -> list[S]:
+        """Those of ``segs`` that ``rid`` may own (``may_own`` of each), in their order."""
+        if not segs:
+            return []
+        rivals, owner_of = self.rivals, self.owner_of
+        mine = self.seg_of.get(rid)
+        freeing, comp = self._answers()
+        free = mine is None or mine in freeing
+        out = []
+        for s in segs:
+            if rid not in rivals.get(s, ()):
+                continue
+            if s not in owner_of:
+                if free:
+                    out.append(s)
+            elif free or mine == s or comp[mine] == comp[s]:
+                out.append(s)
+        return out
+
     def may_own(self, rid: str, s: S) -> bool:
         """Whether some assignment gives ``s`` to ``rid``: the one ``rid`` gives up (if any)
         finds another owner, not ``rid``; the request ``s`` is taken from may own none."""
