@@ -16,8 +16,9 @@ import argparse
 import json
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from mmlens.collectors.verdict_job import VerdictJob
 
@@ -34,6 +35,7 @@ from tests.observed.acceptance import (
 )
 
 STEP_S = 5.0
+T = TypeVar("T")
 
 
 def truth_of(run: Path) -> dict[str, Truth]:
@@ -63,8 +65,10 @@ def _aliases(db: Path, rids: Iterable[str]) -> dict[str, str]:
         reader.close()
 
 
-def rejudge(db: Path, settle_s: float = 12.0) -> dict[str, str]:
-    """Every request of a copy of ``db`` judged again by the verdict job, tick by tick."""
+def rejudge(db: Path, settle_s: float = 12.0,
+            read: Callable[[Path], T] = _verdicts) -> T:  # type: ignore[assignment]
+    """Every request of a copy of ``db`` judged again by the verdict job, tick by tick;
+    ``read`` reads the copy's verdicts (default: request id → category)."""
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / db.name
         src = sqlite3.connect(db)
@@ -85,7 +89,7 @@ def rejudge(db: Path, settle_s: float = 12.0) -> dict[str, str]:
             job.catch_up(hi + 3600)
         finally:
             store.close()
-        return _verdicts(copy)
+        return read(copy)
 
 
 def score(got: Mapping[str, str], truth: Mapping[str, Truth],

@@ -29,6 +29,7 @@ from mmlens.analysis.judgement.ownership import Owners
 from mmlens.ingest.observed import SOURCE_KV
 
 SLACK_S = 0.05  # the router's and the engines' clocks apart (KV batches carry the engine's)
+_NO_IMAGES: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True, eq=False)
@@ -103,6 +104,16 @@ class _ByTime:
         del self.times[:cut], self.segs[:cut]
 
 
+def _add(index: _ByTime, seg: Segment) -> None:
+    """``index.add``, the rows in time order (nearly all) without its method's call."""
+    times = index.times
+    if not times or seg.ts >= times[-1]:
+        times.append(seg.ts)
+        index.segs.append(seg)
+    else:
+        index.add(seg)
+
+
 @dataclass
 class WorkerChains:
     """One worker's stored blocks: each block's depth in its chain and segment, and recent
@@ -128,36 +139,39 @@ class WorkerChains:
                images: Iterable[str] = (), prompt_end: int | None = None) -> None:
         if not hashes:
             return
-        base = 0 if parent is None else self.depth.get(parent)
-        below = None if parent is None else self.segment_of.get(parent)
-        held, copies = self.segment_of, self.copies
+        held, copies, depth = self.segment_of, self.copies, self.depth
+        base = 0 if parent is None else depth.get(parent)
+        below = None if parent is None else held.get(parent)
         first = held.get(hashes[0])
-        seg = Segment(ts, base, len(hashes), parent, hashes[-1], frozenset(images) | (
-            below.images if below is not None else frozenset()),
-            None if first is None else first.ts, prompt_end)
+        under = _NO_IMAGES if below is None else below.images
+        seg = Segment(ts, base, len(hashes), parent, hashes[-1],
+                      frozenset(images) | under if images else under,
+                      None if first is None else first.ts, prompt_end)
         for h in hashes:
             if h in held:
                 copies[h] = copies.get(h, 0) + 1
         if base is not None:
             for i, h in enumerate(hashes, start=base + 1):
-                self.depth[h] = i
+                held[h] = seg
+                depth[h] = i
             end = self.by_end.get(base + len(hashes))
             if end is None:
                 end = self.by_end[base + len(hashes)] = _ByTime()
-            end.add(seg)
+            _add(end, seg)
         else:
+            for h in hashes:
+                held[h] = seg
             self.unrooted.add(seg)
-        for h in hashes:
-            self.segment_of[h] = seg
         if parent is not None:
             kids = self.children.get(parent)
             if kids is None:
                 kids = self.children[parent] = _ByTime()
-            kids.add(seg)
-        self.all.add(seg)
+            _add(kids, seg)
+        _add(self.all, seg)
         if len(hashes) == 1:
-            self.ones.add(seg)
-        self.last_ts = max(self.last_ts, ts)
+            _add(self.ones, seg)
+        if ts > self.last_ts:
+            self.last_ts = ts
 
     def removed(self, ts: float, hashes: Sequence[str]) -> None:
         copies = self.copies
@@ -274,16 +288,21 @@ def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: flo
     that was stored before it started: it found that block (a copy comes from a request
     that recomputed its prompt's last block, found whole)."""
     since, until = _since(r, slack_s), _until(r, slack_s)
+    known = r.known_blocks
     out = []
-    for depth in _ends(r, full):
+    ends = _ends(r, full)
+    for depth in ends:
         end = chains.by_end.get(depth)
-        out += [] if end is None else [
-            s for s in end.between(since, until) if s.base is not None and s.base <= max_hit
-            and (r.known_blocks is None or abs(r.known_blocks - s.base) <= 1)
-            and not (announces_all and s.held_since is not None and s.held_since < since
-                     and s.base < max_hit)]
-    out += [s for s in chains.unrooted.between(since, until)
-            if s.blocks <= _ends(r, full)[-1]]
+        if end is None:
+            continue
+        for s in end.between(since, until):
+            b = s.base
+            if b is not None and b <= max_hit and (known is None or abs(known - b) <= 1) \
+                    and not (announces_all and s.held_since is not None
+                             and s.held_since < since and b < max_hit):
+                out.append(s)
+    if chains.unrooted.segs:
+        out += [s for s in chains.unrooted.between(since, until) if s.blocks <= ends[-1]]
     return [s for s in out if same_images(s, r.images)] if r.images is not None else out
 
 
@@ -293,20 +312,26 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
     may be its prefill (or of its decode before), stored while it ran, at its prompt's
     depth. Not only that: a longer prompt with those blocks first may have stored it."""
     out: dict[Segment, str] = {}
+    children = chains.children
     for r in served:
         mine = fits.get(r.request_id)
         f = _full(r)
         if not mine or f is None:
             continue
+        rid, full = r.request_id, f[0]
         since, until = min(s.ts for s in mine), _until(r, slack_s)
         own = set(mine)
         tips = [s.last for s in mine]
         while tips:
-            kids = chains.children.get(tips.pop())
-            for child in () if kids is None else kids.between(since, until):
-                if child.base is not None and child.base >= f[0] and child not in own \
-                        and child not in out:
-                    out[child] = r.request_id
+            kids = children.get(tips.pop())
+            if kids is None:
+                continue
+            times = kids.times
+            for child in kids.segs[bisect.bisect_left(times, since):
+                                   bisect.bisect_right(times, until)]:
+                b = child.base
+                if b is not None and b >= full and child not in out and child not in own:
+                    out[child] = rid
                     tips.append(child.last)
     return out
 
@@ -365,21 +390,33 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
     block of its decode before (any, for a request whose length nobody told): they owe no
     prompt an owner. Segment → the requests it may be the decode of."""
     out: dict[Segment, set[str]] = {}
+    children, ones = chains.children, chains.ones
     for r in served:
         f = _full(r)
-        ends = () if f is None else _ends(r, f[0])
         since, until = _since(r, slack_s), _until(r, slack_s)
-        mine = {s for s in chains.ones.between(since, until)
-                if f is None or s.base is None or s.base in ends}
-        tips = [s.last for s in mine]
-        while tips and f is not None:
-            kids = chains.children.get(tips.pop())
-            for child in () if kids is None else kids.between(since, until):
-                if child.blocks == 1 and child not in mine:
-                    mine.add(child)
-                    tips.append(child.last)
+        if f is None:
+            mine = set(ones.between(since, until))
+        else:
+            ends = _ends(r, f[0])
+            mine = {s for s in ones.between(since, until) if s.base is None or s.base in ends}
+            tips = [s.last for s in mine]
+            while tips:
+                kids = children.get(tips.pop())
+                if kids is None:
+                    continue
+                times = kids.times
+                for child in kids.segs[bisect.bisect_left(times, since):
+                                       bisect.bisect_right(times, until)]:
+                    if child.blocks == 1 and child not in mine:
+                        mine.add(child)
+                        tips.append(child.last)
+        rid = r.request_id
         for seg in mine:
-            out.setdefault(seg, set()).add(r.request_id)
+            got = out.get(seg)
+            if got is None:
+                out[seg] = {rid}
+            else:
+                got.add(rid)
     return out
 
 
@@ -559,7 +596,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         if only is not None and r.request_id not in only:
             continue
         rid, f = r.request_id, _full(r)
-        mine = [s for s in cands.get(rid, []) if owners.may_own(rid, s)]
+        mine = owners.owned_by(rid, cands.get(rid, ()))
         none = owners.may_own_none(rid)
         if latest is not None and mine and not none:
             latest[rid] = max(s.ts for s in mine)
@@ -592,9 +629,10 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
             readings.add(max_hit)  # it stored nothing: its prompt was cached...
         if none and not announces_all:
             # ...or another request stored the same prompt while it computed it too.
+            # (it ends at one of the consecutive depths ``_ends``: lo..hi)
+            lo, hi = full, full + 1 if r.one_more else full
             alongside = {min(b, max_hit) for s in chains.window(since, _until(r, slack_s))
-                         if (b := s.base) is not None
-                         and any(b < e <= b + s.blocks for e in _ends(r, full))
+                         if (b := s.base) is not None and b < hi and b + s.blocks >= lo
                          and same_images(s, r.images) and sized_like(learned, r.sizes, s)}
             readings |= alongside
         best = max(own or readings)

@@ -156,6 +156,8 @@ RIVAL = "#failed-attempt"  # a failed attempt's run is named its request id and 
 
 def _rivals(t: RequestTrace, end: float, bs: int, ids: frozenset[str] | None,
             ) -> tuple[tuple[str, Served], ...]:
+    if all(p.attempt is None for p in t.predictions):
+        return ()  # one attempt (most requests): no failed run
     runs = failed_runs(t, end)
     if not runs:
         return ()
@@ -548,13 +550,14 @@ class JudgeState:
     def _verdicts(self, wanted: Sequence[RequestTrace], realized: Mapping[str, Realized],
                   blind: frozenset[str], judged_at: float | None) -> list[Verdict]:
         out = []
+        removals = self.removals
         for t in wanted:
             u = unit_of(t)
             held, seed = self.held.held(t)
             out.append(judge(Evidence(
                 t, realized.get(t.request_id), held, "earlier requests' layouts" if held
-                else None, seed, 0 if u is None else self.removed_before(u, dispatch_ts(t)),
-                blind), judged_at))
+                else None, seed, 0 if u is None or u not in removals
+                else self.removed_before(u, dispatch_ts(t)), blind), judged_at))
         return out
 
 

@@ -41,7 +41,9 @@ class HeldIndex:
     def held(self, t: RequestTrace) -> tuple[dict[str, int], str | None]:
         """Per worker the leading blocks of ``t`` an earlier request held there, and the
         request that left the most on the serving worker (or the best one)."""
-        keys = keys_of(t) or []
+        keys = keys_of(t)
+        if not keys:
+            return {}, None
         out: dict[str, int] = {}
         seeds: dict[str, str] = {}
         for worker, seen in self.workers.items():

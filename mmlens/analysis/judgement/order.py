@@ -17,6 +17,7 @@ segment's time after the dispatch. The closer bound closes the windows a dispatc
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ _LOOPBACK = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:127(?:\.\d{1,3}){3}|localh
                        r"(?::\d+)?(?:/|$)", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)  # a handful of units, asked of every request
 def clocks_apart(unit: str) -> float:
     """How far the router's and a worker's clocks may be apart: none on the router's own
     host (the router's name for the worker is a loopback URL)."""

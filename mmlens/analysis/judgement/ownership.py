@@ -23,7 +23,7 @@ S = TypeVar("S", bound=Hashable)
 @dataclass
 class Owners(Generic[S]):
     """A maximum matching of the segments that need an owner to requests (Kuhn's augmenting
-    paths), kept to answer ``may_own`` / ``may_own_none`` by re-augmenting a copy.
+    paths), kept to answer ``may_own`` / ``may_own_none`` from its alternating paths.
     ``optional``: segments that need no prompt owner (another request's decode may be them).
     A group (connected requests and segments) whose segments cannot all get an owner has
     one stored by a request not among the candidates: nothing in it is forced."""
@@ -34,6 +34,7 @@ class Owners(Generic[S]):
     by_seg: dict[S, list[str]] = field(default_factory=dict)  # of the segments owed one
     seg_of: dict[str, S] = field(default_factory=dict)
     owner_of: dict[S, str] = field(default_factory=dict)
+    _solved: tuple[set[S], dict[S, int]] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for rid, segs in self.cands.items():
@@ -93,14 +94,88 @@ class Owners(Generic[S]):
             frames.append([nxt, 0])
         return False
 
+    def _answers(self) -> tuple[set[S], dict[S, int]]:
+        """Every question at once, from the matching's alternating paths: a request may own
+        none when the segment it holds can hand its owner on, owner by owner, to a request
+        holding none (``freeing``: such segments); it may own another segment ``s`` when its
+        own is freeing, or when the owners can move around a cycle through both (``s``
+        reaches its own, since it is a rival of ``s``: the two share a strongly connected
+        component of "a rival of this segment holds that one")."""
+        if self._solved is not None:
+            return self._solved
+        by_seg, seg_of, owner_of = self.by_seg, self.seg_of, self.owner_of
+        freeing = {x for x, rids in by_seg.items() if any(r not in seg_of for r in rids)}
+        todo = list(freeing)
+        while todo:  # backwards: the segments a rival of which holds a freeing one
+            rid = owner_of[todo.pop()]
+            for x in self.cands.get(rid, ()):
+                if x not in freeing and x in by_seg:
+                    freeing.add(x)
+                    todo.append(x)
+        self._solved = freeing, self._components()
+        return self._solved
+
+    def _components(self) -> dict[S, int]:
+        """Segment → its strongly connected component of "a rival of it holds that one"
+        (Tarjan's, iterative: a busy worker's group can be longer than Python's recursion
+        allows)."""
+        by_seg, seg_of = self.by_seg, self.seg_of
+        order: dict[S, int] = {}
+        low: dict[S, int] = {}
+        comp: dict[S, int] = {}
+        stack: list[S] = []
+        for root in by_seg:
+            if root in order:
+                continue
+            order[root] = low[root] = len(order)
+            stack.append(root)
+            work = [(root, iter([seg_of[r] for r in by_seg[root] if r in seg_of]))]
+            while work:
+                v, nxt = work[-1]
+                for w in nxt:
+                    if w not in order:
+                        order[w] = low[w] = len(order)
+                        stack.append(w)
+                        work.append((w, iter([seg_of[r] for r in by_seg[w] if r in seg_of])))
+                        break
+                    if w not in comp:  # on the stack
+                        low[v] = min(low[v], order[w])
+                else:
+                    work.pop()
+                    if work:
+                        u = work[-1][0]
+                        low[u] = min(low[u], low[v])
+                    if low[v] == order[v]:
+                        while True:
+                            w = stack.pop()
+                            comp[w] = order[v]
+                            if w == v:
+                                break
+        return comp
+
     def may_own_none(self, rid: str) -> bool:
         """Whether some assignment leaves ``rid`` without a segment."""
         mine = self.seg_of.get(rid)
-        if mine is None:
-            return True
-        seg_of, owner_of = dict(self.seg_of), dict(self.owner_of)
-        del seg_of[rid], owner_of[mine]
-        return self._augment(mine, set(), seg_of, owner_of, rid)
+        return mine is None or mine in self._answers()[0]
+
+    def owned_by(self, rid: str, segs: Sequence[S]) -> list[S]:
+        """Those of ``segs`` that ``rid`` may own (``may_own`` of each), in their order."""
+        if not segs:
+            return []
+        rivals, owner_of = self.rivals, self.owner_of
+        mine = self.seg_of.get(rid)
+        freeing, comp = self._answers()
+        free = mine is None or mine in freeing
+        out = []
+        for s in segs:
+            if rid not in rivals.get(s, ()):
+                continue
+            if s not in owner_of:
+                if free:
+                    out.append(s)
+            elif free or mine == s or comp[mine] == comp[s]:
+                out.append(s)
+        return out
 
     def may_own(self, rid: str, s: S) -> bool:
         """Whether some assignment gives ``s`` to ``rid``: the one ``rid`` gives up (if any)
@@ -109,12 +184,8 @@ class Owners(Generic[S]):
             return False
         if s not in self.owner_of:  # owed no owner: ``rid`` only has to give up its own
             return self.may_own_none(rid)
-        if self.seg_of.get(rid) == s:
+        mine = self.seg_of.get(rid)
+        if mine is None or mine == s:
             return True
-        seg_of, owner_of = dict(self.seg_of), dict(self.owner_of)
-        mine = seg_of.pop(rid, None)
-        if mine is not None:
-            del owner_of[mine]
-        del seg_of[owner_of[s]]
-        seg_of[rid], owner_of[s] = s, rid
-        return mine is None or self._augment(mine, set(), seg_of, owner_of, rid)
+        freeing, comp = self._answers()
+        return mine in freeing or comp[mine] == comp[s]

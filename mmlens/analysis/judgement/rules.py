@@ -19,7 +19,7 @@ from typing import Any
 from mmlens.analysis.judgement.attempts import Prediction, attempts
 from mmlens.analysis.judgement.evidence import Evidence, Realized, usage_realized
 from mmlens.analysis.judgement.vocabulary import ERROR_HINTS, FALLBACK_MARKERS, MISS_BRANCHES
-from mmlens.ingest.observed import known
+from mmlens.ingest.observed import OBSERVED
 from mmlens.records import RequestTrace, Verdict
 
 _FIELDS = ("worker", "cached_tokens", "prompt_tokens", "status")
@@ -73,8 +73,8 @@ class _Case:
         self.failed = failed
         self.worker = self.t.worker or pred.worker
         self.predicted = pred.predicted_blocks
-        best = max(ev.held.items(), key=lambda kv: (kv[1], kv[0] == self.worker),
-                   default=(None, 0))
+        best = (None, 0) if not ev.held else max(
+            ev.held.items(), key=lambda kv: (kv[1], kv[0] == self.worker))
         self.best_worker, self.best_n = best if best[1] else (None, 0)
         self.served_n = ev.held.get(self.worker or "", 0)
         self.note = _failover_note(failed)
@@ -174,12 +174,16 @@ def judge(ev: Evidence, judged_at: float | None = None) -> Verdict:
     lay = t.expected_layout
     if lay is not None and lay.block_size:
         bs = lay.block_size
-    got = usage_realized(t, bs) or ev.realized
+    # ``known`` of each field, read once: what an observed record's sources told
+    told = t.provenance if t.origin == OBSERVED else None
+    knows_cached = told is None or "cached_tokens" in told
+    knows_prompt = told is None or "prompt_tokens" in told
+    got = (usage_realized(t, bs) if knows_cached else None) or ev.realized
     evidence: dict[str, Any] = {
         "predicted_blocks": pred.predicted_blocks, "request_blocks": pred.request_blocks,
         "branch": pred.branch, "predicted_worker": pred.worker, "worker": t.worker,
-        "cached_tokens": t.cached_tokens if known(t, "cached_tokens") else None,
-        "prompt_tokens": t.prompt_tokens if known(t, "prompt_tokens") else None,
+        "cached_tokens": t.cached_tokens if knows_cached else None,
+        "prompt_tokens": t.prompt_tokens if knows_prompt else None,
         "router_notes": pred.warnings, "spill_gate": pred.spill,
         "held_blocks": dict(ev.held), "seed_request": ev.seed}
     sources = dict(t.provenance) if t.origin == "observed" else {"*": t.origin}
@@ -187,7 +191,7 @@ def judge(ev: Evidence, judged_at: float | None = None) -> Verdict:
         sources["prediction"] = ", ".join(pred.sources)
     if ev.held_source and ev.held:
         sources["held"] = ev.held_source
-    unknown = [f for f in _FIELDS if not known(t, f)]
+    unknown = [] if told is None else [f for f in _FIELDS if f not in told]
     if pred.predicted_blocks is None:
         unknown.append("predicted_blocks")
     if got is not None:
@@ -206,7 +210,7 @@ def judge(ev: Evidence, judged_at: float | None = None) -> Verdict:
     elif pred.warnings and _fell_back(pred.warnings):
         cat, head = "fallback", ("the router fell back to text-prefix routing: "
                                  + "; ".join(pred.warnings[:3]))
-    elif (expected := _expected_prompt(t, pred)) is not None and known(t, "prompt_tokens") \
+    elif knows_prompt and (expected := _expected_prompt(t, pred)) is not None \
             and t.prompt_tokens is not None and t.prompt_tokens != expected:
         diff = t.prompt_tokens - expected
         block = _first_divergent_block(t, diff, bs)
