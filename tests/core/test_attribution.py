@@ -347,7 +347,7 @@ def test_on_vllm_a_copy_of_a_block_held_before_a_request_started_is_not_its_prom
                  *g.alternatives}
 
 
-def _swappable_pair(decodes: bool, same_length: bool = False) -> dict:
+def _swappable_pair(decodes: bool, same_length: bool = False, rival: bool = False) -> dict:
     """Two requests of 5 full blocks at once on a vLLM worker, different images of one size:
     "a" (90 tokens) found image X's chain, stored before; "b" (81 tokens, or 90) computed
     image Y's. Their decode blocks hang off their own prompt's last block; with the prompt's
@@ -362,13 +362,17 @@ def _swappable_pair(decodes: bool, same_length: bool = False) -> dict:
     c.stored(9.0, None, ["later"])
     a = Served("a", 5.0, 6.0, 90, BS, exact=True)
     b = Served("b", 5.05, 6.0, b_len, BS, exact=True)
-    return attribute(c, [a, b], "w1", announces_all=True)
+    # A request whose length is told by its block count only (5 full blocks): it may have
+    # hung either decode block, so neither names its owner.
+    c_ = Served("c", 5.2, 6.0, 81, BS)
+    return attribute(c, [a, b, c_] if rival else [a, b], "w1", announces_all=True)
 
 
 def test_a_decode_block_that_ends_a_prompt_tells_swappable_requests_apart():
     """Without the decode blocks' prompt ends either may have computed Y's chain; with them
     the one of 90 tokens hung its decode off X's chain, so it found its prompt cached. Two
-    requests of one length stay two readings."""
+    requests of one length stay two readings, and so do both beside a request of that many
+    full blocks whose exact length nobody told."""
     def readings(got: dict) -> dict[str, set[int]]:
         return {r: {v.blocks, *v.alternatives} for r, v in got.items()}
 
@@ -376,6 +380,8 @@ def test_a_decode_block_that_ends_a_prompt_tells_swappable_requests_apart():
     assert readings(_swappable_pair(decodes=True)) == {"a": {5}, "b": {0}}
     got = _swappable_pair(decodes=True, same_length=True)
     assert all(v.alternatives for v in got.values())
+    got = _swappable_pair(decodes=True, rival=True)
+    assert got["a"].alternatives and got["b"].alternatives
 
 
 def test_where_a_prompt_ends_in_a_block():

@@ -337,30 +337,40 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
 
 
 def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
-                ) -> dict[str, str]:
+                prefills: Collection[Segment] = ()) -> dict[str, str]:
     """Requests a decode block names the prompt of: a one-block store whose tokens end a
     prompt (``Segment.prompt_end``) hung off a block at depth d, while exactly one request
-    of exactly d blocks and that many tokens more ran on the worker, is that request's
-    first decode block, so its prompt's last full block is the one it hangs off. Request →
-    that block (a request two such blocks name differently: none)."""
-    by_len: dict[tuple[int, int], list[Served]] = {}
+    that can be d blocks and that many tokens more ran on the worker (its length told to the
+    token; a request whose length is not, of d full blocks or of unknown length, may be it
+    too), is that request's first decode block, so its prompt's last full block is the one
+    it hangs off. A block some request may own as its prefill (``prefills``: a longer prompt
+    with an earlier assistant turn in it) names nobody. Request → that block (a request two
+    such blocks name differently: none)."""
+    exact: dict[tuple[int, int], list[Served]] = {}
+    loose: list[Served] = []
     for r in served:
         if r.exact and r.prompt_tokens and not r.one_more and r.block_size > 0:
             d, k = divmod(r.prompt_tokens, r.block_size)
             if d and k:
-                by_len.setdefault((d, k), []).append(r)
-    if not by_len:
+                exact.setdefault((d, k), []).append(r)
+        else:
+            loose.append(r)
+    if not exact:
         return {}
     since, until = runs_span(served, slack_s)
     tips: dict[str, str | None] = {}
     for seg in chains.ones.between(since, until):
-        if seg.prompt_end is None or seg.base is None or seg.parent is None:
+        if seg.prompt_end is None or seg.base is None or seg.parent is None or \
+                seg in prefills:
             continue
-        running = [r for r in by_len.get((seg.base, seg.prompt_end), ())
+        running = [r for r in exact.get((seg.base, seg.prompt_end), ())
                    if _since(r, slack_s) <= seg.ts <= _until(r, slack_s)]
-        if len(running) == 1:
-            rid = running[0].request_id
-            tips[rid] = seg.parent if tips.get(rid, seg.parent) == seg.parent else None
+        if len(running) != 1 or any(
+                _since(r, slack_s) <= seg.ts <= _until(r, slack_s)
+                and ((f := _full(r)) is None or seg.base in _ends(r, f[0])) for r in loose):
+            continue
+        rid = running[0].request_id
+        tips[rid] = seg.parent if tips.get(rid, seg.parent) == seg.parent else None
     return {rid: tip for rid, tip in tips.items() if tip is not None}
 
 
@@ -576,7 +586,8 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     cands = candidates(chains, served, slack_s, announces_all)
     # A request whose first decode block is known: its prompt ends at the block that hangs
     # off, so it computed no chain ending elsewhere.
-    for rid, tip in decode_tips(chains, served, slack_s).items():
+    prefills = {seg for segs in cands.values() for seg in segs}
+    for rid, tip in decode_tips(chains, served, slack_s, prefills).items():
         if rid in cands:
             cands[rid] = [s for s in cands[rid] if s.last == tip]
     decodes = _maybe_decodes(chains, served, slack_s)
