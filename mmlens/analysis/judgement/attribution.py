@@ -337,15 +337,18 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
 
 
 def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
-                prefills: Collection[Segment] = ()) -> dict[str, str]:
+                ) -> dict[str, str]:
     """Requests a decode block names the prompt of: a one-block store whose tokens end a
     prompt (``Segment.prompt_end``) hung off a block at depth d, while exactly one request
     that can be d blocks and that many tokens more ran on the worker (its length told to the
     token; a request whose length is not, of d full blocks or of unknown length, may be it
     too), is that request's first decode block, so its prompt's last full block is the one
-    it hangs off. A block some request may own as its prefill (``prefills``: a longer prompt
-    with an earlier assistant turn in it) names nobody. Request → that block (a request two
-    such blocks name differently: none)."""
+    it hangs off. Request → that block (a request two such blocks name differently: none).
+    Read as a decode block is also a longer prompt's last full block with an earlier
+    assistant turn's header in it and the rest of that conversation after it in the same
+    block (very short turns); it names a request only if one of exactly the length that
+    header's place gives ran then (no such case in the live runs: their prompts are single
+    turns)."""
     exact: dict[tuple[int, int], list[Served]] = {}
     loose: list[Served] = []
     for r in served:
@@ -360,8 +363,7 @@ def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
     since, until = runs_span(served, slack_s)
     tips: dict[str, str | None] = {}
     for seg in chains.ones.between(since, until):
-        if seg.prompt_end is None or seg.base is None or seg.parent is None or \
-                seg in prefills:
+        if seg.prompt_end is None or seg.base is None or seg.parent is None:
             continue
         running = [r for r in exact.get((seg.base, seg.prompt_end), ())
                    if _since(r, slack_s) <= seg.ts <= _until(r, slack_s)]
@@ -586,8 +588,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     cands = candidates(chains, served, slack_s, announces_all)
     # A request whose first decode block is known: its prompt ends at the block that hangs
     # off, so it computed no chain ending elsewhere.
-    prefills = {seg for segs in cands.values() for seg in segs}
-    for rid, tip in decode_tips(chains, served, slack_s, prefills).items():
+    for rid, tip in decode_tips(chains, served, slack_s).items():
         if rid in cands:
             cands[rid] = [s for s in cands[rid] if s.last == tip]
     decodes = _maybe_decodes(chains, served, slack_s)
