@@ -367,13 +367,16 @@ def test_smg_definite_verdicts_from_logs_and_kv_events_are_right(smg_run: Run) -
     check_definite_right(smg_run)
 
 
-# Not met (README, "Which sources give which verdicts"): at 16 in flight, requests of one
-# prompt length overlap on a worker, and which of them computed a chain and which found it
-# cached fits the router's log and the KV events both ways, most of all on SMG, whose log
-# names no image's identity. Every such request reads "hit_or_…", none a wrong verdict.
+# Met on every production-shaped run of 3 December once decode blocks told where prompts end
+# (SMG 96.0-98.7 %, Dynamo 96.4-97.3 %), but not a property of the code: at 16 in flight,
+# requests of one exact prompt length overlap on a worker, and which of them computed a chain
+# and which found it cached fits the router's log and the KV events both ways (SMG's log
+# names no image's identity). How many such pairs a run has is the traffic's timing. Every
+# such request reads "hit_or_…", none a wrong verdict (README, "Which sources give which
+# verdicts"). Non-strict: the run prints its share either way.
 NOT_DEFINITE = pytest.mark.xfail(
-    reason="issue 21's >= 95 % definite from logs + KV events: not met, see the table",
-    strict=False)
+    reason="issue 21's >= 95 % definite from logs + KV events: below it on this run, "
+           "see the table", strict=False)
 
 
 @NOT_DEFINITE
