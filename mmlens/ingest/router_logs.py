@@ -134,16 +134,7 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
             credited_units=_int(obj.get("credited_units")),
             policy=obj.get("policy"))
     if msg == "Cache routing dispatch":
-        d = RoutingDecision(rid, "smg", "log:cache_trace")
-        evidence = obj.get("evidence")
-        if isinstance(evidence, str):
-            try:
-                evidence = json.loads(evidence)
-            except ValueError:
-                evidence = None
-        if isinstance(evidence, dict):
-            return cache_trace_decision(evidence, rid, "log:cache_trace")
-        return d
+        return cache_dispatch_decision(rid, obj.get("evidence"))
     if msg == "pipeline attempt failed":  # SMG retries on another worker after this
         attempt = _int(obj.get("attempt"))
         return RoutingDecision(rid, "smg", "log:attempt_failed", attempt=attempt, warnings=[
@@ -184,6 +175,19 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
         return RoutingDecision(rid, "dynamo", "log:mm_fallback",
                                warnings=[_with_fields(msg, obj)[:300]])
     return None
+
+
+def cache_dispatch_decision(rid: str, evidence: Any) -> RoutingDecision:
+    """SMG's ``Cache routing dispatch`` line: its cache trace (``evidence``, decoded or the
+    JSON text) as the decision, or a bare one when it holds none."""
+    if isinstance(evidence, str):
+        try:
+            evidence = json.loads(evidence)
+        except ValueError:
+            evidence = None
+    if isinstance(evidence, dict):
+        return cache_trace_decision(evidence, rid, "log:cache_trace")
+    return RoutingDecision(rid, "smg", "log:cache_trace")
 
 
 _DYN_REASON_FIELDS = ("error", "placeholder_count", "image_count", "resolved", "expected")

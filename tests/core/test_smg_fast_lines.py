@@ -1,4 +1,4 @@
-"""SMG lines read through the typed fast decode (``observed_logs._smg_line``) give the very
+"""SMG lines read through the typed fast decode (``smg_typed.typed_line``) give the very
 decisions and request fragments the whole-object decode gives: random SMG-shaped lines, the
 two readers side by side."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmlens.ingest import observed_logs
+from mmlens.ingest import smg_typed
 from mmlens.ingest.observed_logs import read_lines
 
 MESSAGES = [
@@ -84,7 +84,7 @@ def test_the_fast_decode_reads_what_the_whole_decode_reads(lines: list[str],
                                                            ) -> None:
     fast = _read(lines)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(observed_logs, "_smg_line", lambda line: None)
+        mp.setattr(smg_typed, "typed_line", lambda line: None)
         whole = _read(lines)
     assert fast == whole
 
@@ -93,6 +93,6 @@ def test_the_capture_takes_the_fast_decode() -> None:
     from tests.fixtures_path import CAPTURES
 
     lines = (CAPTURES / "smg_1.13_observed_log.jsonl").read_text().splitlines()
-    fast = [line for line in lines if observed_logs._smg_line(line) is not None]
+    fast = [line for line in lines if smg_typed.typed_line(line) is not None]
     assert len(fast) > len(lines) // 3  # the routing, image and outcome lines
     test_the_fast_decode_reads_what_the_whole_decode_reads.hypothesis.inner_test(lines)
