@@ -226,7 +226,7 @@ _SCORE_KNOWN = {"source", "worker", "score", "score_unit", "effective_score", "d
                 "request_blocks"}
 
 
-def _score(s: dict[str, Any]) -> RoutingScore:
+def score_of(s: dict[str, Any]) -> RoutingScore:
     source = str(s.get("source", "unknown"))
     key, unit = _SCORE_VALUE.get(source, ("score", None))
     return RoutingScore(
@@ -273,7 +273,7 @@ def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
             if d.matched_units is not None and d.input_units:
                 d.matched_ratio = d.matched_units / d.input_units
         d.candidates = [_candidate(c) for c in _dicts(sel.get("candidates"))]
-        d.scores = [_score(s) for s in _dicts(sel.get("scores"))]
+        d.scores = [score_of(s) for s in _dicts(sel.get("scores"))]
         d.gates = [_gate(g) for g in _dicts(sel.get("gates"))]
     d.gates += [_gate(g) for g in _dicts(trace.get("unattributed_gates"))]
     if trace.get("truncated") is True:

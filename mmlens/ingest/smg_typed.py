@@ -16,8 +16,14 @@ import msgspec
 from mmlens.ingest import observed_logs as whole
 from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import SOURCE_LOG, alias, fragment, is_request_path, put
-from mmlens.ingest.router_logs import SMG_SELECTIONS, cache_dispatch_decision
-from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
+from mmlens.ingest.router_logs import SMG_SELECTIONS, cache_dispatch_decision, score_of
+from mmlens.records import (
+    ImageInfo,
+    RequestTrace,
+    RoutingCandidate,
+    RoutingDecision,
+    SpillGate,
+)
 
 UNSET = msgspec.UNSET
 
@@ -65,7 +71,57 @@ class SmgLine(msgspec.Struct, gc=False):
     item_count: Any = None
 
 
+class Prediction(msgspec.Struct, gc=False):
+    source: Any = None
+    branch: Any = None
+    overlap_blocks: Any = None
+    request_blocks: Any = None
+    block_size: Any = None
+    matched_units: Any = None
+    input_units: Any = None
+    credited_units: Any = None
+
+
+class Candidate(msgspec.Struct, gc=False):
+    worker: Any = UNSET
+    load: Any = None
+    healthy: Any = None
+    overloaded: Any = None
+
+
+class Gate(msgspec.Struct, gc=False):
+    worker: Any = None
+    load: Any = None
+    average_load: Any = None
+    relative_threshold: Any = None
+    absolute_threshold: Any = None
+    absolute_margin: Any = None
+    spill: Any = None
+
+
+class Selection(msgspec.Struct, gc=False):
+    worker: Any = None
+    policy: Any = None
+    origin: Any = None
+    prediction: Prediction | None = None
+    candidates: list[Candidate] | None = None
+    scores: list[dict[str, Any]] | None = None  # kept whole: a score's other keys are details
+    gates: list[Gate] | None = None
+
+
+class CacheTrace(msgspec.Struct, gc=False):
+    """What ``router_logs.cache_trace_decision`` reads from SMG's cache trace: a trace of
+    another shape (a selection that is no object, say) is read whole by it instead."""
+
+    attempt: Any = None
+    dispatch_timestamp_ns: Any = None
+    selections: list[Selection] | None = None
+    unattributed_gates: list[Gate] | None = None
+    truncated: Any = None
+
+
 _decode_line = msgspec.json.Decoder(SmgLine)
+_decode_trace = msgspec.json.Decoder(CacheTrace)
 _decode = msgspec.json.Decoder()
 # The SMG messages whose decision ``decision_from`` makes from ``SmgLine``'s fields alone
 # (another message starting like a decision's may be read as Dynamo's: all fields then).
@@ -145,6 +201,9 @@ def _decision(line: SmgLine, rid: str, msg: str, errors: dict[str, int] | None,
         if msg == "Cache routing dispatch":
             evidence = line.evidence  # JSON inside a JSON string, decoded as `_parse` does
             if isinstance(evidence, str) and evidence.startswith("{"):
+                trace = _typed_trace(evidence)
+                if trace is not None:
+                    return _trace_decision(trace, rid)
                 with contextlib.suppress(msgspec.DecodeError, RecursionError):
                     evidence = _decode.decode(evidence)
             return cache_dispatch_decision(rid, evidence)
@@ -165,6 +224,56 @@ def _decision(line: SmgLine, rid: str, msg: str, errors: dict[str, int] | None,
             kind = f"bad_log_line:{type(exc).__name__}"
             errors[kind] = errors.get(kind, 0) + 1
         return None
+
+
+def _typed_trace(evidence: str) -> CacheTrace | None:
+    try:
+        return _decode_trace.decode(evidence)
+    except (msgspec.DecodeError, RecursionError):  # and ValidationError: read whole
+        return None
+
+
+def _trace_decision(trace: CacheTrace, rid: str) -> RoutingDecision:
+    """``router_logs.cache_trace_decision`` of the trace's whole object."""
+    d = RoutingDecision(rid, "smg", "log:cache_trace")
+    d.attempt = as_int(trace.attempt)
+    ts_ns = as_int(trace.dispatch_timestamp_ns)
+    d.ts = ts_ns / 1e9 if ts_ns is not None and 0 < ts_ns < 1 << 63 else None
+    if trace.selections:
+        sel = trace.selections[0]
+        d.worker, d.policy, d.origin = sel.worker, sel.policy, sel.origin
+        pred = sel.prediction
+        if pred is not None:
+            d.prediction_source = pred.source
+            d.branch = pred.branch
+            d.overlap_blocks = as_int(pred.overlap_blocks)
+            d.request_blocks = as_int(pred.request_blocks)
+            d.block_size = as_int(pred.block_size)
+            d.matched_units = as_int(pred.matched_units)
+            d.input_units = as_int(pred.input_units)
+            d.credited_units = as_int(pred.credited_units)
+            if d.matched_units is not None and d.input_units:
+                d.matched_ratio = d.matched_units / d.input_units
+        if sel.candidates:
+            d.candidates = [RoutingCandidate(
+                "" if c.worker is UNSET else str(c.worker), as_float(c.load),
+                c.healthy if type(c.healthy) is bool else None,
+                c.overloaded if type(c.overloaded) is bool else None) for c in sel.candidates]
+        if sel.scores:
+            d.scores = [score_of(s) for s in sel.scores]
+        if sel.gates:
+            d.gates = [_gate(g) for g in sel.gates]
+    if trace.unattributed_gates:
+        d.gates += [_gate(g) for g in trace.unattributed_gates]
+    if trace.truncated is True:
+        d.warnings.append("cache trace truncated by SMG_CACHE_TRACE_MAX_BYTES")
+    return d
+
+
+def _gate(g: Gate) -> SpillGate:
+    return SpillGate(g.worker, as_float(g.load), as_float(g.average_load),
+                     as_float(g.relative_threshold), as_float(g.absolute_threshold),
+                     as_float(g.absolute_margin), g.spill if type(g.spill) is bool else None)
 
 
 def _fields(t: RequestTrace, line: SmgLine, span: Span, msg: str, seq: int | None) -> bool:
