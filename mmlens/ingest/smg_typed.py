@@ -129,6 +129,8 @@ _DECIDED_EXACT = ("Cache routing dispatch", "pipeline attempt failed",
                   "Token expansion complete")
 _DECIDED_PREFIX = (*SMG_SELECTIONS, "smg_mm_timing process_multimodal_plan")
 _LABEL = f"{SOURCE_LOG}:smg"
+_DECISIONS = whole.SMG_DECISIONS
+_parse_ts = whole.parse_ts
 
 
 def typed_line(line: str) -> SmgLine | None:
@@ -143,7 +145,7 @@ def typed_line(line: str) -> SmgLine | None:
     if span is UNSET or not span.request_id or line_.fields is not None \
             or type(msg) is not str or msg.startswith("Created AbortOnDropStream"):
         return None
-    if msg.startswith(whole.SMG_DECISIONS) and msg not in _DECIDED_EXACT and \
+    if msg.startswith(_DECISIONS) and msg not in _DECIDED_EXACT and \
             not msg.startswith(_DECIDED_PREFIX):
         return None
     return line_
@@ -158,18 +160,18 @@ def read_typed(line: SmgLine, seq: int | None, into: dict[str, RequestTrace],
     assert span is not UNSET  # typed_line let no other through
     msg: str = line.message
     rid = str(span.request_id)
-    if msg.startswith(whole.SMG_DECISIONS):
+    when = _parse_ts(line.timestamp)
+    if msg.startswith(_DECISIONS):
         d = _decision(line, rid, msg, errors)
         if d is not None:
             if d.ts is None:
-                d.ts = whole.parse_ts(line.timestamp or line.time)
+                d.ts = when if line.timestamp else _parse_ts(line.time)
             attempts.note(d, msg)
             decisions.append(d)
     elif msg == "finished processing request":
         attempts.done(rid)
     if not is_request_path(span.path):
         return
-    when = whole.parse_ts(line.timestamp)
     t = into.get(rid)
     if t is None:
         t = fragment(rid, SOURCE_LOG, when or 0.0, "smg")
