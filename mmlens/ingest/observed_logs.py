@@ -23,6 +23,10 @@ from typing import Any
 
 import msgspec
 
+try:  # the noise filter compiled (``_lines.c``, built at install time when it can be)
+    from mmlens.ingest import _lines as _native
+except ImportError:  # pragma: no cover - no compiler at install time
+    _native = None
 from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import (
     SOURCE_LOG,
@@ -269,10 +273,27 @@ def put_dynamo_request(t: RequestTrace, fields: dict[str, Any], label: str) -> N
 
 # SMG debug lines said for every request that carry nothing for routing or the request's
 # record: skipped before JSON decoding (most of a debug log's volume).
-NOISE = re.compile(
-    r'"message":"(?:Token bucket|Acquired token|multimodal config cache hit|Single-router mode|'
-    r"smg_mm_timing mm_tensor_payload_inline|Multimodal processing complete|"
-    r'cache_aware selected|started processing request)')
+NOISE_KEY = '"message":"'
+NOISE_MESSAGES = ("Token bucket", "Acquired token", "multimodal config cache hit",
+                  "Single-router mode", "smg_mm_timing mm_tensor_payload_inline",
+                  "Multimodal processing complete", "cache_aware selected",
+                  "started processing request")
+NOISE = re.compile(re.escape(NOISE_KEY) + "(?:" + "|".join(map(re.escape, NOISE_MESSAGES))
+                   + ")")
+_NOISE_BYTES = (NOISE_KEY.encode(), tuple(m.encode() for m in NOISE_MESSAGES))
+
+
+def kept_lines(lines: list[str], first: int = 0) -> list[tuple[int, str]]:
+    """The lines that are not noise (``NOISE`` finds nothing in them), numbered from
+    ``first``: in one compiled call where ``_lines`` is built, else by the regex."""
+    if _native is not None:
+        found: list[tuple[int, str]] | None = _native.kept(lines, first, *_NOISE_BYTES)
+        if found is not None:
+            return found
+    search = NOISE.search
+    return [(n, line) for n, line in enumerate(lines, first) if not search(line)]
+
+
 # The messages of SMG lines `router_logs.decision_from` makes decisions of.
 SMG_DECISIONS = (*SMG_SELECTIONS, "Cache routing dispatch",
                  "smg_mm_timing process_multimodal_plan", "Token expansion complete",
@@ -338,9 +359,7 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
     # Here, not at the top: smg_typed builds on this module's SMG readers.
     from mmlens.ingest.smg_typed import read_typed, typed_line
 
-    for n, line in enumerate(lines, first_seq or 0):
-        if NOISE.search(line):
-            continue
+    for n, line in kept_lines(lines if type(lines) is list else list(lines), first_seq or 0):
         seq = None if first_seq is None else n
         try:  # most SMG lines: one typed decode, straight to their decision and fragment
             typed = typed_line(line) if line.startswith("{") and '"span":{' in line else None
