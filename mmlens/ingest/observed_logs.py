@@ -23,6 +23,10 @@ from typing import Any
 
 import msgspec
 
+try:  # the noise filter compiled (``_lines.c``, built at install time when it can be)
+    from mmlens.ingest import _lines as _native
+except ImportError:  # pragma: no cover - no compiler at install time
+    _native = None
 from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import (
     SOURCE_LOG,
@@ -35,15 +39,14 @@ from mmlens.ingest.observed import (
 from mmlens.ingest.router_logs import (
     SMG_SELECTIONS,
     decision_or_count,
-    numbered_objects,
     parse_line,
 )
 from mmlens.records import ImageInfo, RequestTrace, RoutingDecision
 
-_IMAGE_SIZE = re.compile(r"width:\s*(\d+),\s*height:\s*(\d+)")
-_COMPLETED = re.compile(r"^Request (\S+) marked as completed")
+IMAGE_SIZE = re.compile(r"width:\s*(\d+),\s*height:\s*(\d+)")
+COMPLETED = re.compile(r"^Request (\S+) marked as completed")
 _STREAM_FOR = re.compile(r"^Created AbortOnDropStream for request (\S+)")
-_MODEL_IN = re.compile(r"request for model: ([^,\s]+)")
+MODEL_IN = re.compile(r"request for model: ([^,\s]+)")
 _ROUTING_BEST = re.compile(r"\[ROUTING\]\s*Best:\s*worker_(\d+)")
 
 
@@ -84,7 +87,7 @@ def smg_fragment(obj: dict[str, Any], source: str = SOURCE_LOG, ts: float | None
     if t is None:
         t = fragment(rid, source, when or 0.0, "smg")
         t.trace_id = str(span["trace_id"]) if span.get("trace_id") else None
-    elif not _smg_says_something(msg):
+    elif not smg_says_something(msg):
         return None
     else:
         if when and (not t.ts or when < t.ts):
@@ -150,10 +153,10 @@ def _engine_alias(obj: dict[str, Any], into: dict[str, RequestTrace]) -> None:
     alias(t, m.group(1))
 
 
-def _smg_says_something(msg: str) -> bool:
+def smg_says_something(msg: str) -> bool:
     return (msg in _SMG_SAYS or msg.startswith(("smg_mm_timing process_multimodal_plan",
                                                 "Request "))
-            or ("Processing" in msg and _MODEL_IN.search(msg) is not None))
+            or ("Processing" in msg and MODEL_IN.search(msg) is not None))
 
 
 def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg: str,
@@ -168,7 +171,7 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
         lat = as_float(span.get("latency"))
         put(t, "latency_s", None if lat is None else lat / 1e6, label)
     elif msg == "Fetched images for multimodal processing":
-        sizes = _IMAGE_SIZE.findall(str(obj.get("item_sizes", "")))
+        sizes = IMAGE_SIZE.findall(str(obj.get("item_sizes", "")))
         if sizes:
             t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
             t.provenance["images"] = label
@@ -185,13 +188,13 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
         put(t, "processing_mode", "router", label)
         put(t, "rendered_tokens", as_int(obj.get("original_tokens", obj.get("original_len"))),
             label)
-    elif (m := _COMPLETED.match(msg)) is not None:
+    elif (m := COMPLETED.match(msg)) is not None:
         alias(t, m.group(1))
         # Inside the request's span: the body was whole when the handler returned (a
         # stream's ends on a line without it, after the handler's "finished" line).
         put(t, "stream", False, label)
         put(t, "ended_seq", seq, label)
-    elif (m := _MODEL_IN.search(msg)) is not None and "Processing" in msg:
+    elif (m := MODEL_IN.search(msg)) is not None and "Processing" in msg:
         put(t, "model", m.group(1), label)
     elif msg == "Cache routing dispatch":  # its decision is `router_logs`'
         put(t, "sent_seq", seq, label)
@@ -270,10 +273,27 @@ def put_dynamo_request(t: RequestTrace, fields: dict[str, Any], label: str) -> N
 
 # SMG debug lines said for every request that carry nothing for routing or the request's
 # record: skipped before JSON decoding (most of a debug log's volume).
-NOISE = re.compile(
-    r'"message":"(?:Token bucket|Acquired token|multimodal config cache hit|Single-router mode|'
-    r"smg_mm_timing mm_tensor_payload_inline|Multimodal processing complete|"
-    r'cache_aware selected|started processing request)')
+NOISE_KEY = '"message":"'
+NOISE_MESSAGES = ("Token bucket", "Acquired token", "multimodal config cache hit",
+                  "Single-router mode", "smg_mm_timing mm_tensor_payload_inline",
+                  "Multimodal processing complete", "cache_aware selected",
+                  "started processing request")
+NOISE = re.compile(re.escape(NOISE_KEY) + "(?:" + "|".join(map(re.escape, NOISE_MESSAGES))
+                   + ")")
+_NOISE_BYTES = (NOISE_KEY.encode(), tuple(m.encode() for m in NOISE_MESSAGES))
+
+
+def kept_lines(lines: list[str], first: int = 0) -> list[tuple[int, str]]:
+    """The lines that are not noise (``NOISE`` finds nothing in them), numbered from
+    ``first``: in one compiled call where ``_lines`` is built, else by the regex."""
+    if _native is not None:
+        found: list[tuple[int, str]] | None = _native.kept(lines, first, *_NOISE_BYTES)
+        if found is not None:
+            return found
+    search = NOISE.search
+    return [(n, line) for n, line in enumerate(lines, first) if not search(line)]
+
+
 # The messages of SMG lines `router_logs.decision_from` makes decisions of.
 SMG_DECISIONS = (*SMG_SELECTIONS, "Cache routing dispatch",
                  "smg_mm_timing process_multimodal_plan", "Token expansion complete",
@@ -281,82 +301,13 @@ SMG_DECISIONS = (*SMG_SELECTIONS, "Cache routing dispatch",
 _decode = msgspec.json.Decoder()
 
 
-class _Span(msgspec.Struct, gc=False):
-    """The request span's fields an SMG line is read for (the rest is skipped undecoded)."""
-
-    request_id: Any = msgspec.UNSET
-    path: Any = msgspec.UNSET
-    trace_id: Any = msgspec.UNSET
-    status_code: Any = msgspec.UNSET
-    latency: Any = msgspec.UNSET
-
-
-class _SmgLine(msgspec.Struct, gc=False):
-    """Every field ``decision_from`` and ``smg_fragment`` read from an SMG line with a request
-    span (its ``spans`` list, file and target, half a line, are skipped undecoded)."""
-
-    timestamp: Any = msgspec.UNSET
-    time: Any = msgspec.UNSET
-    message: Any = msgspec.UNSET
-    span: _Span | msgspec.UnsetType = msgspec.UNSET
-    fields: Any = msgspec.UNSET
-    evidence: Any = msgspec.UNSET
-    worker: Any = msgspec.UNSET
-    model_id: Any = msgspec.UNSET
-    branch: Any = msgspec.UNSET
-    overlap_blocks: Any = msgspec.UNSET
-    request_blocks: Any = msgspec.UNSET
-    matched_ratio: Any = msgspec.UNSET
-    matched_units: Any = msgspec.UNSET
-    input_units: Any = msgspec.UNSET
-    credited_units: Any = msgspec.UNSET
-    policy: Any = msgspec.UNSET
-    attempt: Any = msgspec.UNSET
-    status: Any = msgspec.UNSET
-    original_tokens: Any = msgspec.UNSET
-    expanded_tokens: Any = msgspec.UNSET
-    original_len: Any = msgspec.UNSET
-    expanded_len: Any = msgspec.UNSET
-    item_sizes: Any = msgspec.UNSET
-    total_tokens: Any = msgspec.UNSET
-    item_count: Any = msgspec.UNSET
-
-
-_decode_smg = msgspec.json.Decoder(_SmgLine)
-# The SMG messages whose decision ``decision_from`` makes from ``_SmgLine``'s fields alone
-# (another message starting like a decision's may be read as Dynamo's: all fields then).
-_SMG_DECIDED_EXACT = ("Cache routing dispatch", "pipeline attempt failed",
-                      "Token expansion complete")
-
-
-def _smg_line(line: str) -> dict[str, Any] | None:
-    """An SMG line with a request span as the dict of the fields read from it, or None when
-    it needs the whole object (``spans`` of an engine alias, nested ``fields``, a message
-    read as Dynamo's, no span or no request id in it, not a JSON object of that shape)."""
-    try:
-        line_ = _decode_smg.decode(line)
-    except (msgspec.DecodeError, RecursionError):  # and ValidationError: not of that shape
-        return None
-    span, msg = line_.span, line_.message
-    if span is msgspec.UNSET or not span.request_id or line_.fields is not msgspec.UNSET \
-            or not isinstance(msg, str) or msg.startswith("Created AbortOnDropStream"):
-        return None
-    if msg.startswith(SMG_DECISIONS) and msg not in _SMG_DECIDED_EXACT and \
-            not msg.startswith((*SMG_SELECTIONS, "smg_mm_timing process_multimodal_plan")):
-        return None
-    obj: dict[str, Any] = msgspec.to_builtins(line_)  # the fields not there stay out
-    return obj
-
-
 def _parse(line: str) -> dict[str, Any] | None:
     """``router_logs.parse_line``, with a faster decoder for the JSON lines most are."""
     if line.startswith("{"):
-        obj = _smg_line(line) if '"span":{' in line else None
-        if obj is None:
-            try:
-                obj = _decode.decode(line)
-            except (msgspec.DecodeError, RecursionError):  # nested past msgspec's depth too
-                return parse_line(line)
+        try:
+            obj = _decode.decode(line)
+        except (msgspec.DecodeError, RecursionError):  # nested past msgspec's depth too
+            return parse_line(line)
         if isinstance(obj, dict):
             fields = obj.get("fields")
             if isinstance(fields, dict):
@@ -405,10 +356,23 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
     frags: list[RequestTrace] = []
     smg: dict[str, RequestTrace] = {}
     attempts = Attempts() if attempts is None else attempts
-    kept = ((n, line) for n, line in enumerate(lines, first_seq or 0)
-            if not NOISE.search(line))
-    for n, obj in numbered_objects(kept, errors, _parse):
+    # Here, not at the top: smg_typed builds on this module's SMG readers.
+    from mmlens.ingest.smg_typed import read_typed, typed_line
+
+    for n, line in kept_lines(lines if type(lines) is list else list(lines), first_seq or 0):
         seq = None if first_seq is None else n
+        try:  # most SMG lines: one typed decode, straight to their decision and fragment
+            typed = typed_line(line) if line.startswith("{") and '"span":{' in line else None
+            obj = None if typed is not None else _parse(line)
+        except ValueError:
+            if errors is not None:
+                errors["malformed_log_line"] = errors.get("malformed_log_line", 0) + 1
+            continue
+        if typed is not None:
+            read_typed(typed, seq, smg, decisions, attempts, errors)
+            continue
+        if obj is None:
+            continue
         msg = str(obj.get("message", ""))
         smg_other = "span" in obj and not msg.startswith(SMG_DECISIONS)
         d = None if smg_other else decision_or_count(obj, errors)
@@ -425,7 +389,7 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
             f = smg_fragment(obj, into=smg, seq=seq)  # one fragment per request
         elif msg.startswith(_SMG_STREAM_ENDED):
             frags.append(smg_stream_failure(obj))
-        elif (m := _COMPLETED.match(msg)) is not None:
+        elif (m := COMPLETED.match(msg)) is not None:
             frags.append(smg_stream_end(m.group(1), obj, seq))
         else:
             f = dynamo_fragment(obj)

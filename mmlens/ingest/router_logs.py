@@ -134,16 +134,7 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
             credited_units=_int(obj.get("credited_units")),
             policy=obj.get("policy"))
     if msg == "Cache routing dispatch":
-        d = RoutingDecision(rid, "smg", "log:cache_trace")
-        evidence = obj.get("evidence")
-        if isinstance(evidence, str):
-            try:
-                evidence = json.loads(evidence)
-            except ValueError:
-                evidence = None
-        if isinstance(evidence, dict):
-            return cache_trace_decision(evidence, rid, "log:cache_trace")
-        return d
+        return cache_dispatch_decision(rid, obj.get("evidence"))
     if msg == "pipeline attempt failed":  # SMG retries on another worker after this
         attempt = _int(obj.get("attempt"))
         return RoutingDecision(rid, "smg", "log:attempt_failed", attempt=attempt, warnings=[
@@ -186,6 +177,19 @@ def decision_from(obj: dict[str, Any]) -> RoutingDecision | None:
     return None
 
 
+def cache_dispatch_decision(rid: str, evidence: Any) -> RoutingDecision:
+    """SMG's ``Cache routing dispatch`` line: its cache trace (``evidence``, decoded or the
+    JSON text) as the decision, or a bare one when it holds none."""
+    if isinstance(evidence, str):
+        try:
+            evidence = json.loads(evidence)
+        except ValueError:
+            evidence = None
+    if isinstance(evidence, dict):
+        return cache_trace_decision(evidence, rid, "log:cache_trace")
+    return RoutingDecision(rid, "smg", "log:cache_trace")
+
+
 _DYN_REASON_FIELDS = ("error", "placeholder_count", "image_count", "resolved", "expected")
 
 
@@ -222,7 +226,7 @@ _SCORE_KNOWN = {"source", "worker", "score", "score_unit", "effective_score", "d
                 "request_blocks"}
 
 
-def _score(s: dict[str, Any]) -> RoutingScore:
+def score_of(s: dict[str, Any]) -> RoutingScore:
     source = str(s.get("source", "unknown"))
     key, unit = _SCORE_VALUE.get(source, ("score", None))
     return RoutingScore(
@@ -269,7 +273,7 @@ def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
             if d.matched_units is not None and d.input_units:
                 d.matched_ratio = d.matched_units / d.input_units
         d.candidates = [_candidate(c) for c in _dicts(sel.get("candidates"))]
-        d.scores = [_score(s) for s in _dicts(sel.get("scores"))]
+        d.scores = [score_of(s) for s in _dicts(sel.get("scores"))]
         d.gates = [_gate(g) for g in _dicts(sel.get("gates"))]
     d.gates += [_gate(g) for g in _dicts(trace.get("unattributed_gates"))]
     if trace.get("truncated") is True:

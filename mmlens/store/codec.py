@@ -32,6 +32,8 @@ _TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(RequestTrace))
 def trace_body(t: RequestTrace) -> str:
     """``RequestTrace.to_json`` as JSON text, without its deep copy (msgspec encodes the
     nested records as they are)."""
+    if t.expected_layout is None:  # msgspec writes the dataclass's fields as the dict below
+        return _json.encode(t).decode()
     out = {name: getattr(t, name) for name in _TRACE_FIELDS}
     if t.expected_layout is not None:
         out["expected_layout"] = t.expected_layout.to_json()

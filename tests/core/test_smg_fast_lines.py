@@ -1,4 +1,4 @@
-"""SMG lines read through the typed fast decode (``observed_logs._smg_line``) give the very
+"""SMG lines read through the typed fast decode (``smg_typed.typed_line``) give the very
 decisions and request fragments the whole-object decode gives: random SMG-shaped lines, the
 two readers side by side."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmlens.ingest import observed_logs
+from mmlens.ingest import smg_typed
 from mmlens.ingest.observed_logs import read_lines
 
 MESSAGES = [
@@ -37,12 +37,25 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70),
                          "grpc://127.0.0.1:1"]))
 VALUES = st.recursive(SCALARS, lambda v: st.lists(v, max_size=2) | st.dictionaries(
     st.sampled_from(["worker", "request_id", "path", "x"]), v, max_size=2), max_leaves=4)
-EVIDENCE = st.sampled_from([
+GATE = st.dictionaries(st.sampled_from(["worker", "load", "average_load", "spill", "x"]),
+                       SCALARS, max_size=3)
+SELECTION = st.dictionaries(st.sampled_from(
+    ["worker", "policy", "origin", "prediction", "candidates", "scores", "gates"]), st.one_of(
+    VALUES, st.dictionaries(st.sampled_from(["source", "branch", "matched_units",
+                                             "input_units", "overlap_blocks"]), SCALARS),
+    st.lists(st.one_of(GATE, SCALARS, st.dictionaries(st.sampled_from(
+        ["worker", "load", "healthy", "overloaded", "source", "score", "score_unit",
+         "effective_score", "queued_tokens"]), SCALARS)), max_size=3)), max_size=5)
+CACHE_TRACE = st.dictionaries(st.sampled_from(
+    ["attempt", "dispatch_timestamp_ns", "selections", "unattributed_gates", "truncated",
+     "root_id"]), st.one_of(SCALARS, st.lists(st.one_of(SELECTION, GATE, SCALARS),
+                                              max_size=2)), max_size=6)
+EVIDENCE = st.one_of(CACHE_TRACE.map(json.dumps), st.sampled_from([
     json.dumps({"attempt": 0, "selections": [{"worker": "w1", "policy": "cache_aware",
                                               "candidates": [{"worker": "w1", "load": 1}],
                                               "scores": [{"source": "expected_wait",
                                                           "worker": "w1", "score": 0.5}]}]}),
-    "{not json", "plain", json.dumps({"selections": "x"})])
+    "{not json", "plain", json.dumps({"selections": "x"})]))
 
 
 @st.composite
@@ -52,7 +65,7 @@ def smg_lines(draw: Any) -> str:
         "level": "DEBUG", "message": draw(st.sampled_from(MESSAGES) | st.text(max_size=8))}
     for name in draw(st.lists(st.sampled_from(FIELDS), max_size=6, unique=True)):
         obj[name] = draw(VALUES)
-    if draw(st.booleans()):
+    if draw(st.booleans()) or obj["message"] == "Cache routing dispatch":
         obj["evidence"] = draw(EVIDENCE)
     if draw(st.integers(0, 9)) == 0:
         obj["fields"] = {"worker": draw(VALUES), "message": "Event-driven routing"}
@@ -84,7 +97,7 @@ def test_the_fast_decode_reads_what_the_whole_decode_reads(lines: list[str],
                                                            ) -> None:
     fast = _read(lines)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(observed_logs, "_smg_line", lambda line: None)
+        mp.setattr(smg_typed, "typed_line", lambda line: None)
         whole = _read(lines)
     assert fast == whole
 
@@ -93,6 +106,48 @@ def test_the_capture_takes_the_fast_decode() -> None:
     from tests.fixtures_path import CAPTURES
 
     lines = (CAPTURES / "smg_1.13_observed_log.jsonl").read_text().splitlines()
-    fast = [line for line in lines if observed_logs._smg_line(line) is not None]
+    fast = [line for line in lines if smg_typed.typed_line(line) is not None]
     assert len(fast) > len(lines) // 3  # the routing, image and outcome lines
     test_the_fast_decode_reads_what_the_whole_decode_reads.hypothesis.inner_test(lines)
+
+
+def _optional(fields: dict[str, Any]) -> Any:
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+CANDIDATE = _optional({k: SCALARS for k in ("worker", "load", "healthy", "overloaded",
+                                            "registry_revision")})
+SCORE = _optional({"source": st.sampled_from(["expected_wait", "policy_affinity"]) | SCALARS,
+                   **{k: SCALARS for k in ("worker", "score", "score_unit", "effective_score",
+                                           "device_blocks", "request_blocks",
+                                           "queued_tokens")}})
+GATE_OK = _optional({k: SCALARS for k in ("worker", "load", "average_load",
+                                          "relative_threshold", "absolute_threshold",
+                                          "absolute_margin", "spill", "reason")})
+PREDICTION = _optional({k: SCALARS for k in ("source", "branch", "overlap_blocks",
+                                             "request_blocks", "block_size", "matched_units",
+                                             "input_units", "credited_units")})
+TRACE_SELECTION = _optional({
+    "worker": SCALARS, "policy": SCALARS, "origin": SCALARS,
+    "prediction": st.one_of(PREDICTION, PREDICTION, SCALARS),
+    "candidates": st.one_of(st.lists(CANDIDATE, max_size=3), SCALARS),
+    "scores": st.one_of(st.lists(SCORE, max_size=3), SCALARS),
+    "gates": st.lists(GATE_OK, max_size=2)})
+WELL_SHAPED_TRACE = _optional({
+    "attempt": SCALARS, "dispatch_timestamp_ns": SCALARS | st.integers(0, 1 << 64),
+    "selections": st.one_of(st.lists(TRACE_SELECTION, max_size=2),
+                            st.lists(TRACE_SELECTION | SCALARS, max_size=2)),
+    "unattributed_gates": st.lists(GATE_OK, max_size=2), "truncated": SCALARS,
+    "root_id": SCALARS, "engine_ids": VALUES})
+
+
+@settings(max_examples=300, deadline=None)
+@given(trace=WELL_SHAPED_TRACE)
+def test_the_typed_cache_trace_reads_what_the_whole_trace_reads(trace: dict[str, Any]) -> None:
+    from mmlens.ingest.router_logs import cache_trace_decision
+
+    text = json.dumps(trace)
+    typed = smg_typed._typed_trace(text)
+    if typed is not None:  # else the whole trace is read (by the reference itself)
+        assert smg_typed._trace_decision(typed, "r1") == cache_trace_decision(
+            json.loads(text), "r1", "log:cache_trace")
