@@ -50,6 +50,57 @@ def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
     raise AssertionError(f"no SVG chart titled …{words}…")
 
 
+def lines_drawn(markup: str) -> dict[str, Any]:
+    """An SVG line chart (``mmlens.figures.svg_lines``) read back in a Plotly figure's shape:
+    one trace per series with its points' x, y, ids and tooltips, its colour and dash."""
+    svg = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(markup)
+    data = []
+    for g in root.iter(f"{svg}g"):
+        if g.get("data-series") is None:
+            continue
+        points = [p for p in g.iter(f"{svg}g") if p.get("data-x") is not None]
+        path = g.find(f"{svg}path")
+        data.append({"name": g.get("data-series"),
+                     "x": [float(p.get("data-x", "nan")) for p in points],
+                     "y": [float(p.get("data-y", "nan")) for p in points],
+                     "ids": [p.get("data-id") for p in points],
+                     "links": [a.get("href") for a in g.iter(f"{svg}a")],
+                     "hover": [p.findtext(f"{svg}title") for p in points],
+                     "path": path.get("d") if path is not None else None,
+                     "dash": path.get("stroke-dasharray") if path is not None else None,
+                     "colour": path.get("stroke") if path is not None else None})
+    return {"title": root.get("data-chart-title", ""), "data": data}
+
+
+def chart_markup(at: AppTest, words: str) -> str:
+    """The markup of the SVG chart whose title holds ``words``."""
+    for md in at.markdown:
+        if 'class="mmlens-chart' in md.value and words in ET.fromstring(md.value).get(
+                "data-chart-title", ""):
+            return str(md.value)
+    raise AssertionError(f"no SVG chart titled …{words}…")
+
+
+def lines_titled(at: AppTest, words: str) -> dict[str, Any]:
+    return lines_drawn(chart_markup(at, words))
+
+
+def icicle_drawn(markup: str) -> dict[str, list[Any]]:
+    """An SVG icicle (``mmlens.figures.icicle_svg``) as drawn: each band's id, parent, leaves,
+    tooltip and rectangle (x, y, width, height)."""
+    svg = "{http://www.w3.org/2000/svg}"
+    bands = [g for g in ET.fromstring(markup).iter(f"{svg}g") if g.get("data-id") is not None]
+    rects = [g.find(f"{svg}rect") for g in bands]
+    return {"ids": [g.get("data-id") for g in bands],
+            "parents": [g.get("data-parent") for g in bands],
+            "leaves": [int(g.get("data-leaves", "0")) for g in bands],
+            "hover": [g.findtext(f"{svg}title") for g in bands],
+            "text": [g.findtext(f"{svg}text") for g in bands],
+            "rect": [tuple(float(r.get(k, "nan")) for k in ("x", "y", "width", "height"))
+                     for r in rects if r is not None]}
+
+
 def sankey_links_drawn(markup: str) -> dict[str, list[Any]]:
     """The SVG Sankey (``mmlens.figures.affinity``) as drawn: each band's image label, worker
     label, requests and tooltip, and every node's label."""

@@ -11,7 +11,7 @@ import pytest
 from mmlens.analysis.kv_divergence import ViewPoint
 from mmlens.records import CollectorHealth, MetricSample, labels_of
 from mmlens.store.sqlite import Store
-from tests.pages.apptest_util import assert_clean, figure_titled, messages, open_page
+from tests.pages.apptest_util import assert_clean, lines_titled, messages, open_page
 
 REG = "dynamo_component_router_worker_registered"
 
@@ -43,7 +43,7 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_cache_page_shows_router_only_blocks_and_alerts(db: Path) -> None:
     at = open_page("cache")
     assert_clean(at)
-    fig = figure_titled(at, "Router view vs engine holdings")
+    fig = lines_titled(at, "Router view vs engine holdings")
     router_only = next(t for t in fig["data"] if "router only" in t["name"])
     assert list(router_only["y"]) == [0, 12, 12]
     assert any("12 block(s) the router believes resident" in m

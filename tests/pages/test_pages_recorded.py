@@ -14,9 +14,12 @@ from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
+    chart_markup,
     figure_titled,
     figures,
+    icicle_drawn,
     layout_drawn,
+    lines_titled,
     messages,
     open_page,
     sankey_drawn,
@@ -236,7 +239,8 @@ def test_affinity_sankey_counts_requests_per_image(db: Recorded) -> None:
 def test_cache_page_figures(db: Recorded) -> None:
     at = open_page("cache")
     assert_clean(at)
-    hit = figure_titled(at, "hit rate per worker")
+    assert not figures(at)  # every chart is SVG: a new tab of the Cache page loads no Plotly
+    hit = lines_titled(at, "hit rate per worker")
     assert sorted(trace_names(hit)) == ["w1", "w2"]  # the config's names
     assert max(y for y in hit["data"][0]["y"] if y is not None) == pytest.approx(0.4)
     timeline = svg_bars(at, "KV events")
@@ -247,21 +251,25 @@ def test_cache_page_figures(db: Recorded) -> None:
     resident = svg_bars(at, "Resident blocks")
     assert [y for s, y in zip(resident["series"], resident["y"], strict=True)
             if s == "resident blocks"] == [12, 5]
-    tree = figure_titled(at, "Prefix tree")["data"][0]
-    assert tree["type"] == "icicle"
+    tree = icicle_drawn(chart_markup(at, "Prefix tree"))
     # The chained event (parent 1004) hangs under block 1004 of its worker.
     assert tree["parents"][tree["ids"].index(f"{W1}/9001")] == f"{W1}/1004"
-    rates = figure_titled(at, "Achieved vs available")
+    rates = lines_titled(at, "Achieved vs available")
     assert sorted(trace_names(rates)) == ["smg · achieved", "smg · available"]  # by name
+    assert [t["dash"] for t in rates["data"]] == [None, "6 4"]  # available is dashed
     (lost,) = [d.value for d in at.dataframe if "avoidable" in d.value.columns
                and "request" in d.value.columns]
     row = lost[lost["request"] == db.false_hit_id].iloc[0]
     assert row["false hit"] == "80 (content_blind)" and row["avoidable"] == 0
-    scatter = figure_titled(at, "Predicted vs realized")
-    points = scatter["data"][1]
-    assert db.false_hit_id in points["customdata"]
-    i = points["customdata"].index(db.false_hit_id)
+    scatter = lines_titled(at, "Predicted vs realized")
+    (points,) = [t for t in scatter["data"] if db.false_hit_id in t["ids"]]
+    i = points["ids"].index(db.false_hit_id)
     assert (points["x"][i], points["y"][i]) == (80, 0)
+    assert points["links"][i] == f"inspector?request={db.false_hit_id}"
+    # The zoomable tree is Plotly's, one toggle away.
+    at.toggle(key="tree_zoom").set_value(True).run()
+    plotly_tree = figure_titled(at, "Prefix tree")["data"][0]
+    assert plotly_tree["type"] == "icicle" and f"{W1}/9001" in plotly_tree["ids"]
 
 
 def test_lab_page_lists_router_model_and_sequences(db: Recorded) -> None:
