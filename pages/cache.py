@@ -85,15 +85,24 @@ def views() -> None:
         st.warning(named_headline(alert.message, alert.worker, names))
     st.markdown(line_chart_html(divergence_figure(fold_view_points(view.points), names)),
                 unsafe_allow_html=True)
-    st.dataframe(shared.table(name_rows(view.rows, names)), hide_index=True, width="stretch",
-                 column_config={"source": st.column_config.TextColumn(
-                     "source", help="event_plane: block sets from the router's event plane; "
-                     "index_gauge: SMG's smg_kv_index_blocks count; prediction: per request, "
-                     "predicted vs found")})
+    shared.small_table(name_rows(view.rows, names), column_help={
+        "source": "event_plane: block sets from the router's event plane; index_gauge: SMG's "
+                  "smg_kv_index_blocks count; prediction: per request, predicted vs found"})
     st.caption("router only: blocks the router believes resident that the engine no longer "
                "holds (it evicted them, or the router never heard the removal); engine only: "
                "blocks the engine holds that the router does not know. Sources: event plane "
                "(block sets), index gauge (counts), prediction (per request).")
+
+
+LOST_HELP = {
+    "causes": "avoidable tokens by cause",
+    "available": "tokens the best worker held when the router chose",
+    "on chosen": "tokens the chosen worker held then",
+    "images keyed": "how the router routed the images: exact (by image content, Dynamo), "
+                    "degraded (by token ids blind to which image filled them: SMG gRPC, or a "
+                    "count drift), text_prefix (on text alone), unknown",
+    "identities": "resolved: the engine's name for each image was learned from the blocks it "
+                  "stored"}
 
 
 @st.fragment(run_every=shared.refresh_every())
@@ -122,32 +131,14 @@ def available() -> None:
         by = st.radio("Per", ["router", "model", "worker"], horizontal=True, key="avail_by")
         groups = view.group_rows(by)
         names = {"router": routers, "worker": shared.worker_names(path)}.get(by, {})
-        st.dataframe(shared.table([{**g, by: names.get(g[by], g[by])} for g in groups]),
-                     hide_index=True,
-                     width="stretch")
+        shared.small_table([{**g, by: names.get(g[by], g[by])} for g in groups])
         rows = view.rows()
         if rows:
             st.markdown("**Requests that lost tokens or had a false hit** (newest first)")
             workers = shared.worker_names(path)
-            st.dataframe(shared.table([{**r, "worker": worker_label(r["worker"], workers),
-                                        "best worker": worker_label(r["best worker"], workers)}
-                                       for r in rows]), hide_index=True, width="stretch",
-                         column_config={
-                             "causes": st.column_config.TextColumn(
-                                 "causes", width="large", help="avoidable tokens by cause"),
-                             "available": st.column_config.NumberColumn(
-                                 "available", help="tokens the best worker held when the "
-                                 "router chose"),
-                             "on chosen": st.column_config.NumberColumn(
-                                 "on chosen", help="tokens the chosen worker held then"),
-                             "images keyed": st.column_config.TextColumn(
-                                 "images keyed", help="how the router routed the images: "
-                                 "exact (by image content, Dynamo), degraded (by token ids "
-                                 "blind to which image filled them: SMG gRPC, or a count "
-                                 "drift), text_prefix (on text alone), unknown"),
-                             "identities": st.column_config.TextColumn(
-                                 "identities", help="resolved: the engine's name for each "
-                                 "image was learned from the blocks it stored")})
+            shared.small_table([{**r, "worker": worker_label(r["worker"], workers),
+                                 "best worker": worker_label(r["best worker"], workers)}
+                                for r in rows], column_help=LOST_HELP)
 
 
 live()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from mmlens.ui.shared import CAUGHT_KEY
 from streamlit.testing.v1 import AppTest
@@ -48,6 +49,40 @@ def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
                 "colour": [g.find(f"{svg}rect").get("fill") for g in bars],  # type: ignore[union-attr]
                 "hover": [g.findtext(f"{svg}title") for g in bars]}
     raise AssertionError(f"no SVG chart titled …{words}…")
+
+
+def html_frame(markup: str) -> pd.DataFrame:
+    """A static HTML table (``mmlens.figures.html_table``) as a frame: its header, its cells'
+    text, a column whose every cell is a number (class "num") as numbers, a yes/no one
+    (class "bool") as booleans."""
+    root = ET.fromstring(markup)
+    columns = [th.text or "" for th in root.iter("th")]
+    body = root.find("tbody")
+    cells = [list(tr.iter("td")) for tr in (body if body is not None else [])]
+    df = pd.DataFrame([[td.text or "" for td in row] for row in cells], columns=columns)
+    for i, col in enumerate(columns):
+        kinds = {row[i].get("class") for row in cells}
+        if kinds == {"num"}:
+            df[col] = pd.to_numeric(df[col].str.replace(",", ""))
+        elif kinds == {"bool"}:
+            df[col] = df[col] == "yes"
+    return df
+
+
+def frames(at: AppTest) -> list[pd.DataFrame]:
+    """Every table a page shows, static HTML tables and data frames alike, in page order."""
+    def walk(node: Any) -> Iterator[Any]:
+        yield node
+        for child in getattr(node, "children", {}).values():
+            yield from walk(child)
+
+    out = []
+    for node in walk(at._tree):
+        if node.type == "dataframe":
+            out.append(node.value)
+        elif node.type == "markdown" and node.value.startswith('<table class="mmlens-table"'):
+            out.append(html_frame(node.value))
+    return out
 
 
 def lines_drawn(markup: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
     chart_markup,
+    frames,
     icicle_drawn,
     layout_drawn,
     lines_titled,
@@ -69,7 +70,7 @@ def test_overview_shows_demo_numbers(live: LiveDashboard) -> None:
     raised = [m for m in text["warning"] + text["error"] if "firing since" in m]
     assert len(raised) == 1 and raised[0].startswith("**false_hits**"), raised
     assert not any("kv_view_divergence" in c.value for c in at.caption)  # not even pending
-    targets = next(df.value for df in at.dataframe if "last success (s ago)" in df.value)
+    targets = next(df for df in frames(at) if "last success (s ago)" in df)
     assert not {"stale", "down"} & set(targets["state"]), targets.to_dict("records")
     assert svg_bars(at, "hit rate per worker")["y"]
 
@@ -220,5 +221,5 @@ def test_warmup_decisions_show_real_smg_candidates(live: LiveDashboard) -> None:
     assert "affinity" in row["scores"] and "→ " in row["gates"]
     at = open_page("inspector", {"request": hit.request_id})
     assert_clean(at)
-    candidates = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
+    candidates = next(d for d in frames(at) if "chosen" in d.columns)
     assert len(candidates) == 2 and candidates["chosen"].sum() == 1
