@@ -19,6 +19,10 @@ TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 108
               43200, 86400)
 MAX_TIME_TICKS = 8
 LEFT, RIGHT, TOP, BOTTOM = 56, 24, 22, 46
+# A line of more points than this shows no markers and answers a hover at every few points:
+# each marker is three elements for the browser to build (a 15-minute router-vs-engine chart
+# on the 100k store was 3,000 of them).
+MAX_MARKED = 150
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Series:
     hovers: tuple[str, ...] = ()  # one per point; "" (or none): "name: y"
     links: tuple[str, ...] = ()  # one per point: a click on it follows the link ("": none)
     ids: tuple[str, ...] = ()  # one per point: what it stands for (a request id), drawn as data
+    # Points without a line at one place are drawn once, naming all their ids.
     dash: str = ""  # stroke-dasharray of the line ("": solid)
     line: bool = True  # joined by a line (else points only)
     marker: str = "circle"  # "circle", "x", or "" (none drawn; the tooltip is still there)
@@ -160,14 +165,27 @@ def line_chart_html(chart: LineChart) -> str:
                 dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
                 parts.append(f'<path d="{d}" fill="none" stroke="{esc(s.colour)}" '
                              f'stroke-width="2"{dash}/>')
-        for i, (x, y) in enumerate(s.points):
-            if y is None:
-                continue
+        shown = [(i, x, y) for i, (x, y) in enumerate(s.points) if y is not None]
+        marker = s.marker
+        also: dict[int, list[int]] = {}  # a drawn point → the others at the same place
+        if not s.line:  # points at one place are drawn once (500 requests: 136 places)
+            first: dict[tuple[float, float], int] = {}
+            for i, x, y in shown:
+                also.setdefault(first.setdefault((x, y), i), []).append(i)
+            shown = [(i, x, y) for i, x, y in shown if first[(x, y)] == i]
+        if s.line and len(shown) > MAX_MARKED:  # the line carries every point, the tooltips not
+            every = math.ceil(len(shown) / MAX_MARKED)
+            shown = shown[::every] + ([shown[-1]] if (len(shown) - 1) % every else [])
+            marker = ""
+        for i, x, y in shown:
             hover = s.hovers[i] if i < len(s.hovers) and s.hovers[i] else \
                 f"{s.name}: {_label(y, chart.percent) if chart.percent else f'{y:g}'}"
-            parts.append(_point(s, px(x), py(y), (x, y), hover,
-                                s.links[i] if i < len(s.links) else "",
-                                s.ids[i] if i < len(s.ids) else ""))
+            same = also.get(i, [i])
+            if len(same) > 1:
+                hover += f"\n(and {len(same) - 1} more at this point)"
+            ids = " ".join(s.ids[j] for j in same if j < len(s.ids) and s.ids[j])
+            parts.append(_point(s.colour, marker, px(x), py(y), (x, y), hover,
+                                s.links[i] if i < len(s.links) else "", ids))
         parts.append("</g>")
     parts.append("</svg>")
     title = (f'<div style="font-size:1.05rem;color:#31333f;margin:0.5rem 0 0 0.6rem">'
@@ -176,24 +194,23 @@ def line_chart_html(chart: LineChart) -> str:
             + "".join(parts) + line_legend_html(chart.series) + "</div>")
 
 
-def _point(s: Series, cx: float, cy: float, xy: tuple[float, float], hover: str, link: str,
-           ident: str) -> str:
-    colour = esc(s.colour)
-    if s.marker == "x":
+def _point(colour: str, marker: str, cx: float, cy: float, xy: tuple[float, float],
+           hover: str, link: str, ids: str) -> str:
+    colour = esc(colour)
+    if marker == "x":
         mark = (f'<path d="M{cx - 4:.1f} {cy - 4:.1f} L{cx + 4:.1f} {cy + 4:.1f} '
                 f'M{cx - 4:.1f} {cy + 4:.1f} L{cx + 4:.1f} {cy - 4:.1f}" stroke="{colour}" '
-                'stroke-width="2"/><circle r="6" fill="#fff" fill-opacity="0" '
-                f'cx="{cx:.1f}" cy="{cy:.1f}"/>')
-    elif s.marker:
+                'stroke-width="2.5"/>')  # its strokes answer the hover
+    elif marker:
         mark = f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{colour}" fill-opacity="0.8"/>'
     else:  # nothing drawn, but the point answers a hover
         mark = f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="#fff" fill-opacity="0"/>'
-    data = f' data-id="{esc(ident)}"' if ident else ""
-    body = (f'<g data-x="{xy[0]!r}" data-y="{xy[1]!r}"{data}><title>{tip(hover)}</title>'
-            f"{mark}</g>")
+    data = f'data-x="{xy[0]!r}" data-y="{xy[1]!r}"' + (f' data-ids="{esc(ids)}"' if ids
+                                                        else "")
+    inner = f"<title>{tip(hover)}</title>{mark}"
     if link:  # target given: Streamlit's Markdown would open it in a new tab otherwise
-        return f'<a href="{esc(link)}" target="_self">{body}</a>'
-    return body
+        return f'<a href="{esc(link)}" target="_self" {data}>{inner}</a>'
+    return f"<g {data}>{inner}</g>"
 
 
 def line_legend_html(series: Sequence[Series]) -> str:

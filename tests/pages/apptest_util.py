@@ -94,13 +94,17 @@ def lines_drawn(markup: str) -> dict[str, Any]:
     for g in root.iter(f"{svg}g"):
         if g.get("data-series") is None:
             continue
-        points = [p for p in g.iter(f"{svg}g") if p.get("data-x") is not None]
+        # a point standing for several ids (drawn once at one place) is read once per id
+        points = [p for p in g.iter() if p.get("data-x") is not None
+                  for _ in (p.get("data-ids") or "-").split()]
+        ids = [i for p in g.iter() if p.get("data-x") is not None
+               for i in (p.get("data-ids") or "").split() or [None]]
         path = g.find(f"{svg}path")
         data.append({"name": g.get("data-series"),
                      "x": [float(p.get("data-x", "nan")) for p in points],
                      "y": [float(p.get("data-y", "nan")) for p in points],
-                     "ids": [p.get("data-id") for p in points],
-                     "links": [a.get("href") for a in g.iter(f"{svg}a")],
+                     "ids": ids,
+                     "links": [a.get("href") for a in points if a.tag == f"{svg}a"],
                      "hover": [p.findtext(f"{svg}title") for p in points],
                      "path": path.get("d") if path is not None else None,
                      "dash": path.get("stroke-dasharray") if path is not None else None,

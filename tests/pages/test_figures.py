@@ -237,6 +237,37 @@ def test_svg_line_points_are_to_scale() -> None:
     assert lines_drawn(line_chart_html(chart))["data"][0]["x"] == [0.0, 60.0]
 
 
+def test_points_at_one_place_are_drawn_once_naming_each() -> None:
+    from mmlens.figures.svg_lines import LineChart, Series, line_chart_html
+    from tests.pages.apptest_util import lines_drawn
+
+    chart = LineChart("t", (Series("s", ((1.0, 1.0), (2.0, 0.0), (1.0, 1.0)), "#000",
+                                   hovers=("a", "b", "c"), ids=("a", "b", "c"),
+                                   links=("?a", "?b", "?c"), line=False),), time_axis=False)
+    markup = line_chart_html(chart)
+    assert len(list(ET.fromstring(markup).iter(f"{SVG}circle"))) == 2
+    (drawn,) = lines_drawn(markup)["data"]
+    assert drawn["ids"] == ["a", "c", "b"] and drawn["x"] == [1.0, 1.0, 2.0]
+    assert drawn["hover"][0] == "a\n(and 1 more at this point)" and drawn["links"][0] == "?a"
+
+
+def test_a_long_line_keeps_every_point_and_fewer_tooltips() -> None:
+    from mmlens.figures.svg_lines import MAX_MARKED, LineChart, Series, line_chart_html
+    from tests.pages.apptest_util import lines_drawn
+
+    points = tuple((float(t), float(t % 7)) for t in range(600))
+    chart = LineChart("t", (Series("s", points, "#000"),
+                            Series("few", ((0.0, 1.0), (599.0, 2.0)), "#111")))
+    long, few = lines_drawn(line_chart_html(chart))["data"]
+    assert long["path"].count("L") == 599  # the line is drawn through all 600 points
+    assert len(long["x"]) <= MAX_MARKED + 1 and long["x"][0] == 0 and long["x"][-1] == 599
+    assert long["y"] == [t % 7 for t in long["x"]]  # each tooltip at its own point
+    root = ET.fromstring(line_chart_html(chart))
+    visible = [c for c in root.iter(f"{SVG}circle") if c.get("fill-opacity") != "0"]
+    assert len(visible) == 2  # the long line's markers dropped, the short one's kept
+    assert few["x"] == [0.0, 599.0]
+
+
 def test_prefix_tree_as_svg_bands_to_scale() -> None:
     from mmlens.figures.cache import prefix_tree_html
     from tests.pages.apptest_util import icicle_drawn
