@@ -25,13 +25,11 @@ def live() -> None:
             st.markdown(affinity_sankey(sankey_links(affinities), sizes, names),
                         unsafe_allow_html=True)
             st.subheader("Per image (router-side identity)")
-            st.dataframe(shared.table(image_rows(affinities, names)), hide_index=True,
-                         width="stretch")
+            shared.small_table(image_rows(affinities, names))
         links = identity_links(shared.recent_kv_events(path, 500), traces)
         st.subheader("Image identity: router side ↔ engine side")
         if links:
-            st.dataframe(shared.table(identity_rows(links, names)), hide_index=True,
-                         width="stretch")
+            shared.small_table(identity_rows(links, names))
             st.caption("Learned from the image blocks a worker stored while it served a "
                        "one-image request. In router mode the engine keys an image by the "
                        "identity the router sends; in worker mode by its own, so the same "
@@ -47,9 +45,9 @@ def live() -> None:
         if several:
             st.warning(f"{len(several)} image(s) resident on more than one worker: each copy "
                        "was prefilled again.")
-            st.dataframe(shared.table(several), hide_index=True, width="stretch")
+            shared.small_table(several)
         else:
             st.caption("No image is resident on more than one worker.")
-        st.dataframe(shared.table(per_worker), hide_index=True, width="stretch")
+        shared.small_table(per_worker)
 
 live()

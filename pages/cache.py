@@ -16,11 +16,13 @@ from mmlens.figures.cache import (
     hit_rate_figure,
     kv_event_timeline_figure,
     predicted_vs_realized_figure,
+    prefix_tree_html,
     resident_blocks_figure,
 )
 from mmlens.figures.kv_divergence import divergence_figure
 from mmlens.figures.plain import PlainFigure
 from mmlens.figures.svg import bar_chart_html
+from mmlens.figures.svg_lines import line_chart_html
 
 st.title("Cache")
 path = shared.require_reader()
@@ -34,7 +36,7 @@ def live() -> None:
         rates, step = shared.hit_rates(path, float(window))
         series = named_series(rates, names)
         if series:
-            st.plotly_chart(hit_rate_figure(series, step), key="hit_rate", width="stretch")
+            st.markdown(line_chart_html(hit_rate_figure(series, step)), unsafe_allow_html=True)
         else:
             st.info("No prefix-cache traffic in this window (vLLM and SGLang counters "
                     "unchanged).")
@@ -59,7 +61,12 @@ def live() -> None:
                 st.info("No resident-block state yet.")
         tree = shared.prefix_tree(path, 200, 500)
         if tree is not None:
-            st.plotly_chart(PlainFigure(tree), key="prefix_tree", width="stretch")
+            # SVG first: a tab's first Plotly chart waits for Plotly's code; zooming is a toggle
+            if st.toggle("Zoomable prefix tree", key="tree_zoom",
+                         help="the same tree in Plotly: click a block to zoom into its chain"):
+                st.plotly_chart(PlainFigure(tree), key="prefix_tree", width="stretch")
+            else:
+                st.markdown(prefix_tree_html(tree), unsafe_allow_html=True)
         views()
 
 
@@ -76,17 +83,26 @@ def views() -> None:
     names = shared.worker_names(path)
     for alert in view.alerts:
         st.warning(named_headline(alert.message, alert.worker, names))
-    st.plotly_chart(divergence_figure(fold_view_points(view.points), names), key="kv_views",
-                    width="stretch")
-    st.dataframe(shared.table(name_rows(view.rows, names)), hide_index=True, width="stretch",
-                 column_config={"source": st.column_config.TextColumn(
-                     "source", help="event_plane: block sets from the router's event plane; "
-                     "index_gauge: SMG's smg_kv_index_blocks count; prediction: per request, "
-                     "predicted vs found")})
+    st.markdown(line_chart_html(divergence_figure(fold_view_points(view.points), names)),
+                unsafe_allow_html=True)
+    shared.small_table(name_rows(view.rows, names), column_help={
+        "source": "event_plane: block sets from the router's event plane; index_gauge: SMG's "
+                  "smg_kv_index_blocks count; prediction: per request, predicted vs found"})
     st.caption("router only: blocks the router believes resident that the engine no longer "
                "holds (it evicted them, or the router never heard the removal); engine only: "
                "blocks the engine holds that the router does not know. Sources: event plane "
                "(block sets), index gauge (counts), prediction (per request).")
+
+
+LOST_HELP = {
+    "causes": "avoidable tokens by cause",
+    "available": "tokens the best worker held when the router chose",
+    "on chosen": "tokens the chosen worker held then",
+    "images keyed": "how the router routed the images: exact (by image content, Dynamo), "
+                    "degraded (by token ids blind to which image filled them: SMG gRPC, or a "
+                    "count drift), text_prefix (on text alone), unknown",
+    "identities": "resolved: the engine's name for each image was learned from the blocks it "
+                  "stored"}
 
 
 @st.fragment(run_every=shared.refresh_every())
@@ -104,8 +120,8 @@ def available() -> None:
         routers = router_names(shared.meta(path, "targets"))
         rates = [replace(p, group=routers.get(p.group, p.group)) for p in view.rates]
         with c1:
-            st.plotly_chart(achieved_vs_available_figure(rates), key="avail_rates",
-                            width="stretch")
+            st.markdown(line_chart_html(achieved_vs_available_figure(rates)),
+                        unsafe_allow_html=True)
         with c2:
             if view.avoidable:
                 st.markdown(bar_chart_html(avoidable_figure(view.avoidable)),
@@ -115,32 +131,14 @@ def available() -> None:
         by = st.radio("Per", ["router", "model", "worker"], horizontal=True, key="avail_by")
         groups = view.group_rows(by)
         names = {"router": routers, "worker": shared.worker_names(path)}.get(by, {})
-        st.dataframe(shared.table([{**g, by: names.get(g[by], g[by])} for g in groups]),
-                     hide_index=True,
-                     width="stretch")
+        shared.small_table([{**g, by: names.get(g[by], g[by])} for g in groups])
         rows = view.rows()
         if rows:
             st.markdown("**Requests that lost tokens or had a false hit** (newest first)")
             workers = shared.worker_names(path)
-            st.dataframe(shared.table([{**r, "worker": worker_label(r["worker"], workers),
-                                        "best worker": worker_label(r["best worker"], workers)}
-                                       for r in rows]), hide_index=True, width="stretch",
-                         column_config={
-                             "causes": st.column_config.TextColumn(
-                                 "causes", width="large", help="avoidable tokens by cause"),
-                             "available": st.column_config.NumberColumn(
-                                 "available", help="tokens the best worker held when the "
-                                 "router chose"),
-                             "on chosen": st.column_config.NumberColumn(
-                                 "on chosen", help="tokens the chosen worker held then"),
-                             "images keyed": st.column_config.TextColumn(
-                                 "images keyed", help="how the router routed the images: "
-                                 "exact (by image content, Dynamo), degraded (by token ids "
-                                 "blind to which image filled them: SMG gRPC, or a count "
-                                 "drift), text_prefix (on text alone), unknown"),
-                             "identities": st.column_config.TextColumn(
-                                 "identities", help="resolved: the engine's name for each "
-                                 "image was learned from the blocks it stored")})
+            shared.small_table([{**r, "worker": worker_label(r["worker"], workers),
+                                 "best worker": worker_label(r["best worker"], workers)}
+                                for r in rows], column_help=LOST_HELP)
 
 
 live()
@@ -149,16 +147,11 @@ available()
 st.subheader("Predicted vs realized, per request")
 with shared.page_guard("Cache"):
     traces = shared.recent_traces(path, 500)
-    fig = predicted_vs_realized_figure(traces, shared.recent_verdicts(path, 500))
-    if not fig.to_dict()["data"][1]["x"]:
+    chart = predicted_vs_realized_figure(traces, shared.recent_verdicts(path, 500))
+    if not chart.series:
         st.info("No traced request with a router prediction yet.")
     else:
-        event = st.plotly_chart(fig, key="pred_vs_real", on_select="rerun",
-                                selection_mode="points", width="stretch")
-        points = (event or {}).get("selection", {}).get("points", []) if event else []
-        picked = [p.get("customdata") for p in points if p.get("customdata")]
-        if picked:
-            st.switch_page("pages/inspector.py", query_params={"request": picked[0]})
+        st.markdown(line_chart_html(chart), unsafe_allow_html=True)
         st.caption("Click a point to open that request in the inspector. Points below the "
                    "diagonal: the router expected more cache than the engine found (red: a "
                    "false hit, count drift, fallback or eviction).")

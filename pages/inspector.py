@@ -84,7 +84,7 @@ def per_router(model: str, parts: list[Any], block_size: int) -> None:
     except LayoutError as exc:
         st.caption(f"per-router views not built: {exc}")
         return
-    st.dataframe(shared.table(panel.parties), hide_index=True, width="stretch")
+    shared.small_table(panel.parties)
     for d in panel.differences:
         st.warning(f"**{d['router']} — {d['cause']}**: {d['detail']}")
     for note in panel.notes:
@@ -145,8 +145,7 @@ def captured(path: str) -> None:
                      "unknown": expl["unknown"]})))
     if trace.origin == "observed":
         st.subheader("Where each field came from")
-        st.dataframe(shared.table(field_rows(trace)), hide_index=True,
-                     width="stretch")
+        shared.small_table(field_rows(trace))
         st.caption("An observed request (not sent by mmlens): " + ", ".join(
             trace.sources) + ". \"unknown\": no source told it (e.g. the "
             "realized hit without the tap, a worker span or KV events).")
@@ -162,13 +161,13 @@ def captured(path: str) -> None:
     if preds:
         shared.routing_detail(trace, names)
         with st.expander("Everything the router said, by source"):
-            st.dataframe(shared.table(preds), hide_index=True, width="stretch")
+            shared.small_table(preds)
     else:
         st.caption("The router said nothing about this decision (no cache-trace header, no "
                    "matching log line).")
     images = image_rows(trace)
     if images:
-        st.dataframe(shared.table(images), hide_index=True, width="stretch")
+        shared.small_table(images)
     st.caption(timing_caption(trace))
 
 

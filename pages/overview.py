@@ -51,23 +51,21 @@ def live() -> None:
                    "Prometheus: not configured (metrics are scraped directly from /metrics).")
         if view.targets:
             rows = [{**r, "target": named_text(str(r["target"]), names)} for r in view.targets]
-            st.dataframe(shared.table(rows), hide_index=True, width="stretch")
+            shared.small_table(rows)
         if view.shards:
             st.markdown("**Collector shards** (`mmlens collect --shard I/N`)")
-            st.dataframe(shared.table(view.shards), hide_index=True, width="stretch")
+            shared.small_table(view.shards)
         for name in view.routers_down:
             st.error(f"Router {name} is down or unreachable: its /workers did not answer.")
         if view.router_workers:
             st.markdown("**Workers as the router lists them**")
-            st.dataframe(shared.table(by_worker_name(name_rows(view.router_workers, names))),
-                         hide_index=True,
-                         width="stretch")
+            shared.small_table(by_worker_name(name_rows(view.router_workers, names)))
         if workers_seen.rows:
             st.markdown("**Workers: liveness (from the routers' own series) and where their KV "
                         "events come from**")
             rows = mark_routers_down(by_worker_name(name_rows(workers_seen.rows, names)),
                                      view.routers_down)
-            st.dataframe(shared.table(rows), hide_index=True, width="stretch")
+            shared.small_table(rows)
         if snap.metrics.hit_rates:
             st.markdown(bar_chart_html(worker_hit_rate_bars(snap.metrics.hit_rates, names)),
                         unsafe_allow_html=True)

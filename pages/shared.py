@@ -42,6 +42,8 @@ from mmlens.analysis.views.common import verdict_css
 from mmlens.analysis.views.common import worker_label as worker_label
 from mmlens.analysis.views.common import worker_names as _worker_names
 from mmlens.figures.cache import prefix_tree_figure
+from mmlens.figures.html_table import MAX_ROWS as MAX_TABLE_ROWS
+from mmlens.figures.html_table import html_table
 from mmlens.ingest.metrics_normalize import NormalizedMetrics
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.layout.modeldir import resolve_model
@@ -620,6 +622,18 @@ def table(rows: Any) -> pd.DataFrame:
     return df
 
 
+def small_table(rows: Any, column_help: dict[str, str] | None = None) -> None:
+    """``rows`` as a static HTML table when they fit a screen (``html_table.MAX_ROWS``), so a
+    new tab showing it loads no data-frame code; longer, a data frame (it scrolls and sorts)."""
+    df = table(rows)
+    if len(df) > MAX_TABLE_ROWS:
+        config = {c: st.column_config.Column(c, help=h) for c, h in (column_help or {}).items()}
+        st.dataframe(df, hide_index=True, width="stretch", column_config=config or None)
+        return
+    st.markdown(html_table([str(c) for c in df.columns], df.itertuples(index=False),
+                           column_help), unsafe_allow_html=True)
+
+
 def _cell(v: Any) -> str:
     # pandas turns an int column with a gap into floats: 3 must not read "3.0"
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
@@ -651,7 +665,7 @@ def routing_detail(trace: RequestTrace, names: dict[str, str] | None = None) -> 
     candidates = candidate_rows(view, names)
     if candidates:
         st.markdown("**Candidates** — the workers the router considered, their load and health")
-        st.dataframe(table(candidates), hide_index=True, width="stretch")
+        small_table(candidates)
     else:
         st.caption("No candidates reported: they come from SMG's cache-trace log "
                    "(`SMG_CACHE_TRACE=1`, router log followed by `mmlens collect`) or "
@@ -660,12 +674,12 @@ def routing_detail(trace: RequestTrace, names: dict[str, str] | None = None) -> 
     if scores:
         st.markdown("**Scores** — per worker, what the policy weighed (SMG: cached blocks and "
                     "expected wait; Dynamo: cost, lower wins)")
-        st.dataframe(table(scores), hide_index=True, width="stretch")
+        small_table(scores)
     gates = gate_rows(view, names)
     if gates:
         st.markdown("**Spill gates** — whether load moved the request off the worker holding "
                     "its prefix (load > average × relative and > average + absolute)")
-        st.dataframe(table(gates), hide_index=True, width="stretch")
+        small_table(gates)
     elif candidates:
         st.caption("No spill gate: the router had no preferred worker to keep or spill "
                    "(e.g. first sight of a prefix → least expected wait).")
@@ -705,8 +719,10 @@ REFRESH_CHOICES = (2, 5, 10, 30, 0)  # seconds; 0: paused
 def time_controls() -> None:
     """One time range and one refresh rate for every page, in the sidebar (drawn by the app's
     entry point, so the choice holds from page to page)."""
-    st.sidebar.select_slider(
-        "Time range", WINDOWS_S, value=DEFAULT_WINDOW_S, key="time_window",
+    # A select box, like the refresh's: a slider is one more chunk of JavaScript for every
+    # new tab to load and evaluate (60–160 ms of its main thread, demo at load 3).
+    st.sidebar.selectbox(
+        "Time range", WINDOWS_S, index=WINDOWS_S.index(DEFAULT_WINDOW_S), key="time_window",
         format_func=lambda s: f"{s // 60} min" if s < 3600 else f"{s // 3600} h",
         help="how far back every page's charts and tables reach")
     st.sidebar.selectbox(

@@ -1,5 +1,7 @@
 """Targets: the collectors' mmlens.toml — view, edit, validate, save — and what they found."""
 
+import html
+import json
 import os
 from pathlib import Path
 
@@ -35,16 +37,14 @@ with shared.page_guard("Targets"):
         st.success(f"Valid: {len(cfg.routers)} router(s), {len(cfg.workers)} worker(s), "
                    f"Prometheus {'at ' + cfg.prometheus_url if cfg.prometheus_url else 'off'}.")
         if cfg.routers:
-            st.dataframe(shared.table([{"name": x.name, "kind": x.kind, "url": x.url,
-                                        "metrics": x.metrics_url or "—",
-                                        "api key from": x.api_key_env or "—"}
-                                       for x in cfg.routers]), hide_index=True, width="stretch")
+            shared.small_table([{"name": x.name, "kind": x.kind, "url": x.url,
+                                 "metrics": x.metrics_url or "—",
+                                 "api key from": x.api_key_env or "—"} for x in cfg.routers])
         if cfg.workers:
-            st.dataframe(shared.table([{"name": w.name, "engine": w.engine,
-                                        "router calls it": w.router_url or "—",
-                                        "metrics": w.metrics_url or "—",
-                                        "kv events": w.kv_events or "—"}
-                                       for w in cfg.workers]), hide_index=True, width="stretch")
+            shared.small_table([{"name": w.name, "engine": w.engine,
+                                 "router calls it": w.router_url or "—",
+                                 "metrics": w.metrics_url or "—",
+                                 "kv events": w.kv_events or "—"} for w in cfg.workers])
     can_save = bool(cfg_path) and cfg is not None and text != original
     why = ("fix the error above first" if cfg is None else
            "no config file to write ($MMLENS_CONFIG unset)" if not cfg_path else
@@ -63,4 +63,8 @@ with shared.page_guard("Targets"):
         if not targets:
             st.info("No data yet: the collectors have not started.")
         else:
-            st.json(targets, expanded=False)
+            # Pre-formatted text, not st.json: its viewer is a chunk of JavaScript of its own.
+            with st.expander("As JSON"):
+                text = html.escape(json.dumps(targets, indent=2))
+                st.markdown(f'<pre style="font-size:0.8rem">{text}</pre>',
+                            unsafe_allow_html=True)

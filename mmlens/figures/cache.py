@@ -4,13 +4,16 @@ blocks, and the prefix tree of recent blocks."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlencode
 
 from mmlens.analysis.block_labels import BlockLabel
 from mmlens.analysis.judgement.shown import category
 from mmlens.analysis.request_view import predicted_tokens
+from mmlens.figures.icicle_svg import icicle_html
 from mmlens.figures.plain import PlainFigure
 from mmlens.figures.svg import Bar, BarChart, time_slots
-from mmlens.figures.timeaxis import TIME_AXIS, gapped
+from mmlens.figures.svg_lines import LineChart, Series, clock
 from mmlens.figures.token_layout import CACHED_COLOR, IMAGE_COLORS, MARGIN
 from mmlens.figures.workers import faded, worker_colour
 from mmlens.ingest.metrics_normalize import HitRate
@@ -23,51 +26,54 @@ MISS_COLOR = "#cf1124"
 
 
 def hit_rate_figure(series: Mapping[str, Sequence[Point]], step: float | None = None,
-                    ) -> PlainFigure:
+                    ) -> LineChart:
     """One line per worker (named in the legend, even when alone); an interval without
-    prefix-cache traffic breaks the line rather than joining its neighbours."""
-    data = []
-    for worker, points in sorted(series.items()):
-        xs, ys = gapped(points, step)
-        data.append({"type": "scatter", "name": worker, "x": xs, "y": ys,
-                     "mode": "lines+markers", "connectgaps": False,
-                     "line": {"color": worker_colour(worker)}})
-    return PlainFigure({"data": data, "layout": {
-        "title": {"text": "Engine prefix hit rate per worker (token-weighted, UTC)"},
-        "yaxis": {"range": [0, 1.05], "tickformat": ".0%"}, "xaxis": TIME_AXIS,
-        "showlegend": True, "legend": {"title": {"text": "worker"}}, "height": 320,
-        "margin": MARGIN}})
+    prefix-cache traffic breaks the line rather than joining its neighbours. Read, not
+    explored: SVG (its Plotly chart cost the Cache page Plotly's code on a first visit)."""
+    lines = tuple(Series(worker, tuple(points), worker_colour(worker), hovers=tuple(
+        f"{clock(t)} UTC · {worker}: {v:.1%}" for t, v in points))
+        for worker, points in sorted(series.items()))
+    return LineChart("Engine prefix hit rate per worker (token-weighted, UTC)", lines,
+                     percent=True, step=step)
+
+
+UNEXPECTED_MISSES = ("false_hit", "count_drift", "fallback", "evicted")
 
 
 def predicted_vs_realized_figure(traces: Sequence[RequestTrace],
-                                 verdicts: Mapping[str, Verdict]) -> PlainFigure:
-    """One point per request: router-predicted vs engine-cached tokens; points carry the
-    request id (customdata) so a click can open the inspector; misses the router did not
-    expect (its stored verdict) are red."""
-    xs, ys, ids, texts, colours = [], [], [], [], []
+                                 verdicts: Mapping[str, Verdict]) -> LineChart:
+    """One point per request: router-predicted vs engine-cached tokens, a click on it opens
+    the request in the inspector; misses the router did not expect (its stored verdict) are
+    red, a series of their own. Each point's tooltip ends with its verdict."""
+    points: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    hovers: dict[bool, list[str]] = {False: [], True: []}
+    ids: dict[bool, list[str]] = {False: [], True: []}
     for t in traces:
         p = predicted_tokens(t)
         if p is None or t.error:
             continue
         verdict = category(verdicts.get(t.request_id))
-        xs.append(p)
-        ys.append(t.cached_tokens or 0)
-        ids.append(t.request_id)
-        texts.append(f"{t.request_id}<br>worker {t.worker}<br>predicted {p}, "
-                     f"cached {ys[-1]} of {t.prompt_tokens}<br>{verdict}")
-        colours.append(MISS_COLOR if verdict in ("false_hit", "count_drift", "fallback",
-                                                 "evicted") else CACHED_COLOR)
-    top = max(xs + ys + [16])
-    return PlainFigure({"data": [
-        {"type": "scatter", "name": "realized = predicted", "x": [0, top], "y": [0, top],
-         "mode": "lines", "line": {"dash": "dot", "color": "#9aa5b1"}, "hoverinfo": "skip"},
-        {"type": "scatter", "name": "requests (red: a miss the router did not expect)",
-         "x": xs, "y": ys, "mode": "markers", "customdata": ids, "hovertext": texts,
-         "hoverinfo": "text", "marker": {"size": 9, "color": colours, "opacity": 0.75}}],
-        "layout": {"title": {"text": "Predicted vs realized cached tokens per request"},
-                   "xaxis": {"title": {"text": "router-predicted tokens"}},
-                   "yaxis": {"title": {"text": "engine cached tokens"}}, "height": 360,
-                   "margin": MARGIN}})
+        miss = verdict in UNEXPECTED_MISSES
+        cached = t.cached_tokens or 0
+        points[miss].append((float(p), float(cached)))
+        ids[miss].append(t.request_id)
+        hovers[miss].append(f"{t.request_id}\nworker {t.worker}\npredicted {p}, cached "
+                            f"{cached} of {t.prompt_tokens}\n{verdict}")
+    series = tuple(Series(name, tuple(points[miss]), colour, hovers=tuple(hovers[miss]),
+                          ids=tuple(ids[miss]), links=tuple(inspector_link(r) for r in ids[miss]),
+                          line=False)
+                   for miss, name, colour in ((False, "requests", CACHED_COLOR),
+                                              (True, "a miss the router did not expect",
+                                               MISS_COLOR)) if points[miss])
+    return LineChart("Predicted vs realized cached tokens per request (click a point: the "
+                     "inspector)", series, height=360, time_axis=False,
+                     x_title="router-predicted tokens", y_title="engine cached tokens",
+                     diagonal=True)
+
+
+def inspector_link(request_id: str) -> str:
+    """The inspector's URL for a request, relative to a page's own."""
+    return "inspector?" + urlencode({"request": request_id})
 
 
 def kv_event_timeline_figure(rows: Sequence[tuple[float, str, str, int]]) -> BarChart:
@@ -205,6 +211,17 @@ def prefix_tree_figure(events: Sequence[KVEventRow],
                              "click to zoom)"},
                    "height": 460, "margin": MARGIN,
                    "uniformtext": {"minsize": 11, "mode": "hide"}}})
+
+
+PREFIX_TREE_TITLE = ("Prefix tree of recent blocks, by the request that stored them (purple: "
+                     "image, grey: text, pale: removed since)")
+
+
+def prefix_tree_html(spec: Mapping[str, Any]) -> str:
+    """``prefix_tree_figure``'s spec drawn as an SVG icicle, ``SHOWN_LEVELS`` deep: a tab
+    that shows it loads no Plotly code; zooming into a chain is the Plotly chart's."""
+    return icicle_html(spec["data"][0], PREFIX_TREE_TITLE, spec["layout"]["height"],
+                       SHOWN_LEVELS)
 
 
 MAX_WORKER_BARS = 40  # on a fleet: the lowest hit rates, the workers to look at

@@ -259,11 +259,9 @@ def cache_page_verdicts(db: Path) -> dict[str, str]:
     from mmlens.figures.cache import predicted_vs_realized_figure
 
     traces, verdicts = stored_verdicts(db)
-    fig = predicted_vs_realized_figure(traces, verdicts)
-    if len(fig.data) < 2:
-        return {}
-    return {rid: text.rsplit("<br>", 1)[1] for rid, text in
-            zip(fig.data[1].customdata, fig.data[1].hovertext, strict=True)}
+    chart = predicted_vs_realized_figure(traces, verdicts)
+    return {rid: text.rsplit("\n", 1)[1] for s in chart.series
+            for rid, text in zip(s.ids, s.hovers, strict=True)}
 
 
 def overview_false_hits(db: Path) -> tuple[int, list[str]] | None:

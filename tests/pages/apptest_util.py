@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from mmlens.ui.shared import CAUGHT_KEY
 from streamlit.testing.v1 import AppTest
@@ -48,6 +49,95 @@ def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
                 "colour": [g.find(f"{svg}rect").get("fill") for g in bars],  # type: ignore[union-attr]
                 "hover": [g.findtext(f"{svg}title") for g in bars]}
     raise AssertionError(f"no SVG chart titled …{words}…")
+
+
+def html_frame(markup: str) -> pd.DataFrame:
+    """A static HTML table (``mmlens.figures.html_table``) as a frame: its header, its cells'
+    text, a column whose every cell is a number (class "num") as numbers, a yes/no one
+    (class "bool") as booleans."""
+    root = ET.fromstring(markup)
+    columns = [th.text or "" for th in root.iter("th")]
+    body = root.find("tbody")
+    cells = [list(tr.iter("td")) for tr in (body if body is not None else [])]
+    df = pd.DataFrame([[td.text or "" for td in row] for row in cells], columns=columns)
+    for i, col in enumerate(columns):
+        kinds = {row[i].get("class") for row in cells}
+        if kinds == {"num"}:
+            df[col] = pd.to_numeric(df[col].str.replace(",", ""))
+        elif kinds == {"bool"}:
+            df[col] = df[col] == "yes"
+    return df
+
+
+def frames(at: AppTest) -> list[pd.DataFrame]:
+    """Every table a page shows, static HTML tables and data frames alike, in page order."""
+    def walk(node: Any) -> Iterator[Any]:
+        yield node
+        for child in getattr(node, "children", {}).values():
+            yield from walk(child)
+
+    out = []
+    for node in walk(at._tree):
+        if node.type == "dataframe":
+            out.append(node.value)
+        elif node.type == "markdown" and node.value.startswith('<table class="mmlens-table"'):
+            out.append(html_frame(node.value))
+    return out
+
+
+def lines_drawn(markup: str) -> dict[str, Any]:
+    """An SVG line chart (``mmlens.figures.svg_lines``) read back in a Plotly figure's shape:
+    one trace per series with its points' x, y, ids and tooltips, its colour and dash."""
+    svg = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(markup)
+    data = []
+    for g in root.iter(f"{svg}g"):
+        if g.get("data-series") is None:
+            continue
+        # a point standing for several ids (drawn once at one place) is read once per id
+        points = [p for p in g.iter() if p.get("data-x") is not None
+                  for _ in (p.get("data-ids") or "-").split()]
+        ids = [i for p in g.iter() if p.get("data-x") is not None
+               for i in (p.get("data-ids") or "").split() or [None]]
+        path = g.find(f"{svg}path")
+        data.append({"name": g.get("data-series"),
+                     "x": [float(p.get("data-x", "nan")) for p in points],
+                     "y": [float(p.get("data-y", "nan")) for p in points],
+                     "ids": ids,
+                     "links": [a.get("href") for a in points if a.tag == f"{svg}a"],
+                     "hover": [p.findtext(f"{svg}title") for p in points],
+                     "path": path.get("d") if path is not None else None,
+                     "dash": path.get("stroke-dasharray") if path is not None else None,
+                     "colour": path.get("stroke") if path is not None else None})
+    return {"title": root.get("data-chart-title", ""), "data": data}
+
+
+def chart_markup(at: AppTest, words: str) -> str:
+    """The markup of the SVG chart whose title holds ``words``."""
+    for md in at.markdown:
+        if 'class="mmlens-chart' in md.value and words in ET.fromstring(md.value).get(
+                "data-chart-title", ""):
+            return str(md.value)
+    raise AssertionError(f"no SVG chart titled …{words}…")
+
+
+def lines_titled(at: AppTest, words: str) -> dict[str, Any]:
+    return lines_drawn(chart_markup(at, words))
+
+
+def icicle_drawn(markup: str) -> dict[str, list[Any]]:
+    """An SVG icicle (``mmlens.figures.icicle_svg``) as drawn: each band's id, parent, leaves,
+    tooltip and rectangle (x, y, width, height)."""
+    svg = "{http://www.w3.org/2000/svg}"
+    bands = [g for g in ET.fromstring(markup).iter(f"{svg}g") if g.get("data-id") is not None]
+    rects = [g.find(f"{svg}rect") for g in bands]
+    return {"ids": [g.get("data-id") for g in bands],
+            "parents": [g.get("data-parent") for g in bands],
+            "leaves": [int(g.get("data-leaves", "0")) for g in bands],
+            "hover": [g.findtext(f"{svg}title") for g in bands],
+            "text": [g.findtext(f"{svg}text") for g in bands],
+            "rect": [tuple(float(r.get(k, "nan")) for k in ("x", "y", "width", "height"))
+                     for r in rects if r is not None]}
 
 
 def sankey_links_drawn(markup: str) -> dict[str, list[Any]]:

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 SHOTS = REPO / "artifacts" / "screenshots"
 # pages whose every chart is inline SVG (figures.svg, figures.layout_svg)
-SVG_ONLY = ("overview", "inspector", "routing", "affinity")
+SVG_ONLY = ("overview", "inspector", "routing", "affinity", "cache")
 
 # page url → text that must be visible once it has rendered
 EXPECTED = {
@@ -39,8 +39,6 @@ def test_page_in_a_real_browser(live_dashboard: LiveDashboard, browser_page: Any
     body = browser_page.locator("[data-testid='stMain']")
     for text in EXPECTED[page]:
         body.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=30_000)
-    if page == "cache":
-        browser_page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=30_000)
     if page in SVG_ONLY:  # its charts are inline SVG: drawing it waits for no Plotly code
         browser_page.locator(".mmlens-chart svg rect").first.wait_for(state="visible",
                                                                      timeout=30_000)
@@ -82,6 +80,32 @@ def test_overview_url_and_deep_links_resolve(live_dashboard: LiveDashboard,
         state="visible", timeout=30_000)
     assert browser_page.get_by_text("Page not found").count() == 0
     assert browser_page.locator("[data-testid='stException']").count() == 0
+
+
+def test_a_cache_page_point_opens_its_request(live_dashboard: LiveDashboard,
+                                              browser_page: Any) -> None:
+    """A point of the Cache page's predicted-vs-realized chart (SVG) is a link: a click opens
+    that request in the inspector, in the same tab."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from tests.pages.browser_timing import load_to_drawn
+
+    page = browser_page
+    load_to_drawn(page, f"{live_dashboard.url}/cache", "Cache", ("Predicted vs realized",), 60)
+    # the last point drawn is on top of any it overlaps
+    link = page.locator("[data-chart-title^='Predicted vs realized'] svg a").last
+    href = link.get_attribute("href") or ""
+    (rid,) = parse_qs(urlsplit(href).query)["request"]
+    assert link.get_attribute("target") == "_self"
+    tabs = len(page.context.pages)
+    link.click()
+    page.wait_for_url("**/inspector?request=*", timeout=30_000)
+    body = page.locator("[data-testid='stMain']")
+    body.get_by_text("Router view", exact=False).first.wait_for(state="visible", timeout=30_000)
+    body.get_by_text(rid, exact=False).filter(visible=True).first.wait_for(
+        state="visible", timeout=30_000)
+    assert len(page.context.pages) == tabs  # this tab went there, no new one
+    assert page.locator("[data-testid='stException']").count() == 0
 
 
 # Generous bounds (the goal is 1 s click → drawn, 2 s fresh): what a regression looks like on
@@ -131,7 +155,8 @@ def test_an_idle_tab_loads_the_chart_code_ahead(live_dashboard: LiveDashboard,
     page.wait_for_function("""() => performance.getEntriesByType("resource")
         .some(e => e.name.includes("/static/js/PlotlyChart."))""", timeout=30_000)
     click_to_drawn(page, "/cache", "Cache", ("Predicted vs realized",), 60)
-    assert page.locator(".main-svg").count() > 0
+    page.get_by_text("Zoomable prefix tree").click()  # the one Plotly chart there
+    page.locator(".main-svg").first.wait_for(state="visible", timeout=30_000)
     fetched = page.evaluate("""() => performance.getEntriesByType("resource")
         .filter(e => e.name.includes("/static/js/PlotlyChart.")).length""")
     assert fetched == 1

@@ -4,6 +4,7 @@ time series, affinity, overview alerts, lab plans, targets TOML."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -41,6 +42,8 @@ from mmlens.state import Snapshot
 from mmlens.targets_toml import config_toml_from_ready, validate_toml
 from tests.pages.apptest_util import sankey_links_drawn
 from tests.verdicts_support import judged
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +131,9 @@ def test_trace_without_text_uses_summary_spans() -> None:
 
 
 def test_predicted_vs_realized_carries_request_ids() -> None:
+    from mmlens.figures.svg_lines import line_chart_html
+    from tests.pages.apptest_util import lines_drawn
+
     traces = [RequestTrace("a", "r", "smg", "m", 1.0, False, cached_tokens=80,
                            prompt_tokens=81, predictions=[RoutingDecision(
                                "a", "smg", "header", overlap_blocks=5, block_size=16)]),
@@ -135,12 +141,30 @@ def test_predicted_vs_realized_carries_request_ids() -> None:
     traces.append(RequestTrace("c", "r", "smg", "m", 3.0, False, cached_tokens=0,
                                prompt_tokens=81, predictions=[RoutingDecision(
                                    "c", "smg", "header", overlap_blocks=5, block_size=16)]))
-    fig = predicted_vs_realized_figure(traces, judged(traces))
-    assert fig.data[1].customdata == ("a", "c")
-    assert (fig.data[1].x, fig.data[1].y) == ((80, 80), (80, 0))
-    # The false hit (predicted 80, found 0) stands out.
-    hit, false_hit = fig.data[1].marker.color
-    assert false_hit == "#cf1124" != hit
+    drawn = lines_drawn(line_chart_html(predicted_vs_realized_figure(traces, judged(traces))))
+    hits, misses = drawn["data"]
+    # One point per request with a prediction; the false hit (predicted 80, found 0) is a red
+    # series of its own, and every point opens its request in the inspector.
+    assert (hits["ids"], hits["x"], hits["y"]) == (["a"], [80.0], [80.0])
+    assert (misses["ids"], misses["x"], misses["y"]) == (["c"], [80.0], [0.0])
+    assert misses["links"] == ["inspector?request=c"]
+    assert misses["hover"][0].splitlines() == ["c", "worker None", "predicted 80, cached 0 "
+                                               "of 81", "false_hit"]
+    root = ET.fromstring(line_chart_html(predicted_vs_realized_figure(traces, judged(traces))))
+    fills = {g.get("data-series"): g.find(f".//{SVG}circle").get("fill")  # type: ignore[union-attr]
+             for g in root.iter(f"{SVG}g") if g.get("data-series")}
+    assert fills["a miss the router did not expect"] == "#cf1124" != fills["requests"]
+    # The two points lie on one scale: (80, 80) on the dotted diagonal, (80, 0) on the axis.
+    (a,) = [c for c in root.iter(f"{SVG}circle") if c.get("fill") != "#cf1124"]
+    (c,) = [c for c in root.iter(f"{SVG}circle") if c.get("fill") == "#cf1124"]
+    diagonal = next(ln for ln in root.iter(f"{SVG}line") if ln.get("stroke-dasharray"))
+    assert a.get("cx") == c.get("cx")
+    assert float(c.get("cy", "0")) == pytest.approx(float(diagonal.get("y1", "0")), abs=0.1)
+    slope = (float(diagonal.get("y2", "0")) - float(diagonal.get("y1", "0"))) / (
+        float(diagonal.get("x2", "0")) - float(diagonal.get("x1", "0")))
+    x0, y0 = float(diagonal.get("x1", "0")), float(diagonal.get("y1", "0"))
+    assert float(a.get("cy", "0")) == pytest.approx(y0 + slope * (float(a.get("cx", "0")) - x0),
+                                                    abs=0.2)
 
 
 def test_kv_timeline_removed_blocks_point_down() -> None:
@@ -178,16 +202,104 @@ def test_kv_timeline_removed_blocks_point_down() -> None:
 
 
 def test_hit_rate_lines_break_at_gaps_and_name_every_worker() -> None:
-    from datetime import datetime
+    from mmlens.figures.svg_lines import line_chart_html
+    from tests.pages.apptest_util import lines_drawn
 
-    t0 = 1_800_000_000.0
-    fig = hit_rate_figure({"w1": [(t0, 0.95), (t0 + 10, 0.9), (t0 + 300, 0.0)]}, step=10.0)
-    (line,) = fig.data
+    t0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+    markup = line_chart_html(hit_rate_figure(
+        {"w1": [(t0, 0.95), (t0 + 10, 0.9), (t0 + 300, 0.0)]}, step=10.0))
+    (line,) = lines_drawn(markup)["data"]
+    assert line["name"] == "w1" and line["y"] == [0.95, 0.9, 0.0]  # a lone worker is named
+    assert line["hover"][0] == "08:00:00 UTC · w1: 95.0%"
     # 95% → 90%, then a pause of 29 steps: the line breaks instead of sloping to 0%.
-    assert line.y == (0.95, 0.9, None, 0.0) and line.connectgaps is False
-    assert line.x[0] == datetime(2027, 1, 15, 8, 0) and line.x[2] is None
-    assert fig.layout.showlegend is True and line.name == "w1"  # a lone worker is named too
-    assert fig.layout.xaxis.type == "date" and fig.layout.xaxis.tickangle == 0
+    assert line["path"].count("M") == 2 and line["path"].split("M")[1].count("L") == 1
+    root = ET.fromstring(markup)
+    labels = [t.text for t in root.iter(f"{SVG}text")]
+    assert {"08:00", "08:05", "0%", "100%", "UTC"} <= set(labels)  # level UTC ticks
+    assert not any(t.get("transform") for t in root.iter(f"{SVG}text")
+                   if t.text and ":" in t.text)
+    assert "w1" in "".join(root.itertext())  # the legend
+
+
+def test_svg_line_points_are_to_scale() -> None:
+    from mmlens.figures.svg_lines import LineChart, Series, line_chart_html, segments
+    from tests.pages.apptest_util import lines_drawn
+
+    # A missing value breaks a line as a long pause does.
+    assert segments([(0, 1.0), (10, None), (20, 2.0), (30, 3.0)], 10.0) == [
+        [(0, 1.0)], [(20, 2.0), (30, 3.0)]]
+    chart = LineChart("t", (Series("s", ((0.0, 0.25), (60.0, 0.75)), "#000"),), percent=True)
+    root = ET.fromstring(line_chart_html(chart))
+    y_of = {t.text: float(t.get("y", "0")) - 4 for t in root.iter(f"{SVG}text")
+            if t.text and t.text.endswith("%")}
+    cy = [float(c.get("cy", "0")) for c in root.iter(f"{SVG}circle")][:2]
+    assert cy == [pytest.approx(y_of["25%"], abs=0.1), pytest.approx(y_of["75%"], abs=0.1)]
+    assert lines_drawn(line_chart_html(chart))["data"][0]["x"] == [0.0, 60.0]
+
+
+def test_points_at_one_place_are_drawn_once_naming_each() -> None:
+    from mmlens.figures.svg_lines import LineChart, Series, line_chart_html
+    from tests.pages.apptest_util import lines_drawn
+
+    chart = LineChart("t", (Series("s", ((1.0, 1.0), (2.0, 0.0), (1.0, 1.0)), "#000",
+                                   hovers=("a", "b", "c"), ids=("a", "b", "c"),
+                                   links=("?a", "?b", "?c"), line=False),), time_axis=False)
+    markup = line_chart_html(chart)
+    assert len(list(ET.fromstring(markup).iter(f"{SVG}circle"))) == 2
+    (drawn,) = lines_drawn(markup)["data"]
+    assert drawn["ids"] == ["a", "c", "b"] and drawn["x"] == [1.0, 1.0, 2.0]
+    assert drawn["hover"][0] == "a\n(and 1 more at this point)" and drawn["links"][0] == "?a"
+
+
+def test_a_long_line_keeps_every_point_and_fewer_tooltips() -> None:
+    from mmlens.figures.svg_lines import MAX_MARKED, LineChart, Series, line_chart_html
+    from tests.pages.apptest_util import lines_drawn
+
+    points = tuple((float(t), float(t % 7)) for t in range(600))
+    chart = LineChart("t", (Series("s", points, "#000"),
+                            Series("few", ((0.0, 1.0), (599.0, 2.0)), "#111")))
+    long, few = lines_drawn(line_chart_html(chart))["data"]
+    assert long["path"].count("L") == 599  # the line is drawn through all 600 points
+    assert len(long["x"]) <= MAX_MARKED + 1 and long["x"][0] == 0 and long["x"][-1] == 599
+    assert long["y"] == [t % 7 for t in long["x"]]  # each tooltip at its own point
+    root = ET.fromstring(line_chart_html(chart))
+    visible = [c for c in root.iter(f"{SVG}circle") if c.get("fill-opacity") != "0"]
+    assert len(visible) == 2  # the long line's markers dropped, the short one's kept
+    assert few["x"] == [0.0, 599.0]
+
+
+def test_prefix_tree_as_svg_bands_to_scale() -> None:
+    from mmlens.figures.cache import prefix_tree_html
+    from tests.pages.apptest_util import icicle_drawn
+
+    # Worker w: chain 1 → 2 → {3, 4} (two leaves) and chain 5 (one leaf), 3 leaves in all.
+    events = [KVEventRow(1.0, "w", 0, 0, "stored", 2, None, [1, 2], ["x"]),
+              KVEventRow(2.0, "w", 0, 1, "stored", 1, 2, [3], []),
+              KVEventRow(3.0, "w", 0, 2, "stored", 1, 2, [4], []),
+              KVEventRow(4.0, "w", 0, 3, "stored", 1, None, [5], [])]
+    drawn = icicle_drawn(prefix_tree_html(prefix_tree_figure(events).to_dict()))
+    band = dict(zip(drawn["ids"], drawn["rect"], strict=True))
+    assert dict(zip(drawn["ids"], drawn["leaves"], strict=True)) == {
+        "worker w": 3, "w/1": 2, "w/2": 2, "w/3": 1, "w/4": 1, "w/5": 1}
+    assert dict(zip(drawn["ids"], drawn["parents"], strict=True))["w/3"] == "w/2"
+    _, _, _, whole = band["worker w"]
+    assert band["w/1"][3] == pytest.approx(whole * 2 / 3, abs=1.0)
+    # children side by side in the next column, inside their parent's band, in order
+    assert band["w/3"][0] > band["w/2"][0] and band["w/3"][1] == pytest.approx(band["w/2"][1])
+    assert band["w/4"][1] == pytest.approx(band["w/3"][1] + band["w/3"][3] + 1, abs=0.1)
+    assert band["w/5"][1] == pytest.approx(band["w/1"][1] + band["w/1"][3] + 1, abs=0.1)
+    assert drawn["hover"][drawn["ids"].index("w/1")].splitlines()[0] == "0000000000000001"
+    assert drawn["text"][0] == "worker w"
+
+
+def test_prefix_tree_svg_draws_only_the_shown_levels() -> None:
+    from mmlens.figures.cache import SHOWN_LEVELS, prefix_tree_html
+    from tests.pages.apptest_util import icicle_drawn
+
+    events = [KVEventRow(1.0, "w", 0, 0, "stored", 20, None, list(range(1, 21)), [])]
+    drawn = icicle_drawn(prefix_tree_html(prefix_tree_figure(events).to_dict()))
+    assert len(drawn["ids"]) == SHOWN_LEVELS  # the worker and six blocks; deeper not drawn
+    assert max(x + w for x, _, w, _ in drawn["rect"]) == pytest.approx(1000, abs=1)
 
 
 def test_prefix_tree_links_chains_and_marks_images() -> None:
@@ -345,19 +457,19 @@ def test_each_worker_has_one_colour_on_every_chart() -> None:
     assert worker_colour("w1") == PALETTE[0] and worker_colour("w2") == PALETTE[1]
     assert worker_colour("w2#1") == PALETTE[1]  # a DP rank of w2 is still w2
     assert worker_colour("prefill-a") == worker_colour("prefill-a")  # stable for any name
-    lines = hit_rate_figure({"w1": [(1.0, 0.5)], "w2": [(1.0, 0.2)]}).to_dict()["data"]
+    lines = hit_rate_figure({"w1": [(1.0, 0.5)], "w2": [(1.0, 0.2)]}).series
     kv = kv_event_timeline_figure([(1.0, "w2", "stored", 4), (1.0, "w1", "stored", 2)])
     bars = worker_hit_rate_bars([HitRate("a", "grpc://a", "m", "vllm", 1, 2, 60.0, 0.5, 0.5,
                                          0.5), HitRate("b", "grpc://b", "m", "vllm", 1, 4,
                                                        60.0, 0.25, 0.25, 0.25)],
                                 {"grpc://a": "w1", "grpc://b": "w2"}).bars
-    views = divergence_figure([ViewPoint(1.0, "w2", "index_gauge", 4, 4, 0, 0)]).to_dict()
+    views = divergence_figure([ViewPoint(1.0, "w2", "index_gauge", 4, 4, 0, 0)]).series
     w2 = worker_colour("w2")
-    assert [t["line"]["color"] for t in lines] == [worker_colour("w1"), w2]
+    assert [line.colour for line in lines] == [worker_colour("w1"), w2]
     stored = {b.series.split(" ")[0]: b.colour for b in kv.bars if " stored " in b.series}
     assert stored == {"w1": worker_colour("w1"), "w2": w2}
     assert [b.colour for b in bars] == [worker_colour("w1"), w2]
-    assert views["data"][0]["line"]["color"] == w2
+    assert views[0].colour == w2
     assert not {"#cf1124", "#d1495b"} & set(PALETTE)  # red means a miss, never a worker
 def test_prefix_tree_counts_blocks_below_the_visible_depth_on_one_node() -> None:
     from mmlens.figures.cache import VISIBLE_DEPTH

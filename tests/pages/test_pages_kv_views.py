@@ -11,7 +11,7 @@ import pytest
 from mmlens.analysis.kv_divergence import ViewPoint
 from mmlens.records import CollectorHealth, MetricSample, labels_of
 from mmlens.store.sqlite import Store
-from tests.pages.apptest_util import assert_clean, figure_titled, messages, open_page
+from tests.pages.apptest_util import assert_clean, frames, lines_titled, messages, open_page
 
 REG = "dynamo_component_router_worker_registered"
 
@@ -43,7 +43,7 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_cache_page_shows_router_only_blocks_and_alerts(db: Path) -> None:
     at = open_page("cache")
     assert_clean(at)
-    fig = figure_titled(at, "Router view vs engine holdings")
+    fig = lines_titled(at, "Router view vs engine holdings")
     router_only = next(t for t in fig["data"] if "router only" in t["name"])
     assert list(router_only["y"]) == [0, 12, 12]
     assert any("12 block(s) the router believes resident" in m
@@ -57,7 +57,7 @@ def test_overview_shows_a_gone_worker_with_since_when(db: Path) -> None:
     assert any("worker_gone" in m and "222" in m for m in text["warning"])
     # Diverging for 50 s, past its 30 s hold: firing (with since when), not pending.
     assert any("kv_view_divergence" in m and "firing since" in m for m in text["warning"])
-    table = next(df.value for df in at.dataframe if "KV transport" in df.value.columns)
+    table = next(df for df in frames(at) if "KV transport" in df.columns)
     states = dict(zip(table["worker"], table["state"], strict=True))
     assert states == {"111": "live", "222": "gone"}
     assert table.set_index("worker").loc["111", "KV transport"] == "zmq"

@@ -13,8 +13,11 @@ from tests.live_support import wait_until
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
-    figure_titled,
+    chart_markup,
+    frames,
+    icicle_drawn,
     layout_drawn,
+    lines_titled,
     messages,
     open_page,
     sankey_drawn,
@@ -67,7 +70,7 @@ def test_overview_shows_demo_numbers(live: LiveDashboard) -> None:
     raised = [m for m in text["warning"] + text["error"] if "firing since" in m]
     assert len(raised) == 1 and raised[0].startswith("**false_hits**"), raised
     assert not any("kv_view_divergence" in c.value for c in at.caption)  # not even pending
-    targets = next(df.value for df in at.dataframe if "last success (s ago)" in df.value)
+    targets = next(df for df in frames(at) if "last success (s ago)" in df)
     assert not {"stale", "down"} & set(targets["state"]), targets.to_dict("records")
     assert svg_bars(at, "hit rate per worker")["y"]
 
@@ -93,10 +96,10 @@ def test_inspector_rebuilds_a_warmup_request(live: LiveDashboard) -> None:
 
 def test_cache_routing_affinity_have_demo_traces(live: LiveDashboard) -> None:
     at = open_page("cache")
-    assert figure_titled(at, "hit rate per worker")["data"]
+    assert lines_titled(at, "hit rate per worker")["data"]
     assert any(y > 0 for y in svg_bars(at, "KV events")["y"])
-    assert figure_titled(at, "Prefix tree")["data"][0]["type"] == "icicle"
-    assert len(figure_titled(at, "Predicted vs realized")["data"][1]["x"]) >= 10
+    assert len(icicle_drawn(chart_markup(at, "Prefix tree"))["ids"]) > 1
+    assert sum(len(t["x"]) for t in lines_titled(at, "Predicted vs realized")["data"]) >= 10
     at = open_page("routing")
     names = svg_bars(at, "processing mode")["series"]
     assert any("router / config" in n for n in names)
@@ -218,5 +221,5 @@ def test_warmup_decisions_show_real_smg_candidates(live: LiveDashboard) -> None:
     assert "affinity" in row["scores"] and "→ " in row["gates"]
     at = open_page("inspector", {"request": hit.request_id})
     assert_clean(at)
-    candidates = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
+    candidates = next(d for d in frames(at) if "chosen" in d.columns)
     assert len(candidates) == 2 and candidates["chosen"].sum() == 1

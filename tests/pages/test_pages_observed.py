@@ -12,7 +12,7 @@ import pytest
 
 from mmlens.store.reader import StoreReader
 from tests.observed.test_captures import load, responses
-from tests.pages.apptest_util import assert_clean, messages, open_page
+from tests.pages.apptest_util import assert_clean, frames, messages, open_page
 
 PREFIX = "smg_1.13"
 
@@ -56,8 +56,8 @@ def test_inspector_says_where_fields_came_from(observed_db) -> None:
     rid = _root_id(db, responses(PREFIX)["blue"]["id"])
     at = open_page("inspector", {"request": rid})
     assert_clean(at)
-    table = next(d.value for d in at.dataframe if "source" in d.value.columns
-                 and "field" in d.value.columns)
+    table = next(d for d in frames(at) if "source" in d.columns
+                 and "field" in d.columns)
     sources = dict(zip(table["field"], table["source"], strict=True))
     assert sources["worker"] == "router_log:smg"
     if mode == "logs":

@@ -14,9 +14,13 @@ from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
+    chart_markup,
     figure_titled,
     figures,
+    frames,
+    icicle_drawn,
     layout_drawn,
+    lines_titled,
     messages,
     open_page,
     sankey_drawn,
@@ -31,9 +35,9 @@ def test_every_page_renders_without_traceback(db: Recorded, page: str) -> None:
     at = open_page(page)
     assert_clean(at)
     assert at.title, f"{page} has no title"
-    for frame in at.dataframe:  # a gap reads "—", never "None"/"nan"
-        cells = {str(v) for v in frame.value.to_numpy().ravel()}
-        assert not cells & {"None", "nan", "NaN", "<NA>"}, (page, frame.value)
+    for frame in frames(at):  # a gap reads "—", never "None"/"nan"
+        cells = {str(v) for v in frame.to_numpy().ravel()}
+        assert not cells & {"None", "nan", "NaN", "<NA>"}, (page, frame)
 
 
 def test_overview_headline_and_alerts_name_their_cause(db: Recorded) -> None:
@@ -143,7 +147,7 @@ def test_inspector_shows_each_router_s_view_and_outcome(db: Recorded) -> None:
     at.radio(key="inspector_mode").set_value("Compose").run()
     at.text_input(key="compose_sizes").set_value("640x480, 4500x20").run()
     assert_clean(at)  # an image over 200:1 is an outcome per router, not a page error
-    table = next(d.value for d in at.dataframe if "outcome" in d.value.columns)
+    table = next(d for d in frames(at) if "outcome" in d.columns)
     outcomes = dict(zip(table["party"], table["outcome"], strict=True))
     assert outcomes == {"engine (HF semantics)": "refuse", "SMG 1.13": "refuse",
                         "Dynamo 1.6.1": "exact"}
@@ -163,7 +167,7 @@ def test_routing_page_charts_and_tables(db: Recorded) -> None:
     assert set(branches["x"]) == {"event_hit", "expected_wait_fallback"}
     assert not figures(at)  # every Routing chart is SVG: a new tab of it loads no Plotly
     decisions = at.dataframe[0].value
-    errors = next(d.value for d in at.dataframe if "error_code" in d.value.columns)
+    errors = next(d for d in frames(at) if "error_code" in d.columns)
     assert db.hit_id in set(decisions["request"])
     row = errors[errors["request"] == db.error_id].iloc[0]
     assert row["error_code"] == "no_media_ref_capable_worker"
@@ -193,9 +197,9 @@ def test_routing_decisions_show_candidates_scores_and_gates(db: Recorded) -> Non
     assert decisions.loc[db.false_hit_id, "candidates"] == "—"
     at.selectbox(key="routing_decision").set_value(db.hit_id).run()
     assert_clean(at)
-    detail = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
+    detail = next(d for d in frames(at) if "chosen" in d.columns)
     assert detail.set_index("worker").loc["w1", "chosen"]
-    gates = next(d.value for d in at.dataframe if "spill" in d.value.columns)
+    gates = next(d for d in frames(at) if "spill" in d.columns)
     assert not gates["spill"].iloc[0]
 
 
@@ -211,10 +215,10 @@ def test_routing_misses_only_keeps_the_misses(db: Recorded) -> None:
 def test_inspector_routing_section_lists_candidates(db: Recorded) -> None:
     at = open_page("inspector", {"request": db.hit_id})
     assert_clean(at)
-    candidates = next(d.value for d in at.dataframe if "chosen" in d.value.columns)
+    candidates = next(d for d in frames(at) if "chosen" in d.columns)
     assert list(candidates["worker"]) == ["w1", "w2"]
     assert list(candidates["load"]) == [2.0, 0.0]
-    scores = next(d.value for d in at.dataframe if "device blocks" in d.value.columns)
+    scores = next(d for d in frames(at) if "device blocks" in d.columns)
     assert list(scores["source"]) == ["policy_affinity", "expected_wait", "expected_wait"]
     assert any("cache_aware / policy" in c.value for c in at.caption)
     at = open_page("inspector", {"request": db.drift_id})
@@ -236,7 +240,8 @@ def test_affinity_sankey_counts_requests_per_image(db: Recorded) -> None:
 def test_cache_page_figures(db: Recorded) -> None:
     at = open_page("cache")
     assert_clean(at)
-    hit = figure_titled(at, "hit rate per worker")
+    assert not figures(at)  # every chart is SVG: a new tab of the Cache page loads no Plotly
+    hit = lines_titled(at, "hit rate per worker")
     assert sorted(trace_names(hit)) == ["w1", "w2"]  # the config's names
     assert max(y for y in hit["data"][0]["y"] if y is not None) == pytest.approx(0.4)
     timeline = svg_bars(at, "KV events")
@@ -247,21 +252,25 @@ def test_cache_page_figures(db: Recorded) -> None:
     resident = svg_bars(at, "Resident blocks")
     assert [y for s, y in zip(resident["series"], resident["y"], strict=True)
             if s == "resident blocks"] == [12, 5]
-    tree = figure_titled(at, "Prefix tree")["data"][0]
-    assert tree["type"] == "icicle"
+    tree = icicle_drawn(chart_markup(at, "Prefix tree"))
     # The chained event (parent 1004) hangs under block 1004 of its worker.
     assert tree["parents"][tree["ids"].index(f"{W1}/9001")] == f"{W1}/1004"
-    rates = figure_titled(at, "Achieved vs available")
+    rates = lines_titled(at, "Achieved vs available")
     assert sorted(trace_names(rates)) == ["smg · achieved", "smg · available"]  # by name
-    (lost,) = [d.value for d in at.dataframe if "avoidable" in d.value.columns
-               and "request" in d.value.columns]
+    assert [t["dash"] for t in rates["data"]] == [None, "6 4"]  # available is dashed
+    (lost,) = [d for d in frames(at) if "avoidable" in d.columns
+               and "request" in d.columns]
     row = lost[lost["request"] == db.false_hit_id].iloc[0]
     assert row["false hit"] == "80 (content_blind)" and row["avoidable"] == 0
-    scatter = figure_titled(at, "Predicted vs realized")
-    points = scatter["data"][1]
-    assert db.false_hit_id in points["customdata"]
-    i = points["customdata"].index(db.false_hit_id)
+    scatter = lines_titled(at, "Predicted vs realized")
+    (points,) = [t for t in scatter["data"] if db.false_hit_id in t["ids"]]
+    i = points["ids"].index(db.false_hit_id)
     assert (points["x"][i], points["y"][i]) == (80, 0)
+    assert points["links"][i] == f"inspector?request={db.false_hit_id}"
+    # The zoomable tree is Plotly's, one toggle away.
+    at.toggle(key="tree_zoom").set_value(True).run()
+    plotly_tree = figure_titled(at, "Prefix tree")["data"][0]
+    assert plotly_tree["type"] == "icicle" and f"{W1}/9001" in plotly_tree["ids"]
 
 
 def test_lab_page_lists_router_model_and_sequences(db: Recorded) -> None:
@@ -376,7 +385,7 @@ def test_router_down_and_no_metrics_are_named(tmp_path: Path,
     text = messages(at)
     assert any("Router smg is down" in e for e in text["error"])
     assert any("No metrics scraped yet" in w for w in text["warning"])
-    assert at.dataframe[0].value.iloc[0]["state"] == "down"
+    assert frames(at)[0].iloc[0]["state"] == "down"
     at = open_page("lab")
     assert_clean(at)
     assert at.text_input(key="lab_model_text") is not None  # no model list from a dead router
@@ -404,7 +413,7 @@ def test_overview_shows_collector_shards_and_names_missing_ones(
     errors = messages(at)["error"]
     assert any("shard_missing" in e and "2/3" in e for e in errors)
     assert any("shard_stale" in e and "1/3" in e and "331 workers" in e for e in errors)
-    (table,) = [d.value for d in at.dataframe if "shard" in d.value.columns]
+    (table,) = [d for d in frames(at) if "shard" in d.columns]
     assert list(table["shard"]) == ["0/3", "1/3"]
     assert list(table["state"]) == ["ok", "stale"]
     assert list(table["KV events stored"]) == [12345, 7]

@@ -18,7 +18,7 @@ from mmlens.store.postgres import PostgresStore
 from mmlens.store.sqlite import Store
 from tests.conftest import new_database
 from tests.core.test_rollups import T0, fill, worker_urls
-from tests.pages.apptest_util import APP, figure_titled, svg_bars
+from tests.pages.apptest_util import APP, frames, lines_titled, svg_bars
 
 WORKERS, MINUTES = 20, 5
 
@@ -114,8 +114,9 @@ def test_cache_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path: An
     assert len(bars) == 13 and bars[-1][0] == f"{WORKERS - 12} other workers (mean)"
     assert bars[0][1] == 100 + WORKERS - 1
     # KV bars (SVG) are of series "<worker> stored (N)" / "<worker> removed (N)"
-    for title, found in (("hit rate", [t.get("name") for t in figure_titled(
-            at, "hit rate")["data"]]), ("KV events", svg_bars(at, "KV events")["series"])):
+    for title, found in (("hit rate", [t["name"] for t in lines_titled(
+            at, "hit rate per worker")["data"]]),
+                         ("KV events", svg_bars(at, "KV events")["series"])):
         names = {re.sub(r" (stored|removed) \(\d+\)$", "", n or "") for n in found}
         assert f"{WORKERS - 12} other workers" in names, (title, names)
         assert len(names) == 13, (title, names)
@@ -166,7 +167,7 @@ def test_affinity_page_reads_do_not_grow_with_raw_events(backend: str, tmp_path:
                                                   monkeypatch, "affinity")
     assert q1 > 0 and r1 > 0
     assert (q4, r4) == (q1, r1)
-    per_image, several, per_worker = (d.value for d in at.dataframe)
+    per_image, several, per_worker = frames(at)
     assert len(per_image) == 30
     assert len(several) == 30 and set(several["copies"]) == {2}
     assert len(per_worker) == WORKERS and per_worker["images"].sum() == 2 * 30

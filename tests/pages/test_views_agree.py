@@ -53,10 +53,10 @@ def _views(db: str) -> dict[str, dict[str, str]]:
         "explain": {r: _cli(explain_cli.main, ["--db", db, "--request", r, "--json"])
                     ["category"] or "pending" for r in ids},
     }
-    fig = predicted_vs_realized_figure(traces, stored)
-    if len(fig.data) > 1:
-        views["cache"] = {rid: text.rsplit("<br>", 1)[1] for rid, text in
-                          zip(fig.data[1].customdata, fig.data[1].hovertext, strict=True)}
+    chart = predicted_vs_realized_figure(traces, stored)
+    if chart.series:
+        views["cache"] = {rid: text.rsplit("\n", 1)[1] for s in chart.series
+                          for rid, text in zip(s.ids, s.hovers, strict=True)}
     counts = Counter(views["stored"].values())
     exported = {k: v for k, v in by(series(scrape(StoreExport(db))), "mmlens_requests_total",
                                     "verdict").items() if v}

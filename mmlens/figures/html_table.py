@@ -1,0 +1,50 @@
+"""A small table as one line of static HTML, for tables that are read, not sorted or searched.
+
+``st.dataframe`` draws with its own grid (a canvas, and its JavaScript chunk with Arrow,
+number and date formatting): a new tab that shows one loads and evaluates all of it, for a
+table of two routers. A small table is HTML in a Markdown block instead; a table too long to
+read on one screen stays a data frame (it scrolls and sorts)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from numbers import Number
+from typing import Any
+
+from mmlens.figures.svg import esc
+
+MAX_ROWS = 25  # more rows than this: a data frame
+
+
+def cell_text(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    return str(v)
+
+
+def html_table(columns: Sequence[str], rows: Sequence[Sequence[Any]],
+               column_help: Mapping[str, str] | None = None) -> str:
+    """``rows`` under ``columns`` (numbers right-aligned, a gap as "—"); a column's help is
+    its header's tooltip."""
+    helps = column_help or {}
+    head = "".join(f'<th title="{esc(helps[c])}">{esc(c)}</th>' if c in helps else
+                   f"<th>{esc(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for v in row:
+            if isinstance(v, bool):
+                style = ' class="bool"'
+            elif isinstance(v, Number):
+                style = ' class="num" style="text-align:right"'
+            else:
+                style = ""
+            cells.append(f"<td{style}>{esc(cell_text(v))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<table class="mmlens-table" style="font-size:0.875rem;width:100%">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
