@@ -78,7 +78,7 @@ class _Case:
             ev.held.items(), key=lambda kv: (kv[1], kv[0] == self.worker))
         self.best_worker, self.best_n = best if best[1] else (None, 0)
         self.served_n = ev.held.get(self.worker or "", 0)
-        self.note = _failover_note(failed)
+        self.note = _failover_note(failed) if failed else ""
 
     def one(self, got: Realized | None) -> tuple[str, str]:
         """The category and headline for one reading of the realized hit."""
@@ -229,11 +229,10 @@ def judge(ev: Evidence, judged_at: float | None = None) -> Verdict:
         cat, head, reason = _ambiguous(c, got)
     else:
         cat, head = c.one(got)
+    # Positional, in ``Verdict``'s field order (one per request: keywords cost a third of it)
     return Verdict(
-        t.request_id, t.ts, cat, head, worker=c.worker, attempt=pred.attempt,
-        predicted_blocks=pred.predicted_blocks,
-        realized_blocks=None if got is None else got.blocks, block_size=bs,
-        better_worker=c.best_worker, better_blocks=c.best_n if c.best_worker else None,
-        reason=reason, failed_attempts=[p.summary() for p in failed], evidence=evidence,
-        sources=sources, unknown=unknown,
-        judged_at=time.time() if judged_at is None else judged_at)
+        t.request_id, t.ts, cat, head, c.worker, pred.attempt, pred.predicted_blocks,
+        None if got is None else got.blocks, bs, c.best_worker,
+        c.best_n if c.best_worker else None, reason,
+        [p.summary() for p in failed] if failed else [], evidence, sources, unknown,
+        time.time() if judged_at is None else judged_at)
