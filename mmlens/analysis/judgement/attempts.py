@@ -50,12 +50,12 @@ def _one(p: RoutingDecision, attempt: int | None) -> Prediction:
     predicted = p.overlap_blocks
     if predicted is None and p.credited_units is not None:
         predicted = p.credited_units // bs
-    fired = [g for g in p.gates if g.spill]
+    fired = [g for g in p.gates if g.spill] if p.gates else []
     return Prediction(
         attempt, p.worker, predicted, p.request_blocks, bs, p.branch, p.expanded_tokens,
         bool(fired) or p.branch in SPILL_BRANCHES, next((g.worker for g in fired if g.worker),
-                                                         None),
-        [str(w) for w in p.warnings], [p.source])
+                                                         None) if fired else None,
+        [str(w) for w in p.warnings] if p.warnings else [], [p.source])
 
 
 def _merged(preds: Sequence[RoutingDecision], attempt: int | None) -> Prediction:

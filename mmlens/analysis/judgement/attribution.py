@@ -50,7 +50,9 @@ class Segment:
     prompt_end: int | None = None  # one block: the tokens of it that end a prompt
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built per request judged, and a frozen one costs three times as much
+# to build; nothing changes one once built (``replace`` copies).
+@dataclass(slots=True)
 class Served:
     """A request a worker served: dispatch to end, prompt length, the engine's own count
     when a source told it (it then only claims a segment that agrees), its images'
@@ -125,6 +127,7 @@ class WorkerChains:
     by_end: dict[int, _ByTime] = field(default_factory=dict)  # base + blocks → segments
     unrooted: _ByTime = field(default_factory=_ByTime)  # parent depth unknown
     ones: _ByTime = field(default_factory=_ByTime)  # one block: a decode's, maybe
+    ones_at: dict[int | None, _ByTime] = field(default_factory=dict)  # those by base
     children: dict[str, _ByTime] = field(default_factory=dict)
     last_ts: float = 0.0  # the newest event seen: the stream covers times before it
     # Copies of a block beyond the first (vLLM stores a block computed again beside the one
@@ -170,6 +173,10 @@ class WorkerChains:
         _add(self.all, seg)
         if len(hashes) == 1:
             _add(self.ones, seg)
+            at = self.ones_at.get(base)
+            if at is None:
+                at = self.ones_at[base] = _ByTime()
+            _add(at, seg)
         if ts > self.last_ts:
             self.last_ts = ts
 
@@ -202,6 +209,9 @@ class WorkerChains:
         self.all.prune(before)
         self.unrooted.prune(before)
         self.ones.prune(before)
+        for at in self.ones_at.values():
+            at.prune(before)
+        self.ones_at = {b: at for b, at in self.ones_at.items() if at.segs}
         for end in self.by_end.values():
             end.prune(before)
         for kids in self.children.values():
@@ -402,7 +412,7 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
     block of its decode before (any, for a request whose length nobody told): they owe no
     prompt an owner. Segment → the requests it may be the decode of."""
     out: dict[Segment, set[str]] = {}
-    children, ones = chains.children, chains.ones
+    children, ones, ones_at = chains.children, chains.ones, chains.ones_at
     for r in served:
         f = _full(r)
         since, until = _since(r, slack_s), _until(r, slack_s)
@@ -410,7 +420,11 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
             mine = set(ones.between(since, until))
         else:
             ends = _ends(r, f[0])
-            mine = {s for s in ones.between(since, until) if s.base is None or s.base in ends}
+            mine = set()  # one block at its prompt's depth, or hung off an unseen parent
+            for base in (None, *ends):
+                at = ones_at.get(base)
+                if at is not None:
+                    mine.update(at.between(since, until))
             tips = [s.last for s in mine]
             while tips:
                 kids = children.get(tips.pop())
@@ -482,6 +496,8 @@ def _connected(cands: dict[str, list[Segment]], only: Collection[str],
     """The candidates of the requests linked to one of ``only`` through shared segments
     (directly or through others), in their order: the others' segments are matched apart
     and cannot change who may own these (``Owners`` matches each group on its own)."""
+    if all(rid in only for rid in cands):
+        return dict(cands)  # every one is wanted
     rivals: dict[Segment, list[str]] = {}
     for rid, segs in cands.items():
         for s in segs:

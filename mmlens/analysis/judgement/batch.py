@@ -51,8 +51,12 @@ def unit_of(t: RequestTrace) -> str | None:
 
 def dispatch_ts(t: RequestTrace) -> float:
     """When the router dispatched it: SMG's cache trace has nanoseconds, log lines seconds."""
-    exact = [p.ts for p in t.predictions if p.ts is not None and p.source.endswith("cache_trace")]
-    return min(exact) if exact else t.ts
+    first = None
+    for p in t.predictions:
+        if p.ts is not None and p.source.endswith("cache_trace") and (first is None
+                                                                     or p.ts < first):
+            first = p.ts
+    return t.ts if first is None else first
 
 
 def span_of(t: RequestTrace) -> tuple[float, float]:
@@ -69,7 +73,10 @@ def block_size_of(t: RequestTrace) -> int:
     lay = t.expected_layout
     if lay is not None and lay.block_size:
         return int(lay.block_size)
-    return next((p.block_size for p in t.predictions if p.block_size), 16)
+    for p in t.predictions:
+        if p.block_size:
+            return p.block_size
+    return 16
 
 
 def prompt_of(t: RequestTrace, block_size: int) -> int | None:
@@ -137,7 +144,9 @@ SIZE_ROUNDS = 4  # attributions of a judging while image sizes learned settle mo
 PRUNE_STEP_S = 60.0  # chains are pruned once the cut moved this far (every read is recent)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (one per request read; a frozen one costs three times as much to build):
+# never changed once built.
+@dataclass(slots=True)
 class _Seen:
     """What attribution reads of one request, kept while its record stays the same object
     with the same decisions joined (the job keeps its window decoded between runs)."""
@@ -185,14 +194,15 @@ def _seen(t: RequestTrace) -> _Seen:
     # after the exact dispatch, with no slack before it. Where the worker's own log says
     # when the request reached it, that is on the engine's clock wherever it runs.
     exact = clocks_apart(u) == 0 and exact_dispatch(t) is not None
-    froms = [at for at in (start if exact else None, t.engine_received.get(u.split("#", 1)[0]))
+    froms = [at for at in (start if exact else None, t.engine_received.get(u.split("#", 1)[0])
+                                                     if t.engine_received else None)
              if at is not None]
     prompt, up = prompt_told(t, bs)
-    return _Seen(t, len(t.predictions), u, Served(
+    rivals = _rivals(t, end, bs, ids)
+    return _Seen(t, len(t.predictions), u, Served(  # positional: one per request, and hot
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        stored_from=max(froms) if froms else None, one_more=up, sizes=sizes_of(t),
-        exact=length_exact(t)), ids,
-        tuple((w, r) for w, r in _rivals(t, end, bs, ids) if w != u))
+        None, max(froms) if froms else None, up, sizes_of(t), length_exact(t)), ids,
+        tuple((w, r) for w, r in rivals if w != u) if rivals else ())
 
 
 _Key = tuple[float, int]  # a request's place in a context: its start, then its row
@@ -376,14 +386,20 @@ class JudgeState:
         """Apply KV rows; per unit the time ranges they cover (rows less than
         ``TOUCH_GAP_S`` apart in one range): what late rows touch."""
         seen: dict[str, list[float]] = {}
+        every = self.chains
         for row in rows:
-            ts, unit, kind, parent, hashes = row[:5]
-            chains = self.chains.get(unit)
+            if len(row) == 5:
+                ts, unit, kind, parent, hashes = row  # type: ignore[misc]
+                images: Sequence[str] = ()
+            else:
+                ts, unit, kind, parent, hashes = row[:5]
+                images = row[5] if len(row) > 5 else ()  # type: ignore[misc]
+            chains = every.get(unit)
             if chains is None:
-                chains = self.chains[unit] = WorkerChains()
+                chains = every[unit] = WorkerChains()
             if kind == "stored":
-                chains.stored(ts, parent, hashes, row[5] if len(row) > 5 else (),
-                              row[6] if len(row) > 6 else None)
+                chains.stored(ts, parent, hashes, images,
+                              row[6] if len(row) > 6 else None)  # type: ignore[misc]
             elif kind == "removed":
                 chains.removed(ts, hashes)
                 times, sums = self.removals.setdefault(unit, ([], []))
@@ -392,7 +408,10 @@ class JudgeState:
                 sums.insert(at, len(hashes))
             else:
                 chains.cleared(ts)
-            seen.setdefault(unit, []).append(ts)
+            times_of = seen.get(unit)
+            if times_of is None:
+                times_of = seen[unit] = []
+            times_of.append(ts)
         return {unit: _ranges(ts_list) for unit, ts_list in seen.items()}
 
     def covered(self, unit: str, ts: float) -> None:

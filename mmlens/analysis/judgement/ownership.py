@@ -34,7 +34,8 @@ class Owners(Generic[S]):
     by_seg: dict[S, list[str]] = field(default_factory=dict)  # of the segments owed one
     seg_of: dict[str, S] = field(default_factory=dict)
     owner_of: dict[S, str] = field(default_factory=dict)
-    _solved: tuple[set[S], dict[S, int]] | None = field(default=None, init=False, repr=False)
+    _freeing: set[S] | None = field(default=None, init=False, repr=False)
+    _comp: dict[S, int] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for rid, segs in self.cands.items():
@@ -94,15 +95,15 @@ class Owners(Generic[S]):
             frames.append([nxt, 0])
         return False
 
-    def _answers(self) -> tuple[set[S], dict[S, int]]:
-        """Every question at once, from the matching's alternating paths: a request may own
-        none when the segment it holds can hand its owner on, owner by owner, to a request
-        holding none (``freeing``: such segments); it may own another segment ``s`` when its
-        own is freeing, or when the owners can move around a cycle through both (``s``
-        reaches its own, since it is a rival of ``s``: the two share a strongly connected
-        component of "a rival of this segment holds that one")."""
-        if self._solved is not None:
-            return self._solved
+    def _freeing_segments(self) -> set[S]:
+        """The questions are answered from the matching's alternating paths: a request may
+        own none when the segment it holds can hand its owner on, owner by owner, to a
+        request holding none (such segments: these); it may own another segment ``s`` when
+        its own is one of these, or when the owners can move around a cycle through both
+        (``s`` reaches its own, since it is a rival of ``s``: the two share a strongly
+        connected component of "a rival of this segment holds that one", ``_components``)."""
+        if self._freeing is not None:
+            return self._freeing
         by_seg, seg_of, owner_of = self.by_seg, self.seg_of, self.owner_of
         freeing = {x for x, rids in by_seg.items() if any(r not in seg_of for r in rids)}
         todo = list(freeing)
@@ -112,8 +113,14 @@ class Owners(Generic[S]):
                 if x not in freeing and x in by_seg:
                     freeing.add(x)
                     todo.append(x)
-        self._solved = freeing, self._components()
-        return self._solved
+        self._freeing = freeing
+        return freeing
+
+    def _cycle(self, a: S, b: S) -> bool:
+        """Whether two held segments' owners can move around a cycle through both."""
+        if self._comp is None:
+            self._comp = self._components()
+        return self._comp[a] == self._comp[b]
 
     def _components(self) -> dict[S, int]:
         """Segment → its strongly connected component of "a rival of it holds that one"
@@ -156,7 +163,7 @@ class Owners(Generic[S]):
     def may_own_none(self, rid: str) -> bool:
         """Whether some assignment leaves ``rid`` without a segment."""
         mine = self.seg_of.get(rid)
-        return mine is None or mine in self._answers()[0]
+        return mine is None or mine in self._freeing_segments()
 
     def owned_by(self, rid: str, segs: Sequence[S]) -> list[S]:
         """Those of ``segs`` that ``rid`` may own (``may_own`` of each), in their order."""
@@ -164,8 +171,7 @@ class Owners(Generic[S]):
             return []
         rivals, owner_of = self.rivals, self.owner_of
         mine = self.seg_of.get(rid)
-        freeing, comp = self._answers()
-        free = mine is None or mine in freeing
+        free = mine is None or mine in self._freeing_segments()
         out = []
         for s in segs:
             if rid not in rivals.get(s, ()):
@@ -173,7 +179,7 @@ class Owners(Generic[S]):
             if s not in owner_of:
                 if free:
                     out.append(s)
-            elif free or mine == s or comp[mine] == comp[s]:
+            elif free or mine == s or self._cycle(mine, s):  # type: ignore[arg-type]
                 out.append(s)
         return out
 
@@ -187,5 +193,4 @@ class Owners(Generic[S]):
         mine = self.seg_of.get(rid)
         if mine is None or mine == s:
             return True
-        freeing, comp = self._answers()
-        return mine in freeing or comp[mine] == comp[s]
+        return mine in self._freeing_segments() or self._cycle(mine, s)

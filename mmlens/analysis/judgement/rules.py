@@ -32,9 +32,10 @@ def _expected_prompt(t: RequestTrace, pred: Prediction) -> int | None:
         return int(lay.engine_prompt_tokens)
     if pred.expanded_tokens is not None:
         return int(pred.expanded_tokens)
+    if t.router_kind != "dynamo" or t.rendered_tokens is None or not t.images:
+        return None
     tokens = [im.tokens for im in t.images]
-    if t.router_kind == "dynamo" and t.rendered_tokens is not None and tokens and \
-            all(n is not None for n in tokens):
+    if all(n is not None for n in tokens):
         return t.rendered_tokens - len(tokens) + sum(n for n in tokens if n is not None)
     return None
 
@@ -77,14 +78,17 @@ class _Case:
             ev.held.items(), key=lambda kv: (kv[1], kv[0] == self.worker))
         self.best_worker, self.best_n = best if best[1] else (None, 0)
         self.served_n = ev.held.get(self.worker or "", 0)
-        self.note = _failover_note(failed)
+        self.note = _failover_note(failed) if failed else ""
 
     def one(self, got: Realized | None) -> tuple[str, str]:
         """The category and headline for one reading of the realized hit."""
-        worker, predicted = self.worker, self.predicted
         if got is None:
             return self._unrealized()
-        n = got.blocks
+        return self.reading(got.blocks, got.source)
+
+    def reading(self, n: int, source: str) -> tuple[str, str]:
+        """``one`` of a realized hit of ``n`` blocks that ``source`` told."""
+        worker, predicted = self.worker, self.predicted
         if predicted is not None and predicted > n + 1:
             if self.ev.removed_blocks >= predicted - n:
                 return "evicted", (
@@ -93,7 +97,7 @@ class _Case:
                     "before")
             return "false_hit", (
                 f"content-blind false hit: the router predicted {predicted} blocks on "
-                f"{worker}, the engine found {n} ({got.source}); same token ids, other "
+                f"{worker}, the engine found {n} ({source}); same token ids, other "
                 "content (e.g. another image of the same size)" + self.note)
         if self.best_n > n + 1 and self.best_worker != worker:
             return self._elsewhere(n)
@@ -107,7 +111,7 @@ class _Case:
                                f"{'' if self.pred.spill_from else 'preferred worker'} fired, "
                                f"the router sent it to {worker}, which held nothing of it")
         return "cold", (f"cold{self.note or ''}: nothing of it was cached on {worker} "
-                        f"({got.source}), and the router expected nothing")
+                        f"({source}), and the router expected nothing")
 
     def _elsewhere(self, n: int) -> tuple[str, str]:
         best, worker = self.best_worker, self.worker
@@ -154,7 +158,7 @@ class _Case:
 def _ambiguous(c: _Case, got: Realized) -> tuple[str, str, str | None]:
     readings: dict[str, int] = {}
     for b in (got.blocks, *got.alternatives):
-        readings.setdefault(c.one(Realized(b, None, got.source))[0], b)
+        readings.setdefault(c.reading(b, got.source)[0], b)
     if len(readings) == 1 or not {"hit", "false_hit"} & set(readings):
         cat, head = c.one(got)
         return cat, f"{head} ({got.reason})" if got.reason else head, got.reason
@@ -225,11 +229,10 @@ def judge(ev: Evidence, judged_at: float | None = None) -> Verdict:
         cat, head, reason = _ambiguous(c, got)
     else:
         cat, head = c.one(got)
+    # Positional, in ``Verdict``'s field order (one per request: keywords cost a third of it)
     return Verdict(
-        t.request_id, t.ts, cat, head, worker=c.worker, attempt=pred.attempt,
-        predicted_blocks=pred.predicted_blocks,
-        realized_blocks=None if got is None else got.blocks, block_size=bs,
-        better_worker=c.best_worker, better_blocks=c.best_n if c.best_worker else None,
-        reason=reason, failed_attempts=[p.summary() for p in failed], evidence=evidence,
-        sources=sources, unknown=unknown,
-        judged_at=time.time() if judged_at is None else judged_at)
+        t.request_id, t.ts, cat, head, c.worker, pred.attempt, pred.predicted_blocks,
+        None if got is None else got.blocks, bs, c.best_worker,
+        c.best_n if c.best_worker else None, reason,
+        [p.summary() for p in failed] if failed else [], evidence, sources, unknown,
+        time.time() if judged_at is None else judged_at)
