@@ -176,13 +176,8 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
             t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
             t.provenance["images"] = label
     elif msg == "Multimodal preprocessing complete":
-        tokens = as_int(obj.get("total_tokens"))
-        if tokens is not None and as_int(obj.get("item_count")) == 1:
-            if len(t.images) == 1:  # the "Fetched images" line before it gave the size
-                t.images[0].tokens = tokens
-            else:
-                t.images = [ImageInfo("data", tokens=tokens)]
-            t.provenance["images"] = label
+        put_image_tokens(t, as_int(obj.get("total_tokens")), as_int(obj.get("item_count")),
+                         label)
     elif msg.startswith("smg_mm_timing process_multimodal_plan") or msg == \
             "Token expansion complete":
         put(t, "processing_mode", "router", label)
@@ -201,6 +196,17 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
     elif msg != "started processing request":
         return False  # the request exists, the line says nothing more
     return True
+
+
+def put_image_tokens(t: RequestTrace, tokens: int | None, items: int | None,
+                     label: str) -> None:
+    """SMG's ``Multimodal preprocessing complete``: the one image's token count."""
+    if tokens is not None and items == 1:
+        if len(t.images) == 1:  # the "Fetched images" line before it gave the size
+            t.images[0].tokens = tokens
+        else:
+            t.images = [ImageInfo("data", tokens=tokens)]
+        t.provenance["images"] = label
 
 
 def dynamo_fragment(obj: dict[str, Any], source: str = SOURCE_LOG,

@@ -295,13 +295,7 @@ def _fields(t: RequestTrace, line: SmgLine, span: Span, msg: str, seq: int | Non
             t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
             t.provenance["images"] = label
     elif msg == "Multimodal preprocessing complete":
-        tokens = as_int(line.total_tokens)
-        if tokens is not None and as_int(line.item_count) == 1:
-            if len(t.images) == 1:
-                t.images[0].tokens = tokens
-            else:
-                t.images = [ImageInfo("data", tokens=tokens)]
-            t.provenance["images"] = label
+        whole.put_image_tokens(t, as_int(line.total_tokens), as_int(line.item_count), label)
     elif msg.startswith("smg_mm_timing process_multimodal_plan") or msg == \
             "Token expansion complete":
         put(t, "processing_mode", "router", label)

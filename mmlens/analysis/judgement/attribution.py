@@ -21,7 +21,7 @@ reason.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from mmlens.analysis.judgement.evidence import Realized
@@ -329,21 +329,33 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, lis
         if not mine or f is None:
             continue
         rid, full = r.request_id, f[0]
-        since, until = min(s.ts for s in mine), _until(r, slack_s)
         own = set(mine)
-        tips = [s.last for s in mine]
-        while tips:
-            kids = children.get(tips.pop())
-            if kids is None:
-                continue
-            times = kids.times
-            for child in kids.segs[bisect.bisect_left(times, since):
-                                   bisect.bisect_right(times, until)]:
-                b = child.base
-                if b is not None and b >= full and child not in out and child not in own:
-                    out[child] = rid
-                    tips.append(child.last)
+
+        def take(child: Segment, rid: str = rid, full: int = full, own: set = own) -> bool:
+            b = child.base
+            if b is not None and b >= full and child not in out and child not in own:
+                out[child] = rid
+                return True
+            return False
+
+        _walk(children, [s.last for s in mine], min(s.ts for s in mine), _until(r, slack_s),
+              take)
     return out
+
+
+def _walk(children: Mapping[str, _ByTime], tips: list[str], since: float, until: float,
+          take: Callable[[Segment], bool]) -> None:
+    """From the blocks ``tips``: the segments hung off them, stored from ``since`` to
+    ``until``, that ``take`` takes, and on from each of those."""
+    while tips:
+        kids = children.get(tips.pop())
+        if kids is None:
+            continue
+        times = kids.times
+        for child in kids.segs[bisect.bisect_left(times, since):
+                               bisect.bisect_right(times, until)]:
+            if take(child):
+                tips.append(child.last)
 
 
 def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
@@ -425,17 +437,14 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
                 at = ones_at.get(base)
                 if at is not None:
                     mine.update(at.between(since, until))
-            tips = [s.last for s in mine]
-            while tips:
-                kids = children.get(tips.pop())
-                if kids is None:
-                    continue
-                times = kids.times
-                for child in kids.segs[bisect.bisect_left(times, since):
-                                       bisect.bisect_right(times, until)]:
-                    if child.blocks == 1 and child not in mine:
-                        mine.add(child)
-                        tips.append(child.last)
+
+            def take(child: Segment, mine: set = mine) -> bool:
+                if child.blocks == 1 and child not in mine:
+                    mine.add(child)
+                    return True
+                return False
+
+            _walk(children, [s.last for s in mine], since, until, take)
         rid = r.request_id
         for seg in mine:
             got = out.get(seg)
