@@ -27,8 +27,11 @@ def prompt_end(tokens: Sequence[int], suffix: bytes, block_size: int) -> int | N
     prompt of whole blocks: the block is a prompt block, no decode)."""
     if not suffix or len(tokens) != block_size:
         return None
-    raw = tokens.tobytes() if isinstance(tokens, array) and tokens.typecode == "I" \
-        else array("I", tokens).tobytes()
+    try:
+        raw = tokens.tobytes() if isinstance(tokens, array) and tokens.typecode == "I" \
+            else array("I", tokens).tobytes()
+    except (OverflowError, TypeError):  # not token ids: no prompt end, the event stays
+        return None
     at = raw.rfind(suffix)
     while at > 0 and at % 4:  # a match across token boundaries: look further left
         at = raw.rfind(suffix, 0, at + len(suffix) - 1)

@@ -396,6 +396,7 @@ def test_where_a_prompt_ends_in_a_block():
     assert prompt_end(list(range(500, 516)), gen, BS) is None  # all generated
     assert prompt_end(list(range(9)) + tail, gen, BS) is None  # a prompt of whole blocks
     assert prompt_end(tail, gen, BS) is None  # not a whole block
+    assert prompt_end([-1, 2**40] + [1] * 14, gen, BS) is None  # no ids: nothing, no raise
     # Bytes that match across token boundaries are no match.
     assert prompt_end([0x03040000, 0x00000102] + [1] * 14, suffix_bytes([0x01020304]),
                       BS) is None
