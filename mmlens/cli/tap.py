@@ -99,11 +99,10 @@ def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
     proxy's is (parsing allocates thousands of short-lived dicts a second)."""
     buffer = BufferedStore(open_store(args.db), args.spill_dir, max_memory=args.buffer_records)
     outage_instance = f"tap {socket.gethostname()}:{os.getpid()}"
-
-    def write(batch: list[RequestTrace]) -> int:
-        """How many the store took (fewer: it left some out, or held them). The store merges
-        records that share a key, in the batch and with stored rows: no sink in between."""
-        return buffer.add_traces(batch)
+    # The recorder writes to the buffer itself: it says how many the store took (fewer: it
+    # left some out, or held them), and the store merges records that share a key, in the
+    # batch and with stored rows.
+    write = buffer.add_traces
 
     def flush_health(row: CollectorHealth) -> None:
         buffer.set_health([row])

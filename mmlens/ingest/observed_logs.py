@@ -171,10 +171,7 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
         lat = as_float(span.get("latency"))
         put(t, "latency_s", None if lat is None else lat / 1e6, label)
     elif msg == "Fetched images for multimodal processing":
-        sizes = IMAGE_SIZE.findall(str(obj.get("item_sizes", "")))
-        if sizes:
-            t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
-            t.provenance["images"] = label
+        put_image_sizes(t, obj.get("item_sizes", ""), label)
     elif msg == "Multimodal preprocessing complete":
         put_image_tokens(t, as_int(obj.get("total_tokens")), as_int(obj.get("item_count")),
                          label)
@@ -196,6 +193,14 @@ def _smg_fields(t: RequestTrace, obj: dict[str, Any], span: dict[str, Any], msg:
     elif msg != "started processing request":
         return False  # the request exists, the line says nothing more
     return True
+
+
+def put_image_sizes(t: RequestTrace, item_sizes: Any, label: str) -> None:
+    """SMG's ``Fetched images for multimodal processing``: each image's pixel size."""
+    sizes = IMAGE_SIZE.findall(str(item_sizes or ""))
+    if sizes:
+        t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
+        t.provenance["images"] = label
 
 
 def put_image_tokens(t: RequestTrace, tokens: int | None, items: int | None,

@@ -18,7 +18,6 @@ from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import SOURCE_LOG, alias, fragment, is_request_path, put
 from mmlens.ingest.router_logs import SMG_SELECTIONS, cache_dispatch_decision, score_of
 from mmlens.records import (
-    ImageInfo,
     RequestTrace,
     RoutingCandidate,
     RoutingDecision,
@@ -290,10 +289,7 @@ def _fields(t: RequestTrace, line: SmgLine, span: Span, msg: str, seq: int | Non
         lat = as_float(span.latency)
         put(t, "latency_s", None if lat is None else lat / 1e6, label)
     elif msg == "Fetched images for multimodal processing":
-        sizes = whole.IMAGE_SIZE.findall(str(line.item_sizes or ""))
-        if sizes:
-            t.images = [ImageInfo("data", width=int(w), height=int(h)) for w, h in sizes]
-            t.provenance["images"] = label
+        whole.put_image_sizes(t, line.item_sizes, label)
     elif msg == "Multimodal preprocessing complete":
         whole.put_image_tokens(t, as_int(line.total_tokens), as_int(line.item_count), label)
     elif msg.startswith("smg_mm_timing process_multimodal_plan") or msg == \

@@ -88,7 +88,6 @@ class KVEventRow:
     parent: BlockHash | None = None
     block_hashes: list[BlockHash] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
-    prompt_end: int | None = None  # a one-block store's: where a prompt ended in it
 
 
 @dataclass(slots=True)

@@ -85,7 +85,8 @@ def content_rows(events: Iterable[KVEvent]) -> list[tuple[Any, ...]]:
 def content_of(ev: KVEvent) -> bytes | None:
     """The event's content keys as stored (msgpack), None where the index gave none."""
     if isinstance(ev, BlockStored):
-        return stored_content(ev.keys, ev.images, ev.shapes) if ev.keys else None
+        return stored_content(ev.keys, ev.images, ev.shapes, ev.prompt_end) \
+            if ev.keys else None
     if isinstance(ev, BlockRemoved):
         return _enc.encode({"k": ev.keys}) if ev.keys else None
     return None

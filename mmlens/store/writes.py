@@ -25,7 +25,7 @@ from mmlens.records import (
     count_error,
 )
 from mmlens.store import codec
-from mmlens.store.availability import AvailabilityTables, stored_content
+from mmlens.store.availability import AvailabilityTables, content_of
 from mmlens.store.dialect import StoreError, marks
 from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
@@ -39,22 +39,16 @@ def kv_row(ev: KVEvent) -> tuple[Any, ...]:
     kind = type(ev)
     if kind is BlockStored:
         images = ev.images
-        keys = ev.keys
         names = None
         if images:
             names = _json.encode(sorted({r[0] for refs in images if refs for r in refs})
                                  ).decode()
-        content = None
-        if keys:
-            content = stored_content(keys, images, ev.shapes, ev.prompt_end) if (
-                images or ev.prompt_end is not None) else _enc.encode({"k": keys, "i": []})
         return (ev.ts, ev.worker, ev.rank, ev.seq, "stored", len(ev.block_hashes),
                 None if ev.parent is None else str(ev.parent), _enc.encode(ev.block_hashes),
-                names, ev.idx, content)
+                names, ev.idx, content_of(ev))
     if kind is BlockRemoved:
         return (ev.ts, ev.worker, ev.rank, ev.seq, "removed", len(ev.block_hashes), None,
-                _enc.encode(ev.block_hashes), None, ev.idx,
-                _enc.encode({"k": ev.keys}) if ev.keys else None)
+                _enc.encode(ev.block_hashes), None, ev.idx, content_of(ev))
     return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx, None)
 
 
