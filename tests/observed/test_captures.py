@@ -5,18 +5,20 @@ simulated workers' vLLM-shaped spans, merged into one record per request and jud
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from mmlens.collectors.observed_sink import ObservedSink
 from mmlens.collectors.verdict_job import VerdictJob
 
-from mmlens.analysis.judgement.batch import span_of
+from mmlens.analysis.judgement.batch import length_exact, prompt_of, span_of
+from mmlens.analysis.judgement.lengths import dynamo_prompt
 from mmlens.ingest.observed import merge_all, name_router
 from mmlens.ingest.observed_logs import Attempts, parse_ts, read_lines
 from mmlens.ingest.observed_spans import read_spans
 from mmlens.ingest.otlp import parse_export
-from mmlens.records import SpanRecord
+from mmlens.records import RequestTrace, SpanRecord
 from mmlens.store.reader import StoreReader
 from mmlens.store.sqlite import Store
 from tests.fixtures_path import CAPTURES
@@ -274,3 +276,49 @@ def test_dynamo_stream_that_died_after_its_head_is_an_error() -> None:
     assert dead.failed and (dead.error_code, dead.provenance["error"]) == (
         "unavailable", "router_log:dynamo")
     assert not fine.failed and fine.error is None
+
+
+def _dynamo_requests() -> tuple[dict[str, RequestTrace], dict[str, int | None]]:
+    lines = (CAPTURES / "dynamo_1.6.1_prompt_lengths_log.jsonl").read_text().splitlines()
+    decisions, frags = read_lines(lines)
+    usage = json.loads((CAPTURES / "dynamo_1.6.1_prompt_lengths_usage.json").read_text())
+    got = {a: t for t in merge_all(frags) for a in t.aliases if a in usage}
+    for t in got.values():
+        ids = {t.request_id, *t.aliases}  # Dynamo names some lines by the client's id
+        t.predictions = [d for d in decisions if d.request_id in ids]
+    return got, usage
+
+
+def test_dynamo_prompt_length_is_exact_from_its_own_lines() -> None:
+    """Dynamo 1.6.1's "request completed" names the rendered prompt's input tokens (one
+    placeholder per image); with each image's token count in its place it is the prompt the
+    engine ran: the client's usage says so for text, image, streamed requests alike. Its
+    ``MmRoutingInfo`` total is that count rounded up to whole blocks, not it."""
+    got, usage = _dynamo_requests()
+    assert set(got) == set(usage)
+    for rid, want in usage.items():
+        t = got[rid]
+        if want is None:  # the request that failed over to no worker: no engine ran it
+            assert t.failed
+            continue
+        assert (dynamo_prompt(t), length_exact(t), prompt_of(t, 16)) == (want, True, want), rid
+        assert (t.rendered_tokens == want) == (not t.images), rid
+    assert {got[r].stream for r in usage} == {True, False}
+    assert any(t.images for t in got.values()) and any(not t.images for t in got.values())
+
+
+def test_dynamo_prompt_length_is_not_guessed() -> None:
+    """A request Dynamo routed twice (a migration resends the prompt with what was generated)
+    or one with an image of unknown count has no exact length: the shortest its block count
+    allows, loose."""
+    got, _ = _dynamo_requests()
+    t = got["acc-000"]
+    routed = next(p for p in t.predictions if p.request_blocks is not None)
+    again = replace(t, predictions=[*t.predictions, replace(routed, worker="other")])
+    assert dynamo_prompt(again) is None and not length_exact(again)
+    assert prompt_of(again, 16) == (routed.request_blocks - 1) * 16 + 1
+    blind = replace(t, images=[replace(t.images[0], tokens=None)])
+    assert dynamo_prompt(blind) is None and not length_exact(blind)
+    told = replace(t, provenance={k: v for k, v in t.provenance.items()
+                                  if k != "rendered_tokens"})
+    assert dynamo_prompt(told) is None  # a value no source told is no count

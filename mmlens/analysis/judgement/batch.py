@@ -22,6 +22,7 @@ from mmlens.analysis.judgement.attribution import (
 from mmlens.analysis.judgement.engines import announces_all
 from mmlens.analysis.judgement.evidence import Evidence, Realized, usage_realized
 from mmlens.analysis.judgement.holdings import HeldIndex, keys_of
+from mmlens.analysis.judgement.lengths import dynamo_prompt
 from mmlens.analysis.judgement.order import (
     ahead_by_less_than,
     clocks_apart,
@@ -91,9 +92,12 @@ def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool]:
     """``prompt_of``, and whether it is the shortest of a rounded-up block count."""
     if t.prompt_tokens and known(t, "prompt_tokens"):
         return int(t.prompt_tokens), False
-    told = next((p.expanded_tokens for p in t.predictions if p.expanded_tokens), None) or \
-        next((p.input_units for p in t.predictions if p.input_units
-              and p.prediction_source == "approximate_tree"), None)
+    exact = next((p.expanded_tokens for p in t.predictions if p.expanded_tokens), None) or \
+        dynamo_prompt(t)
+    if exact:
+        return int(exact), False
+    told = next((p.input_units for p in t.predictions if p.input_units
+                 and p.prediction_source == "approximate_tree"), None)
     if told:
         return int(told), False
     blocks = next((p.request_blocks for p in t.predictions if p.request_blocks is not None),
@@ -105,10 +109,11 @@ def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool]:
 
 
 def length_exact(t: RequestTrace) -> bool:
-    """Whether ``prompt_of`` is the engine's exact prompt length (the engine's count, or
-    SMG's expanded prompt), not the shortest a block count or a tree's units allow."""
+    """Whether ``prompt_of`` is the engine's exact prompt length (the engine's count, SMG's
+    expanded prompt, or Dynamo's input tokens with its images' counts), not the shortest a
+    block count or a tree's units allow."""
     return bool((t.prompt_tokens and known(t, "prompt_tokens"))
-                or any(p.expanded_tokens for p in t.predictions))
+                or any(p.expanded_tokens for p in t.predictions) or dynamo_prompt(t))
 
 
 def sizes_of(t: RequestTrace) -> tuple[tuple[int, int], ...] | None:

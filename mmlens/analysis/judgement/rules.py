@@ -18,6 +18,7 @@ from typing import Any
 
 from mmlens.analysis.judgement.attempts import Prediction, attempts
 from mmlens.analysis.judgement.evidence import Evidence, Realized, usage_realized
+from mmlens.analysis.judgement.lengths import dynamo_prompt
 from mmlens.analysis.judgement.vocabulary import ERROR_HINTS, FALLBACK_MARKERS, MISS_BRANCHES
 from mmlens.ingest.observed import OBSERVED
 from mmlens.records import RequestTrace, Verdict
@@ -32,12 +33,7 @@ def _expected_prompt(t: RequestTrace, pred: Prediction) -> int | None:
         return int(lay.engine_prompt_tokens)
     if pred.expanded_tokens is not None:
         return int(pred.expanded_tokens)
-    if t.router_kind != "dynamo" or t.rendered_tokens is None or not t.images:
-        return None
-    tokens = [im.tokens for im in t.images]
-    if all(n is not None for n in tokens):
-        return t.rendered_tokens - len(tokens) + sum(n for n in tokens if n is not None)
-    return None
+    return dynamo_prompt(t) if t.images else None
 
 
 def _first_divergent_block(t: RequestTrace, diff: int, bs: int) -> int | None:
