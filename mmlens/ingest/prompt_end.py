@@ -23,8 +23,9 @@ def suffix_bytes(ids: Sequence[int]) -> bytes:
 
 def prompt_end(tokens: Sequence[int], suffix: bytes, block_size: int) -> int | None:
     """Tokens of the block that are the prompt's (1 .. block_size − 1): just past the last
-    generation prompt in ``tokens``; None when the block holds none, or ends with it (a
-    prompt of whole blocks: the block is a prompt block, no decode)."""
+    generation prompt in ``tokens``, or past the part of it the block opens with when it
+    began in the previous block; None when the block holds none, or ends with it (a prompt
+    of whole blocks: the block is a prompt block, no decode)."""
     if not suffix or len(tokens) != block_size:
         return None
     try:
@@ -36,9 +37,18 @@ def prompt_end(tokens: Sequence[int], suffix: bytes, block_size: int) -> int | N
     while at > 0 and at % 4:  # a match across token boundaries: look further left
         at = raw.rfind(suffix, 0, at + len(suffix) - 1)
     if at < 0 or at % 4:
-        return None
+        return _straddled(raw, suffix)
     end = (at + len(suffix)) // 4
     return end if 0 < end < block_size else None
+
+
+def _straddled(raw: bytes, suffix: bytes) -> int | None:
+    """A generation prompt begun in the previous block: the block opens with its last k
+    tokens (k >= 2, so that one common token such as a newline is never read as one)."""
+    for k in range(len(suffix) // 4 - 1, 1, -1):
+        if raw.startswith(suffix[-4 * k:]):
+            return k
+    return None
 
 
 @lru_cache(maxsize=16)

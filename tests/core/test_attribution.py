@@ -397,6 +397,11 @@ def test_where_a_prompt_ends_in_a_block():
     assert prompt_end(list(range(9)) + tail, gen, BS) is None  # a prompt of whole blocks
     assert prompt_end(tail, gen, BS) is None  # not a whole block
     assert prompt_end([-1, 2**40] + [1] * 14, gen, BS) is None  # no ids: nothing, no raise
+    # Begun in the previous block: "assistant\n" opens this one, the prompt's last 2 tokens;
+    # a lone newline opening a block says nothing (any reply may begin with one).
+    assert prompt_end([77091, 198, *range(500, 514)], gen, BS) == 2
+    assert prompt_end([198, *range(500, 515)], gen, BS) is None
+    assert prompt_end([77091, 198, *range(500, 507), *tail], gen, BS) is None
     # Bytes that match across token boundaries are no match.
     assert prompt_end([0x03040000, 0x00000102] + [1] * 14, suffix_bytes([0x01020304]),
                       BS) is None
