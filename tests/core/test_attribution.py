@@ -384,6 +384,38 @@ def test_a_decode_block_that_ends_a_prompt_tells_swappable_requests_apart():
     assert got["a"].alternatives and got["b"].alternatives
 
 
+def _one_length_pair(both_decodes: bool) -> dict:
+    """Two requests of 114 tokens (7 full blocks and 2) at once on a vLLM worker, "p" and
+    "q", each found image X's 6 blocks and computed its own 7th; "s" (120 tokens) computed
+    a chain of 7 from the root (its reply ended before it filled a decode block). p's and
+    q's decode blocks end 2 tokens in: each is one of theirs, not whose is whose."""
+    c = WorkerChains()
+    c.stored(0.0, None, [f"x{i}" for i in range(6)])  # an earlier request's: image X
+    c.stored(5.1, "x5", ["p7"])
+    c.stored(5.12, "x5", ["q7"])
+    c.stored(5.15, None, [f"z{i}" for i in range(7)])  # s's prefill
+    c.stored(5.3, "p7", ["pd"], prompt_end=2)
+    if both_decodes:
+        c.stored(5.35, "q7", ["qd"], prompt_end=2)
+    c.stored(9.0, None, ["later"])
+    served = [Served("p", 5.0, 6.0, 114, BS, exact=True),
+              Served("q", 5.02, 6.0, 114, BS, exact=True),
+              Served("s", 5.05, 6.0, 120, BS, exact=True)]
+    return attribute(c, served, "w1", announces_all=True)
+
+
+def test_decode_blocks_of_one_length_pair_off_with_their_requests():
+    """Two decode blocks of one length for two requests of it: each request's prompt ends
+    at one of the two blocks they hang off, so neither computed the chain of 7 (a hit of 6
+    whichever is whose) and s did. With one of the two missing, no count holds: p or q may
+    have computed that chain, and s found it."""
+    def readings(got: dict) -> dict[str, set[int]]:
+        return {r: {v.blocks, *v.alternatives} for r, v in got.items()}
+
+    assert readings(_one_length_pair(both_decodes=True)) == {"p": {6}, "q": {6}, "s": {0}}
+    assert readings(_one_length_pair(both_decodes=False)) == {key: {0, 6} for key in "pqs"}
+
+
 def test_where_a_prompt_ends_in_a_block():
     from array import array
 

@@ -359,13 +359,18 @@ def _walk(children: Mapping[str, _ByTime], tips: list[str], since: float, until:
 
 
 def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
-                ) -> dict[str, str]:
-    """Requests a decode block names the prompt of: a one-block store whose tokens end a
-    prompt (``Segment.prompt_end``) hung off a block at depth d, while exactly one request
-    that can be d blocks and that many tokens more ran on the worker (its length told to the
-    token; a request whose length is not, of d full blocks or of unknown length, may be it
-    too), is that request's first decode block, so its prompt's last full block is the one
-    it hangs off. Request → that block (a request two such blocks name differently: none).
+                ) -> dict[str, frozenset[str]]:
+    """Requests whose prompt's last full block the decode blocks narrow down. A one-block
+    store whose tokens end a prompt (``Segment.prompt_end``) hung off a block at depth d is
+    the first decode block of a request d blocks and that many tokens long (each request
+    has one) that ran when it was stored. Where every request that can be of that length
+    had it told to the token (a request of d full blocks or of unknown length may be any
+    such block's: then none is read), the blocks of one length and its requests pair off:
+    a block only one of them ran for is that one's; where as many blocks as requests are
+    left (a request whose first decode block is not among them makes no such count), each
+    of those requests' first decode block is one of the blocks it ran for. Request → the
+    blocks its prompt's last full block may be (one, or a few: its chain ends at one of
+    them, which may settle its hit whichever it is).
     Read as a decode block is also a longer prompt's last full block with an earlier
     assistant turn's header in it and the rest of that conversation after it in the same
     block (very short turns); it names a request only if one of exactly the length that
@@ -383,19 +388,54 @@ def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
     if not exact:
         return {}
     since, until = runs_span(served, slack_s)
-    tips: dict[str, str | None] = {}
+    blocks: dict[tuple[int, int], list[Segment]] = {}
     for seg in chains.ones.between(since, until):
         if seg.prompt_end is None or seg.base is None or seg.parent is None:
             continue
-        running = [r for r in exact.get((seg.base, seg.prompt_end), ())
-                   if _since(r, slack_s) <= seg.ts <= _until(r, slack_s)]
-        if len(running) != 1 or any(
+        key = (seg.base, seg.prompt_end)
+        if key in exact and not any(
                 _since(r, slack_s) <= seg.ts <= _until(r, slack_s)
                 and ((f := _full(r)) is None or seg.base in _ends(r, f[0])) for r in loose):
-            continue
-        rid = running[0].request_id
-        tips[rid] = seg.parent if tips.get(rid, seg.parent) == seg.parent else None
-    return {rid: tip for rid, tip in tips.items() if tip is not None}
+            blocks.setdefault(key, []).append(seg)
+        elif key in exact:
+            exact.pop(key)  # a request of unknown length may own it: no count holds
+            blocks.pop(key, None)
+    out: dict[str, frozenset[str]] = {}
+    for key, segs in blocks.items():
+        if key in exact:
+            out.update(_pair_off(segs, exact[key], slack_s))
+    return out
+
+
+def _pair_off(segs: list[Segment], runs: list[Served], slack_s: float,
+              ) -> dict[str, frozenset[str]]:
+    """Each block in ``segs`` is the first decode block of one of ``runs`` (one each at
+    most): the parents each run's may hang off, where that follows."""
+    ran = {id(seg): [r.request_id for r in runs
+                     if _since(r, slack_s) <= seg.ts <= _until(r, slack_s)] for seg in segs}
+    if any(not rids for rids in ran.values()):
+        return {}  # a block no run of its length was running for: not one of theirs
+    out: dict[str, frozenset[str]] = {}
+    left, free = list(segs), {r.request_id for r in runs}
+    while True:  # a block only one free run ran for is its: that run is no other's
+        sole = next(((seg, rids[0]) for seg in left
+                     if len(rids := [x for x in ran[id(seg)] if x in free]) == 1), None)
+        if sole is None:
+            break
+        seg, rid = sole
+        if rid in out:  # a run two blocks claim: not a decode count that holds
+            return {}
+        out[rid] = frozenset((seg.parent,)) if seg.parent else frozenset()
+        left.remove(seg)
+        free.discard(rid)
+    if any(not any(x in free for x in ran[id(seg)]) for seg in left):
+        return {}
+    if left and len(left) == len(free):
+        for rid in free:
+            mine = frozenset(seg.parent for seg in left if rid in ran[id(seg)] and seg.parent)
+            if mine:
+                out[rid] = mine
+    return {rid: tips for rid, tips in out.items() if tips}
 
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,
@@ -611,11 +651,11 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     if only is not None:
         served = _overlapping(served, only, slack_s)
     cands = candidates(chains, served, slack_s, announces_all)
-    # A request whose first decode block is known: its prompt ends at the block that hangs
-    # off, so it computed no chain ending elsewhere.
-    for rid, tip in decode_tips(chains, served, slack_s).items():
+    # A request whose first decode block is known (or one of a few): its prompt ends at the
+    # block that hangs off, so it computed no chain ending elsewhere.
+    for rid, tips in decode_tips(chains, served, slack_s).items():
         if rid in cands:
-            cands[rid] = [s for s in cands[rid] if s.last == tip]
+            cands[rid] = [s for s in cands[rid] if s.last in tips]
     decodes = _maybe_decodes(chains, served, slack_s)
     # A segment hung off a prompt a request may have stored may be its decode: it owes no
     # prompt an owner, but stays a longer prompt's candidate (one with the same blocks
