@@ -12,7 +12,7 @@ from typing import Any
 from mmlens.ingest.block_table import new_blocks
 from mmlens.ingest.kv_events import KVEventError, decode_payload, normalize_batch
 from mmlens.ingest.kv_fast import fast_batch
-from mmlens.ingest.prompt_end import prompt_end
+from mmlens.ingest.prompt_end import opening, prompt_end
 from mmlens.layout.content_keys import event_chain, native, pad_images, state_key
 from mmlens.records import BlockHash, BlockRemoved, BlockStored, KVEvent, count_error
 
@@ -21,6 +21,7 @@ _MASK64 = (1 << 64) - 1
 # Removed at seq; content state, and since/until seq, of its last known time resident.
 Removal = tuple[int, int | None, int, int]
 MAX_ORPHANS = 10_000  # stores with an unknown parent kept per stream while batches are owed
+OPENED_KEPT = 100_000  # blocks that end with a generation prompt begun, remembered
 
 # --- resident index ---------------------------------------------------------------------------
 
@@ -98,6 +99,10 @@ class ResidentIndex:
         # Worker → its model's generation prompt (``prompt_end.suffix_bytes``): its one-block
         # stores get the prompt's end in them (``BlockStored.prompt_end``).
         self.prompt_suffixes: dict[str, bytes] = {}
+        # (worker, block) → how many of the generation prompt's first tokens end that block
+        # (``prompt_end.opening``), the newest OPENED_KEPT: a block hung off one may end a
+        # prompt in its first tokens.
+        self._opened: dict[tuple[str, BlockHash], int] = {}
 
     def residency(self, worker: str, rank: int) -> WorkerResidency:
         key = (worker, rank)
@@ -132,11 +137,20 @@ class ResidentIndex:
                     res.marks.cleared_at = ev.seq
 
     def _prompt_ends(self, evs: list[KVEvent]) -> None:
-        suffixes = self.prompt_suffixes
+        suffixes, opened = self.prompt_suffixes, self._opened
         for ev in evs:
-            if type(ev) is BlockStored and len(ev.block_hashes) == 1 and (
-                    suffix := suffixes.get(ev.worker)) is not None:
-                ev.prompt_end = prompt_end(ev.token_ids, suffix, ev.block_size)
+            if type(ev) is not BlockStored or not ev.block_hashes or (
+                    suffix := suffixes.get(ev.worker)) is None:
+                continue
+            bs = ev.block_size
+            if len(ev.block_hashes) == 1:
+                ev.prompt_end = prompt_end(ev.token_ids, suffix, bs, opened.get(
+                    (ev.worker, ev.parent), 0) if ev.parent is not None else 0)
+            if bs > 0 and len(ev.token_ids) >= bs and (
+                    j := opening(ev.token_ids[-bs:], suffix)):
+                opened[ev.worker, ev.block_hashes[-1]] = j
+                if len(opened) > OPENED_KEPT:
+                    del opened[next(iter(opened))]
 
     def watch(self, worker: str, rank: int, on: bool) -> None:
         """Switch the watermarks of a stream on (it may owe batches) or off (it owes none)."""

@@ -21,25 +21,47 @@ def suffix_bytes(ids: Sequence[int]) -> bytes:
     return array("I", ids).tobytes()
 
 
-def prompt_end(tokens: Sequence[int], suffix: bytes, block_size: int) -> int | None:
+def prompt_end(tokens: Sequence[int], suffix: bytes, block_size: int, opened: int = 0,
+               ) -> int | None:
     """Tokens of the block that are the prompt's (1 .. block_size − 1): just past the last
     generation prompt in ``tokens``, or past the part of it the block opens with when it
     began in the previous block; None when the block holds none, or ends with it (a prompt
-    of whole blocks: the block is a prompt block, no decode)."""
+    of whole blocks: the block is a prompt block, no decode). ``opened``: how many of the
+    generation prompt's first tokens end the block it hangs off (``opening``), if any."""
     if not suffix or len(tokens) != block_size:
         return None
-    try:
-        raw = tokens.tobytes() if isinstance(tokens, array) and tokens.typecode == "I" \
-            else array("I", tokens).tobytes()
-    except (OverflowError, TypeError):  # not token ids: no prompt end, the event stays
+    raw = _raw(tokens)
+    if raw is None:  # not token ids: no prompt end, the event stays
         return None
     at = raw.rfind(suffix)
     while at > 0 and at % 4:  # a match across token boundaries: look further left
         at = raw.rfind(suffix, 0, at + len(suffix) - 1)
     if at < 0 or at % 4:
+        if opened and raw.startswith(suffix[4 * opened:]):
+            return len(suffix) // 4 - opened
         return _straddled(raw, suffix)
     end = (at + len(suffix)) // 4
     return end if 0 < end < block_size else None
+
+
+def opening(tokens: Sequence[int], suffix: bytes) -> int:
+    """How many of the generation prompt's first tokens (fewer than all) a block's tokens
+    end with: a prompt whose end is in the next block began it here. 0: none."""
+    raw = _raw(tokens)
+    if raw is None or not suffix:
+        return 0
+    for j in range(len(suffix) // 4 - 1, 0, -1):
+        if raw.endswith(suffix[:4 * j]):
+            return j
+    return 0
+
+
+def _raw(tokens: Sequence[int]) -> bytes | None:
+    try:
+        return tokens.tobytes() if isinstance(tokens, array) and tokens.typecode == "I" \
+            else array("I", tokens).tobytes()
+    except (OverflowError, TypeError):
+        return None
 
 
 def _straddled(raw: bytes, suffix: bytes) -> int | None:

@@ -419,7 +419,7 @@ def test_decode_blocks_of_one_length_pair_off_with_their_requests():
 def test_where_a_prompt_ends_in_a_block():
     from array import array
 
-    from mmlens.ingest.prompt_end import prompt_end, suffix_bytes
+    from mmlens.ingest.prompt_end import opening, prompt_end, suffix_bytes
 
     gen = suffix_bytes([151644, 77091, 198])  # Qwen's <|im_start|>assistant\n
     tail = [11, 12, 151645, 198, 151644, 77091, 198]  # prompt's last 7 tokens
@@ -433,6 +433,11 @@ def test_where_a_prompt_ends_in_a_block():
     # a lone newline opening a block says nothing (any reply may begin with one).
     assert prompt_end([77091, 198, *range(500, 514)], gen, BS) == 2
     assert prompt_end([198, *range(500, 515)], gen, BS) is None
+    assert prompt_end([198, *range(500, 515)], gen, BS, opened=2) == 1  # hung off one ending 2
+    assert prompt_end([77091, 198, *range(500, 514)], gen, BS, opened=1) == 2
+    assert opening([*range(500, 514), 151644, 77091], gen) == 2
+    assert opening([*range(500, 515), 151644], gen) == 1
+    assert opening([*range(500, 513), *[151644, 77091, 198]], gen) == 0  # the whole of it
     assert prompt_end([77091, 198, *range(500, 507), *tail], gen, BS) is None
     # Bytes that match across token boundaries are no match.
     assert prompt_end([0x03040000, 0x00000102] + [1] * 14, suffix_bytes([0x01020304]),
