@@ -1,9 +1,11 @@
-"""The compiled modules: the content-key chain of KV events (``mmlens/layout/_chain.c``) and
-the router-log noise filter (``mmlens/ingest/_lines.c``).
+"""The compiled modules: the content-key chain of KV events (``mmlens/layout/_chain.c``),
+the router-log noise filter (``mmlens/ingest/_lines.c``) and the KV events' store rows
+(``mmlens/store/_kvrows.c``).
 
 Optional: without a compiler or ``xxhash.h`` (Debian: libxxhash-dev) the install still works
 and ``mmlens.layout.content_keys`` computes the same keys in Python; without a compiler the
-log reader filters its lines with the regex the compiled filter equals.
+log reader filters its lines with the regex the compiled filter equals, and the store builds
+its KV rows in Python.
 """
 
 from setuptools import Extension, setup
@@ -11,4 +13,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("mmlens.layout._chain", ["mmlens/layout/_chain.c"],
                              extra_compile_args=["-O2"], optional=True),
                    Extension("mmlens.ingest._lines", ["mmlens/ingest/_lines.c"],
+                             extra_compile_args=["-O2"], optional=True),
+                   Extension("mmlens.store._kvrows", ["mmlens/store/_kvrows.c"],
                              extra_compile_args=["-O2"], optional=True)])

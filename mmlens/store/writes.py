@@ -30,6 +30,11 @@ from mmlens.store.dialect import StoreError, marks
 from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, ts_ok
 from mmlens.store.schema import KV_COLUMNS
 
+try:  # the rows built in one compiled call (``_kvrows.c``, built at install time when it can be)
+    from mmlens.store._kvrows import kv_rows as _native_rows
+except ImportError:
+    _native_rows = None
+
 _enc = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
 
@@ -50,6 +55,14 @@ def kv_row(ev: KVEvent) -> tuple[Any, ...]:
         return (ev.ts, ev.worker, ev.rank, ev.seq, "removed", len(ev.block_hashes), None,
                 _enc.encode(ev.block_hashes), None, ev.idx, content_of(ev))
     return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx, None)
+
+
+def kv_rows(events: list[KVEvent]) -> list[tuple[Any, ...]]:
+    """``kv_row`` of each event: compiled where it is built (an event it does not take goes
+    through ``kv_row`` itself), else ``kv_row`` one by one."""
+    if _native_rows is None:
+        return list(map(kv_row, events))
+    return _native_rows(events, BlockStored, BlockRemoved, kv_row)
 
 
 def _sample_reads_back(row: tuple[Any, ...]) -> bool:
@@ -168,7 +181,7 @@ class StoreWrites(AvailabilityTables):
         events = self._kv_writable(list(events))
         if not events:
             return 0
-        rows = list(map(kv_row, events))
+        rows = kv_rows(events)
         self._before_append("kv_events", (r[0] for r in rows))
         try:
             with self._tx():
