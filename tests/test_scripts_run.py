@@ -62,3 +62,15 @@ def test_a_failed_install_is_tried_again(tmp_path: Path) -> None:
     failed = _run(root, fail=1)
     assert failed.returncode != 0 and "mmlens dashboard" not in failed.stdout
     assert _run(root).returncode == 0 and _pip_calls(root) == 2
+
+
+def test_a_changed_compiled_module_source_installs_again(tmp_path: Path) -> None:
+    """Every C source under mmlens/ is in the stamp, a module added later too."""
+    root = _copy(tmp_path)
+    source = root / "mmlens" / "store" / "_rows.c"
+    source.parent.mkdir(parents=True)
+    source.write_text("/* one */\n")
+    assert _run(root).returncode == 0 and _pip_calls(root) == 1
+    assert _run(root).returncode == 0 and _pip_calls(root) == 1
+    source.write_text("/* two */\n")
+    assert _run(root).returncode == 0 and _pip_calls(root) == 2
