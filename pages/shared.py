@@ -44,6 +44,7 @@ from mmlens.analysis.views.common import worker_names as _worker_names
 from mmlens.figures.cache import prefix_tree_figure
 from mmlens.figures.html_table import MAX_ROWS as MAX_TABLE_ROWS
 from mmlens.figures.html_table import html_table
+from mmlens.figures.inserted import inserting_html
 from mmlens.ingest.metrics_normalize import NormalizedMetrics
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.layout.modeldir import resolve_model
@@ -632,6 +633,12 @@ def small_table(rows: Any, column_help: dict[str, str] | None = None) -> None:
         return
     st.markdown(html_table([str(c) for c in df.columns], df.itertuples(index=False),
                            column_help), unsafe_allow_html=True)
+
+
+def chart(markup: str) -> None:
+    """An SVG chart's markup (``mmlens.figures``), put in place by the browser's HTML parser:
+    no Markdown parse of it in a fresh tab (``mmlens.figures.inserted``)."""
+    st.html(inserting_html(markup), unsafe_allow_javascript=True)
 
 
 def _cell(v: Any) -> str:
