@@ -88,7 +88,7 @@ def frames(at: AppTest) -> list[pd.DataFrame]:
     for node in walk(at._tree):
         if node.type == "dataframe":
             out.append(node.value)
-        elif node.type == "markdown" and node.value.startswith('<table class="mmlens-table"'):
+        elif node.type == "html" and node.value.startswith('<table class="mmlens-table"'):
             out.append(html_frame(node.value))
     return out
 
