@@ -1,5 +1,5 @@
 """Where a page's browser time goes: the tab's main-thread CPU per click and per fresh load,
-by script file (Chromium's sampling profiler over CDP), on the demo store.
+by script file (Chromium's sampling profiler over CDP), on the demo store or a given one.
 
 pages_browser.py times click → drawn on the wall clock, which on a shared, loaded machine
 moves with everything else running; the CPU the tab's main thread spent, and which script
@@ -8,6 +8,7 @@ for ``--rounds`` rounds in one tab (the first round's are printed too: a session
 chart page evaluates Plotly's chunk), then each page opened in a new tab ``--fresh`` times.
 
     python benchmarks/pages_browser_cpu.py [--rounds 3] [--fresh 2] [--pages cache,affinity]
+        [--db STORE]  (a store pages_browser.py built, e.g. its 100k-request one; no collectors)
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--fresh", type=int, default=2)
     ap.add_argument("--pages", help="comma-separated page names (default: all)")
+    ap.add_argument("--db", help="a store to show instead of the demo's")
     args = ap.parse_args()
     wanted = set(args.pages.split(",")) if args.pages else {p[0] for p in PAGES}
-    with tempfile.TemporaryDirectory() as work, dashboard(None, Path(work), True) as (url, _):
+    with tempfile.TemporaryDirectory() as work, dashboard(
+            args.db, Path(work), args.db is None) as (url, _):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
             ctx = browser.new_context(viewport=VIEWPORT)
@@ -114,7 +117,8 @@ def main() -> int:
                     rows.append(line(name, f"fresh {r + 1}", result))
                     fresh.close()
             browser.close()
-    print(f"demo store, load average {load_average()} at the end; the tab's main thread "
+    print(f"{'demo store' if args.db is None else 'store ' + Path(args.db).name}, load average "
+          f"{load_average()} at the end; the tab's main thread "
           "(CDP Performance metrics and sampling profile)")
     print("| page | step | wall | all tasks | script | Plotly's chunk | top scripts (ms) |")
     print("|---|---|---|---|---|---|---|")

@@ -22,8 +22,7 @@ def live() -> None:
             st.info("No image requests with a known worker yet: send some from the Lab page.")
         else:
             sizes = {a.identity: a.size for a in affinities}
-            st.markdown(affinity_sankey(sankey_links(affinities), sizes, names),
-                        unsafe_allow_html=True)
+            shared.chart(affinity_sankey(sankey_links(affinities), sizes, names))
             st.subheader("Per image (router-side identity)")
             shared.small_table(image_rows(affinities, names))
         links = identity_links(shared.recent_kv_events(path, 500), traces)

@@ -36,7 +36,7 @@ def live() -> None:
         rates, step = shared.hit_rates(path, float(window))
         series = named_series(rates, names)
         if series:
-            st.markdown(line_chart_html(hit_rate_figure(series, step)), unsafe_allow_html=True)
+            shared.chart(line_chart_html(hit_rate_figure(series, step)))
         else:
             st.info("No prefix-cache traffic in this window (vLLM and SGLang counters "
                     "unchanged).")
@@ -45,15 +45,13 @@ def live() -> None:
             timeline = named_timeline(shared.kv_timeline(path, float(window), window / 60),
                                       names)
             if timeline:
-                st.markdown(bar_chart_html(kv_event_timeline_figure(timeline)),
-                            unsafe_allow_html=True)
+                shared.chart(bar_chart_html(kv_event_timeline_figure(timeline)))
             else:
                 st.info("No KV events in this window.")
         with c2:
             bars, folded = shared.resident_bars(path)
             if bars:
-                st.markdown(bar_chart_html(resident_blocks_figure(bars)),
-                            unsafe_allow_html=True)
+                shared.chart(bar_chart_html(resident_blocks_figure(bars)))
                 if folded:
                     st.caption(f"The {len(bars) - 1} workers holding the most blocks, and the "
                                f"mean of the other {folded}.")
@@ -66,7 +64,7 @@ def live() -> None:
                          help="the same tree in Plotly: click a block to zoom into its chain"):
                 st.plotly_chart(PlainFigure(tree), key="prefix_tree", width="stretch")
             else:
-                st.markdown(prefix_tree_html(tree), unsafe_allow_html=True)
+                shared.chart(prefix_tree_html(tree))
         views()
 
 
@@ -83,8 +81,7 @@ def views() -> None:
     names = shared.worker_names(path)
     for alert in view.alerts:
         st.warning(named_headline(alert.message, alert.worker, names))
-    st.markdown(line_chart_html(divergence_figure(fold_view_points(view.points), names)),
-                unsafe_allow_html=True)
+    shared.chart(line_chart_html(divergence_figure(fold_view_points(view.points), names)))
     shared.small_table(name_rows(view.rows, names), column_help={
         "source": "event_plane: block sets from the router's event plane; index_gauge: SMG's "
                   "smg_kv_index_blocks count; prediction: per request, predicted vs found"})
@@ -120,12 +117,10 @@ def available() -> None:
         routers = router_names(shared.meta(path, "targets"))
         rates = [replace(p, group=routers.get(p.group, p.group)) for p in view.rates]
         with c1:
-            st.markdown(line_chart_html(achieved_vs_available_figure(rates)),
-                        unsafe_allow_html=True)
+            shared.chart(line_chart_html(achieved_vs_available_figure(rates)))
         with c2:
             if view.avoidable:
-                st.markdown(bar_chart_html(avoidable_figure(view.avoidable)),
-                            unsafe_allow_html=True)
+                shared.chart(bar_chart_html(avoidable_figure(view.avoidable)))
             else:
                 st.success("Nothing avoidable: every request got what the best worker held.")
         by = st.radio("Per", ["router", "model", "worker"], horizontal=True, key="avail_by")
@@ -151,7 +146,7 @@ with shared.page_guard("Cache"):
     if not chart.series:
         st.info("No traced request with a router prediction yet.")
     else:
-        st.markdown(line_chart_html(chart), unsafe_allow_html=True)
+        shared.chart(line_chart_html(chart))
         st.caption("Click a point to open that request in the inspector. Points below the "
                    "diagonal: the router expected more cache than the engine found (red: a "
                    "false hit, count drift, fallback or eviction).")

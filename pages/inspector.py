@@ -67,7 +67,7 @@ def show(rv: RequestView, title: str) -> None:
                      help="the same layout in Plotly: zoom into long prompts"):
             st.plotly_chart(layout_figure(rv, title), key="layout_figure", width="stretch")
         else:
-            st.markdown(layout_svg_html(rv, title), unsafe_allow_html=True)
+            shared.chart(layout_svg_html(rv, title))
     for d in rv.divergences:
         st.warning(f"**First divergent block {d.block}** ({d.reason}): {d.detail}")
     if rv.rows and not rv.divergences:

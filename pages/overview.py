@@ -67,8 +67,7 @@ def live() -> None:
                                      view.routers_down)
             shared.small_table(rows)
         if snap.metrics.hit_rates:
-            st.markdown(bar_chart_html(worker_hit_rate_bars(snap.metrics.hit_rates, names)),
-                        unsafe_allow_html=True)
+            shared.chart(bar_chart_html(worker_hit_rate_bars(snap.metrics.hit_rates, names)))
 
 
 def alert_panel(tracked: list[TrackedAlert], names: dict[str, str]) -> None:

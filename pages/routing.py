@@ -30,7 +30,7 @@ def live() -> None:
         verdicts_of = shared.recent_verdicts(path, 200)
         series = mode_reason_series(shared.samples(path, (MODE_SERIES,), float(window)))
         if series:
-            st.markdown(bar_chart_html(mode_reason_figure(series)), unsafe_allow_html=True)
+            shared.chart(bar_chart_html(mode_reason_figure(series)))
         elif metrics.mm_processing:
             st.info("No image requests in this window; totals since the router started: "
                     + mode_totals(metrics))
@@ -38,11 +38,10 @@ def live() -> None:
             st.info("No `smg_mm_processing_total` yet: no image request has reached an SMG "
                     "router (or the router's metrics are not scraped).")
         if metrics.cache_aware_branches:
-            st.markdown(bar_chart_html(branches_figure(metrics.cache_aware_branches)),
-                        unsafe_allow_html=True)
+            shared.chart(bar_chart_html(branches_figure(metrics.cache_aware_branches)))
         applied = applied_events(metrics)
         if applied:
-            st.markdown(bar_chart_html(dynamo_events_figure(applied)), unsafe_allow_html=True)
+            shared.chart(bar_chart_html(dynamo_events_figure(applied)))
 
         verdicts = shared.meta(path, "dynamo_mm_routing") or {}
         if verdicts:

@@ -44,6 +44,7 @@ from mmlens.analysis.views.common import worker_names as _worker_names
 from mmlens.figures.cache import prefix_tree_figure
 from mmlens.figures.html_table import MAX_ROWS as MAX_TABLE_ROWS
 from mmlens.figures.html_table import html_table
+from mmlens.figures.inserted import inserting_html
 from mmlens.ingest.metrics_normalize import NormalizedMetrics
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.layout.modeldir import resolve_model
@@ -624,14 +625,20 @@ def table(rows: Any) -> pd.DataFrame:
 
 def small_table(rows: Any, column_help: dict[str, str] | None = None) -> None:
     """``rows`` as a static HTML table when they fit a screen (``html_table.MAX_ROWS``), so a
-    new tab showing it loads no data-frame code; longer, a data frame (it scrolls and sorts)."""
+    new tab showing it loads no data-frame code; longer, a data frame (it scrolls and sorts).
+    ``st.html`` (its sanitizer keeps tables, tooltips and styles): no Markdown parse."""
     df = table(rows)
     if len(df) > MAX_TABLE_ROWS:
         config = {c: st.column_config.Column(c, help=h) for c, h in (column_help or {}).items()}
         st.dataframe(df, hide_index=True, width="stretch", column_config=config or None)
         return
-    st.markdown(html_table([str(c) for c in df.columns], df.itertuples(index=False),
-                           column_help), unsafe_allow_html=True)
+    st.html(html_table([str(c) for c in df.columns], df.itertuples(index=False), column_help))
+
+
+def chart(markup: str) -> None:
+    """An SVG chart's markup (``mmlens.figures``), put in place by the browser's HTML parser:
+    no Markdown parse of it in a fresh tab (``mmlens.figures.inserted``)."""
+    st.html(inserting_html(markup), unsafe_allow_javascript=True)
 
 
 def _cell(v: Any) -> str:

@@ -66,5 +66,4 @@ with shared.page_guard("Targets"):
             # Pre-formatted text, not st.json: its viewer is a chunk of JavaScript of its own.
             with st.expander("As JSON"):
                 text = html.escape(json.dumps(targets, indent=2))
-                st.markdown(f'<pre style="font-size:0.8rem">{text}</pre>',
-                            unsafe_allow_html=True)
+                st.html(f'<pre style="font-size:0.8rem">{text}</pre>')

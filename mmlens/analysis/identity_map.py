@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mmlens.analysis.affinity import image_key
-from mmlens.analysis.block_labels import owner
+from mmlens.analysis.block_labels import Serving
 from mmlens.analysis.views.common import worker_label
 from mmlens.records import KVEventRow, RequestTrace
 
@@ -32,10 +32,11 @@ def identity_links(events: Iterable[KVEventRow], traces: Sequence[RequestTrace],
     """One link per router-side identity whose engine identifier was learned."""
     by_request: dict[str, set[str]] = {}
     owners: dict[str, RequestTrace] = {}
+    serving = Serving(traces)
     for ev in events:
         if ev.kind != "stored" or not ev.images:
             continue
-        t = owner(ev, traces)
+        t = serving.owner(ev)
         if t is not None and len(t.images) == 1:
             by_request.setdefault(t.request_id, set()).update(ev.images)
             owners[t.request_id] = t

@@ -2,7 +2,7 @@
 
 ``st.dataframe`` draws with its own grid (a canvas, and its JavaScript chunk with Arrow,
 number and date formatting): a new tab that shows one loads and evaluates all of it, for a
-table of two routers. A small table is HTML in a Markdown block instead; a table too long to
+table of two routers. A small table is static HTML (``st.html``) instead; a table too long to
 read on one screen stays a data frame (it scrolls and sorts)."""
 
 from __future__ import annotations

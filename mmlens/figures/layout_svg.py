@@ -31,8 +31,8 @@ def _tip(lines: list[str]) -> str:
 
 
 def layout_svg_html(rv: RequestView, title: str | None = None) -> str:
-    """The layout as one line of HTML (title, SVG, legend) for ``st.markdown(...,
-    unsafe_allow_html=True)``."""
+    """The layout as one line of HTML (title, SVG, legend), every value escaped, for
+    ``mmlens.figures.inserted``."""
     engine_row = engine_row_name(rv)
     rows = [r.name for r in rv.rows] + ([engine_row] if engine_row else [])
     prompt = int(rv.counts.get("engine_prompt_tokens") or 0)

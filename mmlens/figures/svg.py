@@ -1,8 +1,8 @@
 """Plain bar charts drawn as inline SVG, for charts that are read, not explored.
 
 A new browser tab evaluates Plotly's JavaScript (a 4.7 MB chunk) before it draws its first
-Plotly chart; a bar chart that is only read (no zoom, no selection, no trace to hide) is SVG
-in a Markdown block instead, each bar's details in its native tooltip. Every bar carries its
+Plotly chart; a bar chart that is only read (no zoom, no selection, no trace to hide) is inline
+SVG instead, each bar's details in its native tooltip. Every bar carries its
 label, series and value as data attributes, so tests read what is drawn."""
 
 from __future__ import annotations
@@ -111,9 +111,8 @@ def _reach(chart: BarChart, slots: list[str], extreme: Callable[..., float]) -> 
 
 
 def bar_chart_html(chart: BarChart) -> str:
-    """The chart as one line of HTML (title, SVG, legend), for ``st.markdown(...,
-    unsafe_allow_html=True)``: one line, so Markdown reads it as a raw HTML block and leaves
-    its text alone."""
+    """The chart as one line of HTML (title, SVG, legend), every value escaped, for
+    ``mmlens.figures.inserted``."""
     slots = _slots(chart)
     slanted = len(slots) > SLANT_AFTER and not chart.time_axis
     left, right, top_px = 56, 12, 22

@@ -87,8 +87,8 @@ def segments(points: Sequence[tuple[float, float | None]], step: float | None,
 
 
 def tip(text: str) -> str:
-    """Tooltip text, its line breaks as character references: the chart is one line of HTML
-    (a raw newline could end Markdown's HTML block)."""
+    """Tooltip text, its line breaks as character references: the chart is one line of
+    HTML."""
     return esc(text).replace("\n", "&#10;")
 
 
@@ -99,8 +99,8 @@ def _label(v: float, percent: bool) -> str:
 
 
 def line_chart_html(chart: LineChart) -> str:
-    """The chart as one line of HTML (title, SVG, legend) for ``st.markdown(...,
-    unsafe_allow_html=True)``."""
+    """The chart as one line of HTML (title, SVG, legend), every value escaped, for
+    ``mmlens.figures.inserted``."""
     h = chart.height
     plot_w, plot_h = WIDTH - LEFT - RIGHT, h - TOP - BOTTOM
     xs = [x for s in chart.series for x, y in s.points if y is not None]
@@ -208,7 +208,7 @@ def _point(colour: str, marker: str, cx: float, cy: float, xy: tuple[float, floa
     data = f'data-x="{xy[0]!r}" data-y="{xy[1]!r}"' + (f' data-ids="{esc(ids)}"' if ids
                                                         else "")
     inner = f"<title>{tip(hover)}</title>{mark}"
-    if link:  # target given: Streamlit's Markdown would open it in a new tab otherwise
+    if link:  # this tab, said outright (Streamlit's Markdown opened a new one)
         return f'<a href="{esc(link)}" target="_self" {data}>{inner}</a>'
     return f"<g {data}>{inner}</g>"
 

@@ -71,6 +71,11 @@ class SQLBase:
         placeholders: width, width)."""
         raise NotImplementedError
 
+    def _prefix(self, column: str, prefix: str) -> tuple[str, list[Any]]:
+        """SQL (and its arguments) for "``column`` starts with ``prefix``", possibly a
+        superset (callers check): ``LIKE``, whose ``_`` matches any one character."""
+        return f"{column} LIKE ?", [prefix + "%"]
+
     def _columns(self, table: str) -> set[str]:
         """``table``'s columns (empty when it does not exist: an older store)."""
         raise NotImplementedError

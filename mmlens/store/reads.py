@@ -89,22 +89,32 @@ class StoreReads(SQLBase):
     def _sample_rows(self, since: float, names: Sequence[str] | None,
                      prefixes: Sequence[str] = (), until: float | None = None,
                      ) -> Iterator[tuple[float, str, str, Labels, float]]:
+        # one query per name set and per prefix: ORed together no index serves them, and
+        # every sample of the window is read to keep a few (the 100k-request store's 5
+        # minutes: 24,766 samples read for 488)
         sql = "SELECT ts, target, name, labels, value FROM samples WHERE ts >= ?"
         args: list[Any] = [since]
         if until is not None:
             sql += " AND ts < ?"
             args.append(until)
-        which = []
+        queries: list[tuple[str, list[Any], Sequence[str]]] = []  # SQL, args, prefixes
         if names:
-            which.append(f"name IN ({marks(len(names))})")
-            args += list(names)
-        for prefix in prefixes:  # LIKE's `_` matches any one character: a superset
-            which.append("name LIKE ?")
-            args.append(prefix + "%")
-        if which:
-            sql += f" AND ({' OR '.join(which)})"
+            queries.append((f"{sql} AND name IN ({marks(len(names))})", [*args, *names], ()))
+        for i, prefix in enumerate(prefixes):
+            match, more = self._prefix("name", prefix)
+            queries.append((f"{sql} AND {match}", [*args, *more], prefixes[:i]))
+        if not queries:
+            queries.append((sql, args, ()))
+        listed = set(names or ())
+        rows = []
+        for q, a, earlier in queries:
+            fresh = self._rows(q, a)
+            if q is not queries[0][0]:  # a row an earlier query gave is not read twice
+                fresh = [r for r in fresh if r[2] not in listed and not r[2].startswith(
+                    tuple(earlier))]
+            rows += fresh
         parsed: dict[str, Labels] = {}
-        for ts, target, name, labels, value in self._rows(sql, args):
+        for ts, target, name, labels, value in rows:
             pairs = parsed.get(labels)
             if pairs is None:
                 pairs = parsed[labels] = tuple(sorted(json.loads(labels).items()))

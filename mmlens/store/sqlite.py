@@ -70,6 +70,12 @@ class Store(SQLStore):
 
     # --- the hooks of SQLStore ----------------------------------------------------------------
 
+    def _prefix(self, column: str, prefix: str) -> tuple[str, list[Any]]:
+        # SQLite's LIKE ignores case, so no index serves it; a range of its binary
+        # collation is exactly the prefix, and the (name, ts) index serves that
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        return f"{column} >= ? AND {column} < ?", [prefix, upper]
+
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.db.execute(sql, list(args)).fetchall()
 

@@ -42,3 +42,28 @@ def test_smgs_re_keyed_identity_counts_as_the_routers() -> None:
         "smg": "ee" * 32, "content": "aa" * 32})])
     (link,) = identity_links([_stored(100.05, W1, 1, ["ee" * 32])], [t])
     assert link.router_keyed == {"ee" * 32}
+
+
+def test_the_serving_index_finds_the_owner_every_trace_would() -> None:
+    """``Serving.owner`` looks only at requests begun within the longest service before an
+    event: the same owner (or none) as asking every trace, on random overlapping services."""
+    import random
+    from dataclasses import replace
+
+    from mmlens.analysis.block_labels import SLACK_S, Serving, _service
+
+    rng = random.Random(7)
+    traces = [replace(_trace(f"r{i}", rng.uniform(0, 100), rng.choice([W1, W2, ""]), "aa"),
+                      latency_s=rng.choice([0.0, 0.5, 3.0, 20.0]),
+                      error="boom" if rng.random() < 0.1 else None)
+              for i in range(300)]
+    serving = Serving(traces)
+    found = 0
+    for j in range(2000):
+        ev = _stored(rng.uniform(-5, 130), rng.choice([W1, W2]), j, ["aa"])
+        every = [t for t in traces if (s := _service(t)) and t.worker == ev.worker
+                 and s[0] <= ev.ts <= s[1]]
+        want = every[0] if len(every) == 1 else None
+        assert serving.owner(ev) is want, ev
+        found += want is not None
+    assert found > 50 and SLACK_S > 0  # owners found, not only "none" both ways

@@ -16,6 +16,8 @@ import pytest
 from mmlens.ui.shared import CAUGHT_KEY
 from streamlit.testing.v1 import AppTest
 
+from mmlens.figures.inserted import inserted_markup
+
 APP = Path(__file__).resolve().parents[2] / "app.py"
 PAGES = ("overview", "inspector", "routing", "affinity", "cache", "lab", "whatif", "targets")
 
@@ -32,13 +34,19 @@ def figures(at: AppTest) -> list[dict[str, Any]]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
 
+def charts(at: AppTest) -> list[str]:
+    """The markup of every SVG chart the page shows (``shared.chart``), in page order."""
+    found = (inserted_markup(str(el.value)) for el in at.get("html"))
+    return [m for m in found if m is not None and 'class="mmlens-chart' in m]
+
+
 def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:
     """The SVG bar chart (``mmlens.figures.svg``) whose title holds ``words``, as drawn: each
     bar's label, series, value, colour and tooltip."""
-    for md in at.markdown:
-        if 'class="mmlens-chart"' not in md.value:
+    for markup in charts(at):
+        if 'class="mmlens-chart"' not in markup:
             continue
-        root = ET.fromstring(md.value)
+        root = ET.fromstring(markup)
         if words not in root.get("data-chart-title", ""):
             continue
         svg = "{http://www.w3.org/2000/svg}"
@@ -80,7 +88,7 @@ def frames(at: AppTest) -> list[pd.DataFrame]:
     for node in walk(at._tree):
         if node.type == "dataframe":
             out.append(node.value)
-        elif node.type == "markdown" and node.value.startswith('<table class="mmlens-table"'):
+        elif node.type == "html" and node.value.startswith('<table class="mmlens-table"'):
             out.append(html_frame(node.value))
     return out
 
@@ -114,10 +122,9 @@ def lines_drawn(markup: str) -> dict[str, Any]:
 
 def chart_markup(at: AppTest, words: str) -> str:
     """The markup of the SVG chart whose title holds ``words``."""
-    for md in at.markdown:
-        if 'class="mmlens-chart' in md.value and words in ET.fromstring(md.value).get(
-                "data-chart-title", ""):
-            return str(md.value)
+    for markup in charts(at):
+        if words in ET.fromstring(markup).get("data-chart-title", ""):
+            return markup
     raise AssertionError(f"no SVG chart titled …{words}…")
 
 
@@ -156,9 +163,9 @@ def sankey_links_drawn(markup: str) -> dict[str, list[Any]]:
 
 def sankey_drawn(at: AppTest) -> dict[str, list[Any]]:
     """The Affinity page's Sankey, as drawn (``sankey_links_drawn``)."""
-    for md in at.markdown:
-        if 'class="mmlens-chart mmlens-sankey"' in md.value:
-            return sankey_links_drawn(md.value)
+    for markup in charts(at):
+        if 'class="mmlens-chart mmlens-sankey"' in markup:
+            return sankey_links_drawn(markup)
     raise AssertionError("no SVG Sankey drawn")
 
 
@@ -167,10 +174,10 @@ def layout_drawn(at: AppTest) -> dict[str, Any]:
     token-layout figure's shape: one bar trace per series (its rows ``y`` and lengths ``x``),
     the blocks' tooltips, the divergent blocks' labels."""
     svg = "{http://www.w3.org/2000/svg}"
-    for md in at.markdown:
-        if 'class="mmlens-chart mmlens-layout"' not in md.value:
+    for markup in charts(at):
+        if 'class="mmlens-chart mmlens-layout"' not in markup:
             continue
-        root = ET.fromstring(md.value)
+        root = ET.fromstring(markup)
         data: dict[str, dict[str, Any]] = {}
         for g in root.iter(f"{svg}g"):
             if g.get("data-series") is not None:

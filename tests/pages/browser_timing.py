@@ -33,6 +33,8 @@ DRAWN_JS = """([title, texts]) => {
   if (main.querySelector("[data-stale='true']")) return false;
   // an element whose JavaScript is still loading is a skeleton (React Suspense), not drawn
   if (main.querySelector("[data-testid='stSkeleton']")) return false;
+  // a chart put in by its script (mmlens.figures.inserted) is there once the script is gone
+  if (main.querySelector(".mmlens-inserted > script")) return false;
   for (const c of main.querySelectorAll("[data-testid='stPlotlyChart']"))
     if (!c.querySelector(".main-svg")) return false;
   const text = main.innerText;
