@@ -145,6 +145,7 @@ class PipeWriter:
         self._bufs: deque[bytes | memoryview] = deque()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None  # the thread running ``_loop``
         self._due = False  # a flush is scheduled on the loop
         self._watching = False  # the loop waits for the pipe to take more
         self.closed = False
@@ -157,20 +158,21 @@ class PipeWriter:
             return
         with self._lock:
             self._bufs.extend(parts)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:  # another thread: written now, or left for the loop
-            self.flush()
-            if self._bufs and self._loop is not None:
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    self._loop.call_soon_threadsafe(self._on_loop)
-            return
-        self._loop = loop
-        if not self._due:
+        if threading.get_ident() != self._loop_thread:  # (asking asyncio costs a getpid)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is None:  # another thread: written now, or left for the loop
+                self.flush()
+                if self._bufs and self._loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop has closed
+                        self._loop.call_soon_threadsafe(self._on_loop)
+                return
+            self._loop, self._loop_thread = loop, threading.get_ident()
+        if not self._due and self._loop is not None:
             self._due = True
-            loop.call_soon(self._on_loop)
+            self._loop.call_soon(self._on_loop)
 
     def _on_loop(self) -> None:
         self._due = False
