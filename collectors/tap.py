@@ -147,6 +147,8 @@ class _Request:
         self.body: list[bytes] | None = None  # kept for the record (None: not recording)
         self.body_bytes = 0
         self.request_id: str | None = None
+        self.chunked = False  # the client frames the body in chunks (and so does the tap)
+        self.close = False  # the client asked to close the connection after this one
         self.rewrite: NvextRewrite | None = None
         self.buffer_body = False  # the rewrite needs the whole body first
         self.held: list[bytes] = []
@@ -180,6 +182,9 @@ class _Client(asyncio.Protocol):
         self.transport: asyncio.Transport
         self.closed = False
         self.paused_up: _Upstream | None = None
+        # While llhttp parses one read, what it yields for the upstream is collected and
+        # written once after it: a request's head and body in one write, not one each.
+        self.feeding = False
 
     # --- transport ---
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -207,12 +212,18 @@ class _Client(asyncio.Protocol):
             self.paused_up = None
 
     def data_received(self, data: bytes) -> None:
+        self.feeding = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(501, "mmlens tap: protocol upgrades are not proxied")
         except httptools.HttpParserError:
             self._fail(400, "mmlens tap: malformed HTTP request")
+        finally:
+            self.feeding = False
+        req = self.queue[0] if self.queue else None
+        if req is not None and req.started and req.up is not None and req.out:
+            req.up.flush_request(req)
 
     def _fail(self, status: int, message: str) -> None:
         body = json.dumps({"error": {"message": message, "type": "bad_request"}}).encode()
@@ -236,8 +247,13 @@ class _Client(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         assert self.cur is not None
         self.cur.headers.append((name, value))
-        if name.lower() == b"x-request-id":
+        low = name.lower()
+        if low == b"x-request-id":
             self.cur.request_id = value.decode("latin-1")
+        elif low == b"transfer-encoding":
+            self.cur.chunked = self.cur.chunked or b"chunked" in value.lower()
+        elif low == b"connection":
+            self.cur.close = self.cur.close or b"close" in value.lower()
 
     def on_headers_complete(self) -> None:
         req, tap = self.cur, self.tap
@@ -279,21 +295,20 @@ class _Client(asyncio.Protocol):
         req.complete = True
         if req.buffer_body:
             self._rewrite_request(req)
-        elif self._chunked(req):
+        elif req.chunked:
             self._send(req, b"0\r\n\r\n")
-        if req.started and req.up is not None:
+        if req.started and req.up is not None and not self.feeding:
             req.up.flush_request(req)
 
     # --- relaying the request ---
-    def _chunked(self, req: _Request) -> bool:
-        return any(k.lower() == b"transfer-encoding" and b"chunked" in v.lower()
-                   for k, v in req.headers)
-
     def _send(self, req: _Request, data: bytes, framed: bool = False) -> None:
-        if framed and self._chunked(req):
+        if framed and req.chunked:
             data = b"%x\r\n%s\r\n" % (len(data), data)
         if req.started and req.up is not None:
-            req.up.transport.write(data)
+            if self.feeding:  # written with the rest of this read
+                req.out.append(data)
+            else:
+                req.up.transport.write(data)
         else:
             req.out.append(data)
             req.out_bytes += len(data)
@@ -318,7 +333,7 @@ class _Client(asyncio.Protocol):
         req.headers = [(k, v) for k, v in req.headers
                        if k.lower() not in (b"content-length", b"transfer-encoding")]
         req.headers.append((b"Content-Length", str(len(body)).encode()))
-        req.buffer_body = False
+        req.chunked = req.buffer_body = False
         req.out.append(req.head())
         req.out.append(body)
         if req.body is not None:
@@ -350,7 +365,8 @@ class _Client(asyncio.Protocol):
         req.started = True
         if req.body is not None:
             req.ex = Exchange(req.ts, req.t0, b"", req.request_id)
-        up.flush_request(req)
+        if not self.feeding:
+            up.flush_request(req)
         if len(self.queue) <= 1:
             self.transport.resume_reading()  # paused while the body waited for it
 
@@ -398,7 +414,7 @@ class _Upstream(asyncio.Protocol):
 
     def flush_request(self, req: _Request) -> None:
         if req.out:
-            self.transport.write(b"".join(req.out))
+            self.transport.writelines(req.out)
             req.out.clear()
             req.out_bytes = 0
 
@@ -449,8 +465,7 @@ class _Upstream(asyncio.Protocol):
         if req.ex is not None:
             ex = req.ex
             ex.status, ex.sse = self.status, self.sse
-            ex.headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                          for k, v in self.resp_headers}
+            ex.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in names.items()}
         if req.rewrite is not None:
             req.rewrite.sse = self.sse
             head = [b"HTTP/1.1 %d %s" % (self.status, _reason(self.status))]
@@ -505,7 +520,7 @@ class _Upstream(asyncio.Protocol):
             self.transport.close()
         if not req.done:
             client.finished(req, keep_alive=cut is None and self.length_known and
-                            _keeps_alive(req))
+                            not req.close)
 
     def abort(self, cut: str) -> None:
         self._complete(cut)
@@ -529,13 +544,6 @@ class _Upstream(asyncio.Protocol):
 
 def _answered(req: _Request) -> bool:
     return req.ex is not None and req.ex.status != 0
-
-
-def _keeps_alive(req: _Request) -> bool:
-    for k, v in req.headers:
-        if k.lower() == b"connection" and b"close" in v.lower():
-            return False
-    return True
 
 
 def _reason(status: int) -> bytes:

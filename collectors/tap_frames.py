@@ -59,7 +59,7 @@ def stop_frame() -> list[bytes]:
     return [HEAD.pack(STOP, 0, 0)]
 
 
-def _exchange(meta: bytes | memoryview, data: memoryview) -> Exchange:
+def _exchange(meta: bytes | memoryview, data: memoryview, borrow: bool = False) -> Exchange:
     (ts, t0, rid, status, headers, sse, head_t, head_n, tail_t, tail_n, kept, tail_bytes,
      overflow, latency_s, cut, body_n) = _meta_dec.decode(meta)
     at = body_n
@@ -68,7 +68,8 @@ def _exchange(meta: bytes | memoryview, data: memoryview) -> Exchange:
         for t, n in zip(times, sizes, strict=True):
             out.append((t, bytes(data[at:at + n])))
             at += n
-    return Exchange(ts, t0, bytes(data[:body_n]), rid, status, headers, sse, chunks, tail,
+    body = data[:body_n] if borrow else bytes(data[:body_n])
+    return Exchange(ts, t0, body, rid, status, headers, sse, chunks, tail,
                     kept, tail_bytes, overflow, latency_s, cut)
 
 
@@ -83,9 +84,10 @@ class FrameReader:
         self._end = 0  # the end of what was read
         self.last_read = 0  # bytes the last read brought
 
-    def read(self) -> list[tuple[int, Any]] | None:
+    def read(self, borrow: bool = False) -> list[tuple[int, Any]] | None:
         """What one read completed (kind, item), waiting for it; None at the end of the
-        stream (the proxy closed its end or is gone)."""
+        stream (the proxy closed its end or is gone). ``borrow``: an exchange's request
+        body is a view of this reader's buffer, good until the next read (no copy)."""
         if self._start == self._end:
             self._start = self._end = 0
         if len(self._buf) - self._end < MIN_FREE:
@@ -94,9 +96,9 @@ class FrameReader:
         if n == 0:
             return None
         self._end += n
-        return list(self._frames())
+        return list(self._frames(borrow))
 
-    def _frames(self) -> Iterator[tuple[int, Any]]:
+    def _frames(self, borrow: bool) -> Iterator[tuple[int, Any]]:
         view = memoryview(self._buf)
         while self._end - self._start >= HEAD.size:
             kind, meta_n, data_n = HEAD.unpack_from(self._buf, self._start)
@@ -106,7 +108,7 @@ class FrameReader:
             meta, data = view[at:at + meta_n], view[at + meta_n:at + meta_n + data_n]
             self._start = at + meta_n + data_n
             if kind == EXCHANGE:
-                yield kind, _exchange(meta, data)
+                yield kind, _exchange(meta, data, borrow)
             elif kind == HEALTH:
                 yield kind, pickle.loads(data)
             else:
@@ -145,6 +147,7 @@ class PipeWriter:
         self._bufs: deque[bytes | memoryview] = deque()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None  # the thread running ``_loop``
         self._due = False  # a flush is scheduled on the loop
         self._watching = False  # the loop waits for the pipe to take more
         self.closed = False
@@ -157,20 +160,21 @@ class PipeWriter:
             return
         with self._lock:
             self._bufs.extend(parts)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:  # another thread: written now, or left for the loop
-            self.flush()
-            if self._bufs and self._loop is not None:
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    self._loop.call_soon_threadsafe(self._on_loop)
-            return
-        self._loop = loop
-        if not self._due:
+        if threading.get_ident() != self._loop_thread:  # (asking asyncio costs a getpid)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is None:  # another thread: written now, or left for the loop
+                self.flush()
+                if self._bufs and self._loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop has closed
+                        self._loop.call_soon_threadsafe(self._on_loop)
+                return
+            self._loop, self._loop_thread = loop, threading.get_ident()
+        if not self._due and self._loop is not None:
             self._due = True
-            loop.call_soon(self._on_loop)
+            self._loop.call_soon(self._on_loop)
 
     def _on_loop(self) -> None:
         self._due = False

@@ -7,7 +7,9 @@ The proxy hands each exchange over a pipe as framed bytes (``tap_frames``), writ
 loop once the response is relayed, the frames of one loop iteration in one write and never
 waited for; past the backlog bound an exchange is dropped and counted. Its own counters
 (requests, upstream errors, clients gone) go along every half second when they changed, and
-the recorder writes one health row with both.
+the recorder writes one health row with both. The recorder process reads the pipe and
+records on one thread (what one read brought is parsed in the read buffer, then read on);
+while a store write waits, the pipe and then the proxy's writer hold what comes.
 
 The proxy may be killed at any instant (SIGKILL included), so nothing the recorder needs is
 behind a lock the proxy could die holding: the bytes in flight are two counters, each
@@ -21,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import queue
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -142,18 +146,16 @@ def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, targe
         if flush is not None:
             flush(merged(row, proxy[0]))
 
-    rec = Recorder(write, health, flush_health=both, **options)
-    done = rec.taken
+    # One thread reads the pipe and records what it read before reading on: no hand-over
+    # between threads, and a request's bytes are parsed where the read put them.
+    rec = Recorder(write, health, flush_health=both, thread=False, **options)
 
     def taken(ex: Exchange) -> None:  # the parent may hand over as much again
-        done(ex)
         taken_counts[0] += 1
         taken_counts[1] += ex.size()
 
     rec.taken = taken  # type: ignore[method-assign]
-    if not _intake(FrameReader(read_end.fileno()), rec, proxy, health):
-        _proxy_gone()
-    rec.close()
+    rec.run(PipeIntake(FrameReader(read_end.fileno()), rec, proxy, health))
 
 
 def _proxy_gone() -> None:
@@ -165,30 +167,64 @@ def _proxy_gone() -> None:
             os.setpriority(os.PRIO_PROCESS, t.native_id, 0)  # type: ignore[arg-type]
 
 
-def _intake(reader: FrameReader, rec: Any, proxy: list[CollectorHealth],
-            health: CollectorHealth) -> bool:
-    """The proxy's frames into the recorder until the proxy says stop (True) or its end of
-    the pipe closes without a word (False: it is gone)."""
-    while True:
+class PipeIntake:
+    """The proxy's frames as the recorder's loop takes them (``tap_record.Intake``): the
+    exchanges of one read of the pipe, their request bodies borrowed from the reader's
+    buffer (parsed before the next read); the proxy's health rows kept aside; None once
+    the proxy says stop or its end of the pipe closes without a word (it is gone)."""
+
+    def __init__(self, reader: FrameReader, rec: Any, proxy: list[CollectorHealth],
+                 health: CollectorHealth) -> None:
+        self.reader = reader
+        self.rec = rec
+        self.proxy = proxy
+        self.health = health
+        self.done = False
+        self._rest_until = 0.0  # after a read that found little: let more come first
+        self._poll = select.poll()
+        self._poll.register(reader.fd, select.POLLIN)
+
+    def get(self, timeout: float) -> Any:
+        if self.done:  # the images still being fetched, then the end
+            self.rec.close_fetches()
+            return self.rec.fetched()
+        end = time.monotonic() + timeout
+        while True:
+            fetched = self.rec.fetched()
+            if fetched is not None:
+                return fetched
+            now = time.monotonic()
+            if now < self._rest_until:
+                if now >= end:
+                    raise queue.Empty
+                time.sleep(min(self._rest_until, end) - now)
+                continue
+            if self._poll.poll(max(0.0, min(end - now, 0.05)) * 1e3):
+                return self._read()
+            if time.monotonic() >= end:
+                raise queue.Empty
+
+    def _read(self) -> list[Exchange] | None:
         try:
-            frames = reader.read()
+            frames = self.reader.read(borrow=True)
         except OSError:
-            return False
+            frames = None
         if frames is None:
-            return False
+            self.done = True
+            _proxy_gone()
+            return self.get(0.0)
         exchanges = []
         for kind, item in frames:
             if kind == EXCHANGE:
                 exchanges.append(item)
             elif kind == HEALTH:
-                proxy[0] = item
-                health.counters["proxy_updated"] = time.time()
+                self.proxy[0] = item
+                self.health.counters["proxy_updated"] = time.time()
             else:
-                rec.submit_many(exchanges)
-                return True
-        rec.submit_many(exchanges)
-        if reader.last_read < FEW_BYTES:  # let more come before the next read
-            time.sleep(GATHER_S)
+                self.done = True
+        if self.reader.last_read < FEW_BYTES:
+            self._rest_until = time.monotonic() + GATHER_S
+        return exchanges
 
 
 def merged(recorder: CollectorHealth, proxy: CollectorHealth) -> CollectorHealth:

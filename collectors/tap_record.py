@@ -48,6 +48,14 @@ LayoutFn = Callable[[RequestFacts, RequestTrace], None]
 Write = Callable[[list[RequestTrace]], object]
 
 
+class Intake(Protocol):
+    """Where the recorder's loop takes its work from when it runs on the caller's thread
+    (``Recorder.run``): a list of exchanges (their bytes needed only until the next
+    ``get``), a fetched record, or None at the end; ``queue.Empty`` after ``timeout`` s."""
+
+    def get(self, timeout: float) -> list[Exchange] | _Fetched | None: ...
+
+
 class StoreBuffer(Protocol):
     """What the recorder needs of the store's outage buffer (``BufferedStore``)."""
 
@@ -108,7 +116,8 @@ class Recorder:
                  flush_health: Callable[[CollectorHealth], None] | None = None,
                  buffer: StoreBuffer | None = None, max_backlog: int = 10_000,
                  max_backlog_bytes: int = MAX_BACKLOG_BYTES,
-                 health_every_s: float = 1.0, linger_s: float = LINGER_S) -> None:
+                 health_every_s: float = 1.0, linger_s: float = LINGER_S,
+                 thread: bool = True) -> None:
         self.write = write
         self.health = health
         self.router = router
@@ -131,8 +140,13 @@ class Recorder:
         if fetcher is not None:
             fetcher.health = health  # its outcomes are the tap's
         self._closing = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tap-recorder", daemon=True)
-        self._thread.start()
+        self._get: Callable[[float], list[Exchange] | _Fetched | None] = \
+            lambda timeout: self._q.get(timeout=timeout)
+        # Without a thread of its own the caller runs the loop (``run``).
+        self._thread: threading.Thread | None = None
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="tap-recorder", daemon=True)
+            self._thread.start()
 
     def submit(self, ex: Exchange) -> None:
         """Called on the proxy's loop: never blocks."""
@@ -165,18 +179,37 @@ class Recorder:
         """Record what is queued and spill what the store did not take. The store is not
         retried once closing starts, so this waits for at most the store call under way
         (bounded by the store's own lock wait and back-off) and the spill."""
-        if self._fetch is not None:
-            self._fetch.close(min(timeout_s, 10.0))
+        self.close_fetches(timeout_s)
         self._closing.set()
-        self._q.put(None)
-        self._thread.join(timeout=timeout_s)
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join(timeout=timeout_s)
+
+    def close_fetches(self, timeout_s: float = 30.0) -> None:
+        """Wait for the images being fetched (their records are queued then)."""
+        if self._fetch is not None and not self._fetch.closed:
+            self._fetch.close(min(timeout_s, 10.0))
+
+    def run(self, intake: Intake) -> None:
+        """The recorder's loop on this thread, on what ``intake`` gives, until it gives
+        None; fetched records come back through ``fetched``."""
+        self._get = intake.get
+        self._run()
+
+    def fetched(self) -> _Fetched | None:
+        """A record whose images were fetched, if one is waiting (for an ``Intake``)."""
+        try:
+            item = self._q.get_nowait()
+        except queue.Empty:
+            return None
+        return item if isinstance(item, _Fetched) else None
 
     # --- the recorder's thread ---------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             try:
-                item = self._q.get(timeout=min(self.health_every_s, 0.5))
+                item = self._get(min(self.health_every_s, 0.5))
             except queue.Empty:
                 self._store([])  # a batch waiting for the store, when its retry is due
                 self._health()
@@ -190,7 +223,7 @@ class Recorder:
                 if len(batch) >= MAX_BATCH:
                     break
                 try:
-                    item = self._q.get(timeout=max(0.0, due - time.monotonic()))
+                    item = self._get(max(0.0, due - time.monotonic()))
                 except queue.Empty:
                     break
                 stop = item is None
@@ -306,6 +339,7 @@ class FetchLoop:
         self._thread = threading.Thread(target=self.loop.run_forever, name="tap-fetch",
                                         daemon=True)
         self._thread.start()
+        self.closed = False
 
     def submit(self, req: RequestFacts, t: RequestTrace) -> None:
         fut = asyncio.run_coroutine_threadsafe(self._fetch(req, t), self.loop)
@@ -322,6 +356,7 @@ class FetchLoop:
                                     for (i, _), s in zip(todo, got, strict=True)]))
 
     def close(self, timeout_s: float) -> None:
+        self.closed = True
         deadline = time.monotonic() + timeout_s
         for fut in list(self._tasks):  # records still fetching: give them their deadline
             with contextlib.suppress(Exception):

@@ -24,6 +24,7 @@ from typing import Any
 
 from mmlens.cli.buffer_options import add_buffer_options
 from mmlens.cli.gc_tuning import tune_gc
+from mmlens.cli.heap_tuning import keep_heap
 from mmlens.collectors.store_buffer import BufferedStore
 from mmlens.collectors.tap import MAX_RECORD_BODY, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
@@ -97,6 +98,7 @@ def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
     """In the recorder's process: the store it writes (through the outage buffer the
     collector uses) and the recorder's options; the process's collector tuned as the
     proxy's is (parsing allocates thousands of short-lived dicts a second)."""
+    keep_heap()
     buffer = BufferedStore(open_store(args.db), args.spill_dir, max_memory=args.buffer_records)
     outage_instance = f"tap {socket.gethostname()}:{os.getpid()}"
     # The recorder writes to the buffer itself: it says how many the store took (fewer: it
@@ -121,6 +123,7 @@ def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    keep_heap()
     host, _, port = args.listen.rpartition(":")
     try:
         open_store(args.db).close()  # created (or refused) before anything listens

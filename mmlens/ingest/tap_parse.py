@@ -44,13 +44,13 @@ LABEL = SOURCE_TAP
 BAD_INPUT = (ValueError, RecursionError, msgspec.DecodeError, UnicodeError)
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | memoryview | str) -> Any:
     """JSON as the routers read it: msgspec first (fast, and it refuses lone surrogates);
     what it refuses through the standard parser (which may still raise), made storable."""
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError:
-        return _storable(json.loads(data))
+        return _storable(json.loads(bytes(data) if isinstance(data, memoryview) else data))
 
 
 @dataclass(slots=True)
@@ -63,7 +63,7 @@ class Exchange:
 
     ts: float
     t0: float
-    body: bytes
+    body: bytes | memoryview  # a view of the recorder process's read buffer, while parsed
     client_request_id: str | None = None
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
@@ -83,7 +83,7 @@ class Exchange:
         """Bytes held (what a backlog of exchanges is bounded by)."""
         return len(self.body) + sum(map(len, self.body_parts)) + self.kept + self.tail_bytes
 
-    def request_body(self) -> bytes:
+    def request_body(self) -> bytes | memoryview:
         return b"".join([self.body, *self.body_parts]) if self.body_parts else self.body
 
     def add(self, t: float, chunk: bytes, head_cap: int, tail_cap: int) -> None:
@@ -199,7 +199,7 @@ def _content_parts(messages: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def request_facts(body: bytes, store_text: bool = False) -> RequestFacts:
+def request_facts(body: bytes | memoryview, store_text: bool = False) -> RequestFacts:
     facts = RequestFacts()
     try:
         obj = loads(body)

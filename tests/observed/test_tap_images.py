@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import os
 import time
 
 import httpx
 from aiohttp import web
 from mmlens.collectors.media_server import MediaServer
+from mmlens.collectors.tap_frames import FrameReader, exchange_frame
 from mmlens.collectors.tap_images import ImageFetcher, public_address
+from mmlens.collectors.tap_process import PipeIntake
+from mmlens.collectors.tap_record import Recorder
 
 from mmlens.cli.tap import layout_fn
+from mmlens.ingest.tap_parse import Exchange
 from mmlens.layout.sent import describe_image
 from mmlens.layout.synthetic_images import synthetic_png
+from mmlens.records import CollectorHealth
 from tests.live_support import free_port, wait_until
 from tests.observed.tap_support import Served, dumped, recorded, tap_in_front
 
@@ -164,3 +171,33 @@ def test_non_public_address_ranges() -> None:
                "::ffff:10.0.0.1", "not an ip"]
     assert [ip for ip in refused if public_address(ip)] == []
     assert public_address("8.8.8.8") and public_address("2001:4860:4860::8888")
+
+
+def test_the_recorder_process_loop_records_what_the_pipe_brought_fetched_images_included(
+) -> None:
+    """The recorder process's one thread (``Recorder.run`` on the pipe): every exchange
+    recorded, its request parsed from the read buffer it was borrowed from, the http image
+    fetched before the end; the proxy's end closing without a word ends the loop."""
+    with MediaServer() as media:
+        image_url = media.add("red.png", PNG)
+        inline = "data:image/png;base64," + base64.b64encode(PNG).decode()
+        sent = [Exchange(1.0 + i, 0.0, b"", f"r{i}", 200, {"x-request-id": f"r{i}"},
+                         body_parts=[json.dumps(body(u)).encode()[:9],
+                                     json.dumps(body(u)).encode()[9:]])
+                for i, u in enumerate([inline, image_url, inline])]
+        r, w = os.pipe()
+        for ex in sent:
+            os.writev(w, exchange_frame(ex))
+        os.close(w)  # gone without a stop frame, as a killed proxy
+        records: list = []
+        health = CollectorHealth("tap", "u")
+        rec = Recorder(records.extend, health, fetcher=fetcher(), thread=False)
+        rec.run(PipeIntake(FrameReader(r), rec, [CollectorHealth("tap", "u")], health))
+        os.close(r)
+    assert sorted(t.request_id for t in records) == ["r0", "r1", "r2"]
+    for t in records:
+        (im,) = t.images
+        assert (im.width, im.height, im.byte_size) == (320, 200, len(PNG))
+    assert {t.request_id: t.images[0].url_kind for t in records} == {
+        "r0": "data", "r1": "http", "r2": "data"}
+    assert health.counters["images_fetched"] == 1
