@@ -21,7 +21,7 @@ reason.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from mmlens.analysis.judgement.evidence import Realized
@@ -142,25 +142,37 @@ class WorkerChains:
                images: Iterable[str] = (), prompt_end: int | None = None) -> None:
         if not hashes:
             return
-        held, copies, depth = self.segment_of, self.copies, self.depth
-        base = 0 if parent is None else depth.get(parent)
-        below = None if parent is None else held.get(parent)
+        held, depth = self.segment_of, self.depth
+        n = len(hashes)
+        if parent is None:
+            base, under = 0, _NO_IMAGES
+        else:
+            base = depth.get(parent)
+            below = held.get(parent)
+            under = _NO_IMAGES if below is None else below.images
         first = held.get(hashes[0])
-        under = _NO_IMAGES if below is None else below.images
-        seg = Segment(ts, base, len(hashes), parent, hashes[-1],
+        seg = Segment(ts, base, n, parent, hashes[-1],
                       frozenset(images) | under if images else under,
                       None if first is None else first.ts, prompt_end)
+        copies = self.copies
         for h in hashes:
             if h in held:
                 copies[h] = copies.get(h, 0) + 1
+        # Rows come in time order (nearly all): appended in place, a late one inserted.
         if base is not None:
-            for i, h in enumerate(hashes, start=base + 1):
+            i = base
+            for h in hashes:
+                i += 1
                 held[h] = seg
                 depth[h] = i
-            end = self.by_end.get(base + len(hashes))
+            end = self.by_end.get(i)
             if end is None:
-                end = self.by_end[base + len(hashes)] = _ByTime()
-            _add(end, seg)
+                self.by_end[i] = _ByTime([ts], [seg])
+            elif not end.times or ts >= end.times[-1]:
+                end.times.append(ts)
+                end.segs.append(seg)
+            else:
+                end.add(seg)
         else:
             for h in hashes:
                 held[h] = seg
@@ -168,15 +180,20 @@ class WorkerChains:
         if parent is not None:
             kids = self.children.get(parent)
             if kids is None:
-                kids = self.children[parent] = _ByTime()
-            _add(kids, seg)
+                self.children[parent] = _ByTime([ts], [seg])
+            elif not kids.times or ts >= kids.times[-1]:
+                kids.times.append(ts)
+                kids.segs.append(seg)
+            else:
+                kids.add(seg)
         _add(self.all, seg)
-        if len(hashes) == 1:
+        if n == 1:
             _add(self.ones, seg)
             at = self.ones_at.get(base)
             if at is None:
-                at = self.ones_at[base] = _ByTime()
-            _add(at, seg)
+                self.ones_at[base] = _ByTime([ts], [seg])
+            else:
+                _add(at, seg)
         if ts > self.last_ts:
             self.last_ts = ts
 
@@ -252,6 +269,14 @@ def _until(r: Served, slack_s: float) -> float:
     return late if r.stored_by is None else min(late, r.stored_by)
 
 
+_Bounds = tuple["tuple[int, int] | None", float, float]
+
+
+def _bounds(served: Sequence[Served], slack_s: float) -> list[_Bounds]:
+    """Per request its ``_full``, ``_since`` and ``_until``, read once for every step."""
+    return [(_full(r), _since(r, slack_s), _until(r, slack_s)) for r in served]
+
+
 def image_key(identity: str) -> str:
     """An image identity as both sides can compare it: its first 8 bytes (Dynamo logs that
     much of the hash its workers key blocks by; the engines' events carry all of it)."""
@@ -286,18 +311,14 @@ def _blind_to(chains: WorkerChains, served: Sequence[Served], slack_s: float,
             for r in served]
 
 
-def _hit(seg: Segment, full: int) -> int:
-    return full - seg.blocks if seg.base is None else seg.base
-
-
-def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: float,
-          announces_all: bool = False) -> list[Segment]:
+def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, since: float,
+          until: float, announces_all: bool = False) -> list[Segment]:
     """Segments stored while ``r`` ran that end at its prompt's depth (or hang off a block
     the index never saw and are no longer than its prompt). On an engine that caches a
     prompt's blocks at allocation (``announces_all``), not a copy of a block it could hit
     that was stored before it started: it found that block (a copy comes from a request
-    that recomputed its prompt's last block, found whole)."""
-    since, until = _since(r, slack_s), _until(r, slack_s)
+    that recomputed its prompt's last block, found whole). ``since``, ``until``: when its
+    blocks can have been stored (``_since``, ``_until``)."""
     known = r.known_blocks
     out = []
     ends = _ends(r, full)
@@ -316,46 +337,33 @@ def _fits(chains: WorkerChains, r: Served, full: int, max_hit: int, slack_s: flo
     return [s for s in out if same_images(s, r.images)] if r.images is not None else out
 
 
-def _decodes(chains: WorkerChains, served: Sequence[Served], fits: dict[str, list[Segment]],
-             slack_s: float) -> dict[Segment, str]:
+def _decodes(chains: WorkerChains, served: Sequence[Served], bounds: Sequence[_Bounds],
+             fits: dict[str, list[Segment]]) -> dict[Segment, str]:
     """Segments that may be a request's decode: hung off the last block of a segment that
     may be its prefill (or of its decode before), stored while it ran, at its prompt's
     depth. Not only that: a longer prompt with those blocks first may have stored it."""
     out: dict[Segment, str] = {}
     children = chains.children
-    for r in served:
+    for r, (f, _, until) in zip(served, bounds, strict=True):
         mine = fits.get(r.request_id)
-        f = _full(r)
         if not mine or f is None:
             continue
         rid, full = r.request_id, f[0]
         own = set(mine)
-
-        def take(child: Segment, rid: str = rid, full: int = full, own: set = own) -> bool:
-            b = child.base
-            if b is not None and b >= full and child not in out and child not in own:
-                out[child] = rid
-                return True
-            return False
-
-        _walk(children, [s.last for s in mine], min(s.ts for s in mine), _until(r, slack_s),
-              take)
+        since = min(s.ts for s in mine)
+        tips = [s.last for s in mine]
+        while tips:  # down the children stored in the window (the test inline: hot)
+            kids = children.get(tips.pop())
+            if kids is None:
+                continue
+            times = kids.times
+            for child in kids.segs[bisect.bisect_left(times, since):
+                                   bisect.bisect_right(times, until)]:
+                b = child.base
+                if b is not None and b >= full and child not in out and child not in own:
+                    out[child] = rid
+                    tips.append(child.last)
     return out
-
-
-def _walk(children: Mapping[str, _ByTime], tips: list[str], since: float, until: float,
-          take: Callable[[Segment], bool]) -> None:
-    """From the blocks ``tips``: the segments hung off them, stored from ``since`` to
-    ``until``, that ``take`` takes, and on from each of those."""
-    while tips:
-        kids = children.get(tips.pop())
-        if kids is None:
-            continue
-        times = kids.times
-        for child in kids.segs[bisect.bisect_left(times, since):
-                               bisect.bisect_right(times, until)]:
-            if take(child):
-                tips.append(child.last)
 
 
 def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
@@ -439,25 +447,24 @@ def _pair_off(segs: list[Segment], runs: list[Served], slack_s: float,
 
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,
-               announces_all: bool = False) -> dict[str, list[Segment]]:
+               announces_all: bool = False, bounds: Sequence[_Bounds] | None = None,
+               ) -> dict[str, list[Segment]]:
     """Per request, the segments it may own as its prefill. A request of unknown length
     may own any segment stored while it ran: it is no one's answer, but a rival that keeps
-    others from claiming its chain."""
+    others from claiming its chain. ``bounds``: ``_bounds(served, slack_s)``."""
     fits: dict[str, list[Segment]] = {}
-    for r in served:
-        f = _full(r)
+    for r, (f, since, until) in zip(served, bounds or _bounds(served, slack_s), strict=True):
         if f is None:
-            fits[r.request_id] = chains.window(_since(r, slack_s), _until(r, slack_s))
+            fits[r.request_id] = chains.window(since, until)
         elif f[0] == 0:  # a prompt shorter than a block: its decode starts a chain
-            fits[r.request_id] = [s for s in chains.window(_since(r, slack_s),
-                                                           _until(r, slack_s))
+            fits[r.request_id] = [s for s in chains.window(since, until)
                                   if s.parent is None and s.blocks == 1]
         else:
-            fits[r.request_id] = _fits(chains, r, *f, slack_s, announces_all)
+            fits[r.request_id] = _fits(chains, r, *f, since, until, announces_all)
     return fits
 
 
-def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: float,
+def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], bounds: Sequence[_Bounds],
                    ) -> dict[Segment, set[str]]:
     """Segments some request may have stored as its decode: one block (a decode fills one
     at a time) stored while it ran, hung off a block at its prompt's depth or off such a
@@ -465,9 +472,7 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
     prompt an owner. Segment → the requests it may be the decode of."""
     out: dict[Segment, set[str]] = {}
     children, ones, ones_at = chains.children, chains.ones, chains.ones_at
-    for r in served:
-        f = _full(r)
-        since, until = _since(r, slack_s), _until(r, slack_s)
+    for r, (f, since, until) in zip(served, bounds, strict=True):
         if f is None:
             mine = set(ones.between(since, until))
         else:
@@ -478,13 +483,17 @@ def _maybe_decodes(chains: WorkerChains, served: Sequence[Served], slack_s: floa
                 if at is not None:
                     mine.update(at.between(since, until))
 
-            def take(child: Segment, mine: set = mine) -> bool:
-                if child.blocks == 1 and child not in mine:
-                    mine.add(child)
-                    return True
-                return False
-
-            _walk(children, [s.last for s in mine], since, until, take)
+            tips = [s.last for s in mine]
+            while tips:  # down the children stored in the window (the test inline: hot)
+                kids = children.get(tips.pop())
+                if kids is None:
+                    continue
+                times = kids.times
+                for child in kids.segs[bisect.bisect_left(times, since):
+                                       bisect.bisect_right(times, until)]:
+                    if child.blocks == 1 and child not in mine:
+                        mine.add(child)
+                        tips.append(child.last)
         rid = r.request_id
         for seg in mine:
             got = out.get(seg)
@@ -650,17 +659,18 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     served = _blind_to(chains, served, slack_s, known_images, span)
     if only is not None:
         served = _overlapping(served, only, slack_s)
-    cands = candidates(chains, served, slack_s, announces_all)
+    bounds = _bounds(served, slack_s)
+    cands = candidates(chains, served, slack_s, announces_all, bounds)
     # A request whose first decode block is known (or one of a few): its prompt ends at the
     # block that hangs off, so it computed no chain ending elsewhere.
     for rid, tips in decode_tips(chains, served, slack_s).items():
         if rid in cands:
             cands[rid] = [s for s in cands[rid] if s.last in tips]
-    decodes = _maybe_decodes(chains, served, slack_s)
+    decodes = _maybe_decodes(chains, served, bounds)
     # A segment hung off a prompt a request may have stored may be its decode: it owes no
     # prompt an owner, but stays a longer prompt's candidate (one with the same blocks
     # first, computed beside it or found).
-    for seg, rid in _decodes(chains, served, cands, slack_s).items():
+    for seg, rid in _decodes(chains, served, bounds, cands).items():
         decodes.setdefault(seg, set()).add(rid)
     if only is not None:
         cands = _connected(cands, only)
@@ -669,10 +679,10 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
     if sizes is not None:
         sizes.update(learned)
     out: dict[str, Realized] = {}
-    for r in served:
-        if only is not None and r.request_id not in only:
+    for r, (f, since, until) in zip(served, bounds, strict=True):
+        rid = r.request_id
+        if only is not None and rid not in only:
             continue
-        rid, f = r.request_id, _full(r)
         mine = owners.owned_by(rid, cands.get(rid, ()))
         none = owners.may_own_none(rid)
         if latest is not None and mine and not none:
@@ -691,11 +701,11 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
         if full == 0:
             out[rid] = Realized(0, None, SOURCE_KV)
             continue
-        if not mine and chains.last_ts < _until(r, slack_s):
+        if not mine and chains.last_ts < until:
             continue  # the worker's events may not have arrived yet
-        since = _since(r, slack_s)
-        own = {_hit(s, full) for s in mine} | {
-            min(_hit(s, full + 1), max_hit) for s in mine if r.one_more and s.base is None}
+        own = {full - s.blocks if s.base is None else s.base for s in mine}
+        if r.one_more:
+            own |= {min(full + 1 - s.blocks, max_hit) for s in mine if s.base is None}
         readings = set(own)
         for seg in () if announces_all else mine:
             # Its chain's blocks above where it starts, stored by another request while it
@@ -708,7 +718,7 @@ def attribute(chains: WorkerChains, served: Sequence[Served], worker: str,
             # ...or another request stored the same prompt while it computed it too.
             # (it ends at one of the consecutive depths ``_ends``: lo..hi)
             lo, hi = full, full + 1 if r.one_more else full
-            alongside = {min(b, max_hit) for s in chains.window(since, _until(r, slack_s))
+            alongside = {min(b, max_hit) for s in chains.window(since, until)
                          if (b := s.base) is not None and b < hi and b + s.blocks >= lo
                          and same_images(s, r.images) and sized_like(learned, r.sizes, s)}
             readings |= alongside

@@ -170,7 +170,8 @@ RIVAL = "#failed-attempt"  # a failed attempt's run is named its request id and 
 
 def _rivals(t: RequestTrace, end: float, bs: int, ids: frozenset[str] | None,
             ) -> tuple[tuple[str, Served], ...]:
-    if all(p.attempt is None for p in t.predictions):
+    preds = t.predictions
+    if (len(preds) == 1 and preds[0].attempt is None) or all(p.attempt is None for p in preds):
         return ()  # one attempt (most requests): no failed run
     runs = failed_runs(t, end)
     if not runs:
@@ -198,15 +199,14 @@ def _seen(t: RequestTrace) -> _Seen:
     # On the router's own host the engine's clock is the router's: its blocks are stored
     # after the exact dispatch, with no slack before it. Where the worker's own log says
     # when the request reached it, that is on the engine's clock wherever it runs.
-    exact = clocks_apart(u) == 0 and exact_dispatch(t) is not None
-    froms = [at for at in (start if exact else None, t.engine_received.get(u.split("#", 1)[0])
-                                                     if t.engine_received else None)
-             if at is not None]
+    received = t.engine_received.get(u.split("#", 1)[0]) if t.engine_received else None
+    if clocks_apart(u) == 0 and exact_dispatch(t) is not None:
+        received = start if received is None else max(start, received)
     prompt, up = prompt_told(t, bs)
     rivals = _rivals(t, end, bs, ids)
     return _Seen(t, len(t.predictions), u, Served(  # positional: one per request, and hot
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        None, max(froms) if froms else None, up, sizes_of(t), length_exact(t)), ids,
+        None, received, up, sizes_of(t), length_exact(t)), ids,
         tuple((w, r) for w, r in rivals if w != u) if rivals else ())
 
 
@@ -574,10 +574,11 @@ class JudgeState:
     def _verdicts(self, wanted: Sequence[RequestTrace], realized: Mapping[str, Realized],
                   blind: frozenset[str], judged_at: float | None) -> list[Verdict]:
         out = []
-        removals = self.removals
+        removals, index = self.removals, self.held
         for t in wanted:
-            u = unit_of(t)
-            held, seed = self.held.held(t)
+            # nothing held anywhere (no layouts) or removed: neither asked of each request
+            held, seed = index.held(t) if index.workers else ({}, None)
+            u = unit_of(t) if removals else None
             out.append(judge(Evidence(
                 t, realized.get(t.request_id), held, "earlier requests' layouts" if held
                 else None, seed, 0 if u is None or u not in removals

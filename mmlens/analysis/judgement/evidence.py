@@ -9,7 +9,9 @@ from mmlens.ingest.observed import known
 from mmlens.records import RequestTrace
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built per request judged, and a frozen one costs four times as much to
+# build; nothing changes one once built.
+@dataclass(slots=True)
 class Realized:
     """Blocks the engine served from cache, and who said so. ``alternatives``: other block
     counts the evidence allows as well (two requests it cannot tell apart), with ``reason``."""

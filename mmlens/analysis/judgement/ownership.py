@@ -38,12 +38,25 @@ class Owners(Generic[S]):
     _comp: dict[S, int] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        rivals, optional = self.rivals, self.optional
         for rid, segs in self.cands.items():
             for s in segs:
-                self.rivals.setdefault(s, []).append(rid)
-        self.by_seg = {s: rids for s, rids in self.rivals.items() if s not in self.optional}
-        unowned = [s for s in self.by_seg
-                   if not self._augment(s, set(), self.seg_of, self.owner_of, None)]
+                got = rivals.get(s)
+                if got is None:
+                    rivals[s] = [rid]
+                else:
+                    got.append(rid)
+        by_seg = self.by_seg = {s: rids for s, rids in rivals.items() if s not in optional} \
+            if optional else dict(rivals)
+        seg_of, owner_of = self.seg_of, self.owner_of
+        unowned = []
+        for s, rids in by_seg.items():
+            first = rids[0]
+            if first not in seg_of:  # ``_augment``'s first step, without its frames
+                seg_of[first] = s
+                owner_of[s] = first
+            elif not self._augment(s, set(), seg_of, owner_of, None):
+                unowned.append(s)
         if unowned:
             loose = self._groups_of(unowned)
             self.by_seg = {s: rids for s, rids in self.by_seg.items() if s not in loose}

@@ -195,8 +195,9 @@ def judge(ev: Evidence, judged_at: float | None = None) -> Verdict:
     if pred.predicted_blocks is None:
         unknown.append("predicted_blocks")
     if got is not None:
-        evidence.update(realized_blocks=got.blocks, realized_source=got.source,
-                        realized_alternatives=list(got.alternatives))
+        evidence["realized_blocks"] = got.blocks
+        evidence["realized_source"] = got.source
+        evidence["realized_alternatives"] = list(got.alternatives)
         sources["realized"] = got.source
         if "cached_tokens" in unknown:
             unknown.remove("cached_tokens")
