@@ -8,7 +8,7 @@ import random
 
 from mmlens.demo.prefix_cache import MediaSpan, PrefixCache, StoredBlocks
 
-from mmlens.analysis.judgement.attribution import Served, WorkerChains, attribute
+from mmlens.analysis.judgement.attribution import Served, WorkerChains, attribute, decode_tips
 
 BS = 16
 
@@ -235,7 +235,7 @@ def test_a_length_from_a_rounded_up_block_count_may_fill_its_last_block():
 
     t = fragment("d", "router_log", 1.0, "dynamo")
     t.predictions = [RoutingDecision("d", "dynamo", "log:routing_best", request_blocks=6)]
-    assert prompt_told(t, BS) == (81, True)
+    assert prompt_told(t, BS) == (81, True, False)
 
 
 A_ID, B_ID = "a" * 16 + "0" * 48, "b" * 16 + "0" * 48
@@ -414,6 +414,40 @@ def test_decode_blocks_of_one_length_pair_off_with_their_requests():
 
     assert readings(_one_length_pair(both_decodes=True)) == {"p": {6}, "q": {6}, "s": {0}}
     assert readings(_one_length_pair(both_decodes=False)) == {key: {0, 6} for key in "pqs"}
+
+
+def _counted_by_blocks(decodes: bool) -> dict:
+    """"t" (text only: SMG counted 1 full block, its length no more) and "u" (23 tokens, told
+    exactly) at once; u found an earlier request's block b0, t computed a0."""
+    c = WorkerChains()
+    c.stored(0.0, None, ["b0"])
+    c.stored(5.1, None, ["a0"])
+    if decodes:
+        c.stored(5.3, "a0", ["td"], prompt_end=3)
+        c.stored(5.35, "b0", ["ud"], prompt_end=7)  # 7 tokens in: 16 + 7 = 23, u's
+    c.stored(9.0, None, ["later"])
+    served = [Served("t", 5.0, 6.0, 17, BS), Served("u", 5.02, 6.0, 23, BS, exact=True)]
+    return attribute(c, served, "w1", announces_all=True)
+
+
+def test_a_request_whose_blocks_a_router_counted_owns_a_decode_block_too():
+    """A request whose full blocks the router counted may own any decode block at that
+    depth, one whose length is told only those that end where it does: the block 7 tokens
+    in is u's (t may own either, u only that one), so the other is t's, and t computed a0
+    while u found b0. Without the decode blocks either may have done either."""
+    def readings(got: dict) -> dict[str, set[int]]:
+        return {r: {v.blocks, *v.alternatives} for r, v in got.items()}
+
+    assert readings(_counted_by_blocks(decodes=True)) == {"t": {0}, "u": {1}}
+    assert readings(_counted_by_blocks(decodes=False)) == {"t": {0, 1}, "u": {0, 1}}
+    # An approximate tree's units count no blocks: such a request may own any decode block
+    # it ran for, so none pairs off.
+    c = WorkerChains()
+    c.stored(5.1, None, ["a0"])
+    c.stored(5.3, "a0", ["td"], prompt_end=3)
+    tree = Served("v", 5.0, 6.0, 17, BS, approx=True)
+    assert decode_tips(c, [Served("t", 5.0, 6.0, 17, BS), tree], 0.05) == {}
+    assert decode_tips(c, [Served("t", 5.0, 6.0, 17, BS)], 0.05) == {"t": frozenset({"a0"})}
 
 
 def test_where_a_prompt_ends_in_a_block():

@@ -65,7 +65,8 @@ class Served:
     may fill that last block: one full block more than ``prompt_tokens`` gives (the most it
     can hit stays the same). ``sizes``: its images' pixel sizes where the router logged
     every one (SMG logs sizes, no identities). ``exact``: ``prompt_tokens`` is the engine's
-    prompt length to the token (not the shortest a block count allows)."""
+    prompt length to the token (not the shortest a block count allows). ``approx``: it is
+    an approximate tree's count of units, whose full blocks need not be the engine's."""
 
     request_id: str
     start: float
@@ -79,6 +80,7 @@ class Served:
     one_more: bool = False
     sizes: tuple[tuple[int, int], ...] | None = None
     exact: bool = False
+    approx: bool = False
 
 
 @dataclass(slots=True)
@@ -369,78 +371,114 @@ def _decodes(chains: WorkerChains, served: Sequence[Served], bounds: Sequence[_B
 def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
                 ) -> dict[str, frozenset[str]]:
     """Requests whose prompt's last full block the decode blocks narrow down. A one-block
-    store whose tokens end a prompt (``Segment.prompt_end``) hung off a block at depth d is
-    the first decode block of a request d blocks and that many tokens long (each request
-    has one) that ran when it was stored. Where every request that can be of that length
-    had it told to the token (a request of d full blocks or of unknown length may be any
-    such block's: then none is read), the blocks of one length and its requests pair off:
-    a block only one of them ran for is that one's; where as many blocks as requests are
-    left (a request whose first decode block is not among them makes no such count), each
-    of those requests' first decode block is one of the blocks it ran for. Request → the
-    blocks its prompt's last full block may be (one, or a few: its chain ends at one of
-    them, which may settle its hit whichever it is).
+    store whose tokens end a prompt (``Segment.prompt_end``: k tokens) hung off a block at
+    depth d is the first decode block of a request of d full blocks that ran when it was
+    stored (each request has one at most): one whose length is told to the token and is
+    d blocks and k tokens, or one whose full blocks a router counted as d. Where no request
+    whose full blocks nobody counted (its length unknown, an approximate tree's units, a
+    count rounded up) could be its, the blocks at depth d and those requests pair off, in
+    each group linked by who may own what: a block only one of them may own is that one's;
+    where a group has as many blocks left as requests, each of those requests' first
+    decode block is one of the blocks it may own (a request whose decode block is not among
+    them makes no such count). Request → the blocks its prompt's last full block may be
+    (one, or a few: its chain ends at one of them, which may settle its hit whichever it
+    is).
     Read as a decode block is also a longer prompt's last full block with an earlier
     assistant turn's header in it and the rest of that conversation after it in the same
-    block (very short turns); it names a request only if one of exactly the length that
-    header's place gives ran then (no such case in the live runs: their prompts are single
-    turns)."""
-    exact: dict[tuple[int, int], list[Served]] = {}
-    loose: list[Served] = []
+    block (very short turns); it names a request only if one of the length that header's
+    place gives ran then (no such case in the live runs: their prompts are single turns)."""
+    counted: dict[int, list[tuple[Served, int | None]]] = {}  # depth → (request, its k)
+    uncounted: list[Served] = []
     for r in served:
-        if r.exact and r.prompt_tokens and not r.one_more and r.block_size > 0:
+        if r.prompt_tokens is None or r.block_size <= 0 or r.approx or (
+                r.one_more and not r.exact):
+            uncounted.append(r)
+        elif r.exact:
             d, k = divmod(r.prompt_tokens, r.block_size)
             if d and k:
-                exact.setdefault((d, k), []).append(r)
-        else:
-            loose.append(r)
-    if not exact:
+                counted.setdefault(d, []).append((r, k))
+        elif (d := r.prompt_tokens // r.block_size) > 0:
+            counted.setdefault(d, []).append((r, None))
+    if not counted:
         return {}
     since, until = runs_span(served, slack_s)
-    blocks: dict[tuple[int, int], list[Segment]] = {}
+    blocks: dict[int, list[Segment]] = {}
+    blind: set[int] = set()
     for seg in chains.ones.between(since, until):
-        if seg.prompt_end is None or seg.base is None or seg.parent is None:
+        d = seg.base
+        if seg.prompt_end is None or d is None or seg.parent is None or d not in counted \
+                or d in blind:
             continue
-        key = (seg.base, seg.prompt_end)
-        if key in exact and not any(
-                _since(r, slack_s) <= seg.ts <= _until(r, slack_s)
-                and ((f := _full(r)) is None or seg.base in _ends(r, f[0])) for r in loose):
-            blocks.setdefault(key, []).append(seg)
-        elif key in exact:
-            exact.pop(key)  # a request of unknown length may own it: no count holds
-            blocks.pop(key, None)
+        if any(_since(r, slack_s) <= seg.ts <= _until(r, slack_s) and (
+                r.prompt_tokens is None or r.approx or d in _ends(r, r.prompt_tokens
+                                                                 // max(1, r.block_size)))
+               for r in uncounted):
+            blind.add(d)  # a request nobody counted may own it: no count holds at d
+            continue
+        blocks.setdefault(d, []).append(seg)
     out: dict[str, frozenset[str]] = {}
-    for key, segs in blocks.items():
-        if key in exact:
-            out.update(_pair_off(segs, exact[key], slack_s))
+    for d, segs in blocks.items():
+        if d in blind:
+            continue
+        may = {id(seg): [r.request_id for r, k in counted[d]
+                         if (k is None or k == seg.prompt_end)
+                         and _since(r, slack_s) <= seg.ts <= _until(r, slack_s)]
+               for seg in segs}
+        for group, rids in _groups(segs, may):
+            out.update(_pair_off(group, rids, may))
     return out
 
 
-def _pair_off(segs: list[Segment], runs: list[Served], slack_s: float,
+def _groups(segs: list[Segment], may: Mapping[int, list[str]],
+            ) -> list[tuple[list[Segment], set[str]]]:
+    """The blocks and requests linked by who may own what, each group apart."""
+    of: dict[str, list[Segment]] = {}
+    for seg in segs:
+        for rid in may[id(seg)]:
+            of.setdefault(rid, []).append(seg)
+    out, placed = [], set()
+    for seg in segs:
+        if id(seg) in placed:
+            continue
+        group, rids, todo = [], set(), [seg]
+        placed.add(id(seg))
+        while todo:
+            s = todo.pop()
+            group.append(s)
+            for rid in may[id(s)]:
+                if rid not in rids:
+                    rids.add(rid)
+                    for t in of[rid]:
+                        if id(t) not in placed:
+                            placed.add(id(t))
+                            todo.append(t)
+        out.append((group, rids))
+    return out
+
+
+def _pair_off(segs: list[Segment], runs: set[str], may: Mapping[int, list[str]],
               ) -> dict[str, frozenset[str]]:
     """Each block in ``segs`` is the first decode block of one of ``runs`` (one each at
-    most): the parents each run's may hang off, where that follows."""
-    ran = {id(seg): [r.request_id for r in runs
-                     if _since(r, slack_s) <= seg.ts <= _until(r, slack_s)] for seg in segs}
-    if any(not rids for rids in ran.values()):
-        return {}  # a block no run of its length was running for: not one of theirs
+    most; ``may``: block → the runs that may own it): the parents each run's may hang off,
+    where that follows."""
+    if any(not may[id(seg)] for seg in segs):
+        return {}  # a block no run that may own it ran for: not one of theirs
     out: dict[str, frozenset[str]] = {}
-    left, free = list(segs), {r.request_id for r in runs}
-    while True:  # a block only one free run ran for is its: that run is no other's
+    left, free = list(segs), set(runs)
+    while True:  # a block only one free run may own is its: that run owns no other
         sole = next(((seg, rids[0]) for seg in left
-                     if len(rids := [x for x in ran[id(seg)] if x in free]) == 1), None)
+                     if len(rids := [x for x in may[id(seg)] if x in free]) == 1), None)
         if sole is None:
             break
         seg, rid = sole
-        if rid in out:  # a run two blocks claim: not a decode count that holds
-            return {}
         out[rid] = frozenset((seg.parent,)) if seg.parent else frozenset()
         left.remove(seg)
         free.discard(rid)
-    if any(not any(x in free for x in ran[id(seg)]) for seg in left):
-        return {}
+    if any(not any(x in free for x in may[id(seg)]) for seg in left):
+        return {}  # a block none left may own: not a decode count that holds
     if left and len(left) == len(free):
         for rid in free:
-            mine = frozenset(seg.parent for seg in left if rid in ran[id(seg)] and seg.parent)
+            mine = frozenset(seg.parent for seg in left if rid in may[id(seg)] and seg.parent)
             if mine:
                 out[rid] = mine
     return {rid: tips for rid, tips in out.items() if tips}

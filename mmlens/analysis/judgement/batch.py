@@ -88,24 +88,25 @@ def prompt_of(t: RequestTrace, block_size: int) -> int | None:
     return prompt_told(t, block_size)[0]
 
 
-def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool]:
-    """``prompt_of``, and whether it is the shortest of a rounded-up block count."""
+def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool, bool]:
+    """``prompt_of``; whether it is the shortest of a rounded-up block count; whether it is
+    an approximate tree's units (SMG's: their full blocks need not be the engine's)."""
     if t.prompt_tokens and known(t, "prompt_tokens"):
-        return int(t.prompt_tokens), False
+        return int(t.prompt_tokens), False, False
     exact = next((p.expanded_tokens for p in t.predictions if p.expanded_tokens), None) or \
         dynamo_prompt(t)
     if exact:
-        return int(exact), False
+        return int(exact), False, False
     told = next((p.input_units for p in t.predictions if p.input_units
                  and p.prediction_source == "approximate_tree"), None)
     if told:
-        return int(told), False
+        return int(told), False, True
     blocks = next((p.request_blocks for p in t.predictions if p.request_blocks is not None),
                   None)
     if blocks is None:
-        return None, False
+        return None, False, False
     up = t.router_kind == "dynamo" and blocks > 0
-    return max(0, blocks - int(up)) * block_size + 1, up
+    return max(0, blocks - int(up)) * block_size + 1, up, False
 
 
 def length_exact(t: RequestTrace) -> bool:
@@ -176,14 +177,14 @@ def _rivals(t: RequestTrace, end: float, bs: int, ids: frozenset[str] | None,
     runs = failed_runs(t, end)
     if not runs:
         return ()
-    prompt, up = prompt_told(t, bs)
+    prompt, up, approx = prompt_told(t, bs)
     sizes, seen = sizes_of(t), set()
     out = []
     for worker, start, stop in runs:
         if worker not in seen:  # its earliest on a unit: one run per unit
             seen.add(worker)
             out.append((worker, Served(t.request_id + RIVAL, start, stop, prompt, bs,
-                                       None, ids, one_more=up, sizes=sizes)))
+                                       None, ids, one_more=up, sizes=sizes, approx=approx)))
     return tuple(out)
 
 
@@ -202,11 +203,11 @@ def _seen(t: RequestTrace) -> _Seen:
     received = t.engine_received.get(u.split("#", 1)[0]) if t.engine_received else None
     if clocks_apart(u) == 0 and exact_dispatch(t) is not None:
         received = start if received is None else max(start, received)
-    prompt, up = prompt_told(t, bs)
+    prompt, up, approx = prompt_told(t, bs)
     rivals = _rivals(t, end, bs, ids)
     return _Seen(t, len(t.predictions), u, Served(  # positional: one per request, and hot
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        None, received, up, sizes_of(t), length_exact(t)), ids,
+        None, received, up, sizes_of(t), length_exact(t), approx), ids,
         tuple((w, r) for w, r in rivals if w != u) if rivals else ())
 
 
