@@ -368,7 +368,7 @@ def test_smg_definite_verdicts_from_logs_and_kv_events_are_right(smg_run: Run) -
 
 
 # Issue 21's share, strictly: met on every production-shaped run with the rules of 3 December
-# (SMG 96.0-98.7 %, Dynamo 96.9-99.1 %, runs L-O; one store of an earlier run re-judged,
+# (SMG 96.0-98.7 %, Dynamo 96.9-99.1 %, runs L-P; one store of an earlier run re-judged,
 # recorded before the straddled prompt ends were read, 94.6 %). It rests on the traffic's
 # timing, not only the code: at 16 in flight, requests of one exact prompt length with
 # different same-size images overlap on a worker, and which of them computed a chain fits the
