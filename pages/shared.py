@@ -646,12 +646,21 @@ def _cell(v: Any) -> str:
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
+def verdict_rows_css(df: pd.DataFrame) -> pd.DataFrame:
+    """Each cell's CSS: its row's verdict colour, built once for the whole frame (a styler
+    function per row cost 45-127 ms of a 100-row Routing run)."""
+    verdicts = df["verdict"] if "verdict" in df.columns else [None] * len(df)
+    per_row = [verdict_css(v) for v in verdicts]
+    return pd.DataFrame({col: per_row for col in df.columns}, index=df.index)
+
+
 def request_table(rows: list[dict[str, Any]], key: str,
                   column_config: dict[str, Any] | None = None) -> None:
     """Requests as a table, each row coloured by its verdict (misses stand out); selecting a
     row opens that request in the inspector, in this tab: one click."""
     df = table(rows)
-    styled = df.style.apply(lambda row: [verdict_css(row.get("verdict"))] * len(row), axis=1)
+    css = verdict_rows_css(df)
+    styled = df.style.apply(lambda _: css, axis=None)
     event = st.dataframe(styled, hide_index=True, width="stretch", key=key,
                          on_select="rerun", selection_mode="single-row",
                          column_config=column_config)
