@@ -9,7 +9,7 @@ from mmlens.analysis.views.common import verdict_css
 
 
 def test_every_cell_takes_its_rows_verdict_colour() -> None:
-    from pages.shared import table, verdict_rows_css
+    from mmlens.ui.shared import table, verdict_rows_css
 
     df = table([{"request": "a", "verdict": "false_hit", "worker": "w1", "blocks": 3},
                 {"request": "b", "verdict": "hit", "worker": None, "blocks": None},
