@@ -107,9 +107,9 @@ class StoreReads(SQLBase):
             queries.append((sql, args, ()))
         listed = set(names or ())
         rows = []
-        for q, a, earlier in queries:
+        for i, (q, a, earlier) in enumerate(queries):
             fresh = self._rows(q, a)
-            if q is not queries[0][0]:  # a row an earlier query gave is not read twice
+            if i:  # a row an earlier query gave is not read twice
                 fresh = [r for r in fresh if r[2] not in listed and not r[2].startswith(
                     tuple(earlier))]
             rows += fresh

@@ -387,18 +387,22 @@ def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
     assistant turn's header in it and the rest of that conversation after it in the same
     block (very short turns); it names a request only if one of the length that header's
     place gives ran then (no such case in the live runs: their prompts are single turns)."""
-    counted: dict[int, list[tuple[Served, int | None]]] = {}  # depth → (request, its k)
-    uncounted: list[Served] = []
+    # depth → (request, its k: None where only its full blocks are known, its window)
+    counted: dict[int, list[tuple[str, int | None, float, float]]] = {}
+    # (its window, the depths it may end at: None for any)
+    uncounted: list[tuple[float, float, tuple[int, ...] | None]] = []
     for r in served:
-        if r.prompt_tokens is None or r.block_size <= 0 or r.approx or (
-                r.one_more and not r.exact):
-            uncounted.append(r)
+        since, until = _since(r, slack_s), _until(r, slack_s)
+        if r.prompt_tokens is None or r.block_size <= 0 or r.approx:
+            uncounted.append((since, until, None))
+        elif r.one_more and not r.exact:
+            uncounted.append((since, until, _ends(r, r.prompt_tokens // r.block_size)))
         elif r.exact:
             d, k = divmod(r.prompt_tokens, r.block_size)
             if d and k:
-                counted.setdefault(d, []).append((r, k))
+                counted.setdefault(d, []).append((r.request_id, k, since, until))
         elif (d := r.prompt_tokens // r.block_size) > 0:
-            counted.setdefault(d, []).append((r, None))
+            counted.setdefault(d, []).append((r.request_id, None, since, until))
     if not counted:
         return {}
     since, until = runs_span(served, slack_s)
@@ -409,10 +413,7 @@ def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
         if seg.prompt_end is None or d is None or seg.parent is None or d not in counted \
                 or d in blind:
             continue
-        if any(_since(r, slack_s) <= seg.ts <= _until(r, slack_s) and (
-                r.prompt_tokens is None or r.approx or d in _ends(r, r.prompt_tokens
-                                                                 // max(1, r.block_size)))
-               for r in uncounted):
+        if any(lo <= seg.ts <= hi and (ends is None or d in ends) for lo, hi, ends in uncounted):
             blind.add(d)  # a request nobody counted may own it: no count holds at d
             continue
         blocks.setdefault(d, []).append(seg)
@@ -420,9 +421,8 @@ def decode_tips(chains: WorkerChains, served: Sequence[Served], slack_s: float,
     for d, segs in blocks.items():
         if d in blind:
             continue
-        may = {id(seg): [r.request_id for r, k in counted[d]
-                         if (k is None or k == seg.prompt_end)
-                         and _since(r, slack_s) <= seg.ts <= _until(r, slack_s)]
+        may = {id(seg): [rid for rid, k, lo, hi in counted[d]
+                         if (k is None or k == seg.prompt_end) and lo <= seg.ts <= hi]
                for seg in segs}
         for group, rids in _groups(segs, may):
             out.update(_pair_off(group, rids, may))
@@ -458,9 +458,9 @@ def _groups(segs: list[Segment], may: Mapping[int, list[str]],
 
 def _pair_off(segs: list[Segment], runs: set[str], may: Mapping[int, list[str]],
               ) -> dict[str, frozenset[str]]:
-    """Each block in ``segs`` is the first decode block of one of ``runs`` (one each at
-    most; ``may``: block → the runs that may own it): the parents each run's may hang off,
-    where that follows."""
+    """Each block in ``segs`` (each hung off a parent) is the first decode block of one of
+    ``runs`` (one each at most; ``may``: block → the runs that may own it): the parents each
+    run's may hang off, where that follows."""
     if any(not may[id(seg)] for seg in segs):
         return {}  # a block no run that may own it ran for: not one of theirs
     out: dict[str, frozenset[str]] = {}
@@ -471,17 +471,17 @@ def _pair_off(segs: list[Segment], runs: set[str], may: Mapping[int, list[str]],
         if sole is None:
             break
         seg, rid = sole
-        out[rid] = frozenset((seg.parent,)) if seg.parent else frozenset()
+        out[rid] = frozenset((seg.parent,))
         left.remove(seg)
         free.discard(rid)
     if any(not any(x in free for x in may[id(seg)]) for seg in left):
         return {}  # a block none left may own: not a decode count that holds
     if left and len(left) == len(free):
         for rid in free:
-            mine = frozenset(seg.parent for seg in left if rid in may[id(seg)] and seg.parent)
+            mine = frozenset(seg.parent for seg in left if rid in may[id(seg)])
             if mine:
                 out[rid] = mine
-    return {rid: tips for rid, tips in out.items() if tips}
+    return out
 
 
 def candidates(chains: WorkerChains, served: Sequence[Served], slack_s: float = SLACK_S,

@@ -91,30 +91,35 @@ def prompt_of(t: RequestTrace, block_size: int) -> int | None:
 def prompt_told(t: RequestTrace, block_size: int) -> tuple[int | None, bool, bool]:
     """``prompt_of``; whether it is the shortest of a rounded-up block count; whether it is
     an approximate tree's units (SMG's: their full blocks need not be the engine's)."""
-    if t.prompt_tokens and known(t, "prompt_tokens"):
-        return int(t.prompt_tokens), False, False
-    exact = next((p.expanded_tokens for p in t.predictions if p.expanded_tokens), None) or \
-        dynamo_prompt(t)
-    if exact:
-        return int(exact), False, False
-    told = next((p.input_units for p in t.predictions if p.input_units
-                 and p.prediction_source == "approximate_tree"), None)
-    if told:
-        return int(told), False, True
-    blocks = next((p.request_blocks for p in t.predictions if p.request_blocks is not None),
-                  None)
-    if blocks is None:
-        return None, False, False
-    up = t.router_kind == "dynamo" and blocks > 0
-    return max(0, blocks - int(up)) * block_size + 1, up, False
+    return _told(t, block_size)[:3]
 
 
 def length_exact(t: RequestTrace) -> bool:
     """Whether ``prompt_of`` is the engine's exact prompt length (the engine's count, SMG's
     expanded prompt, or Dynamo's input tokens with its images' counts), not the shortest a
     block count or a tree's units allow."""
-    return bool((t.prompt_tokens and known(t, "prompt_tokens"))
-                or any(p.expanded_tokens for p in t.predictions) or dynamo_prompt(t))
+    return _told(t, 1)[3]
+
+
+def _told(t: RequestTrace, block_size: int) -> tuple[int | None, bool, bool, bool]:
+    """``prompt_told`` and ``length_exact`` at once: the one place that says which source
+    of a prompt's length is believed, and how far."""
+    if t.prompt_tokens and known(t, "prompt_tokens"):
+        return int(t.prompt_tokens), False, False, True
+    exact = next((p.expanded_tokens for p in t.predictions if p.expanded_tokens), None) or \
+        dynamo_prompt(t)
+    if exact:
+        return int(exact), False, False, True
+    told = next((p.input_units for p in t.predictions if p.input_units
+                 and p.prediction_source == "approximate_tree"), None)
+    if told:
+        return int(told), False, True, False
+    blocks = next((p.request_blocks for p in t.predictions if p.request_blocks is not None),
+                  None)
+    if blocks is None:
+        return None, False, False, False
+    up = t.router_kind == "dynamo" and blocks > 0
+    return max(0, blocks - int(up)) * block_size + 1, up, False, False
 
 
 def sizes_of(t: RequestTrace) -> tuple[tuple[int, int], ...] | None:
@@ -203,11 +208,11 @@ def _seen(t: RequestTrace) -> _Seen:
     received = t.engine_received.get(u.split("#", 1)[0]) if t.engine_received else None
     if clocks_apart(u) == 0 and exact_dispatch(t) is not None:
         received = start if received is None else max(start, received)
-    prompt, up, approx = prompt_told(t, bs)
+    prompt, up, approx, exact = _told(t, bs)
     rivals = _rivals(t, end, bs, ids)
     return _Seen(t, len(t.predictions), u, Served(  # positional: one per request, and hot
         t.request_id, start, end, prompt, bs, None if known is None else known.blocks, ids,
-        None, received, up, sizes_of(t), length_exact(t), approx), ids,
+        None, received, up, sizes_of(t), exact, approx), ids,
         tuple((w, r) for w, r in rivals if w != u) if rivals else ())
 
 
