@@ -154,13 +154,18 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children (the tap's recorder process included)."""
+def cpu_parts(pid: int) -> tuple[float, float]:
+    """CPU seconds of ``pid`` itself and of its children (the tap's recorder process)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     kids = Path(f"/proc/{pid}/task/{pid}/children")
-    return own + sum(cpu_s(int(c)) for c in (kids.read_text().split() if kids.exists()
-                                             else []))
+    return own, sum(cpu_s(int(c)) for c in (kids.read_text().split() if kids.exists()
+                                            else []))
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (the tap's recorder process included)."""
+    return sum(cpu_parts(pid))
 
 
 async def wait_up(url: str, body: bytes) -> None:
@@ -374,13 +379,17 @@ def run(args: argparse.Namespace, sizes: list[tuple[int, str]], urls: dict[str, 
     for n, proc in (("tap", tapp), ("nginx", ngx)):
         if proc is None:
             continue
-        rss0, cpu0 = rss_kb(proc.pid), cpu_s(proc.pid)
+        rss0, parts0 = rss_kb(proc.pid), cpu_parts(proc.pid)
         wall = asyncio.run(throughput(urls[n], reqs, 32))
         note = ""
         if n == "tap":
             got = wait_stored(db, before + args.requests) - before
             note = f", {got} of {args.requests} recorded (CPU read after the last was stored)"
-        cpu = cpu_s(proc.pid) - cpu0
+        own, kids = (b - a for a, b in zip(parts0, cpu_parts(proc.pid), strict=True))
+        cpu = own + kids
+        if n == "tap":
+            note += (f"; per request {own / args.requests * 1e6:.0f} µs in the proxy, "
+                     f"{kids / args.requests * 1e6:.0f} µs in the recorder")
         print(f"  {n:>5}: {args.requests / wall:8,.0f} req/s wall, "
               f"{args.requests / max(cpu, 1e-9):8,.0f} req per CPU-second "
               f"(CPU {cpu:.2f} s); RSS {rss0 / 1024:.1f} → {rss_kb(proc.pid) / 1024:.1f} MiB"
