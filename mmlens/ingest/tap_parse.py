@@ -56,10 +56,11 @@ def loads(data: bytes | memoryview | str) -> Any:
 @dataclass(slots=True)
 class Exchange:
     """One request and its response as the tap relayed them: the request's bytes (unless
-    oversized) and, of the response, its status and headers and the body chunks as they came
-    (with their arrival time since ``t0``). A streamed body keeps its head and a bounded
-    tail; a JSON body over the cap is dropped (``overflow``). The request's headers are not
-    kept: only the client's ``x-request-id`` (an API key goes nowhere)."""
+    oversized) and, of the response, its status, its ``x-`` headers (the router's: all a
+    record reads) and the body chunks as they came (with their arrival time since ``t0``).
+    A streamed body keeps its head and a bounded tail; a JSON body over the cap is dropped
+    (``overflow``). The request's headers are not kept: only the client's ``x-request-id``
+    (an API key goes nowhere)."""
 
     ts: float
     t0: float
