@@ -15,7 +15,6 @@ all parsing happens after the response went back to the client and off its event
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -319,8 +318,12 @@ def response_facts(ex: Exchange) -> ResponseFacts:
         for part in (ex.chunks, ex.tail):  # a gap between head and tail: its cut lines fail
             _sse_events(facts, part)
     elif not ex.overflow and ex.chunks:
-        with contextlib.suppress(*BAD_INPUT):
-            facts.chunk(loads(b"".join(c for _, c in ex.chunks)))
+        chunks = ex.chunks
+        try:
+            facts.chunk(loads(chunks[0][1] if len(chunks) == 1 else
+                              b"".join([c for _, c in chunks])))
+        except BAD_INPUT:
+            pass
     facts.latency_s = ex.latency_s
     if ex.cut is not None:
         facts.error = facts.error or f"stream cut: {ex.cut}"
