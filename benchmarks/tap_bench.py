@@ -2,7 +2,7 @@
 CPU-second with every request recorded, and memory (prints figures; not a unit test).
 
 Usage: python benchmarks/tap_bench.py [--sizes 64:PNG,256:JPEG,...] [--overhead 400]
-       [--requests 6000] [--load-rps 300] [--no-nginx]
+       [--requests 6000] [--passes 3] [--load-rps 300] [--no-nginx]
 
 Processes, all on 127.0.0.1: a minimal OpenAI-compatible upstream (aiohttp; answers at once
 with usage and SMG's worker header; core 1), `mmlens tap` recording into a fresh SQLite store
@@ -17,9 +17,10 @@ as data URLs, each request its own image bytes (so no cache flatters the tap).
 1. Added latency: sequential requests rotating direct / tap / nginx; per proxy the median and
    p99 of (via) minus those of (direct). Idle, then under load: a second client sends
    `--load-rps` requests per second (64² images) through the proxy being measured.
-2. Throughput: `--requests` requests with 32 in flight through each proxy; requests per
-   CPU-second of the proxy's processes (the tap's recorder process included: its CPU is read
-   once every request is in the store).
+2. Throughput: `--requests` requests with 32 in flight through each proxy, `--passes` times
+   in turns (tap, nginx, tap, ...), the medians printed; requests per CPU-second of the
+   proxy's processes (the tap's recorder process included: its CPU is read once every
+   request is in the store), the tap's split between its proxy and its recorder.
 """
 
 from __future__ import annotations
@@ -86,11 +87,12 @@ def chat_body(image: bytes, fmt: str) -> bytes:
         {"type": "text", "text": TEXT}]}]}).encode()
 
 
-def bodies(size: int, fmt: str, n: int) -> list[bytes]:
-    """``n`` distinct requests of one image size (a few images, a salt byte changed)."""
+def bodies(size: int, fmt: str, n: int, start: int = 0) -> list[bytes]:
+    """``n`` distinct requests of one image size (a few images, a salt byte changed; those
+    from another ``start`` distinct from these)."""
     base = [photo(size, fmt, seed) for seed in range(3)]
     return [chat_body(base[i % 3], fmt).replace(b'"m"', f'"m{i}"'.encode(), 1)
-            for i in range(n)]
+            for i in range(start, start + n)]
 
 
 def free_port() -> int:
@@ -154,13 +156,18 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children (the tap's recorder process included)."""
+def cpu_parts(pid: int) -> tuple[float, float]:
+    """CPU seconds of ``pid`` itself and of its children (the tap's recorder process)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     kids = Path(f"/proc/{pid}/task/{pid}/children")
-    return own + sum(cpu_s(int(c)) for c in (kids.read_text().split() if kids.exists()
-                                             else []))
+    return own, sum(cpu_s(int(c)) for c in (kids.read_text().split() if kids.exists()
+                                            else []))
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (the tap's recorder process included)."""
+    return sum(cpu_parts(pid))
 
 
 async def wait_up(url: str, body: bytes) -> None:
@@ -307,6 +314,9 @@ def main() -> None:
     ap.add_argument("--overhead", type=int, default=400, help="sequential requests per size")
     ap.add_argument("--requests", type=int, default=6000, help="throughput requests (64²)")
     ap.add_argument("--load-rps", type=float, default=300.0)
+    ap.add_argument("--passes", type=int, default=3,
+                    help="throughput passes, tap and nginx in turns (this machine's speed "
+                    "drifts between minutes: the median is reported)")
     ap.add_argument("--no-nginx", action="store_true")
     args = ap.parse_args()
     nginx = None if args.no_nginx else shutil.which("nginx") or (
@@ -369,22 +379,42 @@ def run(args: argparse.Namespace, sizes: list[tuple[int, str]], urls: dict[str, 
                                for k in (0, 1)) + " (idle | loaded)"
         print(f"{f'{size}² {fmt}':>16} {image_bytes:>9} | " + " | ".join(cells) + " | " + ratio)
     before = settled(db)
-    reqs = bodies(64, "PNG", args.requests)
-    print(f"\nthroughput: {args.requests} requests (64² PNG, distinct), 32 in flight:")
-    for n, proc in (("tap", tapp), ("nginx", ngx)):
-        if proc is None:
+    print(f"\nthroughput: {args.requests} requests (64² PNG, distinct) per pass, 32 in flight, "
+          f"{args.passes} pass(es), tap and nginx in turns (medians):")
+    runs: dict[str, list[tuple[float, float, float, int]]] = {}  # wall, proxy, recorder CPU, RSS
+    recorded = 0
+    for p in range(args.passes):
+        reqs = bodies(64, "PNG", args.requests, start=p * args.requests)
+        for n, proc in (("tap", tapp), ("nginx", ngx)):
+            if proc is None:
+                continue
+            parts0 = cpu_parts(proc.pid)
+            runs.setdefault(n + ":rss0", []).append((0, 0, 0, rss_kb(proc.pid)))
+            wall = asyncio.run(throughput(urls[n], reqs, 32))
+            if n == "tap":
+                recorded = wait_stored(db, before + (p + 1) * args.requests) - before
+            own, kids = (b - a for a, b in zip(parts0, cpu_parts(proc.pid), strict=True))
+            runs.setdefault(n, []).append((wall, own, kids, rss_kb(proc.pid)))
+    per_cpu: dict[str, float] = {}
+    for n in ("tap", "nginx"):
+        if n not in runs:
             continue
-        rss0, cpu0 = rss_kb(proc.pid), cpu_s(proc.pid)
-        wall = asyncio.run(throughput(urls[n], reqs, 32))
+        got = runs[n]
+        wall = statistics.median(r[0] for r in got)
+        rates = [args.requests / max(r[1] + r[2], 1e-9) for r in got]
+        per_cpu[n] = statistics.median(rates)
         note = ""
         if n == "tap":
-            got = wait_stored(db, before + args.requests) - before
-            note = f", {got} of {args.requests} recorded (CPU read after the last was stored)"
-        cpu = cpu_s(proc.pid) - cpu0
-        print(f"  {n:>5}: {args.requests / wall:8,.0f} req/s wall, "
-              f"{args.requests / max(cpu, 1e-9):8,.0f} req per CPU-second "
-              f"(CPU {cpu:.2f} s); RSS {rss0 / 1024:.1f} → {rss_kb(proc.pid) / 1024:.1f} MiB"
-              + note)
+            note = (f", {recorded} of {args.passes * args.requests} recorded (CPU read after "
+                    f"the last was stored); per request "
+                    f"{statistics.median(r[1] for r in got) / args.requests * 1e6:.0f} µs in "
+                    f"the proxy, {statistics.median(r[2] for r in got) / args.requests * 1e6:.0f}"
+                    f" µs in the recorder")
+        print(f"  {n:>5}: {args.requests / wall:8,.0f} req/s wall, {per_cpu[n]:8,.0f} req per "
+              f"CPU-second (passes: {' / '.join(f'{x:,.0f}' for x in rates)}); RSS "
+              f"{runs[n + ':rss0'][0][3] / 1024:.1f} → {got[-1][3] / 1024:.1f} MiB" + note)
+    if len(per_cpu) == 2:
+        print(f"  tap/nginx requests per CPU-second: {per_cpu['tap'] / per_cpu['nginx']:.2f}×")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

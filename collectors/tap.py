@@ -441,9 +441,6 @@ class _Upstream(asyncio.Protocol):
         except httptools.HttpParserError:
             self.broken = True  # relayed as it came; the connection ends with it
 
-    def on_status(self, _: bytes) -> None:
-        pass
-
     def on_message_begin(self) -> None:
         self.head_done = False
         self.resp_headers = []
@@ -465,7 +462,10 @@ class _Upstream(asyncio.Protocol):
         if req.ex is not None:
             ex = req.ex
             ex.status, ex.sse = self.status, self.sse
-            ex.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in names.items()}
+            # Of the headers, the router's own (``x-``) are what a record reads: the rest are
+            # neither decoded nor handed over.
+            ex.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in names.items()
+                          if k.startswith(b"x-")}
         if req.rewrite is not None:
             req.rewrite.sse = self.sse
             head = [b"HTTP/1.1 %d %s" % (self.status, _reason(self.status))]

@@ -15,7 +15,6 @@ all parsing happens after the response went back to the client and off its event
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,10 +55,11 @@ def loads(data: bytes | memoryview | str) -> Any:
 @dataclass(slots=True)
 class Exchange:
     """One request and its response as the tap relayed them: the request's bytes (unless
-    oversized) and, of the response, its status and headers and the body chunks as they came
-    (with their arrival time since ``t0``). A streamed body keeps its head and a bounded
-    tail; a JSON body over the cap is dropped (``overflow``). The request's headers are not
-    kept: only the client's ``x-request-id`` (an API key goes nowhere)."""
+    oversized) and, of the response, its status, its ``x-`` headers (the router's: all a
+    record reads) and the body chunks as they came (with their arrival time since ``t0``).
+    A streamed body keeps its head and a bounded tail; a JSON body over the cap is dropped
+    (``overflow``). The request's headers are not kept: only the client's ``x-request-id``
+    (an API key goes nowhere)."""
 
     ts: float
     t0: float
@@ -318,8 +318,12 @@ def response_facts(ex: Exchange) -> ResponseFacts:
         for part in (ex.chunks, ex.tail):  # a gap between head and tail: its cut lines fail
             _sse_events(facts, part)
     elif not ex.overflow and ex.chunks:
-        with contextlib.suppress(*BAD_INPUT):
-            facts.chunk(loads(b"".join(c for _, c in ex.chunks)))
+        chunks = ex.chunks
+        try:
+            facts.chunk(loads(chunks[0][1] if len(chunks) == 1 else
+                              b"".join([c for _, c in chunks])))
+        except BAD_INPUT:
+            pass
     facts.latency_s = ex.latency_s
     if ex.cut is not None:
         facts.error = facts.error or f"stream cut: {ex.cut}"
