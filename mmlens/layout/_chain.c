@@ -746,6 +746,21 @@ static inline void drop(Table *t, Slot *s) {
 /* A block hash from Python: 0 on success; 1 (no error set) when it is not an int in
  * [0, 2^64), unless strict, when that raises. */
 static int key_of(PyObject *obj, uint64_t *key, int strict) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && PyLong_SHIFT == 30
+    /* 3.11's digits read directly (as _kvrows.c does): most block hashes are above 2^63,
+     * where PyLong_AsUnsignedLongLong goes through a byte array */
+    if (PyLong_CheckExact(obj)) {
+        Py_ssize_t size = Py_SIZE(obj);
+        const digit *d = ((PyLongObject *)obj)->ob_digit;
+        if (size >= 0 && size <= 3 && (size < 3 || d[2] < 16)) {
+            uint64_t v = 0;
+            for (Py_ssize_t i = size - 1; i >= 0; i--)
+                v = v << 30 | d[i];
+            *key = v;
+            return 0;
+        }
+    }
+#endif
     if (PyLong_Check(obj)) {
         unsigned long long v = PyLong_AsUnsignedLongLong(obj);
         if (!(v == (unsigned long long)-1 && PyErr_Occurred())) {
