@@ -229,11 +229,15 @@ static PyObject *rd_hashes(Reader *r) {
     return out;
 }
 
-/* Token ids: array('I') of an array of ints in [0, 2^32) (kv_fast.tokens_of). */
-static PyObject *rd_tokens(Reader *r, PyObject *array_cls, PyObject *code) {
+/* Token ids: native u32 bytes of an array of ints in [0, 2^32) (kv_fast.tokens_of); NULL
+ * with no error set and r where it was for another value. */
+static PyObject *rd_token_bytes(Reader *r) {
     size_t n;
-    if (rd_array(r, &n) < 0)
+    Reader start = *r;
+    if (rd_array(r, &n) < 0) {
+        *r = start;
         return NULL;
+    }
     PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
     if (!buf)
         return NULL;
@@ -265,12 +269,10 @@ static PyObject *rd_tokens(Reader *r, PyObject *array_cls, PyObject *code) {
         p += 1 + width;
     }
     r->p = p;
-    PyObject *argv[2] = {code, buf};
-    PyObject *out = PyObject_Vectorcall(array_cls, argv, 2, NULL);
-    Py_DECREF(buf);
-    return out;
+    return buf;
 bad:
     Py_DECREF(buf);
+    *r = start;
     return NULL;
 }
 
@@ -349,7 +351,17 @@ enum { K_STORED, K_REMOVED, K_CLEARED };
 typedef struct {
     const uint8_t *at[NF];
     int kind;
+    PyObject *tokens; /* token_ids read as they are passed (a store's: not walked twice) */
 } Fields;
+
+/* Past the value at r, read as token ids into fs when it is an array of them. */
+static int pass_tokens(Reader *r, Fields *fs) {
+    Py_CLEAR(fs->tokens);
+    fs->tokens = rd_token_bytes(r);
+    if (fs->tokens)
+        return 0;
+    return PyErr_Occurred() ? -1 : skip(r, 1);
+}
 
 static int kind_of(Reader *r, int *kind) {
     const char *s;
@@ -388,11 +400,11 @@ static int map_fields(Reader *r, Fields *fs) {
             return -1;
         int f = field_of(s, len);
         if (f >= 0) {
-            if (fs->at[f]) /* a duplicate: msgspec refuses it */
+            if (fs->at[f]) /* a duplicate: left to msgspec */
                 return -1;
             fs->at[f] = r->p;
         }
-        if (skip(r, 1) < 0)
+        if ((f == F_TOKENS ? pass_tokens(r, fs) : skip(r, 1)) < 0)
             return -1;
     }
     if (!fs->at[F_TYPE])
@@ -431,9 +443,10 @@ static int array_fields(Reader *r, Fields *fs) {
     if (n - 1 < required)
         return -1;
     for (size_t i = 1; i < n; i++) {
-        if (i - 1 < known)
-            fs->at[order[i - 1]] = r->p;
-        if (skip(r, 1) < 0)
+        int f = i - 1 < known ? order[i - 1] : -1;
+        if (f >= 0)
+            fs->at[f] = r->p;
+        if ((f == F_TOKENS ? pass_tokens(r, fs) : skip(r, 1)) < 0)
             return -1;
     }
     return 0;
@@ -479,8 +492,10 @@ static PyObject *event_of(Fields *fs, const uint8_t *end, PyObject *const *head,
     if (rd_int(&r, &v, &neg) < 0 || neg || v == 0 || v > MAX_BLOCK_SIZE
             || !(bs = PyLong_FromUnsignedLongLong(v)))
         goto done;
-    r.p = fs->at[F_TOKENS];
-    if (!(tokens = rd_tokens(&r, array_cls, code)))
+    if (!fs->tokens)
+        goto done;
+    PyObject *targv[2] = {code, fs->tokens};
+    if (!(tokens = PyObject_Vectorcall(array_cls, targv, 2, NULL)))
         goto done;
     if (fs->at[F_LORA]) {
         r.p = fs->at[F_LORA];
@@ -562,14 +577,14 @@ static PyObject *decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
     Reader r = {view.buf, (const uint8_t *)view.buf + view.len};
     PyObject *events = NULL, *ts_obj = NULL, *rank_obj = NULL, *out = NULL;
     Fields *fs = NULL;
-    size_t n, n_events;
+    size_t n, n_events = 0;
     double ts;
     if (rd_array(&r, &n) < 0 || n < 2 || rd_ts(&r, &ts) < 0 || !(ts >= 0 && ts <= MAX_TS))
         goto none;
     if (rd_array(&r, &n_events) < 0)
         goto none;
     /* the events' fields first: the batch is left to msgspec before any object is made */
-    fs = PyMem_Malloc((n_events + 1) * sizeof(Fields));
+    fs = PyMem_Calloc(n_events + 1, sizeof(Fields));
     if (!fs) {
         PyErr_NoMemory();
         goto done;
@@ -625,6 +640,8 @@ none:
         out = Py_NewRef(Py_None);
     }
 done:
+    for (size_t i = 0; fs && i < n_events; i++)
+        Py_XDECREF(fs[i].tokens);
     PyMem_Free(fs);
     Py_XDECREF(events);
     Py_XDECREF(ts_obj);
