@@ -4,7 +4,10 @@ left as msgpack bytes (turned into one ``array('I')`` per event, no int object p
 It gives exactly the events ``normalize_batch`` gives, or None for a batch it does not take
 (a map-encoded batch, a field of an unexpected type, bytes hashes, a number out of range, an
 unknown tag, ...): such a batch goes the generic way, which counts each bad event alone.
-``tests/core/test_kv_fast.py`` holds the two ways equal.
+``tests/core/test_kv_native.py`` holds the two ways equal. Where it is built, a compiled
+reader (``_kvbatch.c``) takes the layouts engines send first, straight from the bytes, and
+leaves any other batch to the msgspec way here (``typed_batch``, its reference:
+``tests/core/test_kv_batch.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from mmlens.ingest.kv_events import (
 )
 from mmlens.layout.content_keys import native
 from mmlens.records import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+
+try:
+    from mmlens.ingest._kvbatch import decode_batch as batch_native
+except ImportError:
+    batch_native = None
 
 _EMPTY = msgspec.Raw(b"\x90")
 
@@ -115,7 +123,18 @@ def _images(extra: Any) -> list[Any] | None:
 
 def fast_batch(payload: bytes, worker: str, seq: int, default_rank: int = 0,
                ) -> tuple[float, int, list[KVEvent]] | None:
-    """``(ts, rank, events)`` of a well-formed positional batch, or None (see the module)."""
+    """``(ts, rank, events)`` of a well-formed batch, or None (see the module)."""
+    if batch_native is not None:
+        got = batch_native(payload, worker, seq, default_rank, BlockStored, BlockRemoved,
+                           AllBlocksCleared, array)
+        if got is not None:
+            return got
+    return typed_batch(payload, worker, seq, default_rank)
+
+
+def typed_batch(payload: bytes, worker: str, seq: int, default_rank: int = 0,
+                ) -> tuple[float, int, list[KVEvent]] | None:
+    """``fast_batch`` by msgspec's typed decode."""
     batch = None
     for decoder in _DECODERS:
         try:

@@ -14,7 +14,8 @@ from mmlens.layout.content_keys import event_chain_py
 
 pytestmark = pytest.mark.skipif(BlockTable is None, reason="compiled chain not built")
 SETTINGS = settings(max_examples=120, deadline=None, derandomize=True, database=None)
-HASHES = st.one_of(st.integers(0, 40), st.sampled_from([(1 << 64) - 1, 1 << 63]))
+HASHES = st.one_of(st.integers(0, 40), st.sampled_from([(1 << 64) - 1, 1 << 63, 1 << 60, 1 << 30]),
+                   st.integers(0, (1 << 64) - 1))
 STATES = st.one_of(st.none(), st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 128) - 1))
 OPS = st.lists(st.one_of(
     st.tuples(st.just("set"), HASHES, STATES),
@@ -57,11 +58,13 @@ def test_table_reads_and_writes_as_a_dict(ops):
 def test_table_refuses_what_a_block_cannot_be():
     table = new_blocks()
     for key, state, error in ((-1, 0, OverflowError), ("a", 0, TypeError),
+                              (1 << 64, 0, OverflowError), (1 << 90, 0, OverflowError),
                               (1, -1, OverflowError), (1, 1 << 128, OverflowError),
                               (1, "x", TypeError)):
         with pytest.raises(error):
             table[key] = state
     assert len(table) == 0 and "a" not in table and table.get(-1) is None
+    assert 1 << 64 not in table and table.get((1 << 64) | 5) is None
 
 
 @SETTINGS

@@ -59,6 +59,7 @@ def test_the_compiled_chain_is_built_where_it_can_be():
         pytest.skip("not installed by scripts/test with xxhash.h: the Python forms may be used")
     assert importlib.util.find_spec("mmlens.layout._chain") is not None
     assert native is not None
+    assert kv_fast.batch_native is not None  # _kvbatch.c needs a compiler only
 
 
 @needs_native
