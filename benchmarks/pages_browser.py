@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import random
@@ -367,7 +368,7 @@ def report(store: str, t: Timings, apptest: dict[str, tuple[float, float]], load
 def write_forever(db: str, n_workers: int) -> None:
     from mmlens.collectors.rollup_job import RollupJob
 
-    from mmlens.records import BlockStored, MetricSample, RequestTrace, labels_of
+    from mmlens.records import BlockStored, MetricSample, labels_of
     from mmlens.store.open import open_store
 
     store = open_store(db)
@@ -375,6 +376,7 @@ def write_forever(db: str, n_workers: int) -> None:
     workers = pages_bench.worker_urls(n_workers)
     rng = random.Random(11)
     lb = labels_of({"model_name": pages_bench.MODEL, "engine": "0"})
+    templates = pages_bench.template_traces()
     seq, tick = 1_000_000, 0
     while True:
         now = time.time()
@@ -390,11 +392,15 @@ def write_forever(db: str, n_workers: int) -> None:
             events.append(BlockStored(w, 0, seq, now, [rng.getrandbits(63) for _ in range(16)],
                                       None, [], 16))
         store.add_kv_events(events)
-        store.add_traces([RequestTrace(f"live-{tick}-{i}", pages_bench.ROUTER, "smg",
-                                       pages_bench.MODEL, now, False, status=200,
-                                       worker=rng.choice(workers), prompt_tokens=400,
-                                       cached_tokens=rng.choice([0, 384]))
-                          for i in range(5)])
+        # image requests as the fill's (a run outlasting 1,000 text-only ones would leave the
+        # Affinity page with no image in its window)
+        live = []
+        for i in range(5):
+            t = copy.copy(templates[(tick * 5 + i) % len(templates)])
+            t.request_id, t.ts, t.worker = f"live-{tick}-{i}", now, rng.choice(workers)
+            t.cached_tokens = rng.choice([0, (t.prompt_tokens or 0) // 16 * 16])
+            live.append(t)
+        store.add_traces(live)
         rollups.run(now)
         tick += 1
         time.sleep(max(0.0, 1.0 - (time.time() - now)))
@@ -454,6 +460,8 @@ def main() -> int:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         write_forever(args.write_forever, args.workers)
         return 0
+    # stopped by SIGTERM, it still stops the servers and the writer it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     keep = Path(args.keep)
     keep.mkdir(parents=True, exist_ok=True)
     ok = True
