@@ -27,7 +27,8 @@ import httpx
 
 from mmlens.store.open import NoStoreYet, StoreError, is_postgres_url, open_store
 
-APP = Path(__file__).resolve().parents[2] / "app.py"
+# app.py behind the page-HTML middleware (mmlens.ui.root_base)
+APP = Path(__file__).resolve().parents[2] / "serve.py"
 
 # Streamlit treats an app with a `pages/` folder as a legacy multipage app until some session
 # has run `st.navigation`, so a first visit to a deep link (/inspector?request=…) would run

@@ -98,6 +98,26 @@ def test_overview_url_and_deep_links_resolve(live_dashboard: LiveDashboard,
     assert browser_page.locator("[data-testid='stException']").count() == 0
 
 
+def test_a_page_opened_at_its_own_url_asks_the_server_root_once(
+        live_dashboard: LiveDashboard, browser_page: Any) -> None:
+    """Opened at `/routing` (a link, a new tab), Streamlit's frontend is told where its server
+    is (mmlens.ui.root_base) and asks the root's health and host config once, not first under
+    `/routing` (a 404 and a retry delay); the page it then shows is that page."""
+    from tests.pages.browser_timing import load_to_drawn
+
+    page = browser_page
+    for path, title, text in (("routing", "Routing", "Recent decisions"),
+                              ("cache", "Cache", "Predicted vs realized")):
+        load_to_drawn(page, f"{live_dashboard.url}/{path}", title, (text,), 60)
+        asked = page.evaluate("""() => performance.getEntriesByType("resource")
+            .filter(e => e.name.includes("/_stcore/"))
+            .map(e => [new URL(e.name).pathname, e.responseStatus])""")
+        assert sorted(asked) == [["/_stcore/health", 200], ["/_stcore/host-config", 200]]
+        base = page.evaluate("() => window.__streamlit && window.__streamlit.BACKEND_BASE_URL")
+        assert base == live_dashboard.url.rstrip("/") + "/"
+        assert page.locator("[data-testid='stException']").count() == 0
+
+
 def test_a_cache_page_point_opens_its_request(live_dashboard: LiveDashboard,
                                               browser_page: Any) -> None:
     """A point of the Cache page's predicted-vs-realized chart (SVG) is a link: a click opens
