@@ -10,11 +10,13 @@ its KV rows in Python, and KV batches are read by msgspec alone.
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("mmlens.layout._chain", ["mmlens/layout/_chain.c"],
+SHARED = ["mmlens/native/u32_array.h"]  # included by _chain.c and _kvbatch.c
+
+setup(ext_modules=[Extension("mmlens.layout._chain", ["mmlens/layout/_chain.c"], depends=SHARED,
                              extra_compile_args=["-O2"], optional=True),
                    Extension("mmlens.ingest._lines", ["mmlens/ingest/_lines.c"],
                              extra_compile_args=["-O2"], optional=True),
-                   Extension("mmlens.ingest._kvbatch", ["mmlens/ingest/_kvbatch.c"],
+                   Extension("mmlens.ingest._kvbatch", ["mmlens/ingest/_kvbatch.c"], depends=SHARED,
                              extra_compile_args=["-O2"], optional=True),
                    Extension("mmlens.store._kvrows", ["mmlens/store/_kvrows.c"],
                              extra_compile_args=["-O2"], optional=True)])

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../native/u32_array.h"
+
 #define MAX_TS 8589934592.0 /* kv_events.MAX_TS: 2^33 */
 #define MAX_BLOCK_SIZE 65536
 #define MAX_DEPTH 32
@@ -242,32 +244,9 @@ static PyObject *rd_token_bytes(Reader *r) {
     if (!buf)
         return NULL;
     uint32_t *dst = (uint32_t *)PyBytes_AS_STRING(buf);
-    const uint8_t *p = r->p, *end = r->end;
-    for (size_t i = 0; i < n; i++) {
-        if (p >= end)
-            goto bad;
-        uint8_t c = *p;
-        if (c < 0x80) {
-            dst[i] = c;
-            p += 1;
-            continue;
-        }
-        int width;
-        switch (c) {
-        case 0xcc: case 0xd0: width = 1; break;
-        case 0xcd: case 0xd1: width = 2; break;
-        case 0xce: case 0xd2: width = 4; break;
-        case 0xcf: case 0xd3: width = 8; break;
-        default: goto bad;
-        }
-        if (end - p < 1 + width || (c >= 0xd0 && (p[1] & 0x80)))
-            goto bad;
-        uint64_t v = be(p + 1, width);
-        if (v > 0xFFFFFFFFull)
-            goto bad;
-        dst[i] = (uint32_t)v;
-        p += 1 + width;
-    }
+    const uint8_t *p = r->p;
+    if (read_u32s(&p, r->end, n, dst) < 0)
+        goto bad;
     r->p = p;
     return buf;
 bad:

@@ -20,6 +20,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "../native/u32_array.h"
+
 #define IMAGE_TOKEN 0xFFFFFFFFu
 
 /* shape | ident << 64, the packed content state of an image-named block */
@@ -306,7 +308,7 @@ static PyObject *u32_tokens(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    const unsigned char *p = view.buf, *end = p + view.len;
+    const uint8_t *p = view.buf, *end = p + view.len;
     PyObject *out = NULL;
     size_t n;
     if (p == end)
@@ -329,36 +331,8 @@ static PyObject *u32_tokens(PyObject *self, PyObject *arg) {
     if (!out)
         goto done;
     uint32_t *dst = (uint32_t *)PyBytes_AS_STRING(out);
-    for (size_t i = 0; i < n; i++) {
-        if (p >= end)
-            goto bad;
-        unsigned char c = *p;
-        uint64_t v;
-        int width;
-        if (c < 0x80) {
-            dst[i] = c;
-            p += 1;
-            continue;
-        }
-        switch (c) {
-        case 0xcc: case 0xd0: width = 1; break;
-        case 0xcd: case 0xd1: width = 2; break;
-        case 0xce: case 0xd2: width = 4; break;
-        case 0xcf: case 0xd3: width = 8; break;
-        default: goto bad;
-        }
-        if (end - p < 1 + width)
-            goto bad;
-        v = 0;
-        for (int k = 1; k <= width; k++)
-            v = (v << 8) | p[k];
-        if (c >= 0xd0 && (p[1] & 0x80)) /* a negative signed int */
-            goto bad;
-        if (v > 0xFFFFFFFFull)
-            goto bad;
-        dst[i] = (uint32_t)v;
-        p += 1 + width;
-    }
+    if (read_u32s(&p, end, n, dst) < 0)
+        goto bad;
     if (p != end)
         goto bad;
     goto done;
