@@ -15,11 +15,14 @@ from pathlib import Path
 import streamlit as st
 
 # Element kinds to load ahead (the names of Streamlit's chunks, which carry a content hash
-# after the name): Plotly's only. The Overview and Routing draw their charts as SVG, so the
-# first chart page a session opens from them would otherwise evaluate its 4.7 MB on the click
-# (the Inspector's first click: 3.15 s, 534 ms of it the server's, demo at load 6.1, busy
-# core); the other kinds' chunks are small.
-CHUNKS = ("PlotlyChart",)
+# after the name): Plotly's and the data table's. The Overview and Routing draw their charts as
+# SVG, so the first chart page a session opens from them would otherwise evaluate Plotly's
+# 4.7 MB on the click (the Inspector's first click: 3.15 s, 534 ms of it the server's, demo at
+# load 6.1, busy core); the table's chunk and the Arrow formatting it imports (1.2 MB) were the
+# first Routing click's: after 7 s on a fresh tab's Overview, that click took 1.04 s median
+# without it and 0.76 s with it (five each in turns, a kept live store, load 1-4). The other
+# kinds' chunks are small.
+CHUNKS = ("PlotlyChart", "DataFrame")
 
 # Only once the tab has been quiet (no script running, no click or key) for QUIET_MS, one
 # chunk per idle period: evaluating Plotly's chunk holds the tab's main thread (0.5–1.5 s at

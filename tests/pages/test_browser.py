@@ -181,15 +181,18 @@ def test_pages_draw_within_a_bound_clicked_and_opened_fresh(live_dashboard: Live
 
 def test_an_idle_tab_loads_the_chart_code_ahead(live_dashboard: LiveDashboard,
                                                 browser_page: Any) -> None:
-    """A page without a Plotly chart, once drawn and idle, has Plotly's code loaded: the
-    first click to a page with one does not evaluate it (mmlens.ui.warmup)."""
+    """A page without a Plotly chart or a data table, once drawn and idle, has their code
+    loaded: the first click to a page with one does not evaluate it (mmlens.ui.warmup)."""
     from tests.pages.browser_timing import click_to_drawn, load_to_drawn
 
     page = browser_page
     load_to_drawn(page, f"{live_dashboard.url}/targets", "Targets", ("mmlens.toml",), 60)
     assert page.locator("[data-testid='stPlotlyChart']").count() == 0
-    page.wait_for_function("""() => performance.getEntriesByType("resource")
-        .some(e => e.name.includes("/static/js/PlotlyChart."))""", timeout=30_000)
+    assert page.locator("[data-testid='stDataFrame']").count() == 0
+    for chunk in ("PlotlyChart", "DataFrame"):
+        page.wait_for_function("""(chunk) => performance.getEntriesByType("resource")
+            .some(e => e.name.includes(`/static/js/${chunk}.`))""", arg=chunk,
+                               timeout=30_000)
     click_to_drawn(page, "/cache", "Cache", ("Predicted vs realized",), 60)
     page.get_by_text("Zoomable prefix tree").click()  # the one Plotly chart there
     page.locator(".main-svg").first.wait_for(state="visible", timeout=30_000)
