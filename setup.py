@@ -10,7 +10,7 @@ its KV rows in Python, and KV batches are read by msgspec alone.
 
 from setuptools import Extension, setup
 
-SHARED = ["mmlens/native/u32_array.h"]  # included by _chain.c and _kvbatch.c
+SHARED = ["mmlens/native/msgpack_ints.h"]  # included by _chain.c and _kvbatch.c
 
 setup(ext_modules=[Extension("mmlens.layout._chain", ["mmlens/layout/_chain.c"], depends=SHARED,
                              extra_compile_args=["-O2"], optional=True),

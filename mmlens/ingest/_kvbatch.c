@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../native/u32_array.h"
+#include "../native/msgpack_ints.h"
 
 #define MAX_TS 8589934592.0 /* kv_events.MAX_TS: 2^33 */
 #define MAX_BLOCK_SIZE 65536
@@ -24,13 +24,6 @@
 typedef struct {
     const uint8_t *p, *end;
 } Reader;
-
-static inline uint64_t be(const uint8_t *p, int width) {
-    uint64_t v = 0;
-    for (int k = 0; k < width; k++)
-        v = (v << 8) | p[k];
-    return v;
-}
 
 /* A container header of kind base (0x90 array, 0x80 map); -1 when the next value is not one. */
 static int rd_len(Reader *r, uint8_t fix, uint8_t b16, uint8_t b32, size_t *n) {
@@ -101,14 +94,8 @@ static int rd_int(Reader *r, uint64_t *v, int *neg) {
         r->p += 1;
         return 0;
     }
-    switch (c) {
-    case 0xcc: case 0xd0: width = 1; break;
-    case 0xcd: case 0xd1: width = 2; break;
-    case 0xce: case 0xd2: width = 4; break;
-    case 0xcf: case 0xd3: width = 8; break;
-    default: return -1;
-    }
-    if (r->end - r->p < 1 + width)
+    width = int_width(c);
+    if (!width || r->end - r->p < 1 + width)
         return -1;
     uint64_t u = be(r->p + 1, width);
     *neg = 0;

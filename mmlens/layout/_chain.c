@@ -20,7 +20,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "../native/u32_array.h"
+#include "../native/msgpack_ints.h"
 
 #define IMAGE_TOKEN 0xFFFFFFFFu
 
