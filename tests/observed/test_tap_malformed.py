@@ -169,8 +169,14 @@ def test_the_backlog_is_bounded_in_bytes_and_drops_are_counted() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 20_000}]}
     with tap_in_front(write=slow, max_backlog_bytes=100_000, linger_s=0.0) as (tap, url, _), \
             httpx.Client() as c:
+        # the proxy hands an exchange over after the client has its answer: count them, so
+        # the drops are read once all 12 are kept or dropped
+        handed: list[object] = []
+        hand_over = tap.recorder.submit_many
+        tap.recorder.submit_many = lambda exs: (hand_over(exs), handed.extend(exs))
         for _ in range(12):
             assert c.post(url + "/v1/chat/completions", json=body).status_code == 200
+        wait_until(lambda: len(handed) >= 12, 10, 0.01, what="all 12 handed over")
         dropped = tap.health.counters.get("dropped_backlog", 0)
         gate.set()
         wait_until(lambda: tap.health.counters.get("recorded", 0) + dropped >= 12, 10, 0.02,
