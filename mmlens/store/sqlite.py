@@ -7,7 +7,9 @@ module holds the schema, the connection, the hooks and retention by row deletes.
 from __future__ import annotations
 
 import contextlib
+import random
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,8 @@ PAGE_SIZE = 8192
 # commit after commit: 4000 (32 MiB of WAL) cut the store's CPU per KV event by a fifth at
 # 60k batches (benchmarks/kv_ingest.py's collector path).
 WAL_CHECKPOINT_PAGES = 4000
+# How long a writer opening a store keeps trying a setup another writer has locked.
+SETUP_WAIT_S = 10.0
 
 
 class Store(SQLStore):
@@ -36,33 +40,62 @@ class Store(SQLStore):
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5.0,
                                       check_same_thread=False)
         else:
-            try:
-                self.db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
-                # A new store's pages (an existing one keeps its own): 8 KiB pages halve
-                # the writes a WAL checkpoint makes for the same rows (measured below).
-                self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.execute("PRAGMA synchronous=NORMAL")
-                self.db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
-                migrate_v1(self.db)
-                migrate_v2(self.db)
-                self.db.executescript(SCHEMA)
-                self.db.executescript(availability.SCHEMA)
-                self.db.executescript(verdicts.SCHEMA)
-                self.db.executescript(rollups.SQLITE_SCHEMA)
-            except sqlite3.Error as exc:  # a read-only file or folder, a full disk, not SQLite
-                raise StoreError(f"cannot open the store {self.path} for writing: {exc}"
-                                 ) from None
-            self._check_version()
+            self.db = self._open_for_writing()
         self.db.execute("PRAGMA busy_timeout=5000")
 
+    def _open_for_writing(self) -> sqlite3.Connection:
+        """Connects, sets WAL mode, migrates and creates the tables. Writers opening a new
+        store at once can find it locked without SQLite waiting (a reader that would have to
+        upgrade its lock behind another's is refused at once), so a locked setup is tried
+        again, for up to ``SETUP_WAIT_S``: every step of it is idempotent."""
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while True:
+            db = None
+            try:
+                db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False)
+                self.db = db
+                self._set_up(db)
+                self._check_version()
+                return db
+            except sqlite3.OperationalError as exc:
+                if db is not None:
+                    db.close()
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise StoreError(f"cannot open the store {self.path} for writing: {exc}"
+                                     ) from None
+                time.sleep(random.uniform(0.005, 0.05))
+            except StoreError:
+                db.close()
+                raise
+            except sqlite3.Error as exc:  # a read-only file or folder, a full disk, not SQLite
+                if db is not None:
+                    db.close()
+                raise StoreError(f"cannot open the store {self.path} for writing: {exc}"
+                                 ) from None
+
+    @staticmethod
+    def _set_up(db: sqlite3.Connection) -> None:
+        # A new store's pages (an existing one keeps its own): 8 KiB pages halve the writes a
+        # WAL checkpoint makes for the same rows (measured below).
+        db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+        migrate_v1(db)
+        migrate_v2(db)
+        db.executescript(SCHEMA)
+        db.executescript(availability.SCHEMA)
+        db.executescript(verdicts.SCHEMA)
+        db.executescript(rollups.SQLITE_SCHEMA)
+
     def _check_version(self) -> None:
+        # Two writers opening a new store at once both find no version: the second's insert
+        # is ignored and it reads the first's.
+        with self.db:
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                            (str(SCHEMA_VERSION),))
         found = self._one("SELECT value FROM meta WHERE key='schema_version'")
-        if found is None:
-            with self.db:
-                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)",
-                                (str(SCHEMA_VERSION),))
-        elif int(found) != SCHEMA_VERSION:
+        if int(found) != SCHEMA_VERSION:
             raise StoreError(f"store schema {found}, this mmlens expects {SCHEMA_VERSION}")
 
     def close(self) -> None:

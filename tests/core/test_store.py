@@ -5,6 +5,7 @@ what is SQLite's own (WAL, the schema-1 migration)."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import msgspec
 import pytest
@@ -348,3 +349,31 @@ def test_schema_1_store_is_migrated_in_place(tmp_path) -> None:
     store.set_health([CollectorHealth("m", "t")], 2.0, instance="i")
     assert [h.instance for h in store.health()] == ["i"]
     store.close()
+
+
+def test_writers_opening_a_new_store_at_once_all_open_it(tmp_path) -> None:
+    """The replay's sender opens the store once per request from eight threads: on a new
+    store each finds no schema version, and none may fail for another's insert of it."""
+    path = str(tmp_path / "new.db")
+    start, errors, opened = threading.Barrier(8), [], []
+
+    def one() -> None:
+        start.wait()
+        try:
+            store = open_store(path)
+        except Exception as exc:  # what the test counts
+            errors.append(repr(exc))
+            return
+        opened.append(store.schema_version())
+        store.close()
+
+    for _ in range(25):
+        for leftover in tmp_path.glob("new.db*"):
+            leftover.unlink()
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert opened == [SCHEMA_VERSION] * 200
