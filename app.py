@@ -41,7 +41,7 @@ PAGE_CSS = """<style>
   section[data-testid="stSidebar"] { width: 190px !important; min-width: 190px !important; }
   [data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {
     white-space: normal !important; overflow: visible !important; }
-  [data-testid="stMetricValue"] div {
+  [data-testid="stMetricValue"] div, .mmlens-metric-value {
     font-size: 1.5rem !important; white-space: normal !important; }
   .block-container { padding-left: 1rem !important; padding-right: 1rem !important; }
 }

@@ -22,6 +22,7 @@ from mmlens.analysis.views.inspector import (
 )
 from mmlens.errors import LayoutError
 from mmlens.figures.layout_svg import layout_svg_html
+from mmlens.figures.metric_row import Metric
 from mmlens.figures.router_views import router_panel
 from mmlens.figures.token_layout import layout_figure
 from mmlens.layout.composition import ImageInput, Layout
@@ -47,20 +48,20 @@ def rebuilt_layout(model: str, parts_key: tuple[Any, ...], block_size: int) -> L
 
 def show(rv: RequestView, title: str) -> None:
     c = rv.counts
-    cols = st.columns(5)
-    cols[0].metric("Anchor view", c.get("anchor_view") or "—",
-                   help="rendered prompt, one anchor token per image")
-    cols[1].metric("Router view", c.get("router_view") or "—",
-                   help="router-mode expansion: what a router hashes into blocks")
-    cols[2].metric("Worker view", c.get("worker_view") or "—",
-                   help="what the router forwards in worker mode (anchors unexpanded)")
-    cols[3].metric("Engine expected", c.get("engine_expected") or "—",
-                   help="the engine's own expansion: its usage.prompt_tokens")
     observed = c.get("engine_prompt_tokens")
     delta = (observed - c["engine_expected"]) if observed is not None and c.get(
         "engine_expected") is not None else None
-    cols[4].metric("Engine prompt_tokens", "—" if observed is None else observed,
-                   delta=None if not delta else f"{delta:+d} vs expected", delta_color="inverse")
+    shared.metrics(
+        Metric("Anchor view", str(c.get("anchor_view") or "—"),
+               "rendered prompt, one anchor token per image"),
+        Metric("Router view", str(c.get("router_view") or "—"),
+               "router-mode expansion: what a router hashes into blocks"),
+        Metric("Worker view", str(c.get("worker_view") or "—"),
+               "what the router forwards in worker mode (anchors unexpanded)"),
+        Metric("Engine expected", str(c.get("engine_expected") or "—"),
+               "the engine's own expansion: its usage.prompt_tokens"),
+        Metric("Engine prompt_tokens", "—" if observed is None else str(observed),
+               delta=f"{delta:+d} vs expected" if delta else None, delta_is="bad"))
     if rv.rows:
         # SVG first: a tab's first Plotly chart waits for Plotly's code; zooming is a toggle
         if st.toggle("Zoomable chart", key="layout_zoom",
@@ -150,11 +151,11 @@ def captured(path: str) -> None:
             trace.sources) + ". \"unknown\": no source told it (e.g. the "
             "realized hit without the tap, a worker span or KV events).")
     st.subheader("Routing")
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Worker", shared.worker_label(trace.worker, names))
-    c2.metric("Router predicted (tokens)", "—" if rv.predicted_tokens is None
-              else rv.predicted_tokens)
-    c3.metric("Engine cached (tokens)", cached_text(trace))
+    shared.metrics(
+        Metric("Worker", shared.worker_label(trace.worker, names)),
+        Metric("Router predicted (tokens)", "—" if rv.predicted_tokens is None
+               else str(rv.predicted_tokens)),
+        Metric("Engine cached (tokens)", str(cached_text(trace))))
     if trace.error:
         st.error(f"The router answered {trace.status} {trace.error_code}: {trace.error}")
     preds = prediction_rows(trace)

@@ -10,6 +10,7 @@ from mmlens.analysis.availability.view import CAUSE_TEXT, AvailabilityView
 from mmlens.analysis.views.common import by_worker_name, clock, name_rows, named_text, pct
 from mmlens.analysis.views.overview import mark_routers_down, overview_view
 from mmlens.figures.cache import worker_hit_rate_bars
+from mmlens.figures.metric_row import Metric
 from mmlens.figures.svg import bar_chart_html
 
 st.title("Overview")
@@ -29,16 +30,16 @@ def live() -> None:
         for severity, text in view.store_notes:
             {"error": st.error, "warning": st.warning}.get(severity, st.info)(text)
         head = view.headline
-        c1, c2, c3, c4 = st.columns(4)
-        c1.metric("Engine hit rate (token-weighted)", pct(head.engine_hit_rate),
-                  help="Σ prefix-cache hit tokens / Σ queried tokens over the last 5 min, "
-                       "from the workers' counters (never a per-batch gauge)")
-        c2.metric("Router-predicted hit rate", pct(head.predicted_hit_rate),
-                  help=f"predicted cached tokens / prompt tokens over "
-                       f"{head.predicted_requests} recent traced requests")
-        c3.metric("Image requests in router mode", pct(head.router_mode_share),
-                  help=f"smg_mm_processing_total, {head.image_requests:.0f} requests")
-        c4.metric("Image requests in worker mode", pct(head.worker_mode_share))
+        shared.metrics(
+            Metric("Engine hit rate (token-weighted)", pct(head.engine_hit_rate),
+                   "Σ prefix-cache hit tokens / Σ queried tokens over the last 5 min, from "
+                   "the workers' counters (never a per-batch gauge)"),
+            Metric("Router-predicted hit rate", pct(head.predicted_hit_rate),
+                   f"predicted cached tokens / prompt tokens over {head.predicted_requests} "
+                   "recent traced requests"),
+            Metric("Image requests in router mode", pct(head.router_mode_share),
+                   f"smg_mm_processing_total, {head.image_requests:.0f} requests"),
+            Metric("Image requests in worker mode", pct(head.worker_mode_share)))
         available(shared.availability(path, float(shared.time_window())))
 
         names = shared.worker_names(path)
@@ -108,18 +109,17 @@ def available(view: AvailabilityView) -> None:
         st.caption("Available vs achieved: no request evaluated yet (it needs traced requests "
                    "with an expected layout, the workers' KV events and `mmlens collect`).")
         return
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Achieved vs available hit rate", f"{pct(h.achieved)} of {pct(h.available)}",
-              help=f"Σ cached / Σ prompt tokens against Σ tokens the best worker held when the "
-                   f"router chose, over {h.requests} requests in the time range")
     per_min = "—" if h.avoidable_per_minute is None else f"{h.avoidable_per_minute:,.0f}"
-    c2.metric("Avoidable prefill tokens / min", per_min,
-              help=f"{h.avoidable_tokens} tokens the best worker held that the request did not "
-                   "get (the last-token block excluded)")
     top = view.top_cause()
-    c3.metric("Top cause", top or "none",
-              help=CAUSE_TEXT.get(top or "", "nothing avoidable") +
-              "; details on the Cache page")
+    shared.metrics(
+        Metric("Achieved vs available hit rate", f"{pct(h.achieved)} of {pct(h.available)}",
+               f"Σ cached / Σ prompt tokens against Σ tokens the best worker held when the "
+               f"router chose, over {h.requests} requests in the time range"),
+        Metric("Avoidable prefill tokens / min", per_min,
+               f"{h.avoidable_tokens} tokens the best worker held that the request did not "
+               "get (the last-token block excluded)"),
+        Metric("Top cause", top or "none",
+               CAUSE_TEXT.get(top or "", "nothing avoidable") + "; details on the Cache page"))
 
 
 live()

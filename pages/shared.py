@@ -45,6 +45,7 @@ from mmlens.figures.cache import prefix_tree_figure
 from mmlens.figures.html_table import MAX_ROWS as MAX_TABLE_ROWS
 from mmlens.figures.html_table import html_table
 from mmlens.figures.inserted import inserting_html
+from mmlens.figures.metric_row import Metric, metric_row
 from mmlens.ingest.metrics_normalize import NormalizedMetrics
 from mmlens.layout.imageinfo import ImageInfo, probe_image
 from mmlens.layout.modeldir import resolve_model
@@ -633,6 +634,12 @@ def small_table(rows: Any, column_help: dict[str, str] | None = None) -> None:
         st.dataframe(df, hide_index=True, width="stretch", column_config=config or None)
         return
     st.html(html_table([str(c) for c in df.columns], df.itertuples(index=False), column_help))
+
+
+def metrics(*items: Metric) -> None:
+    """Headline numbers side by side, as one static HTML row (``metric_row``), not a column
+    and an ``st.metric`` each."""
+    st.html(metric_row(items))
 
 
 def chart(markup: str) -> None:

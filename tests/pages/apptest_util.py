@@ -5,6 +5,7 @@ box it did not expect."""
 from __future__ import annotations
 
 import contextlib
+import html.parser
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -38,6 +39,25 @@ def charts(at: AppTest) -> list[str]:
     """The markup of every SVG chart the page shows (``shared.chart``), in page order."""
     found = (inserted_markup(str(el.value)) for el in at.get("html"))
     return [m for m in found if m is not None and 'class="mmlens-chart' in m]
+
+
+class _MetricCards(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: dict[str, str] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if "mmlens-metric" in (a.get("class") or "").split() and a.get("data-label"):
+            self.found[a["data-label"] or ""] = a.get("data-value") or ""
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    """Every headline number the page shows (``shared.metrics``' rows): label → value."""
+    cards = _MetricCards()
+    for el in at.get("html"):
+        cards.feed(str(el.value))
+    return cards.found
 
 
 def svg_bars(at: AppTest, words: str) -> dict[str, list[Any]]:

@@ -19,6 +19,7 @@ from tests.pages.apptest_util import (
     layout_drawn,
     lines_titled,
     messages,
+    metrics,
     open_page,
     sankey_drawn,
     svg_bars,
@@ -59,11 +60,11 @@ def test_overview_shows_demo_numbers(live: LiveDashboard) -> None:
     wait_until(lambda: _judged_false_hits(live.db) >= 1, 60, 0.5,
                what="the warm-up's false hit judged")
     at = open_page("overview")
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Engine hit rate (token-weighted)"] != "—"
+    shown = metrics(at)
+    assert shown["Engine hit rate (token-weighted)"] != "—"
     # Two demo routers over the same workers: one in router mode, one in worker mode.
-    assert metrics["Image requests in router mode"] not in ("—", "0%", "100%")
-    assert metrics["Image requests in worker mode"] not in ("—", "0%", "100%")
+    assert shown["Image requests in router mode"] not in ("—", "0%", "100%")
+    assert shown["Image requests in worker mode"] not in ("—", "0%", "100%")
     # The warm-up's blue image after red, same size: SMG predicts, the engine misses. That
     # deliberate false hit is the one alert a healthy demo raises.
     text = messages(at)
@@ -88,8 +89,8 @@ def test_inspector_rebuilds_a_warmup_request(live: LiveDashboard) -> None:
     assert_clean(at)
     names = trace_names(layout_drawn(at))
     assert sum(n.startswith("image ") for n in names) == 2
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Engine prompt_tokens"] == metrics["Engine expected"]
+    shown = metrics(at)
+    assert shown["Engine prompt_tokens"] == shown["Engine expected"]
     hover = next(t for t in layout_drawn(at)["data"] if t.get("name") == "blocks")
     assert any("hash " in h for h in hover["hovertext"])
 

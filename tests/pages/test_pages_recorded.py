@@ -22,6 +22,7 @@ from tests.pages.apptest_util import (
     layout_drawn,
     lines_titled,
     messages,
+    metrics,
     open_page,
     sankey_drawn,
     svg_bars,
@@ -43,14 +44,14 @@ def test_every_page_renders_without_traceback(db: Recorded, page: str) -> None:
 def test_overview_headline_and_alerts_name_their_cause(db: Recorded) -> None:
     at = open_page("overview")
     assert_clean(at)
-    metrics = {m.label: m.value for m in at.metric}
+    shown = metrics(at)
     # W1 40/100 and W2 10/80 tokens per scrape: (40+10)/(100+80) over the window.
-    assert metrics["Engine hit rate (token-weighted)"] == "28%"
-    assert metrics["Image requests in router mode"] == "100%"
+    assert shown["Engine hit rate (token-weighted)"] == "28%"
+    assert shown["Image requests in router mode"] == "100%"
     # Available vs achieved over the recorded requests (each against those before it):
     # 80 of 944 prompt tokens cached; 80 + 64 held by the best worker at decision time.
-    assert metrics["Achieved vs available hit rate"] == "8% of 15%"
-    assert metrics["Top cause"] == "unexplained"
+    assert shown["Achieved vs available hit rate"] == "8% of 15%"
+    assert shown["Top cause"] == "unexplained"
     text = messages(at)
     assert any("kv_events_silent" in m and "silent for w2:" in m for m in text["error"])
     assert any("false_hits" in m and "req-false-hit" in m for m in text["warning"])
@@ -95,7 +96,7 @@ def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> N
     hover = next(t for t in fig["data"] if t.get("name") == "blocks")
     assert any("hash " in h for h in hover["hovertext"])
     assert any("extra_keys" in h for h in hover["hovertext"])
-    assert {m.label: m.value for m in at.metric}["Engine prompt_tokens"] == "81"
+    assert metrics(at)["Engine prompt_tokens"] == "81"
 
 
 def test_inspector_choosing_a_request_changes_the_figure(db: Recorded) -> None:
