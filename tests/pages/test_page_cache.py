@@ -126,6 +126,31 @@ def test_new_traces_top_up_the_cached_ones(tmp_path: Any, sql: list[str]) -> Non
     store.close()
 
 
+def test_a_smaller_window_takes_the_newest_of_a_larger_one_read_at_the_same_versions(
+        tmp_path: Any, sql: list[str]) -> None:
+    """A page opening a window of fewer traces than another page's up-to-date window reads
+    no trace: it is that window's newest (decoding them again was a first visit's most)."""
+    db, store, now = five_traces(tmp_path)
+
+    def window(limit: int) -> tuple[list[str], list[str]]:
+        shared.store_versions.clear()  # the versions are read again
+        sql.clear()
+        ids = [t.request_id for t in shared.recent_traces(db, limit)]
+        return ids, [q for q in sql if "FROM traces" in q and "max(" not in q]
+
+    ids, queries = window(4)
+    assert ids == ["req-4", "req-3", "req-2", "req-1"] and len(queries) == 1
+    assert window(2) == (["req-4", "req-3"], [])  # the larger window's newest, no read
+    # once the store has moved, the larger window is not current: the smaller one tops up
+    store.add_traces([trace("req-5", now + 5)])
+    ids, queries = window(2)
+    assert ids == ["req-5", "req-4"] and len(queries) == 1 and "ts >= ?" in queries[0]
+    # a window larger than every other one reads the store
+    ids, queries = window(5)
+    assert ids == ["req-5", "req-4", "req-3", "req-2", "req-1"] and len(queries) == 1
+    store.close()
+
+
 def test_verdicts_read_only_what_moved(tmp_path: Any, sql: list[str],
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A new request reads its own verdict, not the window's again; a verdict judged again
