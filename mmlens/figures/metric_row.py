@@ -38,7 +38,8 @@ def metric_row(metrics: Sequence[Metric]) -> str:
     cards = []
     for m in metrics:
         tip = f' title="{esc(m.help)}"' if m.help else ""
-        mark = ' <span style="opacity:0.6">ⓘ</span>' if m.help else ""
+        # a dotted underline says the label has a tooltip (no glyph every font has)
+        hint = ";text-decoration:underline dotted;text-underline-offset:3px" if m.help else ""
         delta = ""
         if m.delta:
             arrow = "↓" if m.delta.lstrip().startswith("-") else "↑"
@@ -48,7 +49,7 @@ def metric_row(metrics: Sequence[Metric]) -> str:
         cards.append(
             f'<div class="mmlens-metric" data-label="{esc(m.label)}" '
             f'data-value="{esc(m.value)}"{tip}>'
-            f'<div class="mmlens-metric-label" style="{LABEL_STYLE}">{esc(m.label)}{mark}</div>'
+            f'<div class="mmlens-metric-label" style="{LABEL_STYLE}{hint}">{esc(m.label)}</div>'
             f'<div class="mmlens-metric-value" style="{VALUE_STYLE}">{esc(m.value)}</div>'
             f"{delta}</div>")
     return (f'<div class="{ROW_CLASS}" style="{ROW_STYLE}">'

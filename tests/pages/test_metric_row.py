@@ -20,8 +20,9 @@ def test_metric_row_labels_values_tooltips_and_delta() -> None:
         ("Hit <rate>", "28%"), ("Tokens", "81"), ("Drift", "12")]
     assert [c.get("title") for c in cards] == ['Σ hit / Σ "queried"', None, None]
     texts = [["".join(div.itertext()) for div in c] for c in cards]
-    assert texts == [["Hit <rate> ⓘ", "28%"], ["Tokens", "81", "↑ +3 vs expected"],
+    assert texts == [["Hit <rate>", "28%"], ["Tokens", "81", "↑ +3 vs expected"],
                      ["Drift", "12", "↓ -2"]]
+    assert ["dotted" in (c[0].get("style") or "") for c in cards] == [True, False, False]
     deltas = [c[2].get("style") for c in cards[1:]]
     assert DELTA_COLOURS["bad"] in deltas[0] and DELTA_COLOURS[None] in deltas[1]
     assert "\n" not in markup
