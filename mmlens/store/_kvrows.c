@@ -5,7 +5,10 @@
  * name JSON would escape, an int outside 64 bits, ...) is handed to ``fallback(ev)``, the
  * Python form, so its row (or its exception) is the reference's own.
  *
- * kv_rows(events, stored_type, removed_type, fallback) -> list of row tuples
+ * With ``bound`` true the rows are in the form SQLite's module binds cheapest
+ * (writes.bound_row): blobs as bytearray, a NULL as '' (the statement turns '' back into NULL).
+ *
+ * kv_rows(events, stored_type, removed_type, fallback, bound) -> list of row tuples
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -176,8 +179,9 @@ static int put_refs(Buf *b, PyObject *refs) {
     return rc;
 }
 
-static PyObject *take(Buf *b) {
-    return PyBytes_FromStringAndSize(b->p, b->n);
+static PyObject *take(Buf *b, int bound) {
+    return bound ? PyByteArray_FromStringAndSize(b->p, b->n)
+                 : PyBytes_FromStringAndSize(b->p, b->n);
 }
 
 static int truth_of(PyObject *o) {
@@ -299,10 +303,10 @@ static int image_names(PyObject *images, PyObject **out) {
 }
 
 static PyObject *s_ts, *s_worker, *s_rank, *s_seq, *s_block_hashes, *s_parent, *s_images,
-    *s_idx, *s_keys, *s_shapes, *s_prompt_end, *u_stored, *u_removed;
+    *s_idx, *s_keys, *s_shapes, *s_prompt_end, *u_stored, *u_removed, *u_empty;
 
 /* The row of one stored or removed event in *row; UNSUPPORTED leaves it NULL. */
-static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
+static int event_row(PyObject *ev, int stored, int bound, Buf *b, PyObject **row) {
     enum { TS, WORKER, RANK, SEQ, HASHES, IDX, KEYS, PARENT, IMAGES, SHAPES, END, N };
     PyObject *a[N] = {0};
     PyObject *names[N] = {s_ts, s_worker, s_rank, s_seq, s_block_hashes, s_idx, s_keys,
@@ -317,7 +321,7 @@ static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
     b->n = 0;
     if ((rc = put_ints(b, a[HASHES])))
         goto done;
-    if (!(hashes = take(b)) || !(nb = PyLong_FromSsize_t(PySequence_Fast_GET_SIZE(a[HASHES])))) {
+    if (!(hashes = take(b, bound)) || !(nb = PyLong_FromSsize_t(PySequence_Fast_GET_SIZE(a[HASHES])))) {
         rc = -1;
         goto done;
     }
@@ -334,7 +338,7 @@ static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
             rc = put_ints(b, a[KEYS]);
         if (rc)
             goto done;
-        if (!(content = take(b))) {
+        if (!(content = take(b, bound))) {
             rc = -1;
             goto done;
         }
@@ -356,10 +360,11 @@ static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
     }
     PyObject *items[11] = {a[TS], a[WORKER], a[RANK], a[SEQ], stored ? u_stored : u_removed,
                            nb, parent, hashes, imgs, a[IDX], content};
+    PyObject *null = bound ? u_empty : Py_None;
     for (int i = 0; i < 11; i++) {
-        PyObject *v = items[i] ? items[i] : Py_None;
+        PyObject *v = items[i] ? items[i] : null;
         if (i < 5 || i == 9 || !items[i])
-            Py_INCREF(v); /* borrowed from the event, the kind, or None */
+            Py_INCREF(v); /* borrowed from the event, the kind, or the NULL */
         PyTuple_SET_ITEM(*row, i, v);
     }
     nb = parent = hashes = imgs = content = NULL; /* the row holds them */
@@ -375,12 +380,16 @@ done:
 }
 
 static PyObject *kv_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "kv_rows(events, stored_type, removed_type, fallback)");
+    if (nargs != 5 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "kv_rows(events, stored_type, removed_type, fallback, bound)");
         return NULL;
     }
     PyObject *events = args[0], *stored_type = args[1], *removed_type = args[2],
              *fallback = args[3];
+    int bound = PyObject_IsTrue(args[4]);
+    if (bound < 0)
+        return NULL;
     Py_ssize_t n = PyList_GET_SIZE(events);
     PyObject *out = PyList_New(n);
     Buf b = {0};
@@ -389,7 +398,7 @@ static PyObject *kv_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyObject *type = (PyObject *)Py_TYPE(ev);
         int rc = UNSUPPORTED;
         if (type == stored_type || type == removed_type)
-            rc = event_row(ev, type == stored_type, &b, &row);
+            rc = event_row(ev, type == stored_type, bound, &b, &row);
         if (rc == UNSUPPORTED)
             row = PyObject_CallOneArg(fallback, ev);
         if (rc < 0 || !row)
@@ -406,7 +415,8 @@ static int intern_names(void) {
         {&s_ts, "ts"}, {&s_worker, "worker"}, {&s_rank, "rank"}, {&s_seq, "seq"},
         {&s_block_hashes, "block_hashes"}, {&s_parent, "parent"}, {&s_images, "images"},
         {&s_idx, "idx"}, {&s_keys, "keys"}, {&s_shapes, "shapes"},
-        {&s_prompt_end, "prompt_end"}, {&u_stored, "stored"}, {&u_removed, "removed"}};
+        {&s_prompt_end, "prompt_end"}, {&u_stored, "stored"}, {&u_removed, "removed"},
+        {&u_empty, ""}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].p = PyUnicode_InternFromString(names[i].s)))
             return -1;

@@ -162,7 +162,8 @@ class PostgresStore(SQLStore):
             cur.executemany(self._pg(sql), rows)
             return max(cur.rowcount, 0)
 
-    def _insert_new(self, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> int:
+    def _insert_new(self, table: str, columns: str, rows: Sequence[Sequence[Any]],
+                    values: str | None = None) -> int:
         # COPY into a session-local staging table, then one INSERT … SELECT that skips the
         # keys stored already: a tenth of executemany's client CPU per row. Binary COPY: no
         # hex text of each bytea value (hashes, content keys) to build on this side.
