@@ -9,6 +9,12 @@
  * (writes.bound_row): blobs as bytearray, a NULL as '' (the statement turns '' back into NULL).
  *
  * kv_rows(events, stored_type, removed_type, fallback, bound) -> list of row tuples
+ *
+ * copy_binary(rows, types) -> bytes: the rows as a whole PostgreSQL binary COPY stream
+ * (signature, tuples, trailer; the format of PostgreSQL's COPY documentation), one type code
+ * per column: d float8, i int4, q int8, t text, b bytea; None is NULL. A value the column
+ * cannot take raises (TypeError, OverflowError, UnicodeEncodeError) as psycopg's own
+ * write_row does, so the caller's fallback is the same.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -410,6 +416,103 @@ static PyObject *kv_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
+static inline int put_be32(Buf *b, uint32_t v) {
+    uint8_t out[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    return put(b, out, 4);
+}
+
+static int copy_field(Buf *b, char type, PyObject *v) {
+    if (v == Py_None)
+        return put_be32(b, 0xffffffffu);
+    if (type == 'd') {
+        double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred())
+            return -1;
+        uint64_t u;
+        memcpy(&u, &d, 8);
+        return put_be32(b, 8) || put_be32(b, (uint32_t)(u >> 32)) || put_be32(b, (uint32_t)u);
+    }
+    if (type == 'i' || type == 'q') {
+        if (!PyLong_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "copy_binary: an int column takes ints");
+            return -1;
+        }
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        if (type == 'i') {
+            if (x < INT32_MIN || x > INT32_MAX) {
+                PyErr_SetString(PyExc_OverflowError, "copy_binary: int out of int4 range");
+                return -1;
+            }
+            return put_be32(b, 4) || put_be32(b, (uint32_t)x);
+        }
+        uint64_t u = (uint64_t)x;
+        return put_be32(b, 8) || put_be32(b, (uint32_t)(u >> 32)) || put_be32(b, (uint32_t)u);
+    }
+    const char *data;
+    Py_ssize_t n;
+    if (type == 't' && PyUnicode_Check(v)) {
+        if (!(data = PyUnicode_AsUTF8AndSize(v, &n)))
+            return -1;
+    } else if (type == 'b' && PyBytes_Check(v)) {
+        data = PyBytes_AS_STRING(v);
+        n = PyBytes_GET_SIZE(v);
+    } else if (type == 'b' && PyByteArray_Check(v)) {
+        data = PyByteArray_AS_STRING(v);
+        n = PyByteArray_GET_SIZE(v);
+    } else {
+        PyErr_Format(PyExc_TypeError, "copy_binary: a %s column does not take %.50s",
+                     type == 't' ? "text" : type == 'b' ? "bytea" : "?", Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    if (n > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "copy_binary: a value over 2 GiB");
+        return -1;
+    }
+    return put_be32(b, (uint32_t)n) || put(b, data, n);
+}
+
+static PyObject *copy_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyUnicode_Check(args[1])
+            || !PyUnicode_IS_ASCII(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "copy_binary(rows: list, types: str)");
+        return NULL;
+    }
+    PyObject *rows = args[0];
+    const char *types = (const char *)PyUnicode_1BYTE_DATA(args[1]);
+    Py_ssize_t ncols = PyUnicode_GET_LENGTH(args[1]);
+    for (Py_ssize_t j = 0; j < ncols; j++)
+        if (!strchr("diqtb", types[j]) || !types[j]) {
+            PyErr_SetString(PyExc_ValueError, "copy_binary: type codes are d, i, q, t, b");
+            return NULL;
+        }
+    if (ncols > 0x7fff) {
+        PyErr_SetString(PyExc_ValueError, "copy_binary: too many columns");
+        return NULL;
+    }
+    Buf b = {0};
+    /* signature, flags (no OIDs), header extension length */
+    int rc = put(&b, "PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0", 19);
+    for (Py_ssize_t i = 0; !rc && i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != ncols) {
+            PyErr_SetString(PyExc_TypeError, "copy_binary: each row a tuple, one per type");
+            rc = -1;
+            break;
+        }
+        uint8_t count[2] = {(uint8_t)(ncols >> 8), (uint8_t)ncols};
+        rc = put(&b, count, 2);
+        for (Py_ssize_t j = 0; !rc && j < ncols; j++)
+            rc = copy_field(&b, types[j], PyTuple_GET_ITEM(row, j));
+    }
+    if (!rc)
+        rc = put(&b, "\xff\xff", 2);
+    PyObject *out = rc ? NULL : PyBytes_FromStringAndSize(b.p, b.n);
+    PyMem_Free(b.p);
+    return out;
+}
+
 static int intern_names(void) {
     struct { PyObject **p; const char *s; } names[] = {
         {&s_ts, "ts"}, {&s_worker, "worker"}, {&s_rank, "rank"}, {&s_seq, "seq"},
@@ -426,6 +529,8 @@ static int intern_names(void) {
 static PyMethodDef methods[] = {
     {"kv_rows", (PyCFunction)(void (*)(void))kv_rows, METH_FASTCALL,
      "The kv_events rows of a list of KV events (writes.kv_row for each, in one call)."},
+    {"copy_binary", (PyCFunction)(void (*)(void))copy_binary, METH_FASTCALL,
+     "Rows as one PostgreSQL binary COPY stream (one type code per column: d i q t b)."},
     {NULL, NULL, 0, NULL},
 };
 
