@@ -58,8 +58,23 @@ static inline int put_be(Buf *b, uint8_t marker, uint64_t v, int n) {
         return -1;
     uint8_t *out = (uint8_t *)b->p + b->n;
     out[0] = marker;
-    for (int i = 0; i < n; i++)
-        out[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+    switch (n) { /* unrolled: a loop over n was a third of the rows' CPU */
+    case 8:
+        out[1] = (uint8_t)(v >> 56), out[2] = (uint8_t)(v >> 48), out[3] = (uint8_t)(v >> 40);
+        out[4] = (uint8_t)(v >> 32), out[5] = (uint8_t)(v >> 24), out[6] = (uint8_t)(v >> 16);
+        out[7] = (uint8_t)(v >> 8), out[8] = (uint8_t)v;
+        break;
+    case 4:
+        out[1] = (uint8_t)(v >> 24), out[2] = (uint8_t)(v >> 16), out[3] = (uint8_t)(v >> 8);
+        out[4] = (uint8_t)v;
+        break;
+    case 2:
+        out[1] = (uint8_t)(v >> 8), out[2] = (uint8_t)v;
+        break;
+    case 1:
+        out[1] = (uint8_t)v;
+        break;
+    }
     b->n += 1 + n;
     return 0;
 }
