@@ -5,7 +5,16 @@
  * name JSON would escape, an int outside 64 bits, ...) is handed to ``fallback(ev)``, the
  * Python form, so its row (or its exception) is the reference's own.
  *
- * kv_rows(events, stored_type, removed_type, fallback) -> list of row tuples
+ * With ``bound`` true the rows are in the form SQLite's module binds cheapest
+ * (writes.bound_row): blobs as bytearray, a NULL as '' (the statement turns '' back into NULL).
+ *
+ * kv_rows(events, stored_type, removed_type, fallback, bound) -> list of row tuples
+ *
+ * copy_binary(rows, types) -> bytes: the rows as a whole PostgreSQL binary COPY stream
+ * (signature, tuples, trailer; the format of PostgreSQL's COPY documentation), one type code
+ * per column: d float8, i int4, q int8, t text, b bytea; None is NULL. A value the column
+ * cannot take raises (TypeError, OverflowError, UnicodeEncodeError) as psycopg's own
+ * write_row does, so the caller's fallback is the same.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -49,8 +58,23 @@ static inline int put_be(Buf *b, uint8_t marker, uint64_t v, int n) {
         return -1;
     uint8_t *out = (uint8_t *)b->p + b->n;
     out[0] = marker;
-    for (int i = 0; i < n; i++)
-        out[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+    switch (n) { /* unrolled: a loop over n was a third of the rows' CPU */
+    case 8:
+        out[1] = (uint8_t)(v >> 56), out[2] = (uint8_t)(v >> 48), out[3] = (uint8_t)(v >> 40);
+        out[4] = (uint8_t)(v >> 32), out[5] = (uint8_t)(v >> 24), out[6] = (uint8_t)(v >> 16);
+        out[7] = (uint8_t)(v >> 8), out[8] = (uint8_t)v;
+        break;
+    case 4:
+        out[1] = (uint8_t)(v >> 24), out[2] = (uint8_t)(v >> 16), out[3] = (uint8_t)(v >> 8);
+        out[4] = (uint8_t)v;
+        break;
+    case 2:
+        out[1] = (uint8_t)(v >> 8), out[2] = (uint8_t)v;
+        break;
+    case 1:
+        out[1] = (uint8_t)v;
+        break;
+    }
     b->n += 1 + n;
     return 0;
 }
@@ -176,8 +200,9 @@ static int put_refs(Buf *b, PyObject *refs) {
     return rc;
 }
 
-static PyObject *take(Buf *b) {
-    return PyBytes_FromStringAndSize(b->p, b->n);
+static PyObject *take(Buf *b, int bound) {
+    return bound ? PyByteArray_FromStringAndSize(b->p, b->n)
+                 : PyBytes_FromStringAndSize(b->p, b->n);
 }
 
 static int truth_of(PyObject *o) {
@@ -299,10 +324,10 @@ static int image_names(PyObject *images, PyObject **out) {
 }
 
 static PyObject *s_ts, *s_worker, *s_rank, *s_seq, *s_block_hashes, *s_parent, *s_images,
-    *s_idx, *s_keys, *s_shapes, *s_prompt_end, *u_stored, *u_removed;
+    *s_idx, *s_keys, *s_shapes, *s_prompt_end, *u_stored, *u_removed, *u_empty;
 
 /* The row of one stored or removed event in *row; UNSUPPORTED leaves it NULL. */
-static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
+static int event_row(PyObject *ev, int stored, int bound, Buf *b, PyObject **row) {
     enum { TS, WORKER, RANK, SEQ, HASHES, IDX, KEYS, PARENT, IMAGES, SHAPES, END, N };
     PyObject *a[N] = {0};
     PyObject *names[N] = {s_ts, s_worker, s_rank, s_seq, s_block_hashes, s_idx, s_keys,
@@ -317,7 +342,7 @@ static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
     b->n = 0;
     if ((rc = put_ints(b, a[HASHES])))
         goto done;
-    if (!(hashes = take(b)) || !(nb = PyLong_FromSsize_t(PySequence_Fast_GET_SIZE(a[HASHES])))) {
+    if (!(hashes = take(b, bound)) || !(nb = PyLong_FromSsize_t(PySequence_Fast_GET_SIZE(a[HASHES])))) {
         rc = -1;
         goto done;
     }
@@ -334,7 +359,7 @@ static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
             rc = put_ints(b, a[KEYS]);
         if (rc)
             goto done;
-        if (!(content = take(b))) {
+        if (!(content = take(b, bound))) {
             rc = -1;
             goto done;
         }
@@ -356,10 +381,11 @@ static int event_row(PyObject *ev, int stored, Buf *b, PyObject **row) {
     }
     PyObject *items[11] = {a[TS], a[WORKER], a[RANK], a[SEQ], stored ? u_stored : u_removed,
                            nb, parent, hashes, imgs, a[IDX], content};
+    PyObject *null = bound ? u_empty : Py_None;
     for (int i = 0; i < 11; i++) {
-        PyObject *v = items[i] ? items[i] : Py_None;
+        PyObject *v = items[i] ? items[i] : null;
         if (i < 5 || i == 9 || !items[i])
-            Py_INCREF(v); /* borrowed from the event, the kind, or None */
+            Py_INCREF(v); /* borrowed from the event, the kind, or the NULL */
         PyTuple_SET_ITEM(*row, i, v);
     }
     nb = parent = hashes = imgs = content = NULL; /* the row holds them */
@@ -375,12 +401,16 @@ done:
 }
 
 static PyObject *kv_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "kv_rows(events, stored_type, removed_type, fallback)");
+    if (nargs != 5 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "kv_rows(events, stored_type, removed_type, fallback, bound)");
         return NULL;
     }
     PyObject *events = args[0], *stored_type = args[1], *removed_type = args[2],
              *fallback = args[3];
+    int bound = PyObject_IsTrue(args[4]);
+    if (bound < 0)
+        return NULL;
     Py_ssize_t n = PyList_GET_SIZE(events);
     PyObject *out = PyList_New(n);
     Buf b = {0};
@@ -389,7 +419,7 @@ static PyObject *kv_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyObject *type = (PyObject *)Py_TYPE(ev);
         int rc = UNSUPPORTED;
         if (type == stored_type || type == removed_type)
-            rc = event_row(ev, type == stored_type, &b, &row);
+            rc = event_row(ev, type == stored_type, bound, &b, &row);
         if (rc == UNSUPPORTED)
             row = PyObject_CallOneArg(fallback, ev);
         if (rc < 0 || !row)
@@ -401,12 +431,110 @@ static PyObject *kv_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
+static inline int put_be32(Buf *b, uint32_t v) {
+    uint8_t out[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    return put(b, out, 4);
+}
+
+static int copy_field(Buf *b, char type, PyObject *v) {
+    if (v == Py_None)
+        return put_be32(b, 0xffffffffu);
+    if (type == 'd') {
+        double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred())
+            return -1;
+        uint64_t u;
+        memcpy(&u, &d, 8);
+        return put_be32(b, 8) || put_be32(b, (uint32_t)(u >> 32)) || put_be32(b, (uint32_t)u);
+    }
+    if (type == 'i' || type == 'q') {
+        if (!PyLong_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "copy_binary: an int column takes ints");
+            return -1;
+        }
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        if (type == 'i') {
+            if (x < INT32_MIN || x > INT32_MAX) {
+                PyErr_SetString(PyExc_OverflowError, "copy_binary: int out of int4 range");
+                return -1;
+            }
+            return put_be32(b, 4) || put_be32(b, (uint32_t)x);
+        }
+        uint64_t u = (uint64_t)x;
+        return put_be32(b, 8) || put_be32(b, (uint32_t)(u >> 32)) || put_be32(b, (uint32_t)u);
+    }
+    const char *data;
+    Py_ssize_t n;
+    if (type == 't' && PyUnicode_Check(v)) {
+        if (!(data = PyUnicode_AsUTF8AndSize(v, &n)))
+            return -1;
+    } else if (type == 'b' && PyBytes_Check(v)) {
+        data = PyBytes_AS_STRING(v);
+        n = PyBytes_GET_SIZE(v);
+    } else if (type == 'b' && PyByteArray_Check(v)) {
+        data = PyByteArray_AS_STRING(v);
+        n = PyByteArray_GET_SIZE(v);
+    } else {
+        PyErr_Format(PyExc_TypeError, "copy_binary: a %s column does not take %.50s",
+                     type == 't' ? "text" : type == 'b' ? "bytea" : "?", Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    if (n > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "copy_binary: a value over 2 GiB");
+        return -1;
+    }
+    return put_be32(b, (uint32_t)n) || put(b, data, n);
+}
+
+static PyObject *copy_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyUnicode_Check(args[1])
+            || !PyUnicode_IS_ASCII(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "copy_binary(rows: list, types: str)");
+        return NULL;
+    }
+    PyObject *rows = args[0];
+    const char *types = (const char *)PyUnicode_1BYTE_DATA(args[1]);
+    Py_ssize_t ncols = PyUnicode_GET_LENGTH(args[1]);
+    for (Py_ssize_t j = 0; j < ncols; j++)
+        if (!strchr("diqtb", types[j]) || !types[j]) {
+            PyErr_SetString(PyExc_ValueError, "copy_binary: type codes are d, i, q, t, b");
+            return NULL;
+        }
+    if (ncols > 0x7fff) {
+        PyErr_SetString(PyExc_ValueError, "copy_binary: too many columns");
+        return NULL;
+    }
+    Buf b = {0};
+    /* signature, flags (no OIDs), header extension length */
+    int rc = put(&b, "PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0", 19);
+    for (Py_ssize_t i = 0; !rc && i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != ncols) {
+            PyErr_SetString(PyExc_TypeError, "copy_binary: each row a tuple, one per type");
+            rc = -1;
+            break;
+        }
+        uint8_t count[2] = {(uint8_t)(ncols >> 8), (uint8_t)ncols};
+        rc = put(&b, count, 2);
+        for (Py_ssize_t j = 0; !rc && j < ncols; j++)
+            rc = copy_field(&b, types[j], PyTuple_GET_ITEM(row, j));
+    }
+    if (!rc)
+        rc = put(&b, "\xff\xff", 2);
+    PyObject *out = rc ? NULL : PyBytes_FromStringAndSize(b.p, b.n);
+    PyMem_Free(b.p);
+    return out;
+}
+
 static int intern_names(void) {
     struct { PyObject **p; const char *s; } names[] = {
         {&s_ts, "ts"}, {&s_worker, "worker"}, {&s_rank, "rank"}, {&s_seq, "seq"},
         {&s_block_hashes, "block_hashes"}, {&s_parent, "parent"}, {&s_images, "images"},
         {&s_idx, "idx"}, {&s_keys, "keys"}, {&s_shapes, "shapes"},
-        {&s_prompt_end, "prompt_end"}, {&u_stored, "stored"}, {&u_removed, "removed"}};
+        {&s_prompt_end, "prompt_end"}, {&u_stored, "stored"}, {&u_removed, "removed"},
+        {&u_empty, ""}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].p = PyUnicode_InternFromString(names[i].s)))
             return -1;
@@ -416,6 +544,8 @@ static int intern_names(void) {
 static PyMethodDef methods[] = {
     {"kv_rows", (PyCFunction)(void (*)(void))kv_rows, METH_FASTCALL,
      "The kv_events rows of a list of KV events (writes.kv_row for each, in one call)."},
+    {"copy_binary", (PyCFunction)(void (*)(void))copy_binary, METH_FASTCALL,
+     "Rows as one PostgreSQL binary COPY stream (one type code per column: d i q t b)."},
     {NULL, NULL, 0, NULL},
 };
 

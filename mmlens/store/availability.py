@@ -136,11 +136,13 @@ class AvailabilityTables(SQLBase):
                 if self.is_outage(exc):
                     raise
 
-    def _insert_new(self, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> int:
-        """Insert the rows whose key is not stored yet, inside the caller's transaction;
-        returns the rows added (PostgreSQL: COPY, ``PostgresStore``)."""
-        return self._many(f"INSERT INTO {table} ({columns}) VALUES ({marks(len(rows[0]))}) "
-                          "ON CONFLICT DO NOTHING", rows)
+    def _insert_new(self, table: str, columns: str, rows: Sequence[Sequence[Any]],
+                    values: str | None = None) -> int:
+        """Insert the rows whose key is not stored yet, inside the caller's transaction
+        (``values``: SQL of a row's VALUES, one ``?`` per column by default); returns the rows
+        added (PostgreSQL: COPY, ``PostgresStore``)."""
+        return self._many(f"INSERT INTO {table} ({columns}) VALUES "
+                          f"({values or marks(len(rows[0]))}) ON CONFLICT DO NOTHING", rows)
 
     def kv_keyed_tail(self, tail: IdTail, limit: int = 50_000) -> list[KeyedRow]:
         """KV events with their content keys (none: ``keys`` empty) ``tail`` has not

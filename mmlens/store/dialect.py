@@ -57,6 +57,9 @@ class SQLBase:
         its first read on (trace merging reads, then writes)."""
         raise NotImplementedError
 
+    # KV event rows are written as ``writes.bound_row`` gives them (SQLite), not as ``kv_row``.
+    binds_kv_rows = False
+
     # SQL between an INSERT's column list and its VALUES that lets it give the row-order
     # column (``_reserve_ids``) a value.
     _given_ids = ""

@@ -31,6 +31,8 @@ SETUP_WAIT_S = 10.0
 
 
 class Store(SQLStore):
+    binds_kv_rows = True
+
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = str(path)
         self.readonly = readonly

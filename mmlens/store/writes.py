@@ -57,12 +57,36 @@ def kv_row(ev: KVEvent) -> tuple[Any, ...]:
     return (ev.ts, ev.worker, ev.rank, ev.seq, "cleared", 0, None, None, None, ev.idx, None)
 
 
-def kv_rows(events: list[KVEvent]) -> list[tuple[Any, ...]]:
-    """``kv_row`` of each event: compiled where it is built (an event it does not take goes
-    through ``kv_row`` itself), else ``kv_row`` one by one."""
+# The nullable columns of a ``kv_events`` row (parent, hashes, images, content).
+_NULLABLE = (6, 7, 8, 10)
+# The VALUES of a ``bound_row``: '' is each nullable column's NULL (none of them is ever '').
+BOUND_VALUES = ",".join("nullif(?,'')" if i in _NULLABLE else "?" for i in range(11))
+
+
+def bound_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A ``kv_row`` as SQLite's module binds it cheapest: on CPython 3.11 it binds str, int,
+    float and bytearray directly but looks up an adapter for bytes and None (a formatted
+    AttributeError raised and cleared each), which was a quarter of the insert's CPU per row
+    (``benchmarks/kv_store_layouts.py``). Blobs go as bytearray, a NULL as ''
+    (``BOUND_VALUES`` turns it back)."""
+    out = list(row)
+    for i in _NULLABLE:
+        v = out[i]
+        out[i] = "" if v is None else bytearray(v) if type(v) is bytes else v
+    return tuple(out)
+
+
+def _bound_kv_row(ev: KVEvent) -> tuple[Any, ...]:
+    return bound_row(kv_row(ev))
+
+
+def kv_rows(events: list[KVEvent], bound: bool = False) -> list[tuple[Any, ...]]:
+    """``kv_row`` of each event (``bound``: its ``bound_row``): compiled where it is built (an
+    event it does not take goes through ``kv_row`` itself), else ``kv_row`` one by one."""
+    one = _bound_kv_row if bound else kv_row
     if _native_rows is None:
-        return list(map(kv_row, events))
-    return _native_rows(events, BlockStored, BlockRemoved, kv_row)
+        return list(map(one, events))
+    return _native_rows(events, BlockStored, BlockRemoved, one, bound)
 
 
 def _sample_reads_back(row: tuple[Any, ...]) -> bool:
@@ -122,12 +146,13 @@ class StoreWrites(AvailabilityTables):
         return out
 
     def _append(self, table: str, columns: str, rows: list[tuple[Any, ...]],
-                ignore_duplicates: bool = False) -> int:
-        """Insert rows whose first column is ``ts``; returns the rows added."""
+                ignore_duplicates: bool = False, values: str | None = None) -> int:
+        """Insert rows whose first column is ``ts`` (``values``: SQL of a row's VALUES, one
+        ``?`` per column by default); returns the rows added."""
         if not rows:
             return 0
         self._before_append(table, (r[0] for r in rows))
-        sql = f"INSERT INTO {table} ({columns}) VALUES ({marks(len(rows[0]))})"
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({values or marks(len(rows[0]))})"
         sql += " ON CONFLICT DO NOTHING" if ignore_duplicates else ""
         try:
             with self._tx():
@@ -181,15 +206,17 @@ class StoreWrites(AvailabilityTables):
         events = self._kv_writable(list(events))
         if not events:
             return 0
-        rows = kv_rows(events)
+        values = BOUND_VALUES if self.binds_kv_rows else None
+        rows = kv_rows(events, self.binds_kv_rows)
         self._before_append("kv_events", (r[0] for r in rows))
         try:
             with self._tx():
-                added = self._insert_new("kv_events", KV_COLUMNS, rows)
+                added = self._insert_new("kv_events", KV_COLUMNS, rows, values)
         except Exception as exc:
             if self.is_outage(exc) or isinstance(exc, StoreError):
                 raise
-            added = self._append("kv_events", KV_COLUMNS, rows, ignore_duplicates=True)
+            added = self._append("kv_events", KV_COLUMNS, rows, ignore_duplicates=True,
+                                 values=values)
         if added < len(rows):
             self._content_of_stored(rows)
         return added
@@ -199,7 +226,7 @@ class StoreWrites(AvailabilityTables):
         keys, where these rows have them (that collector's index did not know the parent):
         the keys go to ``kv_content``, as late keys do, so the availability replay gets
         them once."""
-        keyed = [r for r in rows if r[-1] is not None]
+        keyed = [r for r in rows if r[-1]]  # None, or '' in a ``bound_row``: no keys
         if keyed:
             self.add_keys_where_missing([(r[0], r[1], r[2], r[3], r[9], r[4], r[10])
                                          for r in keyed])

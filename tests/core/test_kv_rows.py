@@ -46,23 +46,27 @@ HASHES = st.one_of(st.lists(INTS, max_size=20), st.lists(st.sampled_from(["ab12"
 KEYS = st.one_of(st.none(), st.lists(INTS, max_size=20), st.lists(ODD_INTS, max_size=3))
 
 
-def _rows(events: list, compiled: bool) -> list:
+def _rows(events: list, compiled: bool, bound: bool = False) -> list:
     if compiled:
-        return native(events, BlockStored, BlockRemoved, writes.kv_row)
-    return list(map(writes.kv_row, events))
+        return native(events, BlockStored, BlockRemoved, writes._bound_kv_row if bound
+                      else writes.kv_row, bound)
+    rows = list(map(writes.kv_row, events))
+    return list(map(writes.bound_row, rows)) if bound else rows
 
 
 def _same(events: list) -> None:
-    """Both ways give equal rows of equal types, or both raise the same error."""
-    try:
-        want = _rows(events, False)
-    except Exception as exc:
-        with pytest.raises(type(exc)):
-            _rows(events, True)
-        return
-    got = _rows(events, True)
-    assert got == want
-    assert [list(map(type, r)) for r in got] == [list(map(type, r)) for r in want]
+    """Both ways give equal rows of equal types, or both raise the same error; so do their
+    bound forms (SQLite's)."""
+    for bound in (False, True):
+        try:
+            want = _rows(events, False, bound)
+        except Exception as exc:
+            with pytest.raises(type(exc)):
+                _rows(events, True, bound)
+            continue
+        got = _rows(events, True, bound)
+        assert got == want
+        assert [list(map(type, r)) for r in got] == [list(map(type, r)) for r in want]
 
 
 @st.composite
@@ -108,7 +112,8 @@ def test_a_row_the_compiled_way_does_not_take_is_kv_rows_own():
            BlockStored("w", 0, 1, 1.0, [5, 1 << 63], 7, [], 16, images=[(("ab", -3),), None],
                        keys=[9, 1 << 64 - 1], shapes=[3, 4], prompt_end=2),
            BlockRemoved("w", 0, 1, 1.0, [1, 2], keys=[3])]
-    assert native(evs, BlockStored, BlockRemoved, fallback) == list(map(writes.kv_row, evs))
+    assert native(evs, BlockStored, BlockRemoved, fallback, False) == list(
+        map(writes.kv_row, evs))
     assert seen == evs[:3]
 
 

@@ -22,8 +22,10 @@ from mmlens.records import (
     RoutingDecision,
 )
 from mmlens.store.open import NoStoreYet, StoreError, open_store
+from mmlens.store.schema import KV_COLUMNS
 from mmlens.store.sqlite import SCHEMA_VERSION, WAL_CHECKPOINT_PAGES, Store
 from mmlens.store.tail import IdTail
+from mmlens.store.writes import kv_row
 from tests.conftest import new_database
 
 BIG = (1 << 64) - 1
@@ -188,6 +190,25 @@ def test_kv_events_are_stored_once_per_key(store_db: str) -> None:
     assert len(one.kv_event_rows(None)) == 10
     one.close()
     two.close()
+
+
+def test_a_kv_events_row_reads_back_as_kv_row_gives_it(store_db: str) -> None:
+    """Each nullable column of every event shape (SQLite binds NULLs as '', blobs as
+    bytearray: ``writes.bound_row``) reads back as the event's ``kv_row``, NULL as None."""
+    store = open_store(store_db)
+    events = [BlockStored("w", 0, 1, 1.0, [5, 1 << 63], 7, [1] * 32, 16, idx=0,
+                          images=[(("ab", 3),), None], keys=[9, 10], shapes=[3, 4],
+                          prompt_end=2),
+              BlockStored("w", 0, 1, 1.0, [6], None, [1] * 16, 16, idx=1),
+              BlockRemoved("w", 0, 1, 1.0, [5], idx=2, keys=[9]),
+              BlockRemoved("w", 0, 1, 1.0, [8], idx=3),
+              AllBlocksCleared("w", 0, 1, 1.0, idx=4)]
+    assert store.add_kv_events(events) == 5
+    got = store._rows(f"SELECT {KV_COLUMNS} FROM kv_events ORDER BY idx")
+    assert [tuple(r) for r in got] == [kv_row(ev) for ev in events]
+    assert [r[6] is None for r in got] == [False, True, True, True, True]  # parent
+    assert [r[10] is None for r in got] == [False, True, False, True, True]  # content
+    store.close()
 
 
 def test_kv_events_and_content_in_one_transaction_are_stored_once(store_db: str) -> None:

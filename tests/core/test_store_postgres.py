@@ -9,7 +9,9 @@ import threading
 import pytest
 
 from mmlens.records import BlockStored, MetricSample, RequestTrace
+from mmlens.store import postgres as pg_store
 from mmlens.store.open import StoreError, label, open_store, redact
+from mmlens.store.schema import KV_COLUMNS
 from tests.conftest import new_database
 
 H = 3600.0
@@ -92,3 +94,45 @@ def test_passwords_stay_out_of_messages(postgres) -> None:
     with pytest.raises(StoreError) as err:
         open_store(url)
     assert "nosuchdb" in str(err.value) and "s3cret" not in str(err.value)
+
+
+_EDGE_ROWS = [
+    (1.5, "w", 0, 1, "stored", 1, None, b"\x91\x05", None, 0, None),
+    (1e9 + 0.123456789, "é✓ w", -(1 << 31), -(1 << 63), "removed", (1 << 31) - 1, "12",
+     b"", '["ab"]', (1 << 31) - 1, b"\x00" * 70_000),
+    (2.0 ** 40, "w", (1 << 31) - 1, (1 << 63) - 1, "cleared", 0, "x" * 300, None, "", -1,
+     bytearray(b"\x81\xa1k\x90")),
+]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_compiled_copy_stream_stores_what_write_row_stores(postgres, monkeypatch,
+                                                               compiled) -> None:
+    """Rows of each column type at its edges (NULLs, int4/int8 bounds, non-ASCII and long
+    text, empty and 70 kB blobs) read back as given, the COPY stream compiled or not."""
+    if compiled and pg_store._copy_binary is None:
+        pytest.skip("compiled COPY not built")
+    if not compiled:
+        monkeypatch.setattr(pg_store, "_copy_binary", None)
+    store = open_store(new_database(postgres))
+    store._before_append("kv_events", (r[0] for r in _EDGE_ROWS))
+    with store._tx():
+        assert store._insert_new("kv_events", KV_COLUMNS, _EDGE_ROWS) == 3
+        assert store._insert_new("kv_events", KV_COLUMNS, _EDGE_ROWS[1:]) == 0
+    got = store._rows(f"SELECT {KV_COLUMNS} FROM kv_events ORDER BY ts")
+    assert [tuple(r) for r in got] == [tuple(bytes(v) if isinstance(v, bytearray) else v
+                                             for v in r) for r in _EDGE_ROWS]
+    store.close()
+
+
+def test_a_value_its_column_cannot_take_stops_the_compiled_stream_before_it_starts() -> None:
+    if pg_store._copy_binary is None:
+        pytest.skip("compiled COPY not built")
+    types = ["float8", "text", "int4", "int8", "text", "int4", "text", "bytea", "text", "int4",
+             "bytea"]
+    row = _EDGE_ROWS[0]
+    assert pg_store.copy_data([row], types).startswith(b"PGCOPY\n\xff\r\n\x00")
+    for i, bad in ((2, 1 << 31), (3, 1 << 63), (1, b"w"), (7, "ab"), (0, "1.0")):
+        with pytest.raises((OverflowError, TypeError)):
+            pg_store.copy_data([(*row[:i], bad, *row[i + 1:])], types)
+    assert pg_store.copy_data([row], [*types[:-1], "jsonb"]) is None  # write_row's then
