@@ -68,6 +68,18 @@ def children(pid: int) -> list[int]:
     return [int(c) for c in kids.read_text().split()] if kids.exists() else []
 
 
+def switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of ``pid``'s threads and its children's."""
+    out = [0, 0]
+    for p in (pid, *children(pid)):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches"):
+                out[0] += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                out[1] += int(line.split()[1])
+    return out[0], out[1]
+
+
 def runq_wait_s(pid: int) -> float:
     """Seconds the process's main thread has waited on a run queue (ready, not running)."""
     return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1]) / 1e9
@@ -92,7 +104,8 @@ def q(xs: list[float], p: float) -> float:
     return statistics.quantiles(xs, n=1000)[int(p * 10) - 1]
 
 
-def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path) -> dict[str, object]:
+def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path, load: list[bytes]
+            ) -> dict[str, object]:
     port = tb.free_port()
     db, gclog = tmp / f"{name}.db", tmp / f"{name}-gc.json"
     env = {**os.environ, "TAP_GC_LOG": str(gclog)}
@@ -124,6 +137,14 @@ def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path) -> dict[str, o
         w0, t0 = runq_wait_s(tap.pid), time.perf_counter()
         d, v, starts = asyncio.run(pairs(up_url, via, reqs))
         t1, w1 = time.perf_counter(), runq_wait_s(tap.pid)
+        cpu, sw = (0.0, 0.0), [0.0, 0.0]
+        if load:  # then CPU per recorded request, 32 in flight
+            before, parts0, sw0 = tb.settled(db), tb.cpu_parts(tap.pid), switches(tap.pid)
+            asyncio.run(tb.throughput(via, load, 32))
+            tb.wait_stored(db, before + len(load))
+            sw = [(b - a) / len(load) for a, b in zip(sw0, switches(tap.pid), strict=True)]
+            cpu = tuple((b - a) / len(load) * 1e6  # type: ignore[assignment]
+                        for a, b in zip(parts0, tb.cpu_parts(tap.pid), strict=True))
     finally:
         tb.stop(tap)
     gcs = [g for g in json.loads(gclog.read_text()) if t0 <= g[0] <= t1] \
@@ -138,7 +159,8 @@ def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path) -> dict[str, o
             "p99": q(v, 99) - q(d, 99), "p999": q(v, 99.9) - q(d, 99.9), "hist": hist,
             "gcs": len(gcs), "gc_max": max((g[2] for g in gcs), default=0.0),
             "slow_in_gc": in_gc, "slow": len(slow),
-            "runq_us": (w1 - w0) / len(reqs) * 1e6, "slices": slices}
+            "runq_us": (w1 - w0) / len(reqs) * 1e6, "slices": slices,
+            "proxy_us": cpu[0], "recorder_us": cpu[1], "switches": sw}
 
 
 def fmt_slices(slices: object) -> str:
@@ -151,6 +173,8 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=1500)
     ap.add_argument("--rounds", type=int, default=2, help="the variants in turns, this often")
+    ap.add_argument("--throughput", type=int, default=0,
+                    help="then this many requests, 32 in flight: CPU µs per recorded request")
     ap.add_argument("--variants", default="default,long-slice,no-record,rec-core1")
     args = ap.parse_args()
     names = args.variants.split(",")
@@ -170,24 +194,32 @@ def main() -> None:
             for r in range(args.rounds):
                 reqs = tb.bodies(64, "PNG", args.requests, start=r * args.requests)
                 for name in names:
-                    m = variant(name, up_url, reqs, Path(tmp))
+                    load = tb.bodies(64, "PNG", args.throughput, start=(r + 7) * args.requests
+                                     ) if args.throughput else []
+                    m = variant(name, up_url, reqs, Path(tmp), load)
                     got[name].append(m)
                     print(f"{name:>10} | {m['median'] * 1e3:15.3f} {m['p90'] * 1e3:6.2f} "
                           f"{m['p99'] * 1e3:6.2f} {m['p999'] * 1e3:6.2f} | "
                           f"{' '.join(f'{c:>5}' for c in m['hist'])} | "  # type: ignore[union-attr]
                           f"{m['gcs']:>4} {m['gc_max'] * 1e3:6.2f} {m['slow_in_gc']:>3}/"
                           f"{m['slow']:<4} | {m['runq_us']:8.1f}   slice µs (proxy, recorder) "
-                          f"{fmt_slices(m['slices'])}"
-                          f"(load {os.getloadavg()[0]:.2f})", flush=True)
+                          f"{fmt_slices(m['slices'])}" + (
+                              f"; CPU µs/req proxy {m['proxy_us']:.0f} recorder "
+                              f"{m['recorder_us']:.0f}, context switches per request "
+                              f"{m['switches'][0]:.2f} voluntary, {m['switches'][1]:.2f} "  # type: ignore[index]
+                              f"preempted" if args.throughput else "") +
+                          f" (load {os.getloadavg()[0]:.2f})", flush=True)
     finally:
         tb.stop(upstream)
     print(f"medians over {args.rounds} rounds (added ms: median / p99 / p99.9; run-queue wait "
           f"µs per request):")
     for name, ms in got.items():
         med = {k: statistics.median(float(m[k]) for m in ms)  # type: ignore[arg-type]
-               for k in ("median", "p99", "p999", "runq_us")}
+               for k in ("median", "p99", "p999", "runq_us", "proxy_us", "recorder_us")}
         print(f"{name:>10}: {med['median'] * 1e3:.3f} / {med['p99'] * 1e3:.2f} / "
-              f"{med['p999'] * 1e3:.2f}; {med['runq_us']:.0f} µs")
+              f"{med['p999'] * 1e3:.2f}; {med['runq_us']:.0f} µs" + (
+                  f"; CPU µs per recorded request: proxy {med['proxy_us']:.0f}, recorder "
+                  f"{med['recorder_us']:.0f}" if args.throughput else ""))
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
