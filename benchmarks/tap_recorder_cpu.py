@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import os
 import pstats
 import statistics
@@ -26,6 +27,7 @@ from mmlens.collectors.tap_frames import EXCHANGE, _exchange, exchange_frame
 from mmlens.collectors.tap_frames import HEAD as FRAME_HEAD
 from mmlens.collectors.tap_record import Recorder
 
+from mmlens.cli.gc_tuning import tune_gc
 from mmlens.ingest.tap_parse import Exchange
 from mmlens.records import CollectorHealth
 from mmlens.store.open import open_store
@@ -97,21 +99,33 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.n} exchanges "
           f"(64² PNG) per round, batches of {args.batch}")
+    gc_s, since = [0.0], [0.0]
+
+    def timed_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            since[0] = time.process_time()
+        else:
+            gc_s[0] += time.process_time() - since[0]
+
+    tune_gc()  # as the recorder process runs
+    gc.callbacks.append(timed_gc)
     with tempfile.TemporaryDirectory() as tmp:
         rounds = []
         for r in range(args.rounds):
             if args.profile and r == args.rounds - 1:
                 prof = cProfile.Profile()
                 prof.enable()
+            gc_s[0] = 0.0
             rounds.append(one_round(args.n, args.batch, r * args.n, Path(tmp)))
+            rounds[-1]["of which gc"] = gc_s[0] / args.n * 1e6
             print("  round " + ", ".join(f"{k} {v:.1f}" for k, v in rounds[-1].items()) +
-                  f" µs (total {sum(rounds[-1].values()):.1f})", flush=True)
+                  " µs", flush=True)
         if args.profile:
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(30)
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     print("median: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()) +
-          f" µs per exchange (total {sum(med.values()):.1f}); load average "
+          f" µs per exchange (total {sum(med.values()) - med['of which gc']:.1f}); load average "
           f"{os.getloadavg()[0]:.2f}")
 
 

@@ -150,12 +150,8 @@ def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, targe
     # between threads, and a request's bytes are parsed where the read put them.
     rec = Recorder(write, health, flush_health=both, thread=False, **options)
 
-    def taken(ex: Exchange) -> None:  # the parent may hand over as much again
-        taken_counts[0] += 1
-        taken_counts[1] += ex.size()
-
-    rec.taken = taken  # type: ignore[method-assign]
-    rec.run(PipeIntake(FrameReader(read_end.fileno()), rec, proxy, health))
+    rec.taken = lambda ex: None  # type: ignore[method-assign]  (counted as read: below)
+    rec.run(PipeIntake(FrameReader(read_end.fileno()), rec, proxy, health, taken_counts))
 
 
 def _proxy_gone() -> None:
@@ -171,11 +167,14 @@ class PipeIntake:
     """The proxy's frames as the recorder's loop takes them (``tap_record.Intake``): the
     exchanges of one read of the pipe, their request bodies borrowed from the reader's
     buffer (parsed before the next read); the proxy's health rows kept aside; None once
-    the proxy says stop or its end of the pipe closes without a word (it is gone)."""
+    the proxy says stop or its end of the pipe closes without a word (it is gone). The
+    exchanges of a read are counted taken at once (the parent may hand over as much again):
+    they are recorded before the next read."""
 
     def __init__(self, reader: FrameReader, rec: Any, proxy: list[CollectorHealth],
-                 health: CollectorHealth) -> None:
+                 health: CollectorHealth, taken: Any = None) -> None:
         self.reader = reader
+        self.taken = taken  # (exchanges, bytes), shared with the parent
         self.rec = rec
         self.proxy = proxy
         self.health = health
@@ -222,6 +221,9 @@ class PipeIntake:
                 self.health.counters["proxy_updated"] = time.time()
             else:
                 self.done = True
+        if exchanges and self.taken is not None:
+            self.taken[0] += len(exchanges)
+            self.taken[1] += sum(ex.size() for ex in exchanges)
         if self.reader.last_read < FEW_BYTES:
             self._rest_until = time.monotonic() + GATHER_S
         return exchanges
