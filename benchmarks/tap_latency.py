@@ -10,8 +10,12 @@ Variants (``--variants``, comma-separated):
 - ``gc-off``: the proxy's collector disabled (the recorder's as usual).
 - ``long-slice``: the proxy's thread given the kernel's default time slice back
   (``mmlens.cli.sched_tuning``; the tap asks for the shortest).
+- ``slice-N``: the proxy's thread given a slice of N µs.
 - ``rec-nice0``: the recorder at the proxy's priority (``os.setpriority`` from here).
 - ``rec-core1``: the recorder moved to core 1 (the clients' and upstream's core).
+- ``rec-idle``: the recorder's threads under ``SCHED_IDLE`` (they run only when nothing else
+  would).
+- ``rec-batch``: the recorder's threads under ``SCHED_BATCH`` (a woken one does not preempt).
 
 Usage: python benchmarks/tap_latency.py [--requests 1500] [--rounds 2] [--variants ...]
 Not a unit test: it prints figures (the load average beside them).
@@ -104,8 +108,8 @@ def q(xs: list[float], p: float) -> float:
     return statistics.quantiles(xs, n=1000)[int(p * 10) - 1]
 
 
-def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path, load: list[bytes]
-            ) -> dict[str, object]:
+def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path, load: list[bytes],
+            hog: bool = False) -> dict[str, object]:
     port = tb.free_port()
     db, gclog = tmp / f"{name}.db", tmp / f"{name}-gc.json"
     env = {**os.environ, "TAP_GC_LOG": str(gclog)}
@@ -118,6 +122,9 @@ def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path, load: list[byt
     tap = subprocess.Popen(["taskset", "-c", "0", *cmd], cwd=tb.REPO, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     via = f"http://{tb.HOST}:{port}"
+    hogp = None  # a CPU-bound neighbour on the tap's core, the same in every variant
+    if hog:
+        hogp = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
     try:
         asyncio.run(tb.wait_up(via, reqs[0]))
         for _ in range(50):
@@ -130,13 +137,23 @@ def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path, load: list[byt
                     os.setpriority(os.PRIO_PROCESS, tid, 0)
                 elif name == "rec-core1":
                     os.sched_setaffinity(tid, {1})
+                elif name == "rec-idle":
+                    os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                elif name == "rec-batch":
+                    os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
         if name == "long-slice":
             set_slice(0, tap.pid)
+        elif name.startswith("slice-"):
+            set_slice(int(name.split("-")[1]) * 1000, tap.pid)
         slices = (slice_ns(tap.pid), [slice_ns(k) for k in children(tap.pid)])
         asyncio.run(pairs(up_url, via, reqs[:100]))  # warm
         w0, t0 = runq_wait_s(tap.pid), time.perf_counter()
         d, v, starts = asyncio.run(pairs(up_url, via, reqs))
         t1, w1 = time.perf_counter(), runq_wait_s(tap.pid)
+        if hogp is not None:
+            hogp.kill()
+            hogp.wait()
+            hogp = None
         cpu, sw = (0.0, 0.0), [0.0, 0.0]
         if load:  # then CPU per recorded request, 32 in flight
             before, parts0, sw0 = tb.settled(db), tb.cpu_parts(tap.pid), switches(tap.pid)
@@ -146,6 +163,9 @@ def variant(name: str, up_url: str, reqs: list[bytes], tmp: Path, load: list[byt
             cpu = tuple((b - a) / len(load) * 1e6  # type: ignore[assignment]
                         for a, b in zip(parts0, tb.cpu_parts(tap.pid), strict=True))
     finally:
+        if hogp is not None:
+            hogp.kill()
+            hogp.wait()
         tb.stop(tap)
     gcs = [g for g in json.loads(gclog.read_text()) if t0 <= g[0] <= t1] \
         if gclog.exists() else []
@@ -175,6 +195,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="the variants in turns, this often")
     ap.add_argument("--throughput", type=int, default=0,
                     help="then this many requests, 32 in flight: CPU µs per recorded request")
+    ap.add_argument("--hog", action="store_true",
+                    help="a busy loop on the tap's core while the sequential requests run")
     ap.add_argument("--variants", default="default,long-slice,no-record,rec-core1")
     args = ap.parse_args()
     names = args.variants.split(",")
@@ -196,7 +218,7 @@ def main() -> None:
                 for name in names:
                     load = tb.bodies(64, "PNG", args.throughput, start=(r + 7) * args.requests
                                      ) if args.throughput else []
-                    m = variant(name, up_url, reqs, Path(tmp), load)
+                    m = variant(name, up_url, reqs, Path(tmp), load, args.hog)
                     got[name].append(m)
                     print(f"{name:>10} | {m['median'] * 1e3:15.3f} {m['p90'] * 1e3:6.2f} "
                           f"{m['p99'] * 1e3:6.2f} {m['p999'] * 1e3:6.2f} | "

@@ -70,6 +70,12 @@ def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path:
         row = wait_until(lambda: (h := tap_health(db)) and h.counters.get("recorded") == 21
                          and h.counters.get("requests") == 21 and h, 10, 0.1,
                          what="the health row", ignore=(Exception,))
+        # (read once it recorded: it is running then)
+        recorder = [int(k) for k in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                    .read_text().split() if b"resource_tracker" not in
+                    Path(f"/proc/{k}/cmdline").read_bytes()]
+        policies = {os.sched_getscheduler(int(t)) for k in recorder
+                    for t in os.listdir(f"/proc/{k}/task")}
     finally:
         stop_process(proc, signal.SIGINT, 30)
         router.stop()
@@ -79,6 +85,7 @@ def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path:
         ids = {t.request_id for t in store.traces(limit=50)}
     assert ids == {f"r{i}" for i in range(20)} | {"probe"}
     assert proc.returncode == 0
+    assert policies == {os.SCHED_IDLE}  # the recorder runs when the proxy does not
     if slices is not None:  # the proxy's loop preempts what shares its core; not the recorder
         assert slices[0] == SLICE_NS and slices[1] and SLICE_NS not in slices[1], slices
 
