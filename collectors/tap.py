@@ -49,6 +49,9 @@ IDLE_UPSTREAMS = 256
 IDLE_S = 4.0  # routers close idle keep-alive connections after a while (hyper, aiohttp)
 
 Submit = Callable[[Exchange], None]
+# The lengths of the request header names the tap reads: host, x-request-id,
+# transfer-encoding, connection.
+_WATCHED_LENGTHS = frozenset((4, 12, 17, 10))
 
 
 class Tap:
@@ -132,12 +135,17 @@ class _Request:
     """One request of a client connection: parsed as it arrives, relayed once it is first in
     line (a pipelining client's next request waits for the answer before it)."""
 
+    __slots__ = ("body", "body_bytes", "buffer_body", "chunked", "client", "close", "complete",
+                 "done", "ex", "head_ready", "held", "held_bytes", "lines", "method", "out",
+                 "out_bytes", "request_id", "rewrite", "started", "t0", "ts", "up", "url")
+
     def __init__(self, client: _Client) -> None:
         self.client = client
         self.t0 = time.perf_counter()
         self.ts = time.time()
         self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
+        # The head's header lines as they came, the Host line naming the upstream.
+        self.lines: list[bytes] = []
         self.method = b""
         self.out: list[bytes] = []  # raw bytes waiting for the upstream connection
         self.out_bytes = 0
@@ -163,12 +171,8 @@ class _Request:
             self.up.abort("client_disconnected")
 
     def head(self) -> bytes:
-        lines = [self.method + b" " + self.client.tap.base_path + self.url + b" HTTP/1.1"]
-        for k, v in self.headers:
-            if k.lower() == b"host":
-                v = self.client.tap.host_header
-            lines.append(k + b": " + v)
-        return b"\r\n".join(lines) + b"\r\n\r\n"
+        return b"%s %s%s HTTP/1.1\r\n%s\r\n\r\n" % (
+            self.method, self.client.tap.base_path, self.url, b"\r\n".join(self.lines))
 
 
 class _Client(asyncio.Protocol):
@@ -245,15 +249,19 @@ class _Client(asyncio.Protocol):
         self.cur.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        assert self.cur is not None
-        self.cur.headers.append((name, value))
-        low = name.lower()
-        if low == b"x-request-id":
-            self.cur.request_id = value.decode("latin-1")
-        elif low == b"transfer-encoding":
-            self.cur.chunked = self.cur.chunked or b"chunked" in value.lower()
-        elif low == b"connection":
-            self.cur.close = self.cur.close or b"close" in value.lower()
+        req = self.cur
+        assert req is not None
+        if len(name) in _WATCHED_LENGTHS:  # (most headers are none of these)
+            low = name.lower()
+            if low == b"host":
+                value = self.tap.host_header
+            elif low == b"x-request-id":
+                req.request_id = value.decode("latin-1")
+            elif low == b"transfer-encoding":
+                req.chunked = req.chunked or b"chunked" in value.lower()
+            elif low == b"connection":
+                req.close = req.close or b"close" in value.lower()
+        req.lines.append(name + b": " + value)
 
     def on_headers_complete(self) -> None:
         req, tap = self.cur, self.tap
@@ -330,9 +338,9 @@ class _Client(asyncio.Protocol):
         asked = ask_for_fields(body)
         if asked is not None:
             body, req.rewrite = asked.body, asked.rewrite
-        req.headers = [(k, v) for k, v in req.headers
-                       if k.lower() not in (b"content-length", b"transfer-encoding")]
-        req.headers.append((b"Content-Length", str(len(body)).encode()))
+        req.lines = [line for line in req.lines if line.split(b":", 1)[0].strip().lower()
+                     not in (b"content-length", b"transfer-encoding")]
+        req.lines.append(b"Content-Length: %d" % len(body))
         req.chunked = req.buffer_body = False
         req.out.append(req.head())
         req.out.append(body)
@@ -453,19 +461,26 @@ class _Upstream(asyncio.Protocol):
         assert req is not None
         self.status = self.parser.get_status_code()
         self.head_done = True
-        names = {k.lower(): v for k, v in self.resp_headers}
-        self.sse = b"text/event-stream" in names.get(b"content-type", b"")
-        self.length_known = b"content-length" in names or b"chunked" in names.get(
-            b"transfer-encoding", b"").lower()
+        sse = length_known = False
+        # Of the headers, the router's own (``x-``) are what a record reads: the rest are
+        # neither decoded nor handed over.
+        mine: dict[str, str] = {}
+        for k, v in self.resp_headers:
+            low = k.lower()
+            if low.startswith(b"x-"):
+                mine[low.decode("latin-1")] = v.decode("latin-1")
+            elif low == b"content-type":
+                sse = b"text/event-stream" in v
+            elif low == b"content-length":
+                length_known = True
+            elif low == b"transfer-encoding":
+                length_known = length_known or b"chunked" in v.lower()
+        self.sse, self.length_known = sse, length_known
         if 100 <= self.status < 200:
             return
         if req.ex is not None:
             ex = req.ex
-            ex.status, ex.sse = self.status, self.sse
-            # Of the headers, the router's own (``x-``) are what a record reads: the rest are
-            # neither decoded nor handed over.
-            ex.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in names.items()
-                          if k.startswith(b"x-")}
+            ex.status, ex.sse, ex.headers = self.status, sse, mine
         if req.rewrite is not None:
             req.rewrite.sse = self.sse
             head = [b"HTTP/1.1 %d %s" % (self.status, _reason(self.status))]

@@ -38,16 +38,23 @@ _meta_dec = msgspec.msgpack.Decoder()
 
 
 def exchange_frame(ex: Exchange) -> list[bytes]:
-    body_n = len(ex.body) + sum(map(len, ex.body_parts))
-    head = [c for _, c in ex.chunks]
-    tail = [c for _, c in ex.tail]
+    parts = ex.body_parts
+    body_n = len(ex.body) + sum(map(len, parts)) if parts else len(ex.body)
+    head_t, head = _split(ex.chunks)
+    tail_t, tail = _split(ex.tail)
+    head_n, tail_n = list(map(len, head)), list(map(len, tail))
     meta = _meta_enc.encode((
-        ex.ts, ex.t0, ex.client_request_id, ex.status, ex.headers, ex.sse,
-        [t for t, _ in ex.chunks], [len(c) for c in head], [t for t, _ in ex.tail],
-        [len(c) for c in tail], ex.kept, ex.tail_bytes, ex.overflow, ex.latency_s, ex.cut,
-        body_n))
-    size = body_n + sum(map(len, head)) + sum(map(len, tail))
-    return [HEAD.pack(EXCHANGE, len(meta), size), meta, ex.body, *ex.body_parts, *head, *tail]
+        ex.ts, ex.t0, ex.client_request_id, ex.status, ex.headers, ex.sse, head_t, head_n,
+        tail_t, tail_n, ex.kept, ex.tail_bytes, ex.overflow, ex.latency_s, ex.cut, body_n))
+    size = body_n + sum(head_n) + sum(tail_n)
+    return [HEAD.pack(EXCHANGE, len(meta), size), meta, ex.body, *parts, *head, *tail]
+
+
+def _split(chunks: list[tuple[float, bytes]]) -> tuple[list[float], list[bytes]]:
+    """(arrival times, bytes) of timed chunks."""
+    if len(chunks) == 1:  # most answers: one read
+        return [chunks[0][0]], [chunks[0][1]]
+    return [t for t, _ in chunks], [c for _, c in chunks]
 
 
 def health_frame(row: Any) -> list[bytes]:

@@ -25,6 +25,7 @@ from typing import Any
 from mmlens.cli.buffer_options import add_buffer_options
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.cli.heap_tuning import keep_heap
+from mmlens.cli.sched_tuning import SLICE_NS, set_slice
 from mmlens.collectors.store_buffer import BufferedStore
 from mmlens.collectors.tap import MAX_RECORD_BODY, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
@@ -141,6 +142,9 @@ def main(argv: Sequence[str]) -> int:
               max_record_body=args.max_record_body, health=health,
               dynamo_worker_id=args.dynamo_worker_id)
     tune_gc()
+    # The loop's thread only: the recorder process and the health thread, started above,
+    # keep the kernel's default slice.
+    set_slice(SLICE_NS)
     try:
         run_loop(serve(tap, host or "127.0.0.1", int(port), args.upstream))
     except OSError as exc:

@@ -244,8 +244,10 @@ class ResponseFacts:
 
     def headers(self, status: int, headers: dict[str, str]) -> None:
         self.status = status
-        if any(k.startswith("x-smg-") for k in headers):
-            self.router_kind = "smg"
+        for k in headers:
+            if k.startswith("x-smg-"):
+                self.router_kind = "smg"
+                break
         self.worker = headers.get("x-smg-routed-worker-id") or self.worker
         self.request_id = headers.get("x-request-id") or self.request_id
         self.error_code = headers.get("x-smg-error-code") or self.error_code
@@ -367,6 +369,10 @@ def exchange_trace(ex: Exchange, router: str, store_text: bool = False,
                                   ts=ex.ts, router=router)
 
 
+_RESPONSE_FIELDS = ("status", "worker", "prompt_tokens", "completion_tokens", "cached_tokens",
+                    "dp_rank", "error_code", "error", "ttft_s", "latency_s")
+
+
 def to_fragment(req: RequestFacts, resp: ResponseFacts, *, client_request_id: str | None,
                 ts: float, router: str) -> RequestTrace:
     """The tap's record of one exchange, keyed by the client's ``x-request-id``, else the
@@ -378,8 +384,7 @@ def to_fragment(req: RequestFacts, resp: ResponseFacts, *, client_request_id: st
         t.aliases.append(resp.request_id)
     put(t, "model", req.model, LABEL)
     put(t, "stream", req.stream, LABEL)
-    for name in ("status", "worker", "prompt_tokens", "completion_tokens", "cached_tokens",
-                 "dp_rank", "error_code", "error", "ttft_s", "latency_s"):
+    for name in _RESPONSE_FIELDS:
         put(t, name, getattr(resp, name), LABEL)
     if req.images:
         t.images = req.images

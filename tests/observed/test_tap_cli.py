@@ -7,6 +7,8 @@ import base64
 import contextlib
 import json
 import os
+import platform
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from mmlens.cli.sched_tuning import SLICE_NS, slice_ns
 from mmlens.records import CollectorHealth
 from mmlens.store.open import open_store
 from tests.live_support import REPO, free_port, stop_process, wait_until
@@ -26,6 +29,15 @@ from tests.observed.tap_support import Served, odd_app
 def tap_health(db: Path) -> CollectorHealth | None:
     with contextlib.closing(open_store(db, readonly=True)) as store:
         return next((h for h in store.health() if h.collector == "tap"), None)
+
+
+def proxy_and_recorder_slices(pid: int) -> tuple[int | None, list[int | None]] | None:
+    """The time slice of the tap's loop thread and of its child processes' threads, where
+    the kernel takes a slice of a thread's choosing (6.12 on)."""
+    if tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2]) < (6, 12):
+        return None
+    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return slice_ns(pid), [slice_ns(int(t)) for k in kids for t in os.listdir(f"/proc/{k}/task")]
 
 
 def start_tap(port: int, upstream: str, db: Path, out: int) -> subprocess.Popen[bytes]:
@@ -45,6 +57,7 @@ def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path:
         wait_until(lambda: httpx.post(url + "/v1/chat/completions", json={}, timeout=1,
                                       headers={"x-request-id": "probe"}).status_code == 200,
                    30, what="tap", ignore=(httpx.HTTPError,))
+        slices = proxy_and_recorder_slices(proc.pid)
         with httpx.Client() as c:
             for i in range(20):
                 r = c.post(url + "/v1/chat/completions", headers={"x-request-id": f"r{i}"},
@@ -57,6 +70,12 @@ def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path:
         row = wait_until(lambda: (h := tap_health(db)) and h.counters.get("recorded") == 21
                          and h.counters.get("requests") == 21 and h, 10, 0.1,
                          what="the health row", ignore=(Exception,))
+        # (read once it recorded: it is running then)
+        recorder = [int(k) for k in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                    .read_text().split() if b"resource_tracker" not in
+                    Path(f"/proc/{k}/cmdline").read_bytes()]
+        policies = {os.sched_getscheduler(int(t)) for k in recorder
+                    for t in os.listdir(f"/proc/{k}/task")}
     finally:
         stop_process(proc, signal.SIGINT, 30)
         router.stop()
@@ -66,6 +85,9 @@ def test_the_tap_process_records_everything_and_one_health_row_says_so(tmp_path:
         ids = {t.request_id for t in store.traces(limit=50)}
     assert ids == {f"r{i}" for i in range(20)} | {"probe"}
     assert proc.returncode == 0
+    assert policies == {os.SCHED_IDLE}  # the recorder runs when the proxy does not
+    if slices is not None:  # the proxy's loop preempts what shares its core; not the recorder
+        assert slices[0] == SLICE_NS and slices[1] and SLICE_NS not in slices[1], slices
 
 
 def test_an_image_sent_slowly_delays_no_other_connection(tmp_path: Path) -> None:
