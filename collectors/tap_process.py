@@ -47,7 +47,10 @@ from mmlens.ingest.tap_parse import Exchange
 from mmlens.records import CollectorHealth
 
 HEALTH_EVERY_S = 0.5
-NICE = 10  # where there is no SCHED_IDLE
+NICE = 10  # "low", and "idle" where there is no SCHED_IDLE
+# The recorder's scheduling: "idle" (SCHED_IDLE: only CPU no other thread wants, so the proxy
+# never waits behind it) or "low" (nice 10: a share of a busy core).
+PRIORITIES = ("idle", "low")
 # A read that found less than this in the pipe is followed by a pause: the pipe (1 MB) holds
 # what comes meanwhile, and the recorder wakes 200 times a second, not once per exchange
 # (a fuller pipe is read on at once: large images come at the pipe's speed).
@@ -61,7 +64,9 @@ Setup = Callable[[CollectorHealth], tuple[Any, dict[str, Any]]]
 
 class RecorderProcess:
     def __init__(self, setup: Setup, health: CollectorHealth, max_backlog: int = 10_000,
-                 max_backlog_bytes: int = MAX_BACKLOG_BYTES) -> None:
+                 max_backlog_bytes: int = MAX_BACKLOG_BYTES, priority: str = "idle") -> None:
+        if priority not in PRIORITIES:
+            raise ValueError(f"recorder priority {priority!r}: one of {', '.join(PRIORITIES)}")
         self.health = health
         self.max_backlog = max_backlog
         self.max_backlog_bytes = max_backlog_bytes
@@ -72,7 +77,8 @@ class RecorderProcess:
         self._taken: Any = ctx.RawArray("q", 2)
         read_end, write_end = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_child, args=(setup, read_end, self._taken,
-                                                      health.collector, health.target),
+                                                      health.collector, health.target,
+                                                      priority),
                                  name="tap-recorder", daemon=True)
         self._proc.start()
         read_end.close()  # the recorder's alone: its end of the stream is the proxy's exit
@@ -132,11 +138,11 @@ class RecorderProcess:
         return self._proc.pid
 
 
-def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, target: str
-           ) -> None:
+def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, target: str,
+           priority: str = "idle") -> None:
     from mmlens.collectors.tap_record import Recorder
 
-    _yield_to_proxy()
+    yield_to_proxy(priority)
     health = CollectorHealth(collector, target)  # the recorder's counters
     proxy = [CollectorHealth(collector, target)]  # the proxy's, as last sent
     write, options = setup(health)
@@ -154,16 +160,21 @@ def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, targe
     rec.run(PipeIntake(FrameReader(read_end.fileno()), rec, proxy, health, taken_counts))
 
 
-def _yield_to_proxy() -> None:
-    """Measured on one core shared with the proxy (``benchmarks/tap_latency.py``, 800
-    sequential requests, 4 rounds, load 0.4-0.7): the added p99 2.67 ms at nice 10, 0.25 ms
-    under SCHED_IDLE, the CPU per request the same. A core the proxy keeps busy leaves the
-    recorder little: its backlog is bounded and what it drops is counted."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
-    except (AttributeError, OSError):
-        with contextlib.suppress(OSError):
-            os.nice(NICE)
+def yield_to_proxy(priority: str) -> None:
+    """The recorder's scheduling (``PRIORITIES``). Measured on one core shared with the proxy
+    (``benchmarks/tap_latency.py``, 800 sequential requests, 4 rounds, load 0.4-0.7): the
+    added p99 2.67 ms at nice 10, 0.25 ms under SCHED_IDLE, the CPU per request the same. But
+    SCHED_IDLE runs only on CPU nothing else wants: on a host whose every core is busy, the
+    recorder falls behind, and its bounded backlog drops (counted) what nice 10 would have
+    recorded; "low" is for such hosts."""
+    if priority == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+            return
+        except (AttributeError, OSError):
+            pass
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
 
 
 def _proxy_gone() -> None:

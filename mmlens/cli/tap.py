@@ -29,7 +29,7 @@ from mmlens.cli.sched_tuning import SLICE_NS, set_slice
 from mmlens.collectors.store_buffer import BufferedStore
 from mmlens.collectors.tap import MAX_RECORD_BODY, Tap
 from mmlens.collectors.tap_images import MAX_IMAGE_BYTES, ImageFetcher
-from mmlens.collectors.tap_process import RecorderProcess
+from mmlens.collectors.tap_process import PRIORITIES, RecorderProcess
 from mmlens.collectors.tap_record import LayoutFn, Recorder
 from mmlens.collectors.trace_sink import TraceSink
 from mmlens.ingest.tap_parse import RequestFacts
@@ -68,6 +68,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--recorder", choices=("process", "thread"), default="process",
                     help="where records are made: a process of its own (the proxy never "
                     "waits for it), or a thread of the proxy's process (less CPU per record)")
+    ap.add_argument("--recorder-priority", choices=PRIORITIES, default="idle",
+                    help="the recorder process's scheduling: idle (it runs only on CPU "
+                    "nothing else wants: the proxy never waits behind it) or low (nice 10: a "
+                    "share of a busy core, for hosts whose every core is busy)")
     args = ap.parse_args(list(argv))
     if not 0.0 <= args.sample <= 1.0:
         ap.error("--sample must be between 0 and 1")
@@ -134,7 +138,8 @@ def main(argv: Sequence[str]) -> int:
     health = CollectorHealth("tap", args.upstream)
     recorder: RecorderProcess | Recorder
     if args.recorder == "process":
-        recorder = RecorderProcess(functools.partial(recorder_setup, args), health)
+        recorder = RecorderProcess(functools.partial(recorder_setup, args), health,
+                                   priority=args.recorder_priority)
     else:
         write, options = recorder_setup(args, health)
         recorder = Recorder(write, health, **options)
