@@ -247,7 +247,8 @@ class StoreWrites(AvailabilityTables):
         decisions = list(decisions)
         try:  # the whole batch checked at once; should it fail, each decision alone
             rows = _decision_rows(decisions, now)
-            if (all(ts_ok(r[0]) and all_text_ok(*r[1:4]) for r in rows)
+            if (all(ts_ok(now if d.ts is None else d.ts) for d in decisions)  # each, not a row's
+                    and all(all_text_ok(*r[1:4]) for r in rows)
                     and codec.all_read_back([r[4] for r in rows], codec.folded_dec)):
                 return self._append_decisions(rows, len(decisions))
         except ENCODE_ERRORS:

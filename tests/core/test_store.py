@@ -341,6 +341,17 @@ def test_decisions_are_folded_per_request_in_the_order_written(store_db: str) ->
     store.close()
 
 
+def test_a_decision_with_no_storable_time_is_set_aside_alone_from_its_request(
+        store_db: str) -> None:
+    store = open_store(store_db)
+    good, bad = (RoutingDecision("r1", "smg", s, ts=t) for s, t in (
+        ("log:good", 1.0), ("log:bad", float("inf"))))
+    assert store.add_decisions([good, bad]) == 1
+    assert [d.source for d in store.decisions(["r1"])] == ["log:good"]
+    assert store.rejected == {"unwritable_decision": 1}
+    store.close()
+
+
 def _v3_decisions(store) -> None:
     """A schema-3 store's decisions: one row each."""
     store._before_append("decisions", [1.0])
