@@ -97,10 +97,14 @@ def is_request_path(path: Any) -> bool:
 
 
 def keys_of(t: RequestTrace) -> set[str]:
-    """Every key another source may know this request by."""
-    keys = request_keys(t.request_id, t.response_id) | request_keys(t.request_id, t.request_id)
+    """Every key another source may know this request by (SMG's requests: none of Dynamo's
+    internal ids, two keys fewer to store for each)."""
+    dynamo = t.router_kind != "smg"
+    keys = request_keys(t.request_id, t.request_id, dynamo)
+    if t.response_id and t.response_id != t.request_id:
+        keys |= request_keys(t.request_id, t.response_id, dynamo)
     for a in t.aliases:
-        keys |= request_keys(a, a)
+        keys |= request_keys(a, a, dynamo)
     if t.trace_id:
         keys.add("trace:" + t.trace_id)
     keys.discard("")

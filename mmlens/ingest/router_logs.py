@@ -341,17 +341,18 @@ def cache_trace_from_header(raw: str, request_id: str | None = None) -> RoutingD
                            warnings=["undecodable x-smg-cache-trace header"])
 
 
-def request_keys(request_id: str, response_id: str | None) -> set[str]:
+def request_keys(request_id: str, response_id: str | None, dynamo: bool = True) -> set[str]:
     """Every id a router may have logged a trace's decisions under: the request id sent, the
     response id, SMG gRPC's response id without its engine suffix (``<rid>-<uuid>``) and
-    Dynamo's internal id inside ``chatcmpl-<id>``."""
+    (unless ``dynamo`` is False: a request SMG routed) Dynamo's internal id inside
+    ``chatcmpl-<id>``."""
     keys = {request_id}
     if response_id:
         keys.add(response_id)
         root = _GRPC_ENGINE_SUFFIX.sub("", response_id)
         if root not in ("chatcmpl", "cmpl"):  # Dynamo's `chatcmpl-<uuid>` is no `<rid>-<uuid>`
             keys.add(root)
-        if response_id.startswith("chatcmpl-"):
+        if dynamo and response_id.startswith("chatcmpl-"):
             # Dynamo: lines without `x_request_id` (e.g. "Selected worker") carry only its
             # internal request id, which the response id repeats as `chatcmpl-<id>`.
             keys.add(response_id.removeprefix("chatcmpl-"))

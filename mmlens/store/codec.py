@@ -52,8 +52,13 @@ def verdict_body(v: Verdict) -> str:
 
 
 def decision_body(d: RoutingDecision) -> str:
-    """A decision as the JSON text stored (what ``json.dumps(asdict(d))`` wrote, faster)."""
+    """A decision as JSON text (what ``json.dumps(asdict(d))`` wrote, faster)."""
     return _json.encode(d).decode()
+
+
+def decisions_body(ds: list[RoutingDecision]) -> str:
+    """A ``decisions`` row's body: a JSON array of ``decision_body``."""
+    return _json.encode(ds).decode()
 
 
 class TraceLabels(msgspec.Struct):
@@ -70,6 +75,7 @@ class TraceLabels(msgspec.Struct):
 _trace_dec = msgspec.json.Decoder(RequestTrace)
 _labels_dec = msgspec.json.Decoder(TraceLabels)
 _decision_dec = msgspec.json.Decoder(RoutingDecision)
+_decisions_dec = msgspec.json.Decoder(list[RoutingDecision])
 _hashes_dec = msgspec.msgpack.Decoder()
 _resident_dec = msgspec.json.Decoder(ResidentSummary)
 
@@ -86,7 +92,8 @@ def _decode(body: str | bytes, decoder: msgspec.json.Decoder[T], kind: type[T]) 
     try:
         return msgspec.convert(json.loads(body), kind, strict=False)
     except (ValueError, TypeError, msgspec.ValidationError) as exc:
-        log.warning("skipping an undecodable stored %s: %s", kind.__name__, exc)
+        log.warning("skipping an undecodable stored %s: %s", getattr(kind, "__name__", kind),
+                    exc)
         return None
 
 
@@ -104,13 +111,13 @@ def traces(bodies: Iterable[str | bytes]) -> list[RequestTrace]:
 
 # The write path's read-back: the records' Struct mirrors accept exactly what their
 # decoders above accept, ~1.5x faster (no dataclass built).
-decisions_dec = msgspec.json.Decoder(list[struct_mirror(RoutingDecision)])
+folded_dec = msgspec.json.Decoder(list[list[struct_mirror(RoutingDecision)]])  # decisions rows
 traces_dec = msgspec.json.Decoder(list[struct_mirror(RequestTrace)])
 
 
 def all_read_back(bodies: list[str], decoder: msgspec.json.Decoder[list[Any]]) -> bool:
     """Every body decodes strictly as its reader decodes it, in one decode of them all
-    (``decisions_dec`` or ``traces_dec``); a False says only that one might not: check each
+    (``folded_dec`` or ``traces_dec``); a False says only that one might not: check each
     then."""
     try:
         return len(decoder.decode("[" + ",".join(bodies) + "]")) == len(bodies)
@@ -118,12 +125,18 @@ def all_read_back(bodies: list[str], decoder: msgspec.json.Decoder[list[Any]]) -
         return False
 
 
+def decision(body: str | bytes) -> RoutingDecision | None:
+    """One ``decision_body``."""
+    return _decode(body, _decision_dec, RoutingDecision)
+
+
 def decisions(bodies: Iterable[str | bytes]) -> list[RoutingDecision]:
-    out = []
+    """The decisions of ``decisions`` rows (each body an array of them), in row order."""
+    out: list[RoutingDecision] = []
     for body in bodies:
-        d = _decode(body, _decision_dec, RoutingDecision)
-        if d is not None:
-            out.append(d)
+        found = _decode(body, _decisions_dec, list[RoutingDecision])
+        if found is not None:
+            out += found
     return out
 
 

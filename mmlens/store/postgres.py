@@ -22,7 +22,7 @@ from mmlens.store import rollups
 from mmlens.store.base import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, SQLStore, StoreError
 from mmlens.store.dialect import APPEND_ONLY
 from mmlens.store.open import redact
-from mmlens.store.schema import MOVE_CONTENT
+from mmlens.store.schema import FOLD_DECISIONS, MOVE_CONTENT
 
 PARTITION_S = 3600.0
 # pg_advisory_xact_lock keys: schema and partition DDL; trace merging (read, then write).
@@ -149,6 +149,7 @@ class PostgresStore(SQLStore):
                 self.db.execute(_SCHEMA)
                 self.db.execute(rollups.POSTGRES_SCHEMA)
                 self._migrate_v2()
+                self._migrate_v3()
                 self._check_version()
                 if self.meta("partition_s") is None:
                     self.set_meta("partition_s", partition_s)
@@ -363,8 +364,16 @@ class PostgresStore(SQLStore):
         self.db.execute("ALTER TABLE kv_events ADD COLUMN content bytea")
         self.db.execute(MOVE_CONTENT)
         self.db.execute("DELETE FROM kv_content")
-        self.db.execute("UPDATE meta SET value = %s WHERE key = 'schema_version' AND "
-                        "value = '2'", (str(SCHEMA_VERSION),))
+        self.db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version' AND "
+                        "value = '2'")
+
+    def _migrate_v3(self) -> None:
+        """Schema 3 → 4 in place (``mmlens.store.schema.migrate_v3``), under the DDL lock."""
+        if self._one("SELECT value FROM meta WHERE key = 'schema_version'") != "3":
+            return
+        self.db.execute(FOLD_DECISIONS)
+        self.db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version' AND "
+                        "value = '3'")
 
     def _check_version(self) -> None:
         found = self._one("SELECT value FROM meta WHERE key = 'schema_version'")

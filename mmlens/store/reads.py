@@ -292,15 +292,18 @@ class StoreReads(SQLBase):
     def decisions(self, request_ids: Sequence[str]) -> list[RoutingDecision]:
         """Decisions logged under any of ``request_ids``, oldest first (an older store without
         the table has none)."""
-        out: list[RoutingDecision] = []
+        found: list[tuple[Any, ...]] = []
         ids = list(dict.fromkeys(request_ids))
         for start in range(0, len(ids), 500):  # below SQLite's bound-parameter limit
             chunk = ids[start:start + 500]
             rows = self._rows_if_table(
-                f"SELECT body FROM decisions WHERE request_id IN ({marks(len(chunk))})"
-                f" ORDER BY ts, {self.key}", chunk)
+                f"SELECT {self.key}, body FROM decisions WHERE request_id IN "
+                f"({marks(len(chunk))})", chunk)
             if rows is None:
                 return []
-            out += codec.decisions(body for (body,) in rows)
-        out.sort(key=lambda d: d.ts or 0.0)  # stable: row order within a timestamp
+            found += rows
+        found.sort(key=lambda r: r[0])
+        out = codec.decisions(body for _, body in found)
+        # Stable: decisions of one time stay in the order written (by row, then in a row).
+        out.sort(key=lambda d: d.ts or 0.0)
         return out

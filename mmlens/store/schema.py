@@ -10,7 +10,9 @@ import sqlite3
 # 2: kv_events gained ``idx`` and a unique event key; health rows are per collector instance.
 # 3: kv_events holds each event's content keys (``content``, one row per event instead of one
 # in kv_events and one in kv_content); its unique key starts with ts and is its ts index too.
-SCHEMA_VERSION = 3
+# 4: a decisions row holds one request's decisions of one write (``body``: a JSON array, in
+# the order logged; ``ts``: the earliest of theirs), not one decision each.
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -95,6 +97,24 @@ def migrate_v2(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM kv_content")
         db.execute("DROP INDEX IF EXISTS kv_events_ts")
         db.execute("DROP INDEX IF EXISTS kv_events_key")
-        db.execute("UPDATE meta SET value=? WHERE key='schema_version' AND value='2'",
-                   (str(SCHEMA_VERSION),))
+        db.execute("UPDATE meta SET value='3' WHERE key='schema_version' AND value='2'")
+
+
+# Schema 3 → 4, both backends: each one-decision row becomes a row of one.
+FOLD_DECISIONS = "UPDATE decisions SET body = '[' || body || ']'"
+
+
+def migrate_v3(db: sqlite3.Connection) -> None:
+    """Schema 3 → 4 in place: each decision's row holds it as a one-decision array. Read
+    and rewritten under the write lock: two writers opening the store at once fold once."""
+    if not columns(db, "meta"):
+        return
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        if db.execute("SELECT 1 FROM meta WHERE key='schema_version' AND value='3'"
+                      ).fetchone() is None:
+            return
+        if columns(db, "decisions"):
+            db.execute(FOLD_DECISIONS)
+        db.execute("UPDATE meta SET value='4' WHERE key='schema_version' AND value='3'")
 

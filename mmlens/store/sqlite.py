@@ -16,7 +16,7 @@ from typing import Any
 
 from mmlens.store import availability, rollups, verdicts
 from mmlens.store.base import PRUNED_TABLES, SCHEMA_VERSION, NoStoreYet, SQLStore, StoreError
-from mmlens.store.schema import SCHEMA, columns, migrate_v1, migrate_v2
+from mmlens.store.schema import SCHEMA, columns, migrate_v1, migrate_v2, migrate_v3
 
 __all__ = ["SCHEMA_VERSION", "Store", "StoreError"]
 
@@ -85,6 +85,7 @@ class Store(SQLStore):
         db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
         migrate_v1(db)
         migrate_v2(db)
+        migrate_v3(db)
         db.executescript(SCHEMA)
         db.executescript(availability.SCHEMA)
         db.executescript(verdicts.SCHEMA)

@@ -94,7 +94,27 @@ def _sample_reads_back(row: tuple[Any, ...]) -> bool:
 
 
 def _decision_reads_back(row: tuple[Any, ...]) -> bool:
-    return ts_ok(row[0]) and all_text_ok(*row[1:4]) and bool(codec.decisions([row[4]]))
+    return ts_ok(row[0]) and all_text_ok(*row[1:4]) and codec.decision(row[4]) is not None
+
+
+def _decision_rows(decisions: list[RoutingDecision], now: float) -> list[tuple[Any, ...]]:
+    """The ``decisions`` rows of a batch: per request and router, its decisions in the order
+    given (the body a JSON array of them), at the earliest of their times, under the sources
+    they came from."""
+    by_request: dict[tuple[str, str], list[RoutingDecision]] = {}
+    for d in decisions:
+        key = (d.request_id, d.router)
+        found = by_request.get(key)
+        if found is None:
+            by_request[key] = [d]
+        else:
+            found.append(d)
+    rows = []
+    for (rid, router), ds in by_request.items():
+        ts = min(now if d.ts is None else d.ts for d in ds)
+        sources = ",".join(dict.fromkeys(d.source for d in ds))
+        rows.append((ts, rid, router, sources, codec.decisions_body(ds)))
+    return rows
 
 
 def _trace_reads_back(t: RequestTrace) -> bool:
@@ -247,26 +267,28 @@ class StoreWrites(AvailabilityTables):
 
     def add_decisions(self, decisions: Iterable[RoutingDecision], ts: float | None = None,
                       ) -> int:
-        """Routing decisions read from router logs; ``ts`` stands in where a decision has
-        no time of its own."""
+        """Routing decisions read from router logs, one row per request (and router) of the
+        batch holding its decisions in the order given (``schema.SCHEMA_VERSION`` 4); ``ts``
+        stands in where a decision has no time of its own. Returns the decisions stored."""
         now = self._now(ts)
         decisions = list(decisions)
         try:  # the whole batch checked at once; should it fail, each decision alone
-            rows = [(now if d.ts is None else d.ts, d.request_id, d.router, d.source,
-                     codec.decision_body(d)) for d in decisions]
-            if (all(ts_ok(r[0]) and all_text_ok(*r[1:4]) for r in rows)
-                    and codec.all_read_back([r[4] for r in rows], codec.decisions_dec)):
-                return self._append("decisions", "ts, request_id, router, source, body", rows)
+            rows = _decision_rows(decisions, now)
+            if (all(ts_ok(now if d.ts is None else d.ts) for d in decisions)  # each, not a row's
+                    and all(all_text_ok(*r[1:4]) for r in rows)
+                    and codec.all_read_back([r[4] for r in rows], codec.folded_dec)):
+                return self._append_decisions(rows, len(decisions))
         except ENCODE_ERRORS:
             pass
-        rows = []
-        for d in decisions:
-            row = checked(self.rejected, "decision", f"request {d.request_id!a}",
-                          lambda d=d: (now if d.ts is None else d.ts, d.request_id, d.router,
-                                       d.source, codec.decision_body(d)), _decision_reads_back)
-            if row is not None:
-                rows.append(row)
-        return self._append("decisions", "ts, request_id, router, source, body", rows)
+        kept = [d for d in decisions if checked(
+            self.rejected, "decision", f"request {d.request_id!a}",
+            lambda d=d: (now if d.ts is None else d.ts, d.request_id, d.router, d.source,
+                         codec.decision_body(d)), _decision_reads_back) is not None]
+        return self._append_decisions(_decision_rows(kept, now), len(kept))
+
+    def _append_decisions(self, rows: list[tuple[Any, ...]], n: int) -> int:
+        added = self._append("decisions", "ts, request_id, router, source, body", rows)
+        return n if added == len(rows) else added  # a row refused: its decisions unknown
 
     def set_quarantined(self, items: list[dict[str, Any]], instance: str = "") -> None:
         """The latest bad items a collector process set aside, named (kind, detail, where),

@@ -291,7 +291,7 @@ def _v2_rows(run) -> None:
 
 
 def _check_v3(store) -> None:
-    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.schema_version() == SCHEMA_VERSION == 4
     assert [(r.ts, r.kind, r.keys) for r in store.kv_keyed_tail(IdTail())] == [
         (1.0, "stored", [11]), (2.0, "stored", []), (3.0, "cleared", [])]
     assert store.kv_content_tail(IdTail()) == []  # moved, not applied twice
@@ -344,6 +344,65 @@ def test_health_rows_are_kept_per_collector_instance(store_db: str) -> None:
     assert rows["host:2"].counters == {"batches": 7}
 
 
+def test_decisions_are_folded_per_request_in_the_order_written(store_db: str) -> None:
+    """One row per request (and router) of a write; read back oldest first, decisions of
+    one time in the order written, across rows and within one."""
+    store = open_store(store_db)
+    a1, a2, a3 = (RoutingDecision("r1", "smg", s, ts=t) for s, t in (
+        ("log:a1", 2.0), ("log:a2", 1.0), ("log:a3", 2.0)))
+    b1 = RoutingDecision("r2", "smg", "log:b1", ts=None)
+    assert store.add_decisions([a1, b1, a2, a3], ts=1.5) == 4
+    a4 = RoutingDecision("r1", "smg", "log:a4", ts=2.0)
+    assert store.add_decisions([a4]) == 1
+    assert store._one("SELECT count(*) FROM decisions") == 3
+    assert [d.source for d in store.decisions(["r1"])] == [
+        "log:a2", "log:a1", "log:a3", "log:a4"]
+    assert [d.source for d in store.decisions(["r2", "r1"])][:1] == ["log:b1"]  # ts None
+    assert store.decision_tail(IdTail()) == [("r1", 1.0), ("r2", 1.5), ("r1", 2.0)]
+    store.close()
+
+
+def test_a_decision_with_no_storable_time_is_set_aside_alone_from_its_request(
+        store_db: str) -> None:
+    store = open_store(store_db)
+    good, bad = (RoutingDecision("r1", "smg", s, ts=t) for s, t in (
+        ("log:good", 1.0), ("log:bad", float("inf"))))
+    assert store.add_decisions([good, bad]) == 1
+    assert [d.source for d in store.decisions(["r1"])] == ["log:good"]
+    assert store.rejected == {"unwritable_decision": 1}
+    store.close()
+
+
+def _v3_decisions(store) -> None:
+    """A schema-3 store's decisions: one row each."""
+    store._before_append("decisions", [1.0])
+    with store._tx():
+        store._exec("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        for i, (rid, ts) in enumerate((("r1", 2.0), ("r1", 1.0), ("r2", 1.0))):
+            store._exec("INSERT INTO decisions (ts, request_id, router, source, body) "
+                        "VALUES (?, ?, 'smg', 'log', ?)",
+                        (ts, rid, msgspec.json.encode(RoutingDecision(
+                            rid, "smg", f"log:{i}", ts=ts)).decode()))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_schema_3_store_is_migrated_in_place(backend, tmp_path, request) -> None:
+    db = str(tmp_path / "s.db") if backend == "sqlite" else new_database(
+        request.getfixturevalue("postgres"))
+    store = open_store(db)
+    _v3_decisions(store)
+    store.close()
+    store = open_store(db)
+    assert store.schema_version() == SCHEMA_VERSION == 4
+    assert [d.source for d in store.decisions(["r1", "r2"])] == ["log:1", "log:2", "log:0"]
+    assert store.add_decisions([RoutingDecision("r2", "smg", "log:3", ts=1.0)]) == 1
+    assert [d.source for d in store.decisions(["r2"])] == ["log:2", "log:3"]
+    store.close()
+    store = open_store(db)  # opened again: nothing folded twice
+    assert len(store.decisions(["r1", "r2"])) == 4
+    store.close()
+
+
 def test_schema_1_store_is_migrated_in_place(tmp_path) -> None:
     db = tmp_path / "s.db"
     con = sqlite3.connect(db)
@@ -363,7 +422,7 @@ def test_schema_1_store_is_migrated_in_place(tmp_path) -> None:
     con.commit()
     con.close()
     store = Store(db)
-    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.schema_version() == SCHEMA_VERSION == 4
     assert len(store.kv_event_rows()) == 2  # old rows kept, even old duplicates
     assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 1
     assert store.add_kv_events([AllBlocksCleared("w", 0, 5, 1.0)]) == 0

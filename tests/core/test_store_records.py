@@ -47,7 +47,8 @@ def test_old_trace_bodies_decode_and_print_the_same_json() -> None:
 
 
 def test_old_decision_bodies_decode_with_candidates_scores_and_gates() -> None:
-    (d,) = codec.decisions(json.dumps(b) for b in OLD["decisions"])
+    # As schema 4 holds them: each old row a one-decision array (``schema.migrate_v3``).
+    (d,) = codec.decisions(json.dumps([b]) for b in OLD["decisions"])
     assert d.candidates[0].worker.startswith("grpc://") and d.gates[0].spill is False
     assert {s.source for s in d.scores} == {"policy_affinity", "expected_wait"}
 

@@ -32,6 +32,15 @@ def test_dynamo_response_ids_are_no_smg_engine_ids() -> None:
     assert "chatcmpl-abc" in smg
 
 
+def test_an_smg_request_is_keyed_without_dynamos_internal_ids() -> None:
+    rid, engine = "chatcmpl-abc", "chatcmpl-abc-01a22f8f-30b4-76f3-adc2-df33a90d899b"
+    smg = fragment(rid, SOURCE_LOG, 10.0, "smg")
+    smg.aliases, smg.trace_id = [engine], "t" * 32
+    assert keys_of(smg) == {rid, engine, "trace:" + "t" * 32}
+    smg.router_kind = "dynamo"  # Dynamo logs `chatcmpl-<id>`'s id alone on some lines
+    assert {"abc", "abc-01a22f8f-30b4-76f3-adc2-df33a90d899b"} < keys_of(smg)
+
+
 def test_the_better_placed_source_wins_and_says_so() -> None:
     log = frag("r1", SOURCE_LOG, worker="w1", status=200)
     span = frag("r1-01a22f8f-30b4-76f3-adc2-df33a90d899b", SOURCE_OTLP, cached_tokens=0,
