@@ -1,8 +1,8 @@
 """The tap's recorder in a process of its own (what ``mmlens tap`` runs): the proxy's event loop
 then never waits for the recorder's hold on the interpreter (parsing a 1 MB image request,
-hashing it, writing the store), and the recorder runs only when the proxy does not
-(``SCHED_IDLE`` where the system has it, else a lower priority): sharing one core, a woken
-proxy takes it at once instead of waiting out the recorder's time slice.
+hashing it, writing the store), and by default the recorder runs only when the proxy does
+not (``SCHED_IDLE`` where the system has it, else nice 10; ``PRIORITIES``): sharing one core,
+a woken proxy takes it at once instead of waiting out the recorder's time slice.
 
 The proxy hands each exchange over a pipe as framed bytes (``tap_frames``), written by its
 loop once the response is relayed, the frames of one loop iteration in one write and never
