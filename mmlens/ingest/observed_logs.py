@@ -368,22 +368,19 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
     smg: dict[str, RequestTrace] = {}
     attempts = Attempts() if attempts is None else attempts
     # Here, not at the top: smg_typed builds on this module's SMG readers.
-    from mmlens.ingest.smg_typed import read_typed, typed_line
+    from mmlens.ingest import smg_typed
 
-    for n, line in kept_lines(lines if type(lines) is list else list(lines), first_seq or 0):
+    def other(n: int, line: str) -> None:
+        """A line the typed readers leave: its whole object read."""
         seq = None if first_seq is None else n
-        try:  # most SMG lines: one typed decode, straight to their decision and fragment
-            typed = typed_line(line) if line.startswith("{") and '"span":{' in line else None
-            obj = None if typed is not None else _parse(line)
+        try:
+            obj = _parse(line)
         except ValueError:
             if errors is not None:
                 errors["malformed_log_line"] = errors.get("malformed_log_line", 0) + 1
-            continue
-        if typed is not None:
-            read_typed(typed, seq, smg, decisions, attempts, errors)
-            continue
+            return
         if obj is None:
-            continue
+            return
         msg = str(obj.get("message", ""))
         smg_other = "span" in obj and not msg.startswith(SMG_DECISIONS)
         d = None if smg_other else decision_or_count(obj, errors)
@@ -397,7 +394,7 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
         if msg.startswith("Created AbortOnDropStream"):
             _engine_alias(obj, smg)
         elif isinstance(obj.get("span"), dict):
-            f = smg_fragment(obj, into=smg, seq=seq)  # one fragment per request
+            smg_fragment(obj, into=smg, seq=seq)  # one fragment per request
         elif msg.startswith(_SMG_STREAM_ENDED):
             frags.append(smg_stream_failure(obj))
         elif (m := COMPLETED.match(msg)) is not None:
@@ -406,4 +403,25 @@ def read_lines(lines: Iterable[str], errors: dict[str, int] | None = None,
             f = dynamo_fragment(obj)
             if f is not None:
                 frags.append(f)
+
+    kept = kept_lines(lines if type(lines) is list else list(lines), first_seq or 0)
+    if smg_typed.PATH == "native":  # the typed reading of the loop below, compiled
+        smg_typed.NATIVE.read(kept, first_seq is not None, smg, decisions, attempts.failed,
+                              attempts.note, errors, other)
+    else:
+        typed_ok = smg_typed.PATH == "typed"
+        for n, line in kept:
+            # most SMG lines: one typed decode, straight to their decision and fragment
+            try:
+                typed = smg_typed.typed_line(line) if typed_ok and line.startswith("{") \
+                    and '"span":{' in line else None
+            except ValueError:  # text with no UTF-8 form, as `_parse` finds too
+                if errors is not None:
+                    errors["malformed_log_line"] = errors.get("malformed_log_line", 0) + 1
+                continue
+            if typed is not None:
+                smg_typed.read_typed(typed, None if first_seq is None else n, smg, decisions,
+                                     attempts, errors)
+            else:
+                other(n, line)
     return decisions, list(smg.values()) + coalesce(frags)

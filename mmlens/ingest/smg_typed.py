@@ -4,6 +4,10 @@ whole-object readers. The whole-object path (``router_logs.decision_from``,
 ``observed_logs.smg_fragment``) stays as the reference: for every line this module takes,
 the same decisions and fragments come out of it (``tests/core/test_smg_fast_lines.py``,
 ``tests/observed/test_smg_typed_store.py``); any other line goes there.
+
+Where ``_smglines.c`` is built, a batch's lines are read by it in one compiled loop, which
+calls back into this module for the rarer parts (``PATH`` says which reader serves:
+"native", "typed", or "whole" to read every line whole, as the tests set it).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from mmlens.ingest import observed
 from mmlens.ingest import observed_logs as whole
 from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import SOURCE_LOG, alias, fragment, is_request_path, put
@@ -309,3 +314,40 @@ def _fields(t: RequestTrace, line: SmgLine, span: Span, msg: str, seq: int | Non
     elif msg != "started processing request":
         return False
     return True
+
+
+def _native_reader() -> Any:
+    """The compiled reader set up with this module's decoder and helpers, or None."""
+    try:
+        from mmlens.ingest import _smglines
+    except ImportError:  # pragma: no cover - no compiler at install time
+        return None
+    import dataclasses
+
+    fields = tuple(
+        (f.name, None if f.default is dataclasses.MISSING else f.default,
+         f.default_factory is list) for f in dataclasses.fields(RoutingDecision))
+    if any(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+           for f in dataclasses.fields(RoutingDecision)[3:]) \
+            or any(f.default_factory not in (dataclasses.MISSING, list)
+                   for f in dataclasses.fields(RoutingDecision)) \
+            or hasattr(RoutingDecision, "__post_init__"):
+        return None  # not the shape the compiled reader builds decisions of
+    try:
+        _smglines.setup({
+            "decode": _decode_line.decode, "decode_error": msgspec.DecodeError, "unset": UNSET,
+            "decision": _decision, "fragment": fragment, "parse_ts": _parse_ts,
+            "as_int": as_int, "as_float": as_float, "is_request_path": is_request_path,
+            "says_something": whole.smg_says_something,
+            "put_image_sizes": whole.put_image_sizes,
+            "put_image_tokens": whole.put_image_tokens, "tail": _fields,
+            "text_fields": observed._TEXT_FIELDS, "request_paths": observed._REQUEST_PATH_SET,
+            "label": _LABEL, "source_log": SOURCE_LOG, "decision_type": RoutingDecision,
+            "decision_fields": fields})
+    except (TypeError, KeyError):  # pragma: no cover - a record of another shape
+        return None
+    return _smglines
+
+
+NATIVE = _native_reader()
+PATH = "native" if NATIVE is not None else "typed"

@@ -1,10 +1,11 @@
-"""SMG lines read through the typed fast decode (``smg_typed.typed_line``) give the very
-decisions and request fragments the whole-object decode gives: random SMG-shaped lines, the
-two readers side by side."""
+"""SMG lines read through the typed fast decode (``smg_typed.typed_line``), in Python and in
+the compiled reader (``_smglines.c``, where it is built), give the very decisions and request
+fragments the whole-object decode gives: random SMG-shaped lines, the readers side by side."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -85,21 +86,32 @@ def smg_lines(draw: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def _read(lines: list[str]) -> tuple[Any, Any, dict[str, int]]:
+# The readers this install has (the compiled one where it is built), each held to "whole".
+PATHS = ["typed"] + (["native"] if smg_typed.NATIVE is not None else [])
+
+
+def _read(lines: list[str], path: str, first_seq: int | None = 0,
+          ) -> tuple[Any, Any, dict[str, int]]:
     errors: dict[str, int] = {}
-    decisions, frags = read_lines(lines, errors, first_seq=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(smg_typed, "PATH", path)
+        decisions, frags = read_lines(lines, errors, first_seq=first_seq)
     return decisions, frags, errors
 
 
+def test_the_compiled_reader_is_built_where_expected() -> None:
+    if os.environ.get("MMLENS_EXPECT_NATIVE"):
+        assert smg_typed.PATH == "native"
+
+
 @settings(max_examples=150, deadline=None)
-@given(lines=st.lists(smg_lines(), min_size=1, max_size=12))
+@given(lines=st.lists(smg_lines(), min_size=1, max_size=12),
+       first_seq=st.sampled_from([0, None, 1 << 40]))
 def test_the_fast_decode_reads_what_the_whole_decode_reads(lines: list[str],
-                                                           ) -> None:
-    fast = _read(lines)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(smg_typed, "typed_line", lambda line: None)
-        whole = _read(lines)
-    assert fast == whole
+                                                           first_seq: int | None) -> None:
+    whole = _read(lines, "whole", first_seq)
+    for path in PATHS:
+        assert _read(lines, path, first_seq) == whole, path
 
 
 def test_the_capture_takes_the_fast_decode() -> None:
@@ -108,7 +120,9 @@ def test_the_capture_takes_the_fast_decode() -> None:
     lines = (CAPTURES / "smg_1.13_observed_log.jsonl").read_text().splitlines()
     fast = [line for line in lines if smg_typed.typed_line(line) is not None]
     assert len(fast) > len(lines) // 3  # the routing, image and outcome lines
-    test_the_fast_decode_reads_what_the_whole_decode_reads.hypothesis.inner_test(lines)
+    for first_seq in (0, None):
+        test_the_fast_decode_reads_what_the_whole_decode_reads.hypothesis.inner_test(
+            lines, first_seq)
 
 
 def _optional(fields: dict[str, Any]) -> Any:

@@ -1,5 +1,6 @@
-"""The SMG captures stored through the typed fast path (``smg_typed``) and through the
-whole-object reference path give the very same rows: every decision, trace and trace key,
+"""The SMG captures stored through the typed fast paths (``smg_typed`` in Python, and the
+compiled reader where it is built) and through the whole-object reference path give the very
+same rows: every decision, trace and trace key,
 and the same counts of the lines set aside."""
 
 from __future__ import annotations
@@ -51,18 +52,23 @@ def _stored(tmp: Path, lines: list[str], chunk: int) -> tuple[dict[str, list[Any
     return rows, errors
 
 
+PATHS = ["typed"] + (["native"] if smg_typed.NATIVE is not None else [])
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("log", CAPTURE_LOGS, ids=lambda p: p.name)
 @pytest.mark.parametrize("chunk", [7, 1000])
 def test_typed_and_reference_paths_store_the_same_rows(tmp_path: Path, log: Path,
-                                                       chunk: int) -> None:
+                                                       chunk: int, path: str) -> None:
     lines = log.read_text().splitlines()
     lines = lines[: len(lines) // 2] + ODD + lines[len(lines) // 2:]
     assert any(smg_typed.typed_line(line) is not None for line in lines)
     (tmp_path / "fast").mkdir()
     (tmp_path / "ref").mkdir()
-    fast = _stored(tmp_path / "fast", lines, chunk)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(smg_typed, "typed_line", lambda line: None)
+        mp.setattr(smg_typed, "PATH", path)
+        fast = _stored(tmp_path / "fast", lines, chunk)
+        mp.setattr(smg_typed, "PATH", "whole")
         ref = _stored(tmp_path / "ref", lines, chunk)
     assert fast[0]["decisions"], "the capture stores decisions"
     assert fast == ref
