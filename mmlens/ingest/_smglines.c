@@ -22,19 +22,28 @@
 #include <string.h>
 #include <structmember.h>
 
-#define MAX_DFIELDS 64
+#define MAX_FIELDS 64
+
+/* A slots dataclass made without its __init__: per field in order, its slot's offset and its
+ * default (a value, or a fresh list or dict) */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t n, off[MAX_FIELDS];
+    PyObject *dflt[MAX_FIELDS];
+    char factory[MAX_FIELDS]; /* 0 the value, 1 list, 2 dict */
+} Shape;
+
+static Shape DECISION, CANDIDATE, SCORE, GATE;
 
 typedef struct {
     PyObject *decode, *decode_error, *unset, *py_decision, *fragment, *parse_ts, *as_int,
         *as_float, *is_request_path, *says_something, *put_image_sizes, *put_image_tokens,
-        *tail, *text_fields, *request_paths, *label, *source_log, *smg, *zero, *zero_f;
-    PyTypeObject *dtype;
-    Py_ssize_t nd, doff[MAX_DFIELDS];
-    PyObject *ddefault[MAX_DFIELDS];
-    char dfactory[MAX_DFIELDS];
+        *tail, *text_fields, *request_paths, *label, *source_log, *smg, *zero, *zero_f, *billion;
+    PyObject *decode_trace, *score_known, *truncated_warning;
     /* offsets of the decision fields set here */
     Py_ssize_t o_rid, o_router, o_source, o_worker, o_branch, o_overlap, o_reqblocks, o_ratio,
-        o_matched, o_input, o_credited, o_policy, o_original, o_expanded, o_ts, o_attempt;
+        o_matched, o_input, o_credited, o_policy, o_original, o_expanded, o_ts, o_attempt,
+        o_origin, o_pred_source, o_block_size, o_candidates, o_scores, o_gates, o_warnings;
     PyObject *last_ts, *last_when; /* SMG stamps whole seconds: most lines repeat one */
 } State;
 
@@ -48,7 +57,12 @@ static PyObject *n_span, *n_message, *n_timestamp, *n_time, *n_fields, *n_worker
     *n_original_len, *n_expanded_len, *n_item_sizes, *n_total_tokens, *n_item_count,
     *n_request_id, *n_path, *n_trace_id, *n_status_code, *n_latency, *n_ts, *n_provenance,
     *n_model, *n_sent_seq, *n_status, *n_latency_s, *n_processing_mode, *n_rendered_tokens,
-    *s_router, *s_log_prefix, *s_token_expansion, *s_mm_timing;
+    *s_router, *s_log_prefix, *s_token_expansion, *s_mm_timing, *n_load, *n_average_load,
+    *n_relative_threshold, *n_absolute_threshold, *n_absolute_margin, *n_spill, *n_healthy,
+    *n_overloaded, *n_source, *n_score_unit, *n_effective_score, *n_score, *n_device_blocks,
+    *n_attempt, *n_dispatch_timestamp_ns, *n_selections, *n_origin, *n_prediction,
+    *n_block_size, *n_candidates, *n_scores, *n_gates, *n_unattributed_gates, *n_truncated,
+    *n_evidence, *n_aliases, *n_stream, *n_ended_seq;
 
 static const char *SELECTIONS[] = {"Cache-aware selection", "Event-driven routing",
                                    "Cache miss routed to a warming worker", NULL};
@@ -149,7 +163,7 @@ static int put_attr(PyObject *t, PyObject *name, PyObject *obj, PyObject *attr) 
     return put_new(t, name, PyObject_GetAttr(obj, attr));
 }
 
-/* ---- a RoutingDecision without __init__ ---- */
+/* ---- records without __init__ ---- */
 static void set_slot(PyObject *o, Py_ssize_t off, PyObject *v) { /* steals v */
     PyObject **slot = (PyObject **)((char *)o + off);
     PyObject *old = *slot;
@@ -157,27 +171,42 @@ static void set_slot(PyObject *o, Py_ssize_t off, PyObject *v) { /* steals v */
     Py_XDECREF(old);
 }
 
-static PyObject *new_decision(PyObject *rid, PyObject *source) { /* steals source */
-    if (source == NULL)
-        return NULL;
-    PyObject *d = S.dtype->tp_alloc(S.dtype, 0);
-    if (d == NULL) {
-        Py_DECREF(source);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < S.nd; i++) {
-        PyObject *v = S.dfactory[i] ? PyList_New(0) : Py_NewRef(S.ddefault[i]);
-        if (v == NULL) {
-            Py_DECREF(source);
-            Py_DECREF(d);
-            return NULL;
+static PyObject *slot_of(PyObject *o, Py_ssize_t off) { return *(PyObject **)((char *)o + off); }
+
+/* A record of the shape: its first nvals fields from vals (new references, stolen even on
+ * error; NULL in vals only after an error, which fails it), the rest their defaults. */
+static PyObject *new_record(Shape *sh, PyObject **vals, Py_ssize_t nvals) {
+    PyObject *o = NULL;
+    for (Py_ssize_t i = 0; i < nvals; i++)
+        if (vals[i] == NULL)
+            goto fail;
+    if ((o = sh->type->tp_alloc(sh->type, 0)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < sh->n; i++) {
+        PyObject *v;
+        if (i < nvals) {
+            v = vals[i];
+            vals[i] = NULL;
+        } else {
+            v = sh->factory[i] == 1   ? PyList_New(0)
+                : sh->factory[i] == 2 ? PyDict_New()
+                                      : Py_NewRef(sh->dflt[i]);
+            if (v == NULL)
+                goto fail;
         }
-        set_slot(d, S.doff[i], v);
+        set_slot(o, sh->off[i], v);
     }
-    set_slot(d, S.o_rid, Py_NewRef(rid));
-    set_slot(d, S.o_router, Py_NewRef(S.smg));
-    set_slot(d, S.o_source, source);
-    return d;
+    return o;
+fail:
+    for (Py_ssize_t i = 0; i < nvals; i++)
+        Py_XDECREF(vals[i]);
+    Py_XDECREF(o);
+    return NULL;
+}
+
+static PyObject *new_decision(PyObject *rid, PyObject *source) { /* steals source */
+    PyObject *vals[3] = {Py_NewRef(rid), Py_NewRef(S.smg), source};
+    return new_record(&DECISION, vals, 3);
 }
 
 /* attr of obj through conv (as_int / as_float / none) into the decision's slot */
@@ -197,6 +226,241 @@ static int set_conv(PyObject *d, Py_ssize_t off, PyObject *obj, PyObject *attr,
     return 0;
 }
 
+/* ---- the cache trace: smg_typed._trace_decision ---- */
+static PyObject *attr(PyObject *o, PyObject *name) { return PyObject_GetAttr(o, name); }
+
+static PyObject *attr_conv(PyObject *o, PyObject *name, PyObject *(*conv)(PyObject *)) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL || conv == NULL)
+        return v;
+    PyObject *c = conv(v);
+    Py_DECREF(v);
+    return c;
+}
+
+static PyObject *bool_or_none(PyObject *v) { /* steals v */
+    if (v == NULL)
+        return NULL;
+    if (PyBool_Check(v))
+        return v;
+    Py_DECREF(v);
+    Py_RETURN_NONE;
+}
+
+/* A list (or None: an empty one) of the records conv makes of each item, appended to out */
+static int each(PyObject *items, PyObject *out, PyObject *(*conv)(PyObject *)) {
+    if (items == Py_None)
+        return 0;
+    if (!PyList_Check(items)) {
+        PyErr_SetString(PyExc_TypeError, "a typed list");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *r = conv(PyList_GET_ITEM(items, i));
+        if (r == NULL || PyList_Append(out, r) < 0) {
+            Py_XDECREF(r);
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static PyObject *gate(PyObject *g) {
+    PyObject *vals[7] = {attr(g, n_worker), attr_conv(g, n_load, as_float),
+                         attr_conv(g, n_average_load, as_float),
+                         attr_conv(g, n_relative_threshold, as_float),
+                         attr_conv(g, n_absolute_threshold, as_float),
+                         attr_conv(g, n_absolute_margin, as_float), bool_or_none(attr(g, n_spill))};
+    return new_record(&GATE, vals, 7);
+}
+
+static PyObject *candidate(PyObject *c) {
+    PyObject *w = attr(c, n_worker);
+    if (w != NULL) {
+        if (w == S.unset)
+            Py_SETREF(w, PyUnicode_FromString(""));
+        else if (!PyUnicode_CheckExact(w))
+            Py_SETREF(w, PyObject_Str(w));
+    }
+    PyObject *vals[4] = {w, attr_conv(c, n_load, as_float), bool_or_none(attr(c, n_healthy)),
+                         bool_or_none(attr(c, n_overloaded))};
+    return new_record(&CANDIDATE, vals, 4);
+}
+
+/* dict.get of a str key, a new reference (None when absent) */
+static PyObject *get(PyObject *d, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL && PyErr_Occurred())
+        return NULL;
+    return Py_NewRef(v == NULL ? Py_None : v);
+}
+
+static PyObject *get_conv(PyObject *d, PyObject *key, PyObject *(*conv)(PyObject *)) {
+    PyObject *v = get(d, key);
+    if (v == NULL)
+        return NULL;
+    PyObject *c = conv(v);
+    Py_DECREF(v);
+    return c;
+}
+
+/* router_logs.score_of */
+static PyObject *score(PyObject *s) {
+    if (!PyDict_CheckExact(s)) {
+        PyErr_SetString(PyExc_TypeError, "a score is a dict");
+        return NULL;
+    }
+    PyObject *src = PyDict_GetItemWithError(s, n_source);
+    if (src == NULL && PyErr_Occurred())
+        return NULL;
+    PyObject *source = src == NULL ? PyUnicode_FromString("unknown") : PyObject_Str(src);
+    if (source == NULL)
+        return NULL;
+    int affinity = PyUnicode_CompareWithASCIIString(source, "policy_affinity") == 0;
+    PyObject *unit = get(s, n_score_unit);
+    if (unit != NULL) {
+        int t = PyObject_IsTrue(unit);
+        if (t < 0)
+            Py_CLEAR(unit);
+        else if (!t)
+            Py_SETREF(unit, affinity ? PyUnicode_FromString("blocks") : Py_NewRef(Py_None));
+    }
+    PyObject *details = PyDict_New();
+    if (details != NULL) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(s, &pos, &k, &v)) {
+            int known = PySet_Contains(S.score_known, k);
+            if (known < 0 || (!known && PyDict_SetItem(details, k, v) < 0)) {
+                Py_CLEAR(details);
+                break;
+            }
+        }
+    }
+    PyObject *vals[7] = {source, get(s, n_worker),
+                         get_conv(s, affinity ? n_effective_score : n_score, as_float), unit,
+                         get_conv(s, n_device_blocks, as_float),
+                         get_conv(s, n_request_blocks, as_int), details};
+    return new_record(&SCORE, vals, 7);
+}
+
+static int set_new(PyObject *d, Py_ssize_t off, PyObject *v) { /* steals v */
+    if (v == NULL)
+        return -1;
+    set_slot(d, off, v);
+    return 0;
+}
+
+static PyObject *trace_decision(PyObject *trace, PyObject *rid) {
+    PyObject *d = new_decision(rid, PyUnicode_FromString("log:cache_trace"));
+    PyObject *ns = NULL, *sels = NULL, *sel = NULL, *pred = NULL, *items = NULL;
+    if (d == NULL || set_new(d, S.o_attempt, attr_conv(trace, n_attempt, as_int)) < 0 ||
+        (ns = attr_conv(trace, n_dispatch_timestamp_ns, as_int)) == NULL)
+        goto fail;
+    if (ns != Py_None) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(ns, &overflow);
+        if (v == -1 && PyErr_Occurred())
+            goto fail;
+        if (overflow == 0 && v > 0 && set_new(d, S.o_ts, PyNumber_TrueDivide(
+                                                            ns, S.billion)) < 0)
+            goto fail;
+    }
+    if ((sels = attr(trace, n_selections)) == NULL)
+        goto fail;
+    if (PyList_Check(sels) && PyList_GET_SIZE(sels) > 0) {
+        sel = Py_NewRef(PyList_GET_ITEM(sels, 0));
+        if (set_new(d, S.o_worker, attr(sel, n_worker)) < 0 ||
+            set_new(d, S.o_policy, attr(sel, n_policy)) < 0 ||
+            set_new(d, S.o_origin, attr(sel, n_origin)) < 0 || (pred = attr(sel, n_prediction)) == NULL)
+            goto fail;
+        if (pred != Py_None) {
+            if (set_new(d, S.o_pred_source, attr(pred, n_source)) < 0 ||
+                set_new(d, S.o_branch, attr(pred, n_branch)) < 0 ||
+                set_new(d, S.o_overlap, attr_conv(pred, n_overlap_blocks, as_int)) < 0 ||
+                set_new(d, S.o_reqblocks, attr_conv(pred, n_request_blocks, as_int)) < 0 ||
+                set_new(d, S.o_block_size, attr_conv(pred, n_block_size, as_int)) < 0 ||
+                set_new(d, S.o_matched, attr_conv(pred, n_matched_units, as_int)) < 0 ||
+                set_new(d, S.o_input, attr_conv(pred, n_input_units, as_int)) < 0 ||
+                set_new(d, S.o_credited, attr_conv(pred, n_credited_units, as_int)) < 0)
+                goto fail;
+            PyObject *mu = slot_of(d, S.o_matched), *iu = slot_of(d, S.o_input);
+            if (mu != Py_None) {
+                int t = PyObject_IsTrue(iu);
+                if (t < 0 || (t && set_new(d, S.o_ratio, PyNumber_TrueDivide(mu, iu)) < 0))
+                    goto fail;
+            }
+        }
+        if ((items = attr(sel, n_candidates)) == NULL ||
+            each(items, slot_of(d, S.o_candidates), candidate) < 0)
+            goto fail;
+        Py_SETREF(items, attr(sel, n_scores));
+        if (items == NULL || each(items, slot_of(d, S.o_scores), score) < 0)
+            goto fail;
+        Py_SETREF(items, attr(sel, n_gates));
+        if (items == NULL || each(items, slot_of(d, S.o_gates), gate) < 0)
+            goto fail;
+    }
+    Py_XSETREF(items, attr(trace, n_unattributed_gates));
+    if (items == NULL || each(items, slot_of(d, S.o_gates), gate) < 0)
+        goto fail;
+    PyObject *truncated = attr(trace, n_truncated);
+    if (truncated == NULL)
+        goto fail;
+    int is_true = truncated == Py_True;
+    Py_DECREF(truncated);
+    if (is_true && PyList_Append(slot_of(d, S.o_warnings), S.truncated_warning) < 0)
+        goto fail;
+    Py_XDECREF(ns);
+    Py_XDECREF(sels);
+    Py_XDECREF(sel);
+    Py_XDECREF(pred);
+    Py_XDECREF(items);
+    return d;
+fail:
+    Py_XDECREF(d);
+    Py_XDECREF(ns);
+    Py_XDECREF(sels);
+    Py_XDECREF(sel);
+    Py_XDECREF(pred);
+    Py_XDECREF(items);
+    return NULL;
+}
+
+/* The cache trace's decision read here when its evidence decodes as ``CacheTrace`` (None:
+ * the Python reader decides, as for any other evidence) */
+static PyObject *cache_dispatch(PyObject *line, PyObject *rid) {
+    PyObject *ev = PyObject_GetAttr(line, n_evidence);
+    if (ev == NULL)
+        return NULL;
+    if (!PyUnicode_Check(ev) || PyUnicode_GET_LENGTH(ev) == 0 ||
+        PyUnicode_READ_CHAR(ev, 0) != '{') {
+        Py_DECREF(ev);
+        Py_RETURN_NONE;
+    }
+    PyObject *trace = PyObject_CallOneArg(S.decode_trace, ev);
+    Py_DECREF(ev);
+    if (trace == NULL) {
+        if (PyErr_ExceptionMatches(S.decode_error) ||
+            PyErr_ExceptionMatches(PyExc_RecursionError)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    PyObject *d = trace_decision(trace, rid);
+    Py_DECREF(trace);
+    if (d == NULL && (PyErr_ExceptionMatches(PyExc_ValueError) ||
+                      PyErr_ExceptionMatches(PyExc_TypeError) ||
+                      PyErr_ExceptionMatches(PyExc_ArithmeticError) ||
+                      PyErr_ExceptionMatches(PyExc_RecursionError))) {
+        PyErr_Clear(); /* the Python reader counts it as it counts any */
+        Py_RETURN_NONE;
+    }
+    return d;
+}
+
 /* smg_typed._decision of the line: a new reference, Py_None for no decision, NULL on error */
 static PyObject *decision(PyObject *line, PyObject *rid, PyObject *msg, Text m,
                           PyObject *errors) {
@@ -214,6 +478,12 @@ static PyObject *decision(PyObject *line, PyObject *rid, PyObject *msg, Text m,
             set_conv(d, S.o_policy, line, n_policy, NULL) < 0)
             goto fail;
         return d;
+    }
+    if (is(m, "Cache routing dispatch")) {
+        d = cache_dispatch(line, rid);
+        if (d != Py_None)
+            return d;
+        Py_DECREF(d);
     }
     if (is(m, "Cache routing dispatch") || is(m, "pipeline attempt failed"))
         return PyObject_CallFunctionObjArgs(S.py_decision, line, rid, msg, errors, NULL);
@@ -282,6 +552,93 @@ static int says_something(PyObject *msg, Text m) {
     if (memmem(m.s, (size_t)m.n, "Processing", 10) == NULL)
         return 0;
     return truth_of(PyObject_CallOneArg(S.says_something, msg));
+}
+
+/* Python's \s in a str pattern, for ASCII text */
+static int is_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
+}
+
+static int ascii(Text m) {
+    for (Py_ssize_t i = 0; i < m.n; i++)
+        if ((unsigned char)m.s[i] >= 0x80)
+            return 0;
+    return 1;
+}
+
+/* observed.alias with a str id */
+static int alias(PyObject *t, PyObject *rid) {
+    PyObject *own = PyObject_GetAttr(t, n_request_id), *aliases = NULL;
+    int rc = -1;
+    if (own == NULL)
+        return -1;
+    int same = PyObject_RichCompareBool(rid, own, Py_EQ);
+    if (same < 0)
+        goto done;
+    rc = 0;
+    if (same || PyUnicode_GET_LENGTH(rid) == 0)
+        goto done;
+    rc = -1;
+    if ((aliases = PyObject_GetAttr(t, n_aliases)) == NULL)
+        goto done;
+    int has = PySequence_Contains(aliases, rid);
+    if (has < 0 || (!has && PyList_Append(aliases, rid) < 0))
+        goto done;
+    rc = 0;
+done:
+    Py_DECREF(own);
+    Py_XDECREF(aliases);
+    return rc;
+}
+
+/* ``^Request (\S+) marked as completed`` of an ASCII message: the id's length, or 0 */
+static Py_ssize_t completed_id(Text m) {
+    static const char tail[] = " marked as completed";
+    Py_ssize_t i = 8; /* after "Request " */
+    if (!starts(m, "Request "))
+        return 0;
+    while (i < m.n && !is_space(m.s[i]))
+        i++;
+    if (i == 8 || (size_t)(m.n - i) < sizeof tail - 1 || memcmp(m.s + i, tail, sizeof tail - 1))
+        return 0;
+    return i - 8;
+}
+
+/* ``request for model: ([^,\s]+)`` searched in an ASCII message: the group's start, or -1 */
+static Py_ssize_t model_in(Text m, Py_ssize_t *len) {
+    static const char key[] = "request for model: ";
+    const char *at = m.s, *end = m.s + m.n;
+    while ((at = memmem(at, (size_t)(end - at), key, sizeof key - 1)) != NULL) {
+        const char *g = at + sizeof key - 1, *e = g;
+        while (e < end && *e != ',' && !is_space(*e))
+            e++;
+        if (e > g) {
+            *len = e - g;
+            return g - m.s;
+        }
+        at++;
+    }
+    return -1;
+}
+
+/* _fields' completion and model lines of an ASCII message (1 said, 0 not) */
+static int completion_or_model(PyObject *t, Text m, PyObject *seq) {
+    Py_ssize_t n = completed_id(m);
+    if (n > 0) {
+        PyObject *rid = PyUnicode_FromStringAndSize(m.s + 8, n);
+        if (rid == NULL || alias(t, rid) < 0) {
+            Py_XDECREF(rid);
+            return -1;
+        }
+        Py_DECREF(rid);
+        if (put(t, n_stream, Py_False) < 0 || put(t, n_ended_seq, seq) < 0)
+            return -1;
+        return 1;
+    }
+    Py_ssize_t len, at = model_in(m, &len);
+    if (at < 0 || memmem(m.s, (size_t)m.n, "Processing", 10) == NULL)
+        return 0;
+    return put_new(t, n_model, PyUnicode_FromStringAndSize(m.s + at, len)) < 0 ? -1 : 1;
 }
 
 /* smg_typed._fields: 1 when the line said something of its request, 0 not, -1 error */
@@ -356,6 +713,8 @@ static int fields(PyObject *t, PyObject *line, PyObject *span, PyObject *msg, Te
         return put(t, n_sent_seq, seq) < 0 ? -1 : 1;
     if (is(m, "started processing request"))
         return 1;
+    if (ascii(m))
+        return completion_or_model(t, m, seq);
     return truth_of(PyObject_CallFunctionObjArgs(S.tail, t, line, span, msg, seq, NULL));
 }
 
@@ -630,6 +989,34 @@ static int member_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) 
 
 static PyObject *intern(const char *s) { return PyUnicode_InternFromString(s); }
 
+/* config[key]: (type, ((name, default, factory), ...)) of a slots dataclass, fields in order;
+ * factory 0: the default, 1: list, 2: dict */
+static int load_shape(Shape *sh, PyObject *config, const char *key) {
+    PyObject *spec = PyDict_GetItemString(config, key), *type, *fields;
+    if (spec == NULL || !PyArg_ParseTuple(spec, "O!O!", &PyType_Type, &type, &PyTuple_Type,
+                                          &fields) ||
+        PyTuple_GET_SIZE(fields) > MAX_FIELDS) {
+        PyErr_Format(PyExc_TypeError, "setup: %s is (type, fields)", key);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < sh->n; i++)
+        Py_CLEAR(sh->dflt[i]);
+    sh->n = 0;
+    Py_XSETREF(sh->type, (PyTypeObject *)Py_NewRef(type));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        const char *name;
+        PyObject *dflt;
+        int factory;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "sOi", &name, &dflt, &factory) ||
+            member_offset(sh->type, name, &sh->off[i]) < 0)
+            return -1;
+        sh->dflt[i] = Py_NewRef(dflt);
+        sh->factory[i] = (char)factory;
+        sh->n = i + 1;
+    }
+    return 0;
+}
+
 static PyObject *setup(PyObject *self, PyObject *config) {
     if (!PyDict_Check(config)) {
         PyErr_SetString(PyExc_TypeError, "setup(config: dict)");
@@ -645,7 +1032,7 @@ static PyObject *setup(PyObject *self, PyObject *config) {
     ITEM(decode, "decode");
     ITEM(decode_error, "decode_error");
     ITEM(unset, "unset");
-    ITEM(py_decision, "decision");
+    ITEM(py_decision, "py_decision");
     ITEM(fragment, "fragment");
     ITEM(parse_ts, "parse_ts");
     ITEM(as_int, "as_int");
@@ -659,36 +1046,19 @@ static PyObject *setup(PyObject *self, PyObject *config) {
     ITEM(request_paths, "request_paths");
     ITEM(label, "label");
     ITEM(source_log, "source_log");
+    ITEM(decode_trace, "decode_trace");
+    ITEM(score_known, "score_known");
+    ITEM(truncated_warning, "truncated_warning");
 #undef ITEM
     if (!PyAnySet_Check(S.text_fields) || !PyAnySet_Check(S.request_paths)) {
         PyErr_SetString(PyExc_TypeError, "setup: text_fields and request_paths are sets");
         return NULL;
     }
-    PyObject *dtype = PyDict_GetItemString(config, "decision_type");
-    PyObject *dfields = PyDict_GetItemString(config, "decision_fields");
-    if (dtype == NULL || !PyType_Check(dtype) || dfields == NULL || !PyTuple_Check(dfields) ||
-        PyTuple_GET_SIZE(dfields) > MAX_DFIELDS) {
-        PyErr_SetString(PyExc_TypeError, "setup: decision_type, decision_fields");
+    if (load_shape(&DECISION, config, "decision") < 0 ||
+        load_shape(&CANDIDATE, config, "candidate") < 0 ||
+        load_shape(&SCORE, config, "score") < 0 || load_shape(&GATE, config, "gate") < 0)
         return NULL;
-    }
-    PyTypeObject *type = (PyTypeObject *)dtype;
-    for (Py_ssize_t i = 0; i < S.nd; i++)
-        Py_CLEAR(S.ddefault[i]);
-    S.nd = 0;
-    /* (name, default, is_factory) per field, in order; the three without a default first */
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dfields); i++) {
-        PyObject *f = PyTuple_GET_ITEM(dfields, i);
-        const char *name;
-        PyObject *dflt;
-        int factory;
-        if (!PyTuple_Check(f) || !PyArg_ParseTuple(f, "sOp", &name, &dflt, &factory))
-            return NULL;
-        if (member_offset(type, name, &S.doff[i]) < 0)
-            return NULL;
-        S.ddefault[i] = Py_NewRef(dflt);
-        S.dfactory[i] = (char)factory;
-        S.nd = i + 1;
-    }
+    PyTypeObject *type = DECISION.type;
     if (member_offset(type, "request_id", &S.o_rid) < 0 ||
         member_offset(type, "router", &S.o_router) < 0 ||
         member_offset(type, "source", &S.o_source) < 0 ||
@@ -703,15 +1073,28 @@ static PyObject *setup(PyObject *self, PyObject *config) {
         member_offset(type, "policy", &S.o_policy) < 0 ||
         member_offset(type, "original_tokens", &S.o_original) < 0 ||
         member_offset(type, "expanded_tokens", &S.o_expanded) < 0 ||
-        member_offset(type, "ts", &S.o_ts) < 0 || member_offset(type, "attempt", &S.o_attempt) < 0)
+        member_offset(type, "ts", &S.o_ts) < 0 || member_offset(type, "attempt", &S.o_attempt) < 0 ||
+        member_offset(type, "origin", &S.o_origin) < 0 ||
+        member_offset(type, "prediction_source", &S.o_pred_source) < 0 ||
+        member_offset(type, "block_size", &S.o_block_size) < 0 ||
+        member_offset(type, "candidates", &S.o_candidates) < 0 ||
+        member_offset(type, "scores", &S.o_scores) < 0 ||
+        member_offset(type, "gates", &S.o_gates) < 0 ||
+        member_offset(type, "warnings", &S.o_warnings) < 0)
         return NULL;
-    Py_XSETREF(S.dtype, (PyTypeObject *)Py_NewRef(dtype));
+    if (S.o_rid != DECISION.off[0] || S.o_router != DECISION.off[1] ||
+        S.o_source != DECISION.off[2]) {
+        PyErr_SetString(PyExc_TypeError, "setup: a decision's first fields are its request "
+                                         "id, router and source");
+        return NULL;
+    }
     Py_XSETREF(S.smg, intern("smg"));
     Py_XSETREF(S.zero, PyLong_FromLong(0));
     Py_XSETREF(S.zero_f, PyFloat_FromDouble(0.0));
+    Py_XSETREF(S.billion, PyFloat_FromDouble(1e9));
     Py_CLEAR(S.last_ts);
     Py_CLEAR(S.last_when);
-    if (S.smg == NULL || S.zero == NULL || S.zero_f == NULL)
+    if (S.smg == NULL || S.zero == NULL || S.zero_f == NULL || S.billion == NULL)
         return NULL;
     ready = 1;
     Py_RETURN_NONE;
@@ -747,6 +1130,19 @@ PyMODINIT_FUNC PyInit__smglines(void) {
     NAME(n_processing_mode, "processing_mode") NAME(n_rendered_tokens, "rendered_tokens")
     NAME(s_router, "router") NAME(s_log_prefix, "log:")
     NAME(s_token_expansion, "log:token_expansion") NAME(s_mm_timing, "log:mm_timing")
+    NAME(n_load, "load") NAME(n_average_load, "average_load")
+    NAME(n_relative_threshold, "relative_threshold")
+    NAME(n_absolute_threshold, "absolute_threshold") NAME(n_absolute_margin, "absolute_margin")
+    NAME(n_spill, "spill") NAME(n_healthy, "healthy") NAME(n_overloaded, "overloaded")
+    NAME(n_source, "source") NAME(n_score_unit, "score_unit")
+    NAME(n_effective_score, "effective_score") NAME(n_score, "score")
+    NAME(n_device_blocks, "device_blocks") NAME(n_attempt, "attempt")
+    NAME(n_dispatch_timestamp_ns, "dispatch_timestamp_ns") NAME(n_selections, "selections")
+    NAME(n_origin, "origin") NAME(n_prediction, "prediction") NAME(n_block_size, "block_size")
+    NAME(n_candidates, "candidates") NAME(n_scores, "scores") NAME(n_gates, "gates")
+    NAME(n_unattributed_gates, "unattributed_gates") NAME(n_truncated, "truncated")
+    NAME(n_evidence, "evidence") NAME(n_aliases, "aliases") NAME(n_stream, "stream")
+    NAME(n_ended_seq, "ended_seq")
 #undef NAME
     return PyModule_Create(&module);
 }

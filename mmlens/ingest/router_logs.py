@@ -246,6 +246,9 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+TRUNCATED = "cache trace truncated by SMG_CACHE_TRACE_MAX_BYTES"
+
+
 def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
                          source: str = "header:x-smg-cache-trace") -> RoutingDecision:
     """The first selection of an SMG cache trace (schema 1): the compact header gives the
@@ -277,7 +280,7 @@ def cache_trace_decision(trace: dict[str, Any], request_id: str | None = None,
         d.gates = [_gate(g) for g in _dicts(sel.get("gates"))]
     d.gates += [_gate(g) for g in _dicts(trace.get("unattributed_gates"))]
     if trace.get("truncated") is True:
-        d.warnings.append("cache trace truncated by SMG_CACHE_TRACE_MAX_BYTES")
+        d.warnings.append(TRUNCATED)
     return d
 
 

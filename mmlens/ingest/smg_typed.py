@@ -17,15 +17,21 @@ from typing import Any
 
 import msgspec
 
-from mmlens.ingest import observed
+from mmlens.ingest import observed, router_logs
 from mmlens.ingest import observed_logs as whole
 from mmlens.ingest.numbers import as_float, as_int
 from mmlens.ingest.observed import SOURCE_LOG, alias, fragment, is_request_path, put
-from mmlens.ingest.router_logs import SMG_SELECTIONS, cache_dispatch_decision, score_of
+from mmlens.ingest.router_logs import (
+    SMG_SELECTIONS,
+    TRUNCATED,
+    cache_dispatch_decision,
+    score_of,
+)
 from mmlens.records import (
     RequestTrace,
     RoutingCandidate,
     RoutingDecision,
+    RoutingScore,
     SpillGate,
 )
 
@@ -272,7 +278,7 @@ def _trace_decision(trace: CacheTrace, rid: str) -> RoutingDecision:
     if trace.unattributed_gates:
         d.gates += [_gate(g) for g in trace.unattributed_gates]
     if trace.truncated is True:
-        d.warnings.append("cache trace truncated by SMG_CACHE_TRACE_MAX_BYTES")
+        d.warnings.append(TRUNCATED)
     return d
 
 
@@ -316,34 +322,45 @@ def _fields(t: RequestTrace, line: SmgLine, span: Span, msg: str, seq: int | Non
     return True
 
 
+def _shape(cls: type) -> tuple[type, tuple[tuple[str, Any, int], ...]] | None:
+    """A slots dataclass as the compiled reader makes it without ``__init__``: each field's
+    name, default and default factory (1 list, 2 dict); None for a class of another shape."""
+    import dataclasses
+
+    if hasattr(cls, "__post_init__") or "__slots__" not in cls.__dict__:
+        return None
+    out = []
+    for f in dataclasses.fields(cls):
+        factory = {dataclasses.MISSING: 0, list: 1, dict: 2}.get(f.default_factory)
+        if factory is None:
+            return None
+        out.append((f.name, None if f.default is dataclasses.MISSING else f.default, factory))
+    return cls, tuple(out)
+
+
 def _native_reader() -> Any:
-    """The compiled reader set up with this module's decoder and helpers, or None."""
+    """The compiled reader set up with this module's decoders and helpers, or None."""
     try:
         from mmlens.ingest import _smglines
     except ImportError:  # pragma: no cover - no compiler at install time
         return None
-    import dataclasses
-
-    fields = tuple(
-        (f.name, None if f.default is dataclasses.MISSING else f.default,
-         f.default_factory is list) for f in dataclasses.fields(RoutingDecision))
-    if any(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-           for f in dataclasses.fields(RoutingDecision)[3:]) \
-            or any(f.default_factory not in (dataclasses.MISSING, list)
-                   for f in dataclasses.fields(RoutingDecision)) \
-            or hasattr(RoutingDecision, "__post_init__"):
-        return None  # not the shape the compiled reader builds decisions of
+    shapes = {"decision": _shape(RoutingDecision), "candidate": _shape(RoutingCandidate),
+              "score": _shape(RoutingScore), "gate": _shape(SpillGate)}
+    if None in shapes.values() or router_logs._SCORE_VALUE != {
+            "policy_affinity": ("effective_score", "blocks")}:  # pragma: no cover
+        return None  # not what the compiled reader builds
     try:
         _smglines.setup({
             "decode": _decode_line.decode, "decode_error": msgspec.DecodeError, "unset": UNSET,
-            "decision": _decision, "fragment": fragment, "parse_ts": _parse_ts,
+            "py_decision": _decision, "fragment": fragment, "parse_ts": _parse_ts,
             "as_int": as_int, "as_float": as_float, "is_request_path": is_request_path,
             "says_something": whole.smg_says_something,
             "put_image_sizes": whole.put_image_sizes,
             "put_image_tokens": whole.put_image_tokens, "tail": _fields,
             "text_fields": observed._TEXT_FIELDS, "request_paths": observed._REQUEST_PATH_SET,
-            "label": _LABEL, "source_log": SOURCE_LOG, "decision_type": RoutingDecision,
-            "decision_fields": fields})
+            "label": _LABEL, "source_log": SOURCE_LOG, "decode_trace": _decode_trace.decode,
+            "score_known": router_logs._SCORE_KNOWN, "truncated_warning": TRUNCATED,
+            **shapes})
     except (TypeError, KeyError):  # pragma: no cover - a record of another shape
         return None
     return _smglines

@@ -165,3 +165,8 @@ def test_the_typed_cache_trace_reads_what_the_whole_trace_reads(trace: dict[str,
     if typed is not None:  # else the whole trace is read (by the reference itself)
         assert smg_typed._trace_decision(typed, "r1") == cache_trace_decision(
             json.loads(text), "r1", "log:cache_trace")
+    line = json.dumps({"timestamp": "2026-12-01 03:05:22", "message": "Cache routing dispatch",
+                       "evidence": text, "span": {"request_id": "r1", "path": "/generate"}})
+    whole = _read([line], "whole")
+    for path in PATHS:  # the compiled reader's trace too
+        assert _read([line], path) == whole, path
