@@ -24,7 +24,7 @@ from mmlens.records import (
     RoutingDecision,
     count_error,
 )
-from mmlens.store import codec
+from mmlens.store import codec, typed_check
 from mmlens.store.availability import AvailabilityTables, content_of
 from mmlens.store.dialect import StoreError, marks
 from mmlens.store.readback import ENCODE_ERRORS, all_text_ok, checked, text_ok, ts_ok
@@ -274,9 +274,11 @@ class StoreWrites(AvailabilityTables):
         decisions = list(decisions)
         try:  # the whole batch checked at once; should it fail, each decision alone
             rows = _decision_rows(decisions, now)
+            # Decisions holding their declared types read back: no decode needed to know.
             if (all(ts_ok(now if d.ts is None else d.ts) for d in decisions)  # each, not a row's
                     and all(all_text_ok(*r[1:4]) for r in rows)
-                    and codec.all_read_back([r[4] for r in rows], codec.folded_dec)):
+                    and (typed_check.all_typed(decisions)
+                         or codec.all_read_back([r[4] for r in rows], codec.folded_dec))):
                 return self._append_decisions(rows, len(decisions))
         except ENCODE_ERRORS:
             pass
