@@ -344,6 +344,12 @@ def cache_trace_from_header(raw: str, request_id: str | None = None) -> RoutingD
                            warnings=["undecodable x-smg-cache-trace header"])
 
 
+def _may_have_suffix(rid: str) -> bool:
+    """Whether ``_GRPC_ENGINE_SUFFIX`` can match: its 37 characters start with a "-" (``$``
+    also matches before a final newline). Most ids are shorter or have no dash there."""
+    return (len(rid) >= 37 and rid[-37] == "-") or rid.endswith("\n")
+
+
 def request_keys(request_id: str, response_id: str | None, dynamo: bool = True) -> set[str]:
     """Every id a router may have logged a trace's decisions under: the request id sent, the
     response id, SMG gRPC's response id without its engine suffix (``<rid>-<uuid>``) and
@@ -352,7 +358,8 @@ def request_keys(request_id: str, response_id: str | None, dynamo: bool = True) 
     keys = {request_id}
     if response_id:
         keys.add(response_id)
-        root = _GRPC_ENGINE_SUFFIX.sub("", response_id)
+        root = _GRPC_ENGINE_SUFFIX.sub("", response_id) if _may_have_suffix(response_id) \
+            else response_id
         if root not in ("chatcmpl", "cmpl"):  # Dynamo's `chatcmpl-<uuid>` is no `<rid>-<uuid>`
             keys.add(root)
         if dynamo and response_id.startswith("chatcmpl-"):

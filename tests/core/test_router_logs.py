@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mmlens.ingest.router_logs import cache_trace_decision, parse_lines, request_keys
 from mmlens.records import RequestTrace
@@ -182,3 +184,14 @@ def test_request_keys_match_smg_grpc_and_dynamo_response_ids() -> None:
     trace = RequestTrace("client", "http://r", "smg", "m", 0.0, False,
                          response_id="chatcmpl-abc-01a22b15-edec-7422-895a-88eedc0a936b")
     assert attach([trace], parse_lines([SMG_EVENT])) == 1
+
+
+@settings(max_examples=500, deadline=None)
+@given(rid=st.text(alphabet="-0a9fzx\n", min_size=30, max_size=46)
+       | st.builds(lambda a, b: a + "-01a22f90-6718-7408-a1c2-7c8e957cf1cd" + b,
+                   st.text(alphabet="-ax", max_size=4), st.sampled_from(["", "\n", "x"])))
+def test_the_engine_suffix_precheck_never_skips_a_match(rid: str) -> None:
+    from mmlens.ingest.router_logs import _GRPC_ENGINE_SUFFIX, _may_have_suffix
+
+    if _GRPC_ENGINE_SUFFIX.search(rid):
+        assert _may_have_suffix(rid)
