@@ -31,7 +31,7 @@ FULL = {
     "availability": ["availability.py", "--requests", "0"],
     "logs": ["observed_ingest.py", "--routers", "smg_1.13"],
     "layout": ["layout_cli.py"],
-    "tap": ["tap_bench.py", "--sizes", "64,1024", "--overhead", "200", "--requests", "3000"],
+    "tap": ["tap_bench.py", "--sizes", "64,1024", "--overhead", "1000", "--requests", "3000"],
     "whatif": ["whatif_bench.py"],
 }
 QUICK = {
