@@ -661,12 +661,20 @@ def small_table(rows: Any, column_help: dict[str, str] | None = None) -> None:
     """``rows`` as a static HTML table when they fit a screen (``html_table.MAX_ROWS``), so a
     new tab showing it loads no data-frame code; longer, a data frame (it scrolls and sorts).
     ``st.html`` (its sanitizer keeps tables, tooltips and styles): no Markdown parse."""
+    markup = table_markup(rows, column_help)
+    if isinstance(markup, str):
+        st.html(markup)
+
+
+def table_markup(rows: Any, column_help: dict[str, str] | None = None) -> str | pd.DataFrame:
+    """``rows`` as a static HTML table when they fit a screen; longer, the data frame shown
+    (``small_table``)."""
     df = table(rows)
     if len(df) > MAX_TABLE_ROWS:
         config = {c: st.column_config.Column(c, help=h) for c, h in (column_help or {}).items()}
         st.dataframe(df, hide_index=True, width="stretch", column_config=config or None)
-        return
-    st.html(html_table([str(c) for c in df.columns], df.itertuples(index=False), column_help))
+        return df
+    return html_table([str(c) for c in df.columns], df.itertuples(index=False), column_help)
 
 
 def metrics(*items: Metric) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from mmlens.analysis.kv_divergence import ViewPoint
 from mmlens.analysis.timeseries import (
@@ -79,9 +80,7 @@ def fold_view_points(points: Sequence[ViewPoint], keep: int = KEEP) -> list[View
     """Router-vs-engine points with the ``keep`` most divergent workers kept: the others'
     per-request points as one series (each keeps its request id), their compared counts
     summed per time and source."""
-    weight: Counter[str] = Counter()
-    for p in points:
-        weight[p.worker] += p.router_only + p.engine_only
+    weight = divergence_weights(points)
     if len(weight) <= keep:
         return list(points)
     top = {w for w, _ in weight.most_common(keep)}
@@ -100,3 +99,38 @@ def fold_view_points(points: Sequence[ViewPoint], keep: int = KEEP) -> list[View
                 acc[i] += v or 0
     out += [ViewPoint(ts, other, source, *acc) for (ts, source), acc in summed.items()]
     return sorted(out, key=lambda p: p.ts)
+
+
+def divergence_weights(points: Sequence[ViewPoint]) -> Counter[str]:
+    """Per worker, the blocks its router and engine disagreed on over ``points``: how
+    ``fold_view_points`` and ``fold_view_rows`` rank workers."""
+    weight: Counter[str] = Counter()
+    for p in points:
+        weight[p.worker] += p.router_only + p.engine_only
+    return weight
+
+
+ROW_COUNTS = ("router blocks", "engine blocks", "router only", "engine only")
+
+
+def fold_view_rows(rows: Sequence[Mapping[str, Any]], points: Sequence[ViewPoint],
+                   keep: int = KEEP) -> list[dict[str, Any]]:
+    """The router-vs-engine table (``kv_divergence.view_model``'s rows: the latest per worker
+    and source) with the workers ``fold_view_points`` keeps on the chart, and the others'
+    rows summed per source into one row each (a count none of them has stays empty)."""
+    weight = divergence_weights(points)
+    if len(weight) <= keep:
+        return [dict(r) for r in rows]
+    top = {w for w, _ in weight.most_common(keep)}
+    other = other_label(len(weight) - keep)
+    out = [dict(r) for r in rows if r["worker"] in top]
+    summed: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["worker"] in top:
+            continue
+        acc = summed.setdefault(r["source"], {"worker": other, "source": r["source"],
+                                              **dict.fromkeys(ROW_COUNTS)})
+        for k in ROW_COUNTS:
+            if r[k] is not None:
+                acc[k] = (acc[k] or 0) + r[k]
+    return out + [summed[s] for s in sorted(summed)]

@@ -7,9 +7,10 @@ from mmlens.analysis.fleet import (
     fold_hit_counts,
     fold_timeline,
     fold_view_points,
+    fold_view_rows,
     other_label,
 )
-from mmlens.analysis.kv_divergence import ViewPoint
+from mmlens.analysis.kv_divergence import ViewPoint, view_model
 from mmlens.analysis.timeseries import (
     bucket_of,
     group_points,
@@ -72,6 +73,25 @@ def test_view_points_fold_keeps_each_request_and_sums_compared_counts() -> None:
     assert sorted(p.request_id for p in folded if p.worker == other
                   and p.source == "prediction") == ["r0", "r1", "r2"]
     assert fold_view_points(points[:2], keep=2) == points[:2]
+
+
+def test_view_rows_fold_keeps_the_charts_workers_and_sums_the_rest_per_source() -> None:
+    stored = [(1.0, f"w{i}", "index_gauge", 10, 8 + i, 2 * i, i) for i in range(5)]
+    stored += [(1.0, "w0", "event_plane", None, 6, 1, 0)]
+    view = view_model(stored, [], {})
+    rows = fold_view_rows(view.rows, view.points, keep=2)
+    kept = {p.worker for p in fold_view_points(view.points, keep=2)} - {other_label(3)}
+    assert kept == {"w4", "w3"}
+    assert [r for r in rows if r["worker"] in kept] == [
+        r for r in view.rows if r["worker"] in kept]  # the chart's workers, as they were
+    summed = {r["source"]: r for r in rows if r["worker"] == other_label(3)}
+    assert summed["index_gauge"] == {
+        "worker": other_label(3), "source": "index_gauge", "router blocks": 30,
+        "engine blocks": 8 + 9 + 10, "router only": 0 + 2 + 4, "engine only": 0 + 1 + 2}
+    # a count none of the folded rows has stays empty, not 0
+    assert summed["event_plane"]["router blocks"] is None
+    assert summed["event_plane"]["engine blocks"] == 6
+    assert fold_view_rows(view.rows, view.points, keep=10) == view.rows
 
 
 def test_series_grouped_like_samples() -> None:

@@ -17,6 +17,7 @@ import pytest
 from mmlens.ui.shared import CAUGHT_KEY
 from streamlit.testing.v1 import AppTest
 
+from mmlens.figures.blocks import BLOCK_CLASS
 from mmlens.figures.inserted import inserted_markup
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -35,10 +36,35 @@ def figures(at: AppTest) -> list[dict[str, Any]]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
 
-def charts(at: AppTest) -> list[str]:
-    """The markup of every SVG chart the page shows (``shared.chart``), in page order."""
+def parts(markup: str, wanted: str) -> list[str]:
+    """``markup`` itself when its root's class begins with ``wanted``, or in a block of parts
+    (``mmlens.figures.blocks``) each such part, in order."""
+    root = ET.fromstring(markup)
+    if root.get("class", "").startswith(wanted):
+        return [markup]
+    if root.get("class") != BLOCK_CLASS:
+        return []
+    return [ET.tostring(el, encoding="unicode") for el in root.iter()
+            if el.get("class", "").startswith(wanted)]
+
+
+def inserted(at: AppTest) -> list[str]:
+    """The markup every ``st.html`` put in by its script shows, in page order."""
     found = (inserted_markup(str(el.value)) for el in at.get("html"))
-    return [m for m in found if m is not None and 'class="mmlens-chart' in m]
+    return [m for m in found if m is not None]
+
+
+def charts(at: AppTest) -> list[str]:
+    """The markup of every SVG chart the page shows (``shared.chart`` or in a block), in page
+    order."""
+    return [c for m in inserted(at) for c in parts(m, "mmlens-chart")]
+
+
+def block_texts(at: AppTest) -> list[str]:
+    """The text of every heading, caption and note the page's blocks show, in page order."""
+    return ["".join(el.itertext()) for m in inserted(at) for part in parts(m, BLOCK_CLASS)
+            for el in ET.fromstring(part).iter()
+            if el.get("class") in ("mmlens-heading", "mmlens-caption", "mmlens-note")]
 
 
 class _MetricCards(html.parser.HTMLParser):
@@ -110,6 +136,8 @@ def frames(at: AppTest) -> list[pd.DataFrame]:
             out.append(node.value)
         elif node.type == "html" and node.value.startswith('<table class="mmlens-table"'):
             out.append(html_frame(node.value))
+        elif node.type == "html" and (markup := inserted_markup(str(node.value))):
+            out += [html_frame(t) for t in parts(markup, "mmlens-table")]
     return out
 
 

@@ -11,7 +11,14 @@ import pytest
 from mmlens.analysis.kv_divergence import ViewPoint
 from mmlens.records import CollectorHealth, MetricSample, labels_of
 from mmlens.store.sqlite import Store
-from tests.pages.apptest_util import assert_clean, frames, lines_titled, messages, open_page
+from tests.pages.apptest_util import (
+    assert_clean,
+    block_texts,
+    frames,
+    lines_titled,
+    messages,
+    open_page,
+)
 
 REG = "dynamo_component_router_worker_registered"
 
@@ -61,3 +68,30 @@ def test_overview_shows_a_gone_worker_with_since_when(db: Path) -> None:
     states = dict(zip(table["worker"], table["state"], strict=True))
     assert states == {"111": "live", "222": "gone"}
     assert table.set_index("worker").loc["111", "KV transport"] == "zmq"
+
+
+def test_cache_page_folds_a_fleets_view_table_and_keeps_every_row_one_toggle_away(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = time.time()
+    path = tmp_path / "fleet-views.db"
+    store = Store(path)
+    workers = [f"w{i:02d}" for i in range(20)]  # more than the 12 a fleet view names
+    store.add_kv_views([ViewPoint(now - 10, w, "event_plane", 100, 100 - i, i, 0)
+                        for i, w in enumerate(workers)])
+    store.close()
+    monkeypatch.setenv("MMLENS_DB", str(path))
+    monkeypatch.delenv("MMLENS_CONFIG", raising=False)
+    at = open_page("cache")
+    assert_clean(at)
+    assert not at.get("dataframe")  # no data grid for a new tab to load
+    (table,) = [df for df in frames(at) if "router only" in df.columns]
+    assert list(table["worker"]) == [*workers[8:], "8 other workers"]  # the chart's workers
+    assert table["router only"].iloc[-1] == sum(range(8))
+    assert table["engine blocks"].iloc[-1] == sum(100 - i for i in range(8))
+    assert any("12 workers whose views differ most" in t for t in block_texts(at))
+    at.toggle(key="views_all").set_value(True).run()
+    (everything,) = [df for df in frames(at) if "router only" in df.columns
+                     and len(df) == len(workers)]
+    assert sorted(everything["worker"]) == workers
+    assert dict(zip(everything["worker"], everything["router only"], strict=True)) == {
+        w: i for i, w in enumerate(workers)}
