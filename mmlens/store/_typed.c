@@ -6,6 +6,9 @@
  *
  * setup(specs: dict[type, tuple[(field, kind), ...]]) -> None
  * all_typed(records: list) -> bool    every record of a spec'd type, each field as declared
+ * setup_compact(omits: dict[type, tuple[(field, omit), ...]]) -> None
+ * compact(records: list) -> list      each record as a dict of its fields, less those at
+ *                                      their default (omit 1: None, 2: an empty list)
  *
  * A kind is (code, arg): the codes below; arg a frozenset of the allowed strings (LITERAL),
  * the item's kind (LIST, DICT_STR), the record's type (RECORD), or None.
@@ -171,10 +174,116 @@ fail:
     return NULL;
 }
 
+static PyObject *omits; /* type -> tuple of (offset, interned name, omit) */
+
+enum { KEEP = 0, OMIT_NONE = 1, OMIT_EMPTY_LIST = 2 };
+
+static PyObject *compact_one(PyObject *o) {
+    PyObject *spec = PyDict_GetItemWithError(omits, (PyObject *)Py_TYPE(o));
+    if (spec == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "compact: a record of a type not set up");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(spec); i++) {
+        PyObject *f = PyTuple_GET_ITEM(spec, i);
+        PyObject *v = *(PyObject **)((char *)o + PyLong_AsSsize_t(PyTuple_GET_ITEM(f, 0)));
+        long omit = PyLong_AsLong(PyTuple_GET_ITEM(f, 2));
+        if (v == NULL) { /* an unset slot: as msgspec, nothing written */
+            continue;
+        }
+        if ((omit == OMIT_NONE && v == Py_None) ||
+            (omit == OMIT_EMPTY_LIST && PyList_CheckExact(v) && PyList_GET_SIZE(v) == 0))
+            continue;
+        if (PyDict_SetItem(out, PyTuple_GET_ITEM(f, 1), v) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyObject *compact(PyObject *self, PyObject *records) {
+    if (omits == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_typed.setup_compact() was not called");
+        return NULL;
+    }
+    if (!PyList_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "compact(records: list)");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = compact_one(PyList_GET_ITEM(records, i));
+        if (d == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, d);
+    }
+    return out;
+}
+
+/* omits: type -> ((field name, omit), ...) of every field, in the order written */
+static PyObject *setup_compact(PyObject *self, PyObject *given) {
+    if (!PyDict_Check(given)) {
+        PyErr_SetString(PyExc_TypeError, "setup_compact(omits: dict)");
+        return NULL;
+    }
+    PyObject *out = PyDict_New(), *type, *fields;
+    Py_ssize_t pos = 0;
+    if (out == NULL)
+        return NULL;
+    while (PyDict_Next(given, &pos, &type, &fields)) {
+        if (!PyType_Check(type) || !PyTuple_Check(fields))
+            goto bad;
+        PyObject *spec = PyTuple_New(PyTuple_GET_SIZE(fields));
+        if (spec == NULL || PyDict_SetItem(out, type, spec) < 0) {
+            Py_XDECREF(spec);
+            goto fail;
+        }
+        Py_DECREF(spec);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+            PyObject *name, *omit;
+            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "UO!", &name, &PyLong_Type,
+                                  &omit))
+                goto fail;
+            PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, name);
+            if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+                ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX)
+                goto bad;
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            PyObject *f = Py_BuildValue("(nNO)", ((PyMemberDescrObject *)descr)->d_member->offset,
+                                        name, omit);
+            if (f == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(spec, i, f);
+        }
+    }
+    Py_XSETREF(omits, out);
+    Py_RETURN_NONE;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "setup_compact: fields of slots dataclasses");
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)setup, METH_O, "The records' field kinds."},
     {"all_typed", (PyCFunction)all_typed, METH_O,
      "True when every record holds values of its fields' declared types."},
+    {"setup_compact", (PyCFunction)setup_compact, METH_O, "The records' omittable fields."},
+    {"compact", (PyCFunction)compact, METH_O,
+     "Each record as a dict of its fields, less those at their default."},
     {NULL, NULL, 0, NULL},
 };
 
