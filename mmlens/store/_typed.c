@@ -21,7 +21,7 @@ enum { STR = 1, INT, FLOAT, BOOL, LITERAL, LIST, DICT_STR, RECORD, ANY };
 #define OPTIONAL 32 /* or'ed with a code: None too */
 #define MAX_DEPTH 16
 
-static PyObject *specs; /* type -> tuple of (offset, code, arg) */
+static PyObject *specs; /* type -> tuple of (offset, name, code, arg) */
 
 static int typed(PyObject *v, long code, PyObject *arg, int depth);
 
@@ -35,7 +35,7 @@ static int record_typed(PyObject *o, int depth) {
         PyObject *v = *(PyObject **)((char *)o + off);
         if (v == NULL) /* an unset slot: no JSON of it */
             return 0;
-        int r = typed(v, PyLong_AsLong(PyTuple_GET_ITEM(f, 1)), PyTuple_GET_ITEM(f, 2), depth);
+        int r = typed(v, PyLong_AsLong(PyTuple_GET_ITEM(f, 2)), PyTuple_GET_ITEM(f, 3), depth);
         if (r <= 0)
             return r;
     }
@@ -129,10 +129,11 @@ static PyObject *all_typed(PyObject *self, PyObject *records) {
     Py_RETURN_TRUE;
 }
 
-/* specs: type -> ((field name, code, arg), ...); stored with the fields' slot offsets */
-static PyObject *setup(PyObject *self, PyObject *given) {
+/* given: type -> ((field name, ...), ...) -> type -> ((slot offset, interned name, ...), ...)
+ * (NULL and an error unless every field is a slot of its slots dataclass) */
+static PyObject *slot_specs(PyObject *given) {
     if (!PyDict_Check(given)) {
-        PyErr_SetString(PyExc_TypeError, "setup(specs: dict)");
+        PyErr_SetString(PyExc_TypeError, "setup: a dict of specs");
         return NULL;
     }
     PyObject *out = PyDict_New(), *type, *fields;
@@ -149,29 +150,47 @@ static PyObject *setup(PyObject *self, PyObject *given) {
         }
         Py_DECREF(spec);
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
-            const char *name;
-            PyObject *code, *arg;
-            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "sO!O", &name, &PyLong_Type,
-                                  &code, &arg))
-                goto fail;
-            PyObject *descr = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, name);
+            PyObject *given_f = PyTuple_GET_ITEM(fields, i);
+            if (!PyTuple_Check(given_f) || PyTuple_GET_SIZE(given_f) < 1 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(given_f, 0)))
+                goto bad;
+            PyObject *name = PyTuple_GET_ITEM(given_f, 0);
+            PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, name);
             if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
                 ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX)
                 goto bad;
-            PyObject *f = Py_BuildValue("(nOO)", ((PyMemberDescrObject *)descr)->d_member->offset,
-                                        code, arg);
+            Py_ssize_t n = PyTuple_GET_SIZE(given_f);
+            PyObject *f = PyTuple_New(n + 1);
             if (f == NULL)
                 goto fail;
             PyTuple_SET_ITEM(spec, i, f);
+            PyObject *off = PyLong_FromSsize_t(((PyMemberDescrObject *)descr)->d_member->offset);
+            if (off == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(f, 0, off);
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            PyTuple_SET_ITEM(f, 1, name);
+            for (Py_ssize_t k = 1; k < n; k++)
+                PyTuple_SET_ITEM(f, k + 1, Py_NewRef(PyTuple_GET_ITEM(given_f, k)));
         }
     }
-    Py_XSETREF(specs, out);
-    Py_RETURN_NONE;
+    return out;
 bad:
-    PyErr_SetString(PyExc_TypeError, "setup: specs of slots dataclasses");
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "setup: specs of slots dataclasses' fields");
 fail:
     Py_DECREF(out);
     return NULL;
+}
+
+/* specs: type -> ((field name, code, arg), ...) */
+static PyObject *setup(PyObject *self, PyObject *given) {
+    PyObject *out = slot_specs(given);
+    if (out == NULL)
+        return NULL;
+    Py_XSETREF(specs, out);
+    Py_RETURN_NONE;
 }
 
 static PyObject *omits; /* type -> tuple of (offset, interned name, omit) */
@@ -232,49 +251,11 @@ static PyObject *compact(PyObject *self, PyObject *records) {
 
 /* omits: type -> ((field name, omit), ...) of every field, in the order written */
 static PyObject *setup_compact(PyObject *self, PyObject *given) {
-    if (!PyDict_Check(given)) {
-        PyErr_SetString(PyExc_TypeError, "setup_compact(omits: dict)");
-        return NULL;
-    }
-    PyObject *out = PyDict_New(), *type, *fields;
-    Py_ssize_t pos = 0;
+    PyObject *out = slot_specs(given);
     if (out == NULL)
         return NULL;
-    while (PyDict_Next(given, &pos, &type, &fields)) {
-        if (!PyType_Check(type) || !PyTuple_Check(fields))
-            goto bad;
-        PyObject *spec = PyTuple_New(PyTuple_GET_SIZE(fields));
-        if (spec == NULL || PyDict_SetItem(out, type, spec) < 0) {
-            Py_XDECREF(spec);
-            goto fail;
-        }
-        Py_DECREF(spec);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
-            PyObject *name, *omit;
-            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "UO!", &name, &PyLong_Type,
-                                  &omit))
-                goto fail;
-            PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, name);
-            if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
-                ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX)
-                goto bad;
-            Py_INCREF(name);
-            PyUnicode_InternInPlace(&name);
-            PyObject *f = Py_BuildValue("(nNO)", ((PyMemberDescrObject *)descr)->d_member->offset,
-                                        name, omit);
-            if (f == NULL)
-                goto fail;
-            PyTuple_SET_ITEM(spec, i, f);
-        }
-    }
     Py_XSETREF(omits, out);
     Py_RETURN_NONE;
-bad:
-    if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_TypeError, "setup_compact: fields of slots dataclasses");
-fail:
-    Py_DECREF(out);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {
