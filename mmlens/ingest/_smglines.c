@@ -127,6 +127,16 @@ static PyObject *as_float(PyObject *v) {
         Py_RETURN_NONE;
     if (PyFloat_CheckExact(v))
         return Py_NewRef(v);
+    if (PyLong_CheckExact(v)) { /* float(v); too large for a float: None */
+        double d = PyLong_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return NULL;
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return PyFloat_FromDouble(d);
+    }
     return PyObject_CallOneArg(S.as_float, v);
 }
 
@@ -877,20 +887,24 @@ done:
     return rc;
 }
 
+/* decode(text), NULL with no error set when it is not of the decoder's shape (the whole-object
+ * reader takes such a line) */
+static PyObject *decoded(PyObject *decode, PyObject *text) {
+    PyObject *line = PyObject_CallOneArg(decode, text);
+    if (line == NULL && (PyErr_ExceptionMatches(S.decode_error) ||
+                         PyErr_ExceptionMatches(PyExc_RecursionError)))
+        PyErr_Clear();
+    return line;
+}
+
 /* ``observed_logs._engine_alias`` of a JSON line whose message field is SMG's engine alias:
  * 1 read here (whatever it said), 0 not of the shape read here (the caller goes on with the
  * line), -1 an error. Read when, as the whole object, it has a span, no ``fields``, an ASCII
  * message starting with STREAM_ALIAS and ``spans`` a list of objects. */
 static int alias_line(PyObject *text, PyObject *into) {
-    PyObject *line = PyObject_CallOneArg(S.decode_alias, text);
-    if (line == NULL) {
-        if (PyErr_ExceptionMatches(S.decode_error) ||
-            PyErr_ExceptionMatches(PyExc_RecursionError)) {
-            PyErr_Clear();
-            return 0;
-        }
-        return -1;
-    }
+    PyObject *line = decoded(S.decode_alias, text);
+    if (line == NULL)
+        return PyErr_Occurred() ? -1 : 0;
     int rc = -1;
     PyObject *span = NULL, *flds = NULL, *msg = NULL, *spans = NULL, *rid = NULL, *tid = NULL,
              *ts_o = NULL, *when = NULL, *t = NULL, *engine = NULL;
@@ -986,15 +1000,9 @@ static int take(PyObject *text, PyObject *seq, PyObject *into, PyObject *decisio
     }
     if (memmem(s, (size_t)len, "\"span\":{", 8) == NULL)
         return 0;
-    PyObject *line = PyObject_CallOneArg(S.decode, text);
-    if (line == NULL) {
-        if (PyErr_ExceptionMatches(S.decode_error) ||
-            PyErr_ExceptionMatches(PyExc_RecursionError)) {
-            PyErr_Clear();
-            return 0;
-        }
-        return -1;
-    }
+    PyObject *line = decoded(S.decode, text);
+    if (line == NULL)
+        return PyErr_Occurred() ? -1 : 0;
     int rc = -1;
     PyObject *span = NULL, *rid = NULL, *flds = NULL, *msg = NULL;
     if ((span = PyObject_GetAttr(line, n_span)) == NULL)
