@@ -36,7 +36,7 @@ typedef struct {
 static Shape DECISION, CANDIDATE, SCORE, GATE;
 
 typedef struct {
-    PyObject *decode, *decode_error, *unset, *py_decision, *fragment, *parse_ts, *as_int,
+    PyObject *decode, *decode_alias, *decode_error, *unset, *py_decision, *fragment, *parse_ts, *as_int,
         *as_float, *is_request_path, *says_something, *put_image_sizes, *put_image_tokens,
         *tail, *text_fields, *request_paths, *label, *source_log, *smg, *zero, *zero_f, *billion;
     PyObject *decode_trace, *score_known, *truncated_warning;
@@ -62,7 +62,7 @@ static PyObject *n_span, *n_message, *n_timestamp, *n_time, *n_fields, *n_worker
     *n_overloaded, *n_source, *n_score_unit, *n_effective_score, *n_score, *n_device_blocks,
     *n_attempt, *n_dispatch_timestamp_ns, *n_selections, *n_origin, *n_prediction,
     *n_block_size, *n_candidates, *n_scores, *n_gates, *n_unattributed_gates, *n_truncated,
-    *n_evidence, *n_aliases, *n_stream, *n_ended_seq;
+    *n_evidence, *n_aliases, *n_stream, *n_ended_seq, *n_spans;
 
 static const char *SELECTIONS[] = {"Cache-aware selection", "Event-driven routing",
                                    "Cache miss routed to a warming worker", NULL};
@@ -84,6 +84,7 @@ static const char *SAYS[] = {"Cache-aware selection", "Event-driven routing",
                              "Cache routing dispatch", "started processing request", NULL};
 #define MM_TIMING "smg_mm_timing process_multimodal_plan"
 #define STREAM_ALIAS "Created AbortOnDropStream"
+#define ALIAS_FIELD "\"message\":\"" STREAM_ALIAS
 
 typedef struct {
     const char *s;
@@ -126,6 +127,16 @@ static PyObject *as_float(PyObject *v) {
         Py_RETURN_NONE;
     if (PyFloat_CheckExact(v))
         return Py_NewRef(v);
+    if (PyLong_CheckExact(v)) { /* float(v); too large for a float: None */
+        double d = PyLong_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return NULL;
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return PyFloat_FromDouble(d);
+    }
     return PyObject_CallOneArg(S.as_float, v);
 }
 
@@ -719,11 +730,43 @@ static int fields(PyObject *t, PyObject *line, PyObject *span, PyObject *msg, Te
 }
 
 /* smg_typed.read_typed of a decoded line */
+/* is_request_path(span.path): 1, 0, or -1 an error */
+static int request_path(PyObject *span) {
+    PyObject *path = PyObject_GetAttr(span, n_path);
+    if (path == NULL)
+        return -1;
+    int ok = PyUnicode_CheckExact(path) ? PySet_Contains(S.request_paths, path) : 0;
+    if (ok == 0)
+        ok = truth_of(PyObject_CallOneArg(S.is_request_path, path));
+    Py_DECREF(path);
+    return ok < 0 ? -1 : ok;
+}
+
+/* A new fragment of the request ``rid`` at ``when`` (0.0 if unknown), ``tid`` its trace id
+ * when truthy: a new reference, NULL an error */
+static PyObject *new_fragment(PyObject *rid, PyObject *when, PyObject *tid) {
+    int wt = PyObject_IsTrue(when), has_tid = PyObject_IsTrue(tid);
+    if (wt < 0 || has_tid < 0)
+        return NULL;
+    PyObject *t = PyObject_CallFunctionObjArgs(S.fragment, rid, S.source_log,
+                                               wt ? when : S.zero_f, S.smg, NULL);
+    if (t == NULL)
+        return NULL;
+    PyObject *tv = has_tid ? PyObject_Str(tid) : Py_NewRef(Py_None);
+    if (tv == NULL || PyObject_SetAttr(t, n_trace_id, tv) < 0) {
+        Py_XDECREF(tv);
+        Py_DECREF(t);
+        return NULL;
+    }
+    Py_DECREF(tv);
+    return t;
+}
+
 static int read_typed(PyObject *line, PyObject *span, PyObject *rid_o, PyObject *msg, Text m,
                       int is_decision, PyObject *seq, PyObject *into, PyObject *decisions,
                       PyObject *failed, PyObject *note, PyObject *errors) {
     int rc = -1;
-    PyObject *rid = NULL, *ts_o = NULL, *when = NULL, *t = NULL, *path = NULL, *tid = NULL;
+    PyObject *rid = NULL, *ts_o = NULL, *when = NULL, *t = NULL, *tid = NULL;
     rid = PyUnicode_CheckExact(rid_o) ? Py_NewRef(rid_o) : PyObject_Str(rid_o);
     if (rid == NULL)
         goto done;
@@ -782,20 +825,10 @@ static int read_typed(PyObject *line, PyObject *span, PyObject *rid_o, PyObject 
         if (has < 0 || (has && PyDict_DelItem(failed, rid) < 0))
             goto done;
     }
-    path = PyObject_GetAttr(span, n_path);
-    if (path == NULL)
+    int ok = request_path(span);
+    if (ok <= 0) {
+        rc = ok;
         goto done;
-    int ok = PyUnicode_CheckExact(path) ? PySet_Contains(S.request_paths, path) : 0;
-    if (ok < 0)
-        goto done;
-    if (!ok) {
-        ok = truth_of(PyObject_CallOneArg(S.is_request_path, path));
-        if (ok < 0)
-            goto done;
-        if (!ok) {
-            rc = 0;
-            goto done;
-        }
     }
     tid = PyObject_GetAttr(span, n_trace_id);
     if (tid == NULL)
@@ -805,21 +838,8 @@ static int read_typed(PyObject *line, PyObject *span, PyObject *rid_o, PyObject 
         goto done;
     t = PyDict_GetItemWithError(into, rid);
     if (t == NULL) {
-        if (PyErr_Occurred())
+        if (PyErr_Occurred() || (t = new_fragment(rid, when, tid)) == NULL)
             goto done;
-        int wt = PyObject_IsTrue(when);
-        if (wt < 0)
-            goto done;
-        t = PyObject_CallFunctionObjArgs(S.fragment, rid, S.source_log, wt ? when : S.zero_f,
-                                         S.smg, NULL);
-        if (t == NULL)
-            goto done;
-        PyObject *tv = has_tid ? PyObject_Str(tid) : Py_NewRef(Py_None);
-        if (tv == NULL || PyObject_SetAttr(t, n_trace_id, tv) < 0) {
-            Py_XDECREF(tv);
-            goto done;
-        }
-        Py_DECREF(tv);
     } else {
         Py_INCREF(t);
         int says = says_something(msg, m);
@@ -863,8 +883,99 @@ done:
     Py_XDECREF(ts_o);
     Py_XDECREF(when);
     Py_XDECREF(t);
-    Py_XDECREF(path);
     Py_XDECREF(tid);
+    return rc;
+}
+
+/* decode(text), NULL with no error set when it is not of the decoder's shape (the whole-object
+ * reader takes such a line) */
+static PyObject *decoded(PyObject *decode, PyObject *text) {
+    PyObject *line = PyObject_CallOneArg(decode, text);
+    if (line == NULL && (PyErr_ExceptionMatches(S.decode_error) ||
+                         PyErr_ExceptionMatches(PyExc_RecursionError)))
+        PyErr_Clear();
+    return line;
+}
+
+/* ``observed_logs._engine_alias`` of a JSON line whose message field is SMG's engine alias:
+ * 1 read here (whatever it said), 0 not of the shape read here (the caller goes on with the
+ * line), -1 an error. Read when, as the whole object, it has a span, no ``fields``, an ASCII
+ * message starting with STREAM_ALIAS and ``spans`` a list of objects. */
+static int alias_line(PyObject *text, PyObject *into) {
+    PyObject *line = decoded(S.decode_alias, text);
+    if (line == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int rc = -1;
+    PyObject *span = NULL, *flds = NULL, *msg = NULL, *spans = NULL, *rid = NULL, *tid = NULL,
+             *ts_o = NULL, *when = NULL, *t = NULL, *engine = NULL;
+    if ((span = PyObject_GetAttr(line, n_span)) == NULL ||
+        (flds = PyObject_GetAttr(line, n_fields)) == NULL ||
+        (msg = PyObject_GetAttr(line, n_message)) == NULL ||
+        (spans = PyObject_GetAttr(line, n_spans)) == NULL)
+        goto done;
+    rc = 0;
+    if (span == S.unset || flds != Py_None || !PyUnicode_CheckExact(msg) ||
+        !PyUnicode_IS_ASCII(msg))
+        goto done;
+    Text m;
+    m.s = PyUnicode_AsUTF8AndSize(msg, &m.n);
+    if (m.s == NULL || !starts(m, STREAM_ALIAS))
+        goto done;
+    rc = 1; /* from here the whole reader would read nothing else of the line */
+    static const char head[] = STREAM_ALIAS " for request ";
+    Py_ssize_t from = (Py_ssize_t)strlen(head), to = from;
+    if (!starts(m, head))
+        goto done;
+    while (to < m.n && !is_space(m.s[to]))
+        to++;
+    if (to == from || spans == Py_None || PyList_GET_SIZE(spans) == 0)
+        goto done;
+    PyObject *outer = PyList_GET_ITEM(spans, 0);
+    rc = -1;
+    if ((rid = PyObject_GetAttr(outer, n_request_id)) == NULL)
+        goto done;
+    int has = PyObject_IsTrue(rid);
+    if (has < 0)
+        goto done;
+    rc = 1;
+    if (!has)
+        goto done;
+    int ok = request_path(outer);
+    if (ok <= 0) {
+        rc = ok < 0 ? -1 : 1;
+        goto done;
+    }
+    rc = -1;
+    PyObject *key = PyUnicode_CheckExact(rid) ? Py_NewRef(rid) : PyObject_Str(rid);
+    if (key == NULL)
+        goto done;
+    Py_SETREF(rid, key);
+    t = PyDict_GetItemWithError(into, rid);
+    if (t != NULL) {
+        Py_INCREF(t);
+    } else {
+        if (PyErr_Occurred() || (ts_o = PyObject_GetAttr(line, n_timestamp)) == NULL ||
+            (when = parse_ts(ts_o)) == NULL ||
+            (tid = PyObject_GetAttr(outer, n_trace_id)) == NULL ||
+            (t = new_fragment(rid, when, tid)) == NULL || PyDict_SetItem(into, rid, t) < 0)
+            goto done;
+    }
+    if ((engine = PyUnicode_FromStringAndSize(m.s + from, to - from)) == NULL ||
+        alias(t, engine) < 0)
+        goto done;
+    rc = 1;
+done:
+    Py_DECREF(line);
+    Py_XDECREF(span);
+    Py_XDECREF(flds);
+    Py_XDECREF(msg);
+    Py_XDECREF(spans);
+    Py_XDECREF(rid);
+    Py_XDECREF(tid);
+    Py_XDECREF(ts_o);
+    Py_XDECREF(when);
+    Py_XDECREF(t);
+    Py_XDECREF(engine);
     return rc;
 }
 
@@ -880,17 +991,18 @@ static int take(PyObject *text, PyObject *seq, PyObject *into, PyObject *decisio
         PyErr_Clear();
         return 0;
     }
-    if (len == 0 || s[0] != '{' || memmem(s, (size_t)len, "\"span\":{", 8) == NULL)
+    if (len == 0 || s[0] != '{')
         return 0;
-    PyObject *line = PyObject_CallOneArg(S.decode, text);
-    if (line == NULL) {
-        if (PyErr_ExceptionMatches(S.decode_error) ||
-            PyErr_ExceptionMatches(PyExc_RecursionError)) {
-            PyErr_Clear();
-            return 0;
-        }
-        return -1;
+    if (memmem(s, (size_t)len, ALIAS_FIELD, sizeof(ALIAS_FIELD) - 1) != NULL) {
+        int r = alias_line(text, into);
+        if (r != 0)
+            return r;
     }
+    if (memmem(s, (size_t)len, "\"span\":{", 8) == NULL)
+        return 0;
+    PyObject *line = decoded(S.decode, text);
+    if (line == NULL)
+        return PyErr_Occurred() ? -1 : 0;
     int rc = -1;
     PyObject *span = NULL, *rid = NULL, *flds = NULL, *msg = NULL;
     if ((span = PyObject_GetAttr(line, n_span)) == NULL)
@@ -1030,6 +1142,7 @@ static PyObject *setup(PyObject *self, PyObject *config) {
             return NULL;                                                                     \
     } while (0)
     ITEM(decode, "decode");
+    ITEM(decode_alias, "decode_alias");
     ITEM(decode_error, "decode_error");
     ITEM(unset, "unset");
     ITEM(py_decision, "py_decision");
@@ -1143,6 +1256,7 @@ PyMODINIT_FUNC PyInit__smglines(void) {
     NAME(n_unattributed_gates, "unattributed_gates") NAME(n_truncated, "truncated")
     NAME(n_evidence, "evidence") NAME(n_aliases, "aliases") NAME(n_stream, "stream")
     NAME(n_ended_seq, "ended_seq")
+    NAME(n_spans, "spans")
 #undef NAME
     return PyModule_Create(&module);
 }

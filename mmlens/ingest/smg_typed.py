@@ -81,6 +81,17 @@ class SmgLine(msgspec.Struct, gc=False):
     item_count: Any = None
 
 
+class AliasLine(msgspec.Struct, gc=False):
+    """SMG's ``Created AbortOnDropStream for request <engine id>`` line, read by the compiled
+    reader: its outer span (``spans[0]``) names the request the engine id belongs to."""
+
+    timestamp: Any = None
+    message: Any = None
+    fields: Any = None
+    span: Any = UNSET
+    spans: list[Span] | None = None
+
+
 class Prediction(msgspec.Struct, gc=False):
     source: Any = None
     branch: Any = None
@@ -131,6 +142,7 @@ class CacheTrace(msgspec.Struct, gc=False):
 
 
 _decode_line = msgspec.json.Decoder(SmgLine)
+_decode_alias = msgspec.json.Decoder(AliasLine)
 _decode_trace = msgspec.json.Decoder(CacheTrace)
 _decode = msgspec.json.Decoder()
 # The SMG messages whose decision ``decision_from`` makes from ``SmgLine``'s fields alone
@@ -351,7 +363,8 @@ def _native_reader() -> Any:
         return None  # not what the compiled reader builds
     try:
         _smglines.setup({
-            "decode": _decode_line.decode, "decode_error": msgspec.DecodeError, "unset": UNSET,
+            "decode": _decode_line.decode, "decode_alias": _decode_alias.decode,
+            "decode_error": msgspec.DecodeError, "unset": UNSET,
             "py_decision": _decision, "fragment": fragment, "parse_ts": _parse_ts,
             "as_int": as_int, "as_float": as_float, "is_request_path": is_request_path,
             "says_something": whole.smg_says_something,

@@ -6,6 +6,9 @@
  *
  * setup(specs: dict[type, tuple[(field, kind), ...]]) -> None
  * all_typed(records: list) -> bool    every record of a spec'd type, each field as declared
+ * setup_compact(omits: dict[type, tuple[(field, omit), ...]]) -> None
+ * compact(records: list) -> list      each record as a dict of its fields, less those at
+ *                                      their default (omit 1: None, 2: an empty list)
  *
  * A kind is (code, arg): the codes below; arg a frozenset of the allowed strings (LITERAL),
  * the item's kind (LIST, DICT_STR), the record's type (RECORD), or None.
@@ -18,7 +21,7 @@ enum { STR = 1, INT, FLOAT, BOOL, LITERAL, LIST, DICT_STR, RECORD, ANY };
 #define OPTIONAL 32 /* or'ed with a code: None too */
 #define MAX_DEPTH 16
 
-static PyObject *specs; /* type -> tuple of (offset, code, arg) */
+static PyObject *specs; /* type -> tuple of (offset, name, code, arg) */
 
 static int typed(PyObject *v, long code, PyObject *arg, int depth);
 
@@ -32,7 +35,7 @@ static int record_typed(PyObject *o, int depth) {
         PyObject *v = *(PyObject **)((char *)o + off);
         if (v == NULL) /* an unset slot: no JSON of it */
             return 0;
-        int r = typed(v, PyLong_AsLong(PyTuple_GET_ITEM(f, 1)), PyTuple_GET_ITEM(f, 2), depth);
+        int r = typed(v, PyLong_AsLong(PyTuple_GET_ITEM(f, 2)), PyTuple_GET_ITEM(f, 3), depth);
         if (r <= 0)
             return r;
     }
@@ -126,10 +129,11 @@ static PyObject *all_typed(PyObject *self, PyObject *records) {
     Py_RETURN_TRUE;
 }
 
-/* specs: type -> ((field name, code, arg), ...); stored with the fields' slot offsets */
-static PyObject *setup(PyObject *self, PyObject *given) {
+/* given: type -> ((field name, ...), ...) -> type -> ((slot offset, interned name, ...), ...)
+ * (NULL and an error unless every field is a slot of its slots dataclass) */
+static PyObject *slot_specs(PyObject *given) {
     if (!PyDict_Check(given)) {
-        PyErr_SetString(PyExc_TypeError, "setup(specs: dict)");
+        PyErr_SetString(PyExc_TypeError, "setup: a dict of specs");
         return NULL;
     }
     PyObject *out = PyDict_New(), *type, *fields;
@@ -146,35 +150,121 @@ static PyObject *setup(PyObject *self, PyObject *given) {
         }
         Py_DECREF(spec);
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
-            const char *name;
-            PyObject *code, *arg;
-            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "sO!O", &name, &PyLong_Type,
-                                  &code, &arg))
-                goto fail;
-            PyObject *descr = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, name);
+            PyObject *given_f = PyTuple_GET_ITEM(fields, i);
+            if (!PyTuple_Check(given_f) || PyTuple_GET_SIZE(given_f) < 1 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(given_f, 0)))
+                goto bad;
+            PyObject *name = PyTuple_GET_ITEM(given_f, 0);
+            PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, name);
             if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
                 ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX)
                 goto bad;
-            PyObject *f = Py_BuildValue("(nOO)", ((PyMemberDescrObject *)descr)->d_member->offset,
-                                        code, arg);
+            Py_ssize_t n = PyTuple_GET_SIZE(given_f);
+            PyObject *f = PyTuple_New(n + 1);
             if (f == NULL)
                 goto fail;
             PyTuple_SET_ITEM(spec, i, f);
+            PyObject *off = PyLong_FromSsize_t(((PyMemberDescrObject *)descr)->d_member->offset);
+            if (off == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(f, 0, off);
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            PyTuple_SET_ITEM(f, 1, name);
+            for (Py_ssize_t k = 1; k < n; k++)
+                PyTuple_SET_ITEM(f, k + 1, Py_NewRef(PyTuple_GET_ITEM(given_f, k)));
         }
     }
-    Py_XSETREF(specs, out);
-    Py_RETURN_NONE;
+    return out;
 bad:
-    PyErr_SetString(PyExc_TypeError, "setup: specs of slots dataclasses");
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "setup: specs of slots dataclasses' fields");
 fail:
     Py_DECREF(out);
     return NULL;
+}
+
+/* specs: type -> ((field name, code, arg), ...) */
+static PyObject *setup(PyObject *self, PyObject *given) {
+    PyObject *out = slot_specs(given);
+    if (out == NULL)
+        return NULL;
+    Py_XSETREF(specs, out);
+    Py_RETURN_NONE;
+}
+
+static PyObject *omits; /* type -> tuple of (offset, interned name, omit) */
+
+enum { KEEP = 0, OMIT_NONE = 1, OMIT_EMPTY_LIST = 2 };
+
+static PyObject *compact_one(PyObject *o) {
+    PyObject *spec = PyDict_GetItemWithError(omits, (PyObject *)Py_TYPE(o));
+    if (spec == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "compact: a record of a type not set up");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(spec); i++) {
+        PyObject *f = PyTuple_GET_ITEM(spec, i);
+        PyObject *v = *(PyObject **)((char *)o + PyLong_AsSsize_t(PyTuple_GET_ITEM(f, 0)));
+        long omit = PyLong_AsLong(PyTuple_GET_ITEM(f, 2));
+        if (v == NULL) { /* an unset slot: as msgspec, nothing written */
+            continue;
+        }
+        if ((omit == OMIT_NONE && v == Py_None) ||
+            (omit == OMIT_EMPTY_LIST && PyList_CheckExact(v) && PyList_GET_SIZE(v) == 0))
+            continue;
+        if (PyDict_SetItem(out, PyTuple_GET_ITEM(f, 1), v) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyObject *compact(PyObject *self, PyObject *records) {
+    if (omits == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_typed.setup_compact() was not called");
+        return NULL;
+    }
+    if (!PyList_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "compact(records: list)");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = compact_one(PyList_GET_ITEM(records, i));
+        if (d == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, d);
+    }
+    return out;
+}
+
+/* omits: type -> ((field name, omit), ...) of every field, in the order written */
+static PyObject *setup_compact(PyObject *self, PyObject *given) {
+    PyObject *out = slot_specs(given);
+    if (out == NULL)
+        return NULL;
+    Py_XSETREF(omits, out);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)setup, METH_O, "The records' field kinds."},
     {"all_typed", (PyCFunction)all_typed, METH_O,
      "True when every record holds values of its fields' declared types."},
+    {"setup_compact", (PyCFunction)setup_compact, METH_O, "The records' omittable fields."},
+    {"compact", (PyCFunction)compact, METH_O,
+     "Each record as a dict of its fields, less those at their default."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,8 +1,9 @@
 """Typed records ↔ stored rows.
 
 Trace and decision bodies are the JSON of their dataclass (``RequestTrace.to_json``,
-``asdict(RoutingDecision)``) as every mmlens version wrote them; fields added since decode to
-their defaults and unknown fields are ignored. A body that does not decode is skipped and
+``asdict(RoutingDecision)``), written without the fields at their defaults since the
+compact bodies (``compact_bodies``); a field left out, or added since a body was written,
+decodes to its default and unknown fields are ignored. A body that does not decode is skipped and
 logged, never fatal: one bad row must not hide the rest of a page (the row stays stored).
 """
 
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from mmlens.records import KVEventRow, RequestTrace, ResidentSummary, RoutingDecision, Verdict
+from mmlens.store.compact_bodies import compact
 from mmlens.store.mirror import struct_mirror
 
 log = logging.getLogger("mmlens.store")
@@ -31,9 +33,9 @@ _TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(RequestTrace))
 
 def trace_body(t: RequestTrace) -> str:
     """``RequestTrace.to_json`` as JSON text, without its deep copy (msgspec encodes the
-    nested records as they are)."""
+    nested records as they are), less the fields at their defaults (``compact_bodies``)."""
     if t.expected_layout is None:  # msgspec writes the dataclass's fields as the dict below
-        return _json.encode(t).decode()
+        return _json.encode(compact([t])[0]).decode()
     out = {name: getattr(t, name) for name in _TRACE_FIELDS}
     if t.expected_layout is not None:
         out["expected_layout"] = t.expected_layout.to_json()
@@ -57,8 +59,9 @@ def decision_body(d: RoutingDecision) -> str:
 
 
 def decisions_body(ds: list[RoutingDecision]) -> str:
-    """A ``decisions`` row's body: a JSON array of ``decision_body``."""
-    return _json.encode(ds).decode()
+    """A ``decisions`` row's body: a JSON array of the decisions, each less the fields at
+    their defaults (``compact_bodies``)."""
+    return _json.encode(compact(ds)).decode()
 
 
 class TraceLabels(msgspec.Struct):

@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
 CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
-CREATE TABLE IF NOT EXISTS trace_keys (key TEXT PRIMARY KEY, row INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS trace_keys (key TEXT PRIMARY KEY, row INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS trace_keys_row ON trace_keys (row);
 CREATE TABLE IF NOT EXISTS kv_views (
     ts REAL NOT NULL, worker TEXT NOT NULL, source TEXT NOT NULL, router_blocks INTEGER,
