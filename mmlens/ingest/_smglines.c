@@ -84,7 +84,6 @@ static const char *SAYS[] = {"Cache-aware selection", "Event-driven routing",
                              "Cache routing dispatch", "started processing request", NULL};
 #define MM_TIMING "smg_mm_timing process_multimodal_plan"
 #define STREAM_ALIAS "Created AbortOnDropStream"
-#define ALIAS_FIELD "\"message\":\"" STREAM_ALIAS
 
 typedef struct {
     const char *s;
@@ -991,14 +990,7 @@ static int take(PyObject *text, PyObject *seq, PyObject *into, PyObject *decisio
         PyErr_Clear();
         return 0;
     }
-    if (len == 0 || s[0] != '{')
-        return 0;
-    if (memmem(s, (size_t)len, ALIAS_FIELD, sizeof(ALIAS_FIELD) - 1) != NULL) {
-        int r = alias_line(text, into);
-        if (r != 0)
-            return r;
-    }
-    if (memmem(s, (size_t)len, "\"span\":{", 8) == NULL)
+    if (len == 0 || s[0] != '{' || memmem(s, (size_t)len, "\"span\":{", 8) == NULL)
         return 0;
     PyObject *line = decoded(S.decode, text);
     if (line == NULL)
@@ -1026,8 +1018,10 @@ static int take(PyObject *text, PyObject *seq, PyObject *into, PyObject *decisio
         PyErr_Clear();
         goto done;
     }
-    if (starts(m, STREAM_ALIAS))
+    if (starts(m, STREAM_ALIAS)) { /* its outer span is in ``spans``: a decode of its own */
+        rc = alias_line(text, into);
         goto done;
+    }
     int is_decision = starts_any(m, DECISIONS);
     if (is_decision && !is_any(m, DECIDED_EXACT) && !starts_any(m, DECIDED_PREFIX))
         goto done;
