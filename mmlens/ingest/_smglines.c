@@ -33,13 +33,15 @@ typedef struct {
     char factory[MAX_FIELDS]; /* 0 the value, 1 list, 2 dict */
 } Shape;
 
-static Shape DECISION, CANDIDATE, SCORE, GATE;
+static Shape DECISION, CANDIDATE, SCORE, GATE, TRACE;
 
 typedef struct {
-    PyObject *decode, *decode_alias, *decode_error, *unset, *py_decision, *fragment, *parse_ts, *as_int,
+    PyObject *decode, *decode_alias, *decode_error, *unset, *py_decision, *parse_ts, *as_int,
         *as_float, *is_request_path, *says_something, *put_image_sizes, *put_image_tokens,
         *tail, *text_fields, *request_paths, *label, *source_log, *smg, *zero, *zero_f, *billion;
     PyObject *decode_trace, *score_known, *truncated_warning;
+    PyObject *fragment_proto; /* fragment("", source_log, 0.0, "smg") */
+    Py_ssize_t o_t_rid, o_t_ts;
     /* offsets of the decision fields set here */
     Py_ssize_t o_rid, o_router, o_source, o_worker, o_branch, o_overlap, o_reqblocks, o_ratio,
         o_matched, o_input, o_credited, o_policy, o_original, o_expanded, o_ts, o_attempt,
@@ -84,7 +86,6 @@ static const char *SAYS[] = {"Cache-aware selection", "Event-driven routing",
                              "Cache routing dispatch", "started processing request", NULL};
 #define MM_TIMING "smg_mm_timing process_multimodal_plan"
 #define STREAM_ALIAS "Created AbortOnDropStream"
-#define ALIAS_FIELD "\"message\":\"" STREAM_ALIAS
 
 typedef struct {
     const char *s;
@@ -743,18 +744,35 @@ static int request_path(PyObject *span) {
 }
 
 /* A new fragment of the request ``rid`` at ``when`` (0.0 if unknown), ``tid`` its trace id
- * when truthy: a new reference, NULL an error */
+ * when truthy: ``fragment_proto``'s fields (its lists and dicts copies), its id and time
+ * these: a new reference, NULL an error */
 static PyObject *new_fragment(PyObject *rid, PyObject *when, PyObject *tid) {
     int wt = PyObject_IsTrue(when), has_tid = PyObject_IsTrue(tid);
     if (wt < 0 || has_tid < 0)
         return NULL;
-    PyObject *t = PyObject_CallFunctionObjArgs(S.fragment, rid, S.source_log,
-                                               wt ? when : S.zero_f, S.smg, NULL);
+    PyObject *t = TRACE.type->tp_alloc(TRACE.type, 0);
     if (t == NULL)
         return NULL;
+    for (Py_ssize_t i = 0; i < TRACE.n; i++) {
+        PyObject *v = slot_of(S.fragment_proto, TRACE.off[i]);
+        v = PyList_CheckExact(v)   ? PyList_GetSlice(v, 0, PyList_GET_SIZE(v))
+            : PyDict_CheckExact(v) ? PyDict_Copy(v)
+                                   : Py_XNewRef(v);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        set_slot(t, TRACE.off[i], v);
+    }
+    set_slot(t, S.o_t_rid, Py_NewRef(rid));
+    set_slot(t, S.o_t_ts, Py_NewRef(wt ? when : S.zero_f));
     PyObject *tv = has_tid ? PyObject_Str(tid) : Py_NewRef(Py_None);
-    if (tv == NULL || PyObject_SetAttr(t, n_trace_id, tv) < 0) {
-        Py_XDECREF(tv);
+    if (tv == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    if (PyObject_SetAttr(t, n_trace_id, tv) < 0) {
+        Py_DECREF(tv);
         Py_DECREF(t);
         return NULL;
     }
@@ -991,14 +1009,7 @@ static int take(PyObject *text, PyObject *seq, PyObject *into, PyObject *decisio
         PyErr_Clear();
         return 0;
     }
-    if (len == 0 || s[0] != '{')
-        return 0;
-    if (memmem(s, (size_t)len, ALIAS_FIELD, sizeof(ALIAS_FIELD) - 1) != NULL) {
-        int r = alias_line(text, into);
-        if (r != 0)
-            return r;
-    }
-    if (memmem(s, (size_t)len, "\"span\":{", 8) == NULL)
+    if (len == 0 || s[0] != '{' || memmem(s, (size_t)len, "\"span\":{", 8) == NULL)
         return 0;
     PyObject *line = decoded(S.decode, text);
     if (line == NULL)
@@ -1026,8 +1037,10 @@ static int take(PyObject *text, PyObject *seq, PyObject *into, PyObject *decisio
         PyErr_Clear();
         goto done;
     }
-    if (starts(m, STREAM_ALIAS))
+    if (starts(m, STREAM_ALIAS)) { /* its outer span is in ``spans``: a decode of its own */
+        rc = alias_line(text, into);
         goto done;
+    }
     int is_decision = starts_any(m, DECISIONS);
     if (is_decision && !is_any(m, DECIDED_EXACT) && !starts_any(m, DECIDED_PREFIX))
         goto done;
@@ -1146,7 +1159,6 @@ static PyObject *setup(PyObject *self, PyObject *config) {
     ITEM(decode_error, "decode_error");
     ITEM(unset, "unset");
     ITEM(py_decision, "py_decision");
-    ITEM(fragment, "fragment");
     ITEM(parse_ts, "parse_ts");
     ITEM(as_int, "as_int");
     ITEM(as_float, "as_float");
@@ -1162,6 +1174,7 @@ static PyObject *setup(PyObject *self, PyObject *config) {
     ITEM(decode_trace, "decode_trace");
     ITEM(score_known, "score_known");
     ITEM(truncated_warning, "truncated_warning");
+    ITEM(fragment_proto, "fragment_proto");
 #undef ITEM
     if (!PyAnySet_Check(S.text_fields) || !PyAnySet_Check(S.request_paths)) {
         PyErr_SetString(PyExc_TypeError, "setup: text_fields and request_paths are sets");
@@ -1169,8 +1182,15 @@ static PyObject *setup(PyObject *self, PyObject *config) {
     }
     if (load_shape(&DECISION, config, "decision") < 0 ||
         load_shape(&CANDIDATE, config, "candidate") < 0 ||
-        load_shape(&SCORE, config, "score") < 0 || load_shape(&GATE, config, "gate") < 0)
+        load_shape(&SCORE, config, "score") < 0 || load_shape(&GATE, config, "gate") < 0 ||
+        load_shape(&TRACE, config, "trace") < 0 ||
+        member_offset(TRACE.type, "request_id", &S.o_t_rid) < 0 ||
+        member_offset(TRACE.type, "ts", &S.o_t_ts) < 0)
         return NULL;
+    if (!Py_IS_TYPE(S.fragment_proto, TRACE.type)) {
+        PyErr_SetString(PyExc_TypeError, "setup: fragment_proto is a trace");
+        return NULL;
+    }
     PyTypeObject *type = DECISION.type;
     if (member_offset(type, "request_id", &S.o_rid) < 0 ||
         member_offset(type, "router", &S.o_router) < 0 ||

@@ -357,7 +357,8 @@ def _native_reader() -> Any:
     except ImportError:  # pragma: no cover - no compiler at install time
         return None
     shapes = {"decision": _shape(RoutingDecision), "candidate": _shape(RoutingCandidate),
-              "score": _shape(RoutingScore), "gate": _shape(SpillGate)}
+              "score": _shape(RoutingScore), "gate": _shape(SpillGate),
+              "trace": _shape(RequestTrace)}
     if None in shapes.values() or router_logs._SCORE_VALUE != {
             "policy_affinity": ("effective_score", "blocks")}:  # pragma: no cover
         return None  # not what the compiled reader builds
@@ -365,7 +366,7 @@ def _native_reader() -> Any:
         _smglines.setup({
             "decode": _decode_line.decode, "decode_alias": _decode_alias.decode,
             "decode_error": msgspec.DecodeError, "unset": UNSET,
-            "py_decision": _decision, "fragment": fragment, "parse_ts": _parse_ts,
+            "py_decision": _decision, "parse_ts": _parse_ts,
             "as_int": as_int, "as_float": as_float, "is_request_path": is_request_path,
             "says_something": whole.smg_says_something,
             "put_image_sizes": whole.put_image_sizes,
@@ -373,6 +374,8 @@ def _native_reader() -> Any:
             "text_fields": observed._TEXT_FIELDS, "request_paths": observed._REQUEST_PATH_SET,
             "label": _LABEL, "source_log": SOURCE_LOG, "decode_trace": _decode_trace.decode,
             "score_known": router_logs._SCORE_KNOWN, "truncated_warning": TRUNCATED,
+            # a request's first fragment is this one's copy, under its id and time
+            "fragment_proto": fragment("", SOURCE_LOG, 0.0, "smg"),
             **shapes})
     except (TypeError, KeyError):  # pragma: no cover - a record of another shape
         return None

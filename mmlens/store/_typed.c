@@ -11,13 +11,14 @@
  *                                      their default (omit 1: None, 2: an empty list)
  *
  * A kind is (code, arg): the codes below; arg a frozenset of the allowed strings (LITERAL),
- * the item's kind (LIST, DICT_STR), the record's type (RECORD), or None.
+ * the item's kind (LIST, DICT_STR), the record's type (RECORD), a tuple of kinds (UNION), or
+ * None.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
-enum { STR = 1, INT, FLOAT, BOOL, LITERAL, LIST, DICT_STR, RECORD, ANY };
+enum { STR = 1, INT, FLOAT, BOOL, LITERAL, LIST, DICT_STR, RECORD, ANY, UNION };
 #define OPTIONAL 32 /* or'ed with a code: None too */
 #define MAX_DEPTH 16
 
@@ -105,6 +106,15 @@ static int typed(PyObject *v, long code, PyObject *arg, int depth) {
         return Py_IS_TYPE(v, (PyTypeObject *)arg) ? record_typed(v, depth + 1) : 0;
     case ANY: /* what msgspec writes of it decodes as Any; what it cannot write fails there */
         return 1;
+    case UNION: /* one of the kinds (of distinct JSON types, as msgspec's unions are) */
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg); i++) {
+            PyObject *alt = PyTuple_GET_ITEM(arg, i);
+            int r = typed(v, PyLong_AsLong(PyTuple_GET_ITEM(alt, 0)), PyTuple_GET_ITEM(alt, 1),
+                          depth + 1);
+            if (r != 0)
+                return r;
+        }
+        return 0;
     default:
         return 0;
     }

@@ -9,7 +9,7 @@ import types
 import typing
 from typing import Any
 
-from mmlens.records import RoutingDecision
+from mmlens.records import RequestTrace, RoutingDecision
 
 try:
     from mmlens.store import _typed as _native
@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover - no compiler at install time
     _native = None
 
 # the kind codes of _typed.c
-STR, INT, FLOAT, BOOL, LITERAL, LIST, DICT_STR, RECORD, ANY = range(1, 10)
+STR, INT, FLOAT, BOOL, LITERAL, LIST, DICT_STR, RECORD, ANY, UNION = range(1, 11)
 OPTIONAL = 32
 
 
@@ -38,9 +38,10 @@ def kind_of(tp: Any) -> tuple[int, Any]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Literal and all(type(a) is str for a in args):
         return LITERAL, frozenset(args)
-    if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
-        code, arg = kind_of(next(a for a in args if a is not type(None)))
-        return code | OPTIONAL, arg
+    if origin in (typing.Union, types.UnionType):
+        kinds = tuple(kind_of(a) for a in args if a is not type(None))
+        code, arg = kinds[0] if len(kinds) == 1 else (UNION, kinds)
+        return (code | OPTIONAL, arg) if type(None) in args else (code, arg)
     if origin is list and len(args) == 1:
         return LIST, kind_of(args[0])
     if origin is dict and len(args) == 2 and args[0] is str:
@@ -72,6 +73,8 @@ def _records(code: int, arg: Any) -> list[type]:
         return [arg]
     if code in (LIST, DICT_STR):
         return _records(*arg)
+    if code == UNION:
+        return [r for kind in arg for r in _records(*kind)]
     return []
 
 
@@ -79,7 +82,7 @@ def _setup() -> bool:
     if _native is None:
         return False
     try:
-        _native.setup(specs_of(RoutingDecision))
+        _native.setup({**specs_of(RoutingDecision), **specs_of(RequestTrace)})
     except TypeError:  # pragma: no cover - a field of a type it has no kind of
         return False
     return True

@@ -124,15 +124,19 @@ def _trace_reads_back(t: RequestTrace) -> bool:
 
 
 def _trace_bodies(traces: list[RequestTrace]) -> list[str] | None:
-    """The bodies of traces that all read back (``_trace_reads_back``, the decode done once
-    for the batch), or None: check each then."""
+    """The bodies of traces that all read back (``_trace_reads_back``), or None: check each
+    then. Traces holding their declared types read back without a decode
+    (``typed_check``); an expected layout is written as its own JSON, so a batch with one
+    is decoded (once for the batch)."""
     try:
         bodies = [codec.trace_body(t) for t in traces]
-    except ENCODE_ERRORS:
-        return None
-    if all(ts_ok(t.ts) and all_text_ok(t.request_id, t.router) for t in traces) and \
-            codec.all_read_back(bodies, codec.traces_dec):
-        return bodies
+        if all(ts_ok(t.ts) and all_text_ok(t.request_id, t.router) for t in traces) and (
+                (all(t.expected_layout is None for t in traces)
+                 and typed_check.all_typed(traces))
+                or codec.all_read_back(bodies, codec.traces_dec)):
+            return bodies
+    except ENCODE_ERRORS:  # a time that is no number too: each trace checked alone
+        pass
     return None
 
 

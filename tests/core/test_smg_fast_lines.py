@@ -170,3 +170,20 @@ def test_the_typed_cache_trace_reads_what_the_whole_trace_reads(trace: dict[str,
     whole = _read([line], "whole")
     for path in PATHS:  # the compiled reader's trace too
         assert _read([line], path) == whole, path
+
+
+def test_each_fragment_has_lists_and_dicts_of_its_own() -> None:
+    """The compiled reader makes a request's first fragment as a copy of one made by
+    ``observed.fragment``: no two fragments may share a list or dict (a merge appends to
+    ``sources``, sets ``provenance``)."""
+    from tests.fixtures_path import CAPTURES
+
+    lines = (CAPTURES / "smg_1.13_observed_log.jsonl").read_text().splitlines()
+    for path in PATHS:
+        _, frags, _ = _read(lines, path)
+        assert len(frags) >= 5, path
+        for name in ("sources", "provenance", "aliases", "images", "predictions",
+                     "engine_received"):
+            assert len({id(getattr(f, name)) for f in frags}) == len(frags), (path, name)
+        frags[0].sources.append("x")
+        assert all(f.sources == frags[1].sources != frags[0].sources for f in frags[1:]), path

@@ -1,7 +1,8 @@
-"""The compiled type check the decision writes take instead of their read-back decode
-(``mmlens.store.typed_check``): a batch it passes reads back under the readers' strict decode,
-for random decisions holding values of every type; the real captures' decisions pass it; a
-decision it fails is still checked (and set aside) by the read-back."""
+"""The compiled type check the decision and trace writes take instead of their read-back
+decode (``mmlens.store.typed_check``): a batch it passes reads back under the readers' strict
+decode, for random decisions and traces holding values of every type; the real captures'
+decisions and traces pass it; a decision it fails is still checked (and set aside) by the
+read-back."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmlens.ingest.observed_logs import read_lines
-from mmlens.records import RoutingDecision, SpillGate
-from mmlens.store import codec, typed_check
+from mmlens.records import RequestTrace, RoutingDecision, SpillGate
+from mmlens.store import codec, typed_check, writes
 from mmlens.store.readback import ENCODE_ERRORS
 from mmlens.store.sqlite import Store
 from tests.fixtures_path import CAPTURES
@@ -53,6 +54,8 @@ def _typed_value(code: int, arg: Any, draw: Any, depth: int) -> Any:
                 for _ in range(draw(st.integers(0, 2)))}
     if code == typed_check.RECORD:
         return _record(arg, draw, depth + 1)
+    if code == typed_check.UNION:
+        return _typed_value(*draw(st.sampled_from(arg)), draw, depth)
     return draw(VALUES)  # Any
 
 
@@ -84,6 +87,36 @@ def test_a_batch_the_check_passes_reads_back(ds: list[RoutingDecision]) -> None:
     except ENCODE_ERRORS:
         return  # refused at its encode, which comes first on the write path
     assert codec.all_read_back([body], codec.folded_dec)
+
+
+@st.composite
+def traces(draw: Any) -> list[RequestTrace]:
+    """Traces as the write path's shortcut takes them: no expected layout (one is written as
+    its own JSON and always read back)."""
+    return [dataclasses.replace(_record(RequestTrace, draw), expected_layout=None)
+            for _ in range(draw(st.integers(1, 2)))]
+
+
+@pytest.mark.skipif(not typed_check.READY, reason="the compiled check is not built")
+@settings(max_examples=300, deadline=None)
+@given(ts=traces())
+def test_a_trace_batch_the_check_passes_reads_back(ts: list[RequestTrace]) -> None:
+    """What the trace writes take without a decode (``_trace_bodies``) reads back; a batch
+    it refuses (no exception) is checked trace by trace."""
+    bodies = writes._trace_bodies(ts)
+    if bodies is not None:
+        assert codec.all_read_back(bodies, codec.traces_dec)
+
+
+@pytest.mark.skipif(not typed_check.READY, reason="the compiled check is not built")
+def test_the_captures_traces_pass_and_a_mistyped_one_fails() -> None:
+    lines = (CAPTURES / "smg_1.13_observed_log.jsonl").read_text().splitlines()
+    _, frags = read_lines(lines)
+    assert frags and typed_check.all_typed(frags)
+    for name, value in (("status", "200"), ("stream", 1), ("images", [{"width": 3}]),
+                        ("provenance", {"model": 5})):
+        bad = dataclasses.replace(frags[0], **{name: value})
+        assert not typed_check.all_typed([*frags, bad]), name
 
 
 def test_the_check_is_built_where_expected() -> None:
