@@ -48,6 +48,9 @@ CONNECT_TIMEOUT_S = 10.0
 IDLE_UPSTREAMS = 256
 IDLE_S = 4.0  # routers close idle keep-alive connections after a while (hyper, aiohttp)
 
+READ_BYTES = 1 << 20
+_READ_VIEW = memoryview(bytearray(READ_BYTES))  # the clients' reads (one loop, one at a time)
+
 Submit = Callable[[Exchange], None]
 # The lengths of the request header names the tap reads: host, x-request-id,
 # transfer-encoding, connection.
@@ -175,8 +178,11 @@ class _Request:
             self.method, self.client.tap.base_path, self.url, b"\r\n".join(self.lines))
 
 
-class _Client(asyncio.Protocol):
-    """One client connection: requests parsed with llhttp, relayed one at a time."""
+class _Client(asyncio.BufferedProtocol):
+    """One client connection: requests parsed with llhttp, relayed one at a time. Reads go
+    into one buffer that every connection shares (llhttp's callbacks copy out what they
+    yield before the next read), up to ``READ_BYTES`` at once: a 2 MB body in two reads,
+    not in the loop's eight of 256 KB, each copied once more into a bytes object."""
 
     def __init__(self, tap: Tap) -> None:
         self.tap = tap
@@ -215,7 +221,13 @@ class _Client(asyncio.Protocol):
                 self.paused_up.transport.resume_reading()
             self.paused_up = None
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _READ_VIEW
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_READ_VIEW[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self.feeding = True
         try:
             self.parser.feed_data(data)
