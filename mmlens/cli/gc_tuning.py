@@ -14,10 +14,15 @@ from __future__ import annotations
 import gc
 
 THRESHOLDS = (10_000, 100, 100)
+# The tap's recorder process: a batch of records (up to 2,000, each a few dozen containers)
+# stays alive until it is written, so each young collection walks and promotes it again.
+# Measured (``tap_bench``'s 64² traffic, 6 passes of 3,000 interleaved): 49.2 µs of recorder
+# CPU per request against 52.5 µs at ``THRESHOLDS``.
+RECORDER_THRESHOLDS = (100_000, 1000, 1000)
 
 
-def tune_gc() -> None:
+def tune_gc(thresholds: tuple[int, int, int] = THRESHOLDS) -> None:
     """Move what start-up built out of the collector's way and collect less often."""
     gc.collect()
     gc.freeze()  # imported modules, config, tokenizers: never garbage, never walked again
-    gc.set_threshold(*THRESHOLDS)
+    gc.set_threshold(*thresholds)
