@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import mmap
 import os
 import pickle
@@ -39,7 +40,7 @@ PIPE_BYTES = 1 << 20  # asked of the kernel for the pipe (Linux: up to pipe-max-
 MAX_IOV = 512
 READ_BYTES = 1 << 20
 MIN_FREE = 64 << 10  # room a read is given at least
-RING_BYTES = 16 << 20
+RING_BYTES = 8 << 20  # four 2 MB image requests; more at once take the pipe
 RING_MIN = 64 << 10  # smaller exchanges take the pipe: many go in one read
 
 _meta_enc = msgspec.msgpack.Encoder()
@@ -291,7 +292,7 @@ class PipeWriter:
             bufs = self._bufs
             while bufs and not self.closed:
                 try:
-                    n = os.writev(self.fd, [bufs[i] for i in range(min(len(bufs), MAX_IOV))])
+                    n = os.writev(self.fd, list(itertools.islice(bufs, MAX_IOV)))
                 except BlockingIOError:
                     return
                 except OSError:  # the reader is gone: nothing will take these

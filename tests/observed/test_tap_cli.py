@@ -149,7 +149,7 @@ def test_an_image_sent_slowly_delays_no_other_connection(tmp_path: Path) -> None
 def test_large_images_more_than_the_shared_ring_holds_are_all_recorded(tmp_path: Path
                                                                         ) -> None:
     """Twelve 2 MB image requests at once (24 MB, the ring between the proxy and its recorder
-    holds 16): each recorded with its image's size and bytes' hash, whether its bytes went
+    holds 8): each recorded with its image's size and bytes' hash, whether its bytes went
     through the ring or, with the ring full, the pipe."""
     from concurrent.futures import ThreadPoolExecutor
 
