@@ -48,6 +48,8 @@ CONNECT_TIMEOUT_S = 10.0
 IDLE_UPSTREAMS = 256
 IDLE_S = 4.0  # routers close idle keep-alive connections after a while (hyper, aiohttp)
 
+READ_BYTES = 1 << 20  # what one read of a client connection takes at most
+
 Submit = Callable[[Exchange], None]
 # The lengths of the request header names the tap reads: host, x-request-id,
 # transfer-encoding, connection.
@@ -76,6 +78,8 @@ class Tap:
         self._server: asyncio.Server | None = None
         self._clients: set[_Client] = set()
         self._tasks: set[asyncio.Future[None]] = set()
+        # Where every client connection reads (the tap's one loop reads one at a time).
+        self.read_view = memoryview(bytearray(READ_BYTES))
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
         loop = asyncio.get_running_loop()
@@ -175,8 +179,11 @@ class _Request:
             self.method, self.client.tap.base_path, self.url, b"\r\n".join(self.lines))
 
 
-class _Client(asyncio.Protocol):
-    """One client connection: requests parsed with llhttp, relayed one at a time."""
+class _Client(asyncio.BufferedProtocol):
+    """One client connection: requests parsed with llhttp, relayed one at a time. Reads go
+    into one buffer that every connection of the tap shares (llhttp's callbacks copy out
+    what they yield before the next read), up to ``READ_BYTES`` at once: a 2 MB body in two reads,
+    not in the loop's eight of 256 KB, each copied once more into a bytes object."""
 
     def __init__(self, tap: Tap) -> None:
         self.tap = tap
@@ -215,7 +222,13 @@ class _Client(asyncio.Protocol):
                 self.paused_up.transport.resume_reading()
             self.paused_up = None
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.tap.read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.tap.read_view[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self.feeding = True
         try:
             self.parser.feed_data(data)

@@ -8,12 +8,20 @@ is the request body and the kept response chunks as they came, written as they a
 (``os.writev``: no copy into one buffer). A health snapshot is a pickle (rare, and its error
 counts are a dict subclass). A frame cut off by the proxy's death is never completed and is
 dropped with the rest of what was unread.
+
+A large exchange's data (a 1 MB image) goes through a ring of shared memory instead
+(``Ring``): the proxy copies it there once and the pipe carries its metadata and where it
+is; the recorder parses it in place and frees it at its next read. Through a pipe the same
+bytes were copied into the kernel and out again, in pieces the size of the pipe, the proxy
+woken each time the recorder had made room. Data the ring has no room for takes the pipe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import mmap
 import os
 import pickle
 import struct
@@ -27,27 +35,92 @@ import msgspec
 from mmlens.ingest.tap_parse import Exchange
 
 HEAD = struct.Struct("<BII")
-EXCHANGE, HEALTH, STOP = 1, 2, 3
+EXCHANGE, HEALTH, STOP, RING = 1, 2, 3, 4  # RING: an exchange whose data is in the ring
 PIPE_BYTES = 1 << 20  # asked of the kernel for the pipe (Linux: up to pipe-max-size)
 MAX_IOV = 512
 READ_BYTES = 1 << 20
 MIN_FREE = 64 << 10  # room a read is given at least
+RING_BYTES = 8 << 20  # four 2 MB image requests; more at once take the pipe
+RING_MIN = 64 << 10  # smaller exchanges take the pipe: many go in one read
 
 _meta_enc = msgspec.msgpack.Encoder()
 _meta_dec = msgspec.msgpack.Decoder()
 
 
-def exchange_frame(ex: Exchange) -> list[bytes]:
+class Ring:
+    """Shared memory between the proxy, which places exchanges' data in it, and the
+    recorder, which frees it in the same order once parsed. Positions count every byte ever
+    placed; ``freed`` (written by the recorder only) is where what is still in use begins.
+    An exchange's data is contiguous (one that would wrap starts over at the ring's start),
+    and an empty ring starts over too: the same pages serve a tap that records one large
+    request at a time."""
+
+    def __init__(self, fd: int, size: int, freed: Any) -> None:
+        self.size = size
+        self.freed = freed  # a shared array of one int64
+        self._mm = mmap.mmap(fd, size)
+        self._view = memoryview(self._mm)
+        self.head = 0  # the proxy's: the end of what it placed
+        self._held = -1  # the recorder's: the end of what it parses now
+
+    @staticmethod
+    def memory(size: int = RING_BYTES) -> int | None:
+        """A file descriptor of ``size`` bytes of shared memory (None where there is no
+        ``memfd_create``: exchanges then all take the pipe)."""
+        try:
+            fd = os.memfd_create("mmlens-tap-ring", os.MFD_CLOEXEC)
+        except (AttributeError, OSError):
+            return None
+        os.ftruncate(fd, size)
+        return fd
+
+    def place(self, parts: list[bytes], n: int) -> int | None:
+        """Copy ``parts`` (``n`` bytes) in: where they start, None without room."""
+        head, size, freed = self.head, self.size, self.freed[0]
+        pos = head % size
+        start = head
+        if freed >= head:  # empty
+            start = head + (size - pos) % size
+        elif pos + n > size:
+            start = head + size - pos
+        if n > size or (freed < head and start + n - freed > size):
+            return None
+        at = start % size
+        for p in parts:
+            self._view[at:at + len(p)] = p
+            at += len(p)
+        self.head = start + n
+        return start
+
+    def view(self, start: int, n: int) -> memoryview:
+        """The recorder's view of data placed at ``start``, held until ``release``."""
+        self._held = start + n
+        at = start % self.size
+        return self._view[at:at + n]
+
+    def release(self) -> None:
+        """What the recorder was given is parsed: the proxy may place data there again."""
+        if self._held >= 0:
+            self.freed[0] = self._held
+            self._held = -1
+
+
+def exchange_frame(ex: Exchange, ring: Ring | None = None) -> list[bytes]:
     parts = ex.body_parts
     body_n = len(ex.body) + sum(map(len, parts)) if parts else len(ex.body)
     head_t, head = _split(ex.chunks)
     tail_t, tail = _split(ex.tail)
     head_n, tail_n = list(map(len, head)), list(map(len, tail))
+    size = body_n + sum(head_n) + sum(tail_n)
+    data = [ex.body, *parts, *head, *tail]
+    at = ring.place(data, size) if ring is not None and size >= RING_MIN else None
     meta = _meta_enc.encode((
         ex.ts, ex.t0, ex.client_request_id, ex.status, ex.headers, ex.sse, head_t, head_n,
-        tail_t, tail_n, ex.kept, ex.tail_bytes, ex.overflow, ex.latency_s, ex.cut, body_n))
-    size = body_n + sum(head_n) + sum(tail_n)
-    return [HEAD.pack(EXCHANGE, len(meta), size), meta, ex.body, *parts, *head, *tail]
+        tail_t, tail_n, ex.kept, ex.tail_bytes, ex.overflow, ex.latency_s, ex.cut, body_n,
+        -1 if at is None else at))
+    if at is not None:
+        return [HEAD.pack(RING, len(meta), 0), meta]
+    return [HEAD.pack(EXCHANGE, len(meta), size), meta, *data]
 
 
 def _split(chunks: list[tuple[float, bytes]]) -> tuple[list[float], list[bytes]]:
@@ -66,9 +139,14 @@ def stop_frame() -> list[bytes]:
     return [HEAD.pack(STOP, 0, 0)]
 
 
-def _exchange(meta: bytes | memoryview, data: memoryview, borrow: bool = False) -> Exchange:
+def _exchange(meta: bytes | memoryview, data: memoryview | None, borrow: bool = False,
+              ring: Ring | None = None) -> Exchange:
     (ts, t0, rid, status, headers, sse, head_t, head_n, tail_t, tail_n, kept, tail_bytes,
-     overflow, latency_s, cut, body_n) = _meta_dec.decode(meta)
+     overflow, latency_s, cut, body_n, ring_at) = _meta_dec.decode(meta)
+    if data is None:  # in the ring
+        if ring is None:
+            raise ValueError("an exchange in a ring the reader does not have")
+        data = ring.view(ring_at, body_n + sum(head_n) + sum(tail_n))
     at = body_n
     chunks, tail = [], []
     for out, times, sizes in ((chunks, head_t, head_n), (tail, tail_t, tail_n)):
@@ -76,16 +154,19 @@ def _exchange(meta: bytes | memoryview, data: memoryview, borrow: bool = False) 
             out.append((t, bytes(data[at:at + n])))
             at += n
     body = data[:body_n] if borrow else bytes(data[:body_n])
+    if not borrow and ring is not None:
+        ring.release()
     return Exchange(ts, t0, body, rid, status, headers, sse, chunks, tail,
                     kept, tail_bytes, overflow, latency_s, cut)
 
 
 class FrameReader:
     """Frames from the read end of the pipe, in reads of up to ``READ_BYTES`` into one
-    buffer (grown for a frame larger than it)."""
+    buffer (grown for a frame larger than it), and the data of those in ``ring``."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, ring: Ring | None = None) -> None:
         self.fd = fd
+        self.ring = ring
         self._buf = bytearray(READ_BYTES)
         self._start = 0  # the first byte not yet taken
         self._end = 0  # the end of what was read
@@ -94,7 +175,9 @@ class FrameReader:
     def read(self, borrow: bool = False) -> list[tuple[int, Any]] | None:
         """What one read completed (kind, item), waiting for it; None at the end of the
         stream (the proxy closed its end or is gone). ``borrow``: an exchange's request
-        body is a view of this reader's buffer, good until the next read (no copy)."""
+        body is a view of this reader's buffer or of the ring, good until the next read (no
+        copy)."""
+        self.release()
         if self._start == self._end:
             self._start = self._end = 0
         if len(self._buf) - self._end < MIN_FREE:
@@ -104,6 +187,11 @@ class FrameReader:
             return None
         self._end += n
         return list(self._frames(borrow))
+
+    def release(self) -> None:
+        """The exchanges of the last read are parsed: their place in the ring is free."""
+        if self.ring is not None:
+            self.ring.release()
 
     def _frames(self, borrow: bool) -> Iterator[tuple[int, Any]]:
         view = memoryview(self._buf)
@@ -116,6 +204,8 @@ class FrameReader:
             self._start = at + meta_n + data_n
             if kind == EXCHANGE:
                 yield kind, _exchange(meta, data, borrow)
+            elif kind == RING:
+                yield EXCHANGE, _exchange(meta, None, borrow, self.ring)
             elif kind == HEALTH:
                 yield kind, pickle.loads(data)
             else:
@@ -202,7 +292,7 @@ class PipeWriter:
             bufs = self._bufs
             while bufs and not self.closed:
                 try:
-                    n = os.writev(self.fd, [bufs[i] for i in range(min(len(bufs), MAX_IOV))])
+                    n = os.writev(self.fd, list(itertools.islice(bufs, MAX_IOV)))
                 except BlockingIOError:
                     return
                 except OSError:  # the reader is gone: nothing will take these

@@ -4,8 +4,9 @@ hashing it, writing the store), and by default the recorder runs only when the p
 not (``SCHED_IDLE`` where the system has it, else nice 10; ``PRIORITIES``): sharing one core,
 a woken proxy takes it at once instead of waiting out the recorder's time slice.
 
-The proxy hands each exchange over a pipe as framed bytes (``tap_frames``), written by its
-loop once the response is relayed, the frames of one loop iteration in one write and never
+The proxy hands each exchange over a pipe as framed bytes (``tap_frames``; a large one's
+data through a ring of shared memory beside it), written by its loop once the response is
+relayed, the frames of one loop iteration in one write and never
 waited for; past the backlog bound an exchange is dropped and counted. Its own counters
 (requests, upstream errors, clients gone) go along every half second when they changed, and
 the recorder writes one health row with both. The recorder process reads the pipe and
@@ -30,13 +31,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from multiprocessing import reduction
 from typing import Any
 
 from mmlens.collectors.tap_frames import (
     EXCHANGE,
     HEALTH,
+    RING_BYTES,
     FrameReader,
     PipeWriter,
+    Ring,
     exchange_frame,
     health_frame,
     stop_frame,
@@ -76,12 +80,20 @@ class RecorderProcess:
         self._handed: Any = ctx.RawArray("q", 2)
         self._taken: Any = ctx.RawArray("q", 2)
         read_end, write_end = ctx.Pipe(duplex=False)
+        # Where the ring's use begins (written by the recorder only).
+        freed: Any = ctx.RawArray("q", 1)
+        ring_fd = Ring.memory(RING_BYTES)
+        shared = None if ring_fd is None else SharedFd(ring_fd)
         self._proc = ctx.Process(target=_child, args=(setup, read_end, self._taken,
                                                       health.collector, health.target,
-                                                      priority),
+                                                      priority, shared, freed),
                                  name="tap-recorder", daemon=True)
         self._proc.start()
         read_end.close()  # the recorder's alone: its end of the stream is the proxy's exit
+        self._ring: Ring | None = None
+        if ring_fd is not None:
+            self._ring = Ring(ring_fd, RING_BYTES, freed)
+            os.close(ring_fd)  # (mapped)
         fd = os.dup(write_end.fileno())  # the writer's own (it closes it)
         write_end.close()
         self._pipe = PipeWriter(fd, self._recorder_gone)
@@ -100,7 +112,7 @@ class RecorderProcess:
             return
         handed[0] += 1
         handed[1] += size
-        self._pipe.send(exchange_frame(ex))
+        self._pipe.send(exchange_frame(ex, self._ring))
 
     def _recorder_gone(self) -> None:
         self.health.error("recorder", "the recorder process is gone", time.time())
@@ -138,8 +150,23 @@ class RecorderProcess:
         return self._proc.pid
 
 
+class SharedFd:
+    """A file descriptor handed to the spawned recorder (as ``multiprocessing`` hands it a
+    pipe's end): the child gets its own copy of it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return _detach, (reduction.DupFd(self.fd),)
+
+
+def _detach(dup: Any) -> int:
+    return int(dup.detach())
+
+
 def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, target: str,
-           priority: str = "idle") -> None:
+           priority: str = "idle", ring_fd: int | None = None, freed: Any = None) -> None:
     from mmlens.collectors.tap_record import Recorder
 
     yield_to_proxy(priority)
@@ -157,7 +184,12 @@ def _child(setup: Setup, read_end: Any, taken_counts: Any, collector: str, targe
     rec = Recorder(write, health, flush_health=both, thread=False, **options)
 
     rec.taken = lambda ex: None  # type: ignore[method-assign]  (counted as read: below)
-    rec.run(PipeIntake(FrameReader(read_end.fileno()), rec, proxy, health, taken_counts))
+    ring = None
+    if ring_fd is not None:
+        ring = Ring(ring_fd, RING_BYTES, freed)
+        os.close(ring_fd)
+    rec.run(PipeIntake(FrameReader(read_end.fileno(), ring), rec, proxy, health,
+                       taken_counts))
 
 
 def yield_to_proxy(priority: str) -> None:
@@ -210,6 +242,7 @@ class PipeIntake:
         self._poll.register(reader.fd, select.POLLIN)
 
     def get(self, timeout: float) -> Any:
+        self.reader.release()  # what the last get gave is parsed: the proxy may reuse it
         if self.done:  # the images still being fetched, then the end
             self.rec.close_fetches()
             return self.rec.fetched()

@@ -14,10 +14,17 @@ from __future__ import annotations
 import gc
 
 THRESHOLDS = (10_000, 100, 100)
+# The tap's recorder process: a batch of records (up to 2,000, each a few dozen containers)
+# stays alive until it is written, so each young collection walks and promotes it again.
+# Measured with ``tap_bench``'s 64² traffic: the collector's share of the recorder's perf
+# samples 3.4 % against 6.6 % at ``THRESHOLDS``; its CPU per request 49.2 against 52.5 µs in
+# one run of 6 interleaved passes of 3,000 (44.9 against 44.2 in another: within the noise
+# of a shared machine).
+RECORDER_THRESHOLDS = (100_000, 1000, 1000)
 
 
-def tune_gc() -> None:
+def tune_gc(thresholds: tuple[int, int, int] = THRESHOLDS) -> None:
     """Move what start-up built out of the collector's way and collect less often."""
     gc.collect()
     gc.freeze()  # imported modules, config, tokenizers: never garbage, never walked again
-    gc.set_threshold(*THRESHOLDS)
+    gc.set_threshold(*thresholds)

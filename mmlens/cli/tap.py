@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from mmlens.cli.buffer_options import add_buffer_options
-from mmlens.cli.gc_tuning import tune_gc
+from mmlens.cli.gc_tuning import RECORDER_THRESHOLDS, tune_gc
 from mmlens.cli.heap_tuning import keep_heap
 from mmlens.cli.sched_tuning import SLICE_NS, set_slice
 from mmlens.collectors.store_buffer import BufferedStore
@@ -101,8 +101,9 @@ def layout_fn(layout_model: str, store_text: bool) -> LayoutFn:
 def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
                    ) -> tuple[Callable[[list[RequestTrace]], int], dict[str, Any]]:
     """In the recorder's process: the store it writes (through the outage buffer the
-    collector uses) and the recorder's options; the process's collector tuned as the
-    proxy's is (parsing allocates thousands of short-lived dicts a second)."""
+    collector uses) and the recorder's options; the process's collector tuned for records
+    (parsing allocates thousands of short-lived dicts a second, a batch lives till written;
+    with ``--recorder thread`` the proxy's tuning follows)."""
     keep_heap()
     buffer = BufferedStore(open_store(args.db), args.spill_dir, max_memory=args.buffer_records)
     outage_instance = f"tap {socket.gethostname()}:{os.getpid()}"
@@ -119,7 +120,7 @@ def recorder_setup(args: argparse.Namespace, health: CollectorHealth,
                            args.fetch_max_bytes, args.fetch_timeout,
                            allow_private=args.fetch_allow_private) if args.fetch_images \
         else None
-    tune_gc()
+    tune_gc(RECORDER_THRESHOLDS)
     return write, {"router": args.upstream, "store_text": args.store_text,
                    "layout": layout_fn(args.layout_model, args.store_text)
                    if args.layout_model else None, "fetcher": fetcher,

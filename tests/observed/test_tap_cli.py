@@ -144,3 +144,44 @@ def test_an_image_sent_slowly_delays_no_other_connection(tmp_path: Path) -> None
         router.stop()
     assert slow["status"] == b"200" and max(done) < slow["sent"]  # type: ignore[operator]
     assert got.images[0].byte_size == len(image)
+
+
+def test_large_images_more_than_the_shared_ring_holds_are_all_recorded(tmp_path: Path
+                                                                        ) -> None:
+    """Twelve 2 MB image requests at once (24 MB, the ring between the proxy and its recorder
+    holds 8): each recorded with its image's size and bytes' hash, whether its bytes went
+    through the ring or, with the ring full, the pipe."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mmlens.layout.hashing import smg_identifier
+
+    router = Served(odd_app(), free_port())
+    port, db = free_port(), tmp_path / "tap.db"
+    proc = start_tap(port, router.url, db, subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    images = [b"\x89PNG\r\n\x1a\n" + os.urandom(3 << 19) for _ in range(12)]
+
+    def send(i: int) -> int:
+        body = {"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {
+                "url": "data:image/png;base64," + base64.b64encode(images[i]).decode()}}]}]}
+        return httpx.post(url + "/v1/chat/completions", json=body, timeout=30,
+                          headers={"x-request-id": f"big{i}"}).status_code
+
+    try:
+        wait_until(lambda: httpx.post(url + "/v1/chat/completions", json={}, timeout=1,
+                                      headers={"x-request-id": "probe"}).status_code == 200,
+                   30, what="tap", ignore=(httpx.HTTPError,))
+        with ThreadPoolExecutor(12) as pool:
+            assert list(pool.map(send, range(12))) == [200] * 12
+        with contextlib.closing(open_store(db, readonly=True)) as store:
+            wait_until(lambda: len(store.traces(limit=50)) == 13, 60, 0.1,
+                       what="all recorded", ignore=(Exception,))
+            got = {i: store.trace(f"big{i}") for i in range(12)}
+    finally:
+        stop_process(proc, signal.SIGINT, 30)
+        router.stop()
+    for i, t in got.items():
+        assert t is not None and len(t.images) == 1
+        assert t.images[0].byte_size == len(images[i])
+        assert t.images[0].identities["smg_blake3"] == smg_identifier(images[i])
