@@ -616,8 +616,14 @@ def sidebar_status() -> None:
 def _tokenizers_loading(path: str) -> threading.Thread:
     def load() -> None:
         try:
-            models = {p[0] for t in _reader(path).recent_traces(50)
-                      if (p := rebuild_parts(t)) is not None}
+            # its own connection: holding the shared reader's lock for this read made a
+            # session's first page wait on it (330 ms of a fleet Overview's first run)
+            own = open_reader(path)
+            try:
+                traces = own.recent_traces(50)
+            finally:
+                own.close()
+            models = {p[0] for t in traces if (p := rebuild_parts(t)) is not None}
             for name in sorted(models):
                 resolve_model(name)  # its tokenizer stays loaded for the process
         except Exception as exc:  # a head start only: the page that needs it says what failed

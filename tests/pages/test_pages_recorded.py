@@ -81,6 +81,24 @@ def test_any_page_loads_the_recent_requests_tokenizers_ahead(db: Recorded) -> No
     assert family_tokenizer.cache_info().currsize >= 1
 
 
+def test_the_tokenizers_head_start_reads_on_its_own_connection(db: Recorded) -> None:
+    """The head start never takes the pages' shared reader: with its lock held (a page's
+    read in progress) the tokenizer still loads."""
+    from mmlens.ui import shared
+
+    from mmlens.layout.tokenizers import family_tokenizer
+
+    open_page("overview")
+    family_tokenizer.cache_clear()
+    shared._tokenizers_loading.clear()
+    reader = shared._reader(str(db.path))
+    with reader.lock:
+        thread = shared._tokenizers_loading(str(db.path))
+        thread.join(30)
+        assert not thread.is_alive()
+    assert family_tokenizer.cache_info().currsize >= 1
+
+
 def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> None:
     at = open_page("inspector", {"request": db.hit_id})
     assert_clean(at)
