@@ -330,9 +330,13 @@ def _from_larger_window(path: str, limit: int, versions: tuple[Any, ...],
         larger = sorted(((n, w) for (p, n), w in _trace_windows.items()
                          if p == path and n > limit), key=lambda nw: nw[0])
     for _n, window in larger:  # locks only ever taken from smaller to larger: no deadlock
-        with window.lock:
+        if not window.lock.acquire(blocking=False):
+            continue  # being read (ahead, or by another page): no page run waits for it
+        try:
             if window.versions == versions and window.traces:
                 return window.traces[:limit], window.read_at
+        finally:
+            window.lock.release()
     return None
 
 
@@ -613,6 +617,10 @@ def sidebar_status() -> None:
     st.sidebar.caption(f"Store `{store_label(path)}` · last scrape {ago(snap_ts)}")
 
 
+# The largest trace window a page reads (the Affinity page's), read ahead once per store.
+AHEAD_TRACES = 1000
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _tokenizers_loading(path: str) -> threading.Thread:
     def load() -> None:
@@ -621,10 +629,10 @@ def _tokenizers_loading(path: str) -> threading.Thread:
             # session's first page wait on it (330 ms of a fleet Overview's first run)
             own = open_reader(path)
             try:
-                traces = own.recent_traces(50)
+                traces = _read_ahead(path, own)
             finally:
                 own.close()
-            models = {p[0] for t in traces if (p := rebuild_parts(t)) is not None}
+            models = {p[0] for t in traces[:50] if (p := rebuild_parts(t)) is not None}
             for name in sorted(models):
                 resolve_model(name)  # its tokenizer stays loaded for the process
         except Exception as exc:  # a head start only: the page that needs it says what failed
@@ -635,10 +643,27 @@ def _tokenizers_loading(path: str) -> threading.Thread:
     return thread
 
 
+def _read_ahead(path: str, own: StoreReader) -> list[RequestTrace]:
+    """The newest ``AHEAD_TRACES`` traces read on ``own``, put in the trace window of that
+    size when no page has read it yet: the Affinity page's first visit would otherwise
+    decode them (610 ms of its script on the 100k store, busy core), and smaller windows
+    take theirs from it (``_from_larger_window``)."""
+    window = _trace_window(path, AHEAD_TRACES)
+    with window.lock:
+        if window.versions is not None:
+            return window.traces
+        found = own.data_versions()
+        versions = tuple(found.get(t, ()) for t in ("traces", "decisions"))
+        window.traces = own.recent_traces(AHEAD_TRACES)
+        window.read_at = time.monotonic()
+        window.versions = versions
+        return window.traces
+
+
 def load_tokenizers_soon() -> threading.Thread | None:
-    """Once per store and in the background, load the tokenizers of the layout models the
-    recent requests name: the inspector's first view of a request would otherwise wait for
-    one (~1.2 s for Qwen3's)."""
+    """Once per store and in the background, read the newest traces ahead (``_read_ahead``)
+    and load the tokenizers of the layout models the recent requests name: the inspector's
+    first view of a request would otherwise wait for one (~1.2 s for Qwen3's)."""
     path = db_path()
     if not path:
         return None

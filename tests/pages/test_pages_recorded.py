@@ -101,6 +101,43 @@ def test_the_tokenizers_head_start_reads_on_its_own_connection(db: Recorded) -> 
     assert family_tokenizer.cache_info().currsize >= 1
 
 
+def test_the_head_start_reads_the_largest_trace_window_ahead(db: Recorded) -> None:
+    """Once the head start has run, the Affinity page's window is read (no page run decodes
+    it) and holds what a read of the store gives; a smaller window being read by another
+    thread is not waited for."""
+    import threading
+
+    from mmlens.ui import shared
+
+    from mmlens.store.reader import StoreReader
+
+    path = str(db.path)
+    open_page("targets")
+    shared.forget_store_reads()
+    shared._tokenizers_loading.clear()
+    shared._tokenizers_loading(path).join(30)
+    window = shared._trace_window(path, shared.AHEAD_TRACES)
+    assert window.versions is not None and window.traces
+    ahead = window.traces
+    assert shared.recent_traces(path, shared.AHEAD_TRACES) is ahead  # served, not read again
+    reader = StoreReader(path)
+    try:
+        assert [t.request_id for t in ahead] == [
+            t.request_id for t in reader.recent_traces(shared.AHEAD_TRACES)]
+    finally:
+        reader.close()
+    assert [t.request_id for t in shared.recent_traces(path, 2)] == [
+        t.request_id for t in ahead[:2]]
+    shared._trace_window.clear()
+    shared.forget_store_reads()
+    shared._read_ahead(path, shared._reader(path))
+    done = threading.Event()
+    with shared._trace_window(path, shared.AHEAD_TRACES).lock:  # a read in progress
+        threading.Thread(target=lambda: (shared.recent_traces(path, 3), done.set()),
+                         daemon=True).start()
+        assert done.wait(10), "a page run waited for a larger window being read"
+
+
 def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> None:
     at = open_page("inspector", {"request": db.hit_id})
     assert_clean(at)
