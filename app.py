@@ -49,6 +49,8 @@ table.mmlens-table { border-collapse: collapse; margin-bottom: 1rem; }
 table.mmlens-table th { text-align: inherit; }
 table.mmlens-table th, table.mmlens-table td {
   padding: 0.25rem 0.75rem; border: 1px solid rgba(49, 51, 63, 0.1); }
+.mmlens-scroll table.mmlens-table { margin-bottom: 0; }
+.mmlens-scroll thead th { position: sticky; top: 0; background: #fff; }
 </style>"""
 st.html(PAGE_CSS)
 

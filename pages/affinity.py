@@ -17,7 +17,7 @@ path = shared.require_reader()
 def live() -> None:
     with shared.page_guard("Affinity"), Static() as block:
         names = shared.worker_names(path)
-        traces = shared.recent_traces(path, 1000)
+        traces = shared.recent_traces(path, shared.AHEAD_TRACES)
         affinities = image_affinity(traces)
         if not affinities:
             st.info("No image requests with a known worker yet: send some from the Lab page.")

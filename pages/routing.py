@@ -46,8 +46,7 @@ def live() -> None:
         verdicts = shared.meta(path, "dynamo_mm_routing") or {}
         if verdicts:
             st.subheader("Dynamo: image-aware routing per model")
-            st.dataframe(shared.table(dynamo_verdict_rows(verdicts)), hide_index=True,
-                         width="stretch")
+            shared.small_table(dynamo_verdict_rows(verdicts))
             st.caption("From the frontend's `mm_routing` log at model registration. Per-request "
                        "fallbacks (e.g. image dims not fetched) appear under warnings below.")
 
@@ -61,18 +60,14 @@ def live() -> None:
         decisions = decision_table(traces, verdicts_of, names, misses_only, routers)
         if decisions:
             st.caption(verdict_counts([r["verdict"] for r in everything]))
-            shared.request_table(decisions, "routing_decisions", column_config={
-                "why": st.column_config.TextColumn(
-                    "why", help="the verdict's reason: the router's prediction against what "
-                    "the engine found", width="large"),
-                "candidates": st.column_config.TextColumn(
-                    "candidates", help="workers the router considered, with their load"),
-                "scores": st.column_config.TextColumn(
-                    "scores", help="SMG: affinity (cached blocks) and expected wait (s); "
-                    "Dynamo: cost per worker (lower wins)"),
-                "gates": st.column_config.TextColumn(
-                    "gates", help="SMG spill gate: spill to the least-loaded worker when "
-                    "load > average × relative and load > average + absolute")})
+            shared.linked_request_table(decisions, column_help={
+                "why": "the verdict's reason: the router's prediction against what the engine "
+                       "found",
+                "candidates": "workers the router considered, with their load",
+                "scores": "SMG: affinity (cached blocks) and expected wait (s); Dynamo: cost "
+                          "per worker (lower wins)",
+                "gates": "SMG spill gate: spill to the least-loaded worker when load > "
+                         "average × relative and load > average + absolute"})
             st.caption("Candidates, scores and gates come from SMG's cache trace "
                        "(`SMG_CACHE_TRACE=1` log lines, followed by `mmlens collect`) and "
                        "Dynamo's routing log; the `x-smg-cache-trace` header alone names only "
@@ -86,7 +81,7 @@ def live() -> None:
         st.subheader("Strict-mode and routing errors")
         errors = strict_mode_rows(traces)
         if errors:
-            st.dataframe(shared.table(errors), hide_index=True, width="stretch")
+            shared.small_table(errors)
         else:
             st.caption("No request failed with a routing or multimodal-processing error.")
 

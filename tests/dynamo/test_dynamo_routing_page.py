@@ -14,6 +14,8 @@ from mmlens.records import RequestTrace, RoutingDecision
 from mmlens.store.sqlite import Store
 from tests.pages.apptest_util import (  # strict_page_guard: autouse here
     assert_clean,
+    drawn_decisions,
+    frames,
     open_page,
     strict_page_guard,  # noqa: F401
 )
@@ -55,14 +57,14 @@ def dynamo_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_routing_page_shows_dynamo_verdicts_and_fallbacks(dynamo_db: Path) -> None:
     at = open_page("routing")
     assert_clean(at)
-    verdicts = at.dataframe[0].value.set_index("model")
+    verdicts = next(d for d in frames(at) if "image routing" in d.columns).set_index("model")
     assert verdicts.loc["/models/Qwen3-VL-2B-Instruct", "image routing"] == "exact (pad values)"
     glm = verdicts.loc["/models/GLM-5.3-Flash"]
     assert glm["image routing"] == "text prefix only"
     assert "no image processor registered" in glm["why not"]
     k3 = verdicts.loc["/models/Kimi-K3"]
     assert "segmented encoding" in k3["why not"]
-    decisions = at.dataframe[1].value.set_index("request")
+    decisions = drawn_decisions(at).set_index("request")
     assert decisions.loc["dyn-warm", "overlap"] == "19/20"
     assert decisions.loc["dyn-plain", "overlap"] == "0/2"
     assert "expected 206 Partial Content" in decisions.loc["dyn-plain", "warnings"]

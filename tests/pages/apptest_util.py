@@ -18,6 +18,7 @@ from mmlens.ui.shared import CAUGHT_KEY
 from streamlit.testing.v1 import AppTest
 
 from mmlens.figures.blocks import BLOCK_CLASS
+from mmlens.figures.html_table import SCROLL_CLASS
 from mmlens.figures.inserted import inserted_markup
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -38,11 +39,12 @@ def figures(at: AppTest) -> list[dict[str, Any]]:
 
 def parts(markup: str, wanted: str) -> list[str]:
     """``markup`` itself when its root's class begins with ``wanted``, or in a block of parts
-    (``mmlens.figures.blocks``) each such part, in order."""
+    (``mmlens.figures.blocks``) or a scrolling box (``html_table.scrolling``) each such part,
+    in order."""
     root = ET.fromstring(markup)
     if root.get("class", "").startswith(wanted):
         return [markup]
-    if root.get("class") != BLOCK_CLASS:
+    if root.get("class") not in (BLOCK_CLASS, SCROLL_CLASS):
         return []
     return [ET.tostring(el, encoding="unicode") for el in root.iter()
             if el.get("class", "").startswith(wanted)]
@@ -113,7 +115,8 @@ def html_frame(markup: str) -> pd.DataFrame:
     columns = [th.text or "" for th in root.iter("th")]
     body = root.find("tbody")
     cells = [list(tr.iter("td")) for tr in (body if body is not None else [])]
-    df = pd.DataFrame([[td.text or "" for td in row] for row in cells], columns=columns)
+    df = pd.DataFrame([["".join(td.itertext()) for td in row] for row in cells],
+                      columns=columns)
     for i, col in enumerate(columns):
         kinds = {row[i].get("class") for row in cells}
         if kinds == {"num"}:
@@ -139,6 +142,31 @@ def frames(at: AppTest) -> list[pd.DataFrame]:
         elif node.type == "html" and (markup := inserted_markup(str(node.value))):
             out += [html_frame(t) for t in parts(markup, "mmlens-table")]
     return out
+
+
+def drawn_decisions(at: AppTest) -> pd.DataFrame:
+    """The Routing page's recent decisions (``shared.linked_request_table``) as a frame."""
+    return next(d for d in frames(at) if {"request", "verdict", "why"} <= set(d.columns))
+
+
+def decision_rows_drawn(at: AppTest) -> dict[str, tuple[str, str]]:
+    """Each recent decision's request → (its row's CSS, its request cell's link)."""
+    for markup in inserted(at):
+        for table in parts(markup, "mmlens-table"):
+            root = ET.fromstring(table)
+            heads = [th.text for th in root.iter("th")]
+            if "request" not in heads or "verdict" not in heads:
+                continue
+            col = heads.index("request")
+            out = {}
+            for tr in root.find("tbody") or []:
+                cell = list(tr.iter("td"))[col]
+                link = cell.find("a")
+                rid = "".join(cell.itertext())
+                out[rid] = (tr.get("style", ""), link.get("href", "") if link is not None
+                            else "")
+            return out
+    raise AssertionError("no decisions table")
 
 
 def lines_drawn(markup: str) -> dict[str, Any]:

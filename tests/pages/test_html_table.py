@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from mmlens.figures.html_table import cell_text, html_table
+from mmlens.figures.html_table import cell_text, html_table, scrolling
 
 
 def test_html_table_cells_headers_and_alignment() -> None:
@@ -27,3 +27,20 @@ def test_html_table_cells_headers_and_alignment() -> None:
 def test_cell_text_reads_as_a_data_frame_would() -> None:
     assert [cell_text(v) for v in (3.0, 0.123456, 12345.6, True, "x", None)] == [
         "3", "0.1235", "12,346", "yes", "x", "—"]
+
+
+def test_rows_carry_their_style_and_a_column_its_links() -> None:
+    markup = html_table(["request", "verdict"], [("r1", "hit"), ('r"2', "miss")],
+                        row_styles=["background-color: #e3f6ea", ""],
+                        links={"request": ["inspector?request=r1", 'x?r="2"'],
+                               "absent": ["nowhere"]})
+    body = ET.fromstring(markup).find("tbody")
+    assert body is not None
+    assert [tr.get("style") for tr in body] == ["background-color: #e3f6ea", None]
+    links = [tr.find("td/a") for tr in body]
+    assert [(a.get("href"), a.get("target"), a.text) for a in links if a is not None] == [
+        ("inspector?request=r1", "_self", "r1"), ('x?r="2"', "_self", 'r"2')]  # escaped
+    assert [td.find("a") for td in body.iter("td")][1::2] == [None, None]  # verdicts plain
+    boxed = ET.fromstring(scrolling(markup, "10rem"))
+    assert "max-height:10rem" in (boxed.get("style") or "")
+    assert boxed.find("table") is not None

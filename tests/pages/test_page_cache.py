@@ -17,7 +17,7 @@ from mmlens.records import RequestTrace
 from mmlens.store.open import open_store
 from mmlens.store.sqlite import Store
 from tests.core.test_store_versions import tick
-from tests.pages.apptest_util import APP
+from tests.pages.apptest_util import APP, frames
 from tests.pages.recorded_store import Recorded
 
 
@@ -68,7 +68,7 @@ def test_revisit_after_an_idle_tick_reads_no_trace(tmp_path: Any, sql: list[str]
     assert rerun_after_tick() == []
     store.add_traces([trace("req-new", now + 6)])
     assert rerun_after_tick()
-    assert any("req-new" in str(df.value.to_csv()) for df in at.dataframe)
+    assert any("req-new" in df.to_csv() for df in frames(at))
     store.close()
 
 

@@ -14,6 +14,7 @@ from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
     chart_markup,
+    drawn_decisions,
     frames,
     icicle_drawn,
     layout_drawn,
@@ -215,7 +216,7 @@ def test_warmup_decisions_show_real_smg_candidates(live: LiveDashboard) -> None:
 
     at = open_page("routing")
     assert_clean(at)
-    rows = at.dataframe[0].value.set_index("request")
+    rows = drawn_decisions(at).set_index("request")
     hit = next(t for t in traces if any(p in hits for p in t.predictions))
     row = rows.loc[hit.request_id]
     assert row["candidates"].count(" load ") == 2

@@ -12,7 +12,7 @@ import pytest
 
 from mmlens.store.reader import StoreReader
 from tests.observed.test_captures import load, responses
-from tests.pages.apptest_util import assert_clean, frames, messages, open_page
+from tests.pages.apptest_util import assert_clean, drawn_decisions, frames, messages, open_page
 
 PREFIX = "smg_1.13"
 
@@ -40,7 +40,7 @@ def test_routing_page_lists_observed_requests_with_verdicts(observed_db) -> None
     db, mode = observed_db
     at = open_page("routing")
     assert_clean(at)
-    df = at.dataframe[0].value
+    df = drawn_decisions(at)
     assert len(df) == 5 and set(df["origin"]) == (
         {"router_log"} if mode == "logs" else {"otlp+router_log"})
     blue = _root_id(db, responses(PREFIX)["blue"]["id"])

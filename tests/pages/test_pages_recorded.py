@@ -15,6 +15,8 @@ from tests.pages.apptest_util import (
     PAGES,
     assert_clean,
     chart_markup,
+    decision_rows_drawn,
+    drawn_decisions,
     figure_titled,
     figures,
     frames,
@@ -79,6 +81,61 @@ def test_any_page_loads_the_recent_requests_tokenizers_ahead(db: Recorded) -> No
     assert thread is not None and thread is shared.load_tokenizers_soon()  # one per store
     thread.join(30)
     assert family_tokenizer.cache_info().currsize >= 1
+
+
+def test_the_tokenizers_head_start_reads_on_its_own_connection(db: Recorded) -> None:
+    """The head start never takes the pages' shared reader: with its lock held (a page's
+    read in progress) the tokenizer still loads."""
+    from mmlens.ui import shared
+
+    from mmlens.layout.tokenizers import family_tokenizer
+
+    open_page("overview")
+    family_tokenizer.cache_clear()
+    shared._tokenizers_loading.clear()
+    reader = shared._reader(str(db.path))
+    with reader.lock:
+        thread = shared._tokenizers_loading(str(db.path))
+        thread.join(30)
+        assert not thread.is_alive()
+    assert family_tokenizer.cache_info().currsize >= 1
+
+
+def test_the_head_start_reads_the_largest_trace_window_ahead(db: Recorded) -> None:
+    """Once the head start has run, the Affinity page's window is read (no page run decodes
+    it) and holds what a read of the store gives; a smaller window being read by another
+    thread is not waited for."""
+    import threading
+
+    from mmlens.ui import shared
+
+    from mmlens.store.reader import StoreReader
+
+    path = str(db.path)
+    open_page("targets")
+    shared.forget_store_reads()
+    shared._tokenizers_loading.clear()
+    shared._tokenizers_loading(path).join(30)
+    window = shared._trace_window(path, shared.AHEAD_TRACES)
+    assert window.versions is not None and window.traces
+    ahead = window.traces
+    assert shared.recent_traces(path, shared.AHEAD_TRACES) is ahead  # served, not read again
+    reader = StoreReader(path)
+    try:
+        assert [t.request_id for t in ahead] == [
+            t.request_id for t in reader.recent_traces(shared.AHEAD_TRACES)]
+    finally:
+        reader.close()
+    assert [t.request_id for t in shared.recent_traces(path, 2)] == [
+        t.request_id for t in ahead[:2]]
+    shared._trace_window.clear()
+    shared.forget_store_reads()
+    shared._read_ahead(path, shared._reader(path))
+    done = threading.Event()
+    with shared._trace_window(path, shared.AHEAD_TRACES).lock:  # a read in progress
+        threading.Thread(target=lambda: (shared.recent_traces(path, 3), done.set()),
+                         daemon=True).start()
+        assert done.wait(10), "a page run waited for a larger window being read"
 
 
 def test_inspector_deep_link_shows_layout_with_image_identity(db: Recorded) -> None:
@@ -167,7 +224,7 @@ def test_routing_page_charts_and_tables(db: Recorded) -> None:
     branches = svg_bars(at, "branches")
     assert set(branches["x"]) == {"event_hit", "expected_wait_fallback"}
     assert not figures(at)  # every Routing chart is SVG: a new tab of it loads no Plotly
-    decisions = at.dataframe[0].value
+    decisions = drawn_decisions(at)
     errors = next(d for d in frames(at) if "error_code" in d.columns)
     assert db.hit_id in set(decisions["request"])
     row = errors[errors["request"] == db.error_id].iloc[0]
@@ -178,7 +235,7 @@ def test_routing_page_charts_and_tables(db: Recorded) -> None:
 def test_routing_decisions_show_candidates_scores_and_gates(db: Recorded) -> None:
     at = open_page("routing")
     assert_clean(at)
-    decisions = at.dataframe[0].value.set_index("request")
+    decisions = drawn_decisions(at).set_index("request")
     hit = decisions.loc[db.hit_id]
     assert (hit["verdict"], hit["branch"], hit["overlap"]) == ("hit", "event_hit", "5/5")
     # The router's branch says event_hit on the false hit too; the verdict and its reason
@@ -204,11 +261,42 @@ def test_routing_decisions_show_candidates_scores_and_gates(db: Recorded) -> Non
     assert not gates["spill"].iloc[0]
 
 
+def test_routing_decisions_are_a_static_table_of_the_same_rows(db: Recorded) -> None:
+    """The recent decisions are drawn as one static table (no data frame, no Styler): the
+    rows and cells the data frame held, each row in its verdict's colour and each request a
+    link to it in the inspector."""
+    from mmlens.ui import shared
+
+    from mmlens.analysis.views.common import VERDICT_COLOURS, router_names
+    from mmlens.analysis.views.routing import decision_table
+    from mmlens.figures.cache import inspector_link
+    from mmlens.figures.html_table import cell_text
+
+    at = open_page("routing")
+    assert_clean(at)
+    assert not at.dataframe  # a new Routing tab loads no data table code
+    path = str(db.path)
+    expected = shared.table(decision_table(
+        shared.recent_traces(path, 200), shared.recent_verdicts(path, 200),
+        shared.worker_names(path), routers=router_names(shared.meta(path, "targets"))))
+    drawn = drawn_decisions(at)
+    assert list(drawn.columns) == list(expected.columns) and len(drawn) == len(expected) >= 4
+    assert [[cell_text(v) for v in row] for row in drawn.itertuples(index=False)] == [
+        [cell_text(v) for v in row] for row in expected.itertuples(index=False)]
+    rows = decision_rows_drawn(at)
+    assert list(rows) == list(expected["request"])
+    for rid, verdict in zip(expected["request"], expected["verdict"], strict=True):
+        style, link = rows[rid]
+        assert link == inspector_link(rid)
+        assert (VERDICT_COLOURS[verdict] in style) if verdict in VERDICT_COLOURS else not style
+    assert VERDICT_COLOURS["false_hit"] in rows[db.false_hit_id][0]
+
+
 def test_routing_misses_only_keeps_the_misses(db: Recorded) -> None:
     at = open_page("routing")
     at.toggle(key="routing_misses_only").set_value(True).run()
     assert_clean(at)
-    shown = at.dataframe[0].value
+    shown = drawn_decisions(at)
     assert db.false_hit_id in set(shown["request"]) and db.hit_id not in set(shown["request"])
     assert set(shown["verdict"]) <= set(MISS_VERDICTS)
 

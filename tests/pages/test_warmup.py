@@ -3,6 +3,8 @@ would otherwise silently lose it)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from mmlens.ui import warmup
@@ -25,3 +27,14 @@ def test_a_missing_kind_is_left_out(tmp_path: Path) -> None:
         assert warmup.chunk_files(tmp_path) == ("PlotlyChart.abc123.js",)
     finally:
         warmup.chunk_files.cache_clear()
+
+
+def test_the_server_imports_the_emoji_catalog_when_it_starts() -> None:
+    """Serving the app (serve.py) imports Streamlit's emoji catalog, which a session's first
+    alert with non-ASCII text would otherwise import (and compile its regex) on a click."""
+    root = Path(__file__).resolve().parents[2]
+    probe = ("import sys; import serve; "
+             "print('streamlit.emojis' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "True"
