@@ -224,3 +224,36 @@ def test_compiled_removals_and_images_equal_python(ops):
     assert fast_keys == slow_keys
     assert index_state(fast.index) == index_state(slow.index)
     assert fast.errors == slow.errors
+
+
+def _wide(v: int, code: int) -> bytes:
+    """v as msgpack under one type byte, wider than msgspec would write it (engines may)."""
+    width = 1 << ((code - 0xcc) & 3)
+    return bytes([code]) + (v % (1 << 8 * width)).to_bytes(width, "big")
+
+
+# (value, its encoding): minimal forms, non-minimal unsigned and signed ones, and values no
+# token id can take (negative, 2^32 and up, nil, a float).
+_ENCODED = st.one_of(
+    st.integers(-(1 << 63), (1 << 64) - 1).map(lambda v: ENC.encode(v)),
+    st.tuples(st.integers(0, 255), st.sampled_from([0xcc, 0xcd, 0xce, 0xcf, 0xd0, 0xd1, 0xd2,
+                                                    0xd3])).map(lambda t: _wide(*t)),
+    st.tuples(st.sampled_from([(1 << 32) - 1, 1 << 32, (1 << 63) - 1, 151655, 65535, 65536]),
+              st.sampled_from([0xce, 0xcf, 0xd2, 0xd3])).map(lambda t: _wide(*t)),
+    st.sampled_from([b"\xc0", b"\xca\x00\x00\x00\x00", b"\xff", b"\xe0"]))
+
+
+@needs_native
+@SETTINGS
+@given(items=st.lists(_ENCODED, max_size=40), cut=st.integers(0, 3))
+def test_token_ids_of_every_int_encoding_read_alike(items, cut):
+    """The compiled reader of token ids (``mmlens/native/msgpack_ints.h``: a branch-free read
+    where 9 bytes are left) gives msgspec's ids for any mix of int encodings and widths,
+    non-minimal ones too, and None for any value that is not an id or bytes cut short."""
+    body = b"".join(items)
+    raw = msgspec.Raw((b"\xdc" + len(items).to_bytes(2, "big") + body)[:3 + len(body) - cut
+                                                                       if cut else None])
+    fast = tokens_of(raw)
+    with python_only():
+        slow = tokens_of(raw)
+    assert fast == slow
