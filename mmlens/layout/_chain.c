@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "../native/msgpack_ints.h"
+#include "../native/slot_attrs.h"
 
 #define IMAGE_TOKEN 0xFFFFFFFFu
 
@@ -1175,6 +1176,9 @@ static PyObject *s_blocks, *s_block_images, *s_image_blocks, *s_stored, *s_remov
     *s_removed_unknown, *s_kind, *s_block_hashes, *s_parent, *s_token_ids, *s_block_size,
     *s_images, *s_keys, *s_shapes, *s_worker, *s_rank, *u_stored, *u_removed;
 
+/* Each event attribute's slot, by the last event type seen (mmlens/native/slot_attrs.h). */
+static SlotCache c_block_hashes, c_parent, c_token_ids, c_block_size, c_images, c_worker, c_rank, c_kind, c_shapes, c_keys;
+
 static int add_count(PyObject *res, PyObject *name, Py_ssize_t n) {
     if (!n)
         return 0;
@@ -1211,7 +1215,7 @@ static PyObject *u32_of(PyObject *tokens, PyObject *to_u32) {
 static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyObject *pad_images,
                         PyObject *to_u32, Py_ssize_t *stored) {
     int rc = -1;
-    PyObject *hashes = PyObject_GetAttr(ev, s_block_hashes), *parent = NULL, *tokens = NULL,
+    PyObject *hashes = get_slot(&c_block_hashes, ev, s_block_hashes), *parent = NULL, *tokens = NULL,
              *bs_obj = NULL, *images = NULL, *got = NULL, *buf = NULL;
     if (!hashes)
         return -1;
@@ -1220,9 +1224,9 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
         Py_DECREF(hashes);
         return truth;
     }
-    if (!(parent = PyObject_GetAttr(ev, s_parent)) || !(tokens = PyObject_GetAttr(ev, s_token_ids))
-            || !(bs_obj = PyObject_GetAttr(ev, s_block_size))
-            || !(images = PyObject_GetAttr(ev, s_images)))
+    if (!(parent = get_slot(&c_parent, ev, s_parent)) || !(tokens = get_slot(&c_token_ids, ev, s_token_ids))
+            || !(bs_obj = get_slot(&c_block_size, ev, s_block_size))
+            || !(images = get_slot(&c_images, ev, s_images)))
         goto done;
     Py_ssize_t bs = PyLong_AsSsize_t(bs_obj);
     if (bs == -1 && PyErr_Occurred())
@@ -1249,7 +1253,7 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
             if (!named)
                 goto done;
             Py_SETREF(images, named);
-            if (PyObject_SetAttr(ev, s_images, images) < 0)
+            if (set_slot(&c_images, ev, s_images, images) < 0)
                 goto done;
         }
     }
@@ -1258,8 +1262,8 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
     PyObject *argv[5] = {hashes, parent, buf, bs_obj, images};
     if (!(got = table_store(t, argv, 5)))
         goto done;
-    if (got != Py_None && (PyObject_SetAttr(ev, s_shapes, PyTuple_GET_ITEM(got, 0)) < 0
-                           || PyObject_SetAttr(ev, s_keys, PyTuple_GET_ITEM(got, 1)) < 0))
+    if (got != Py_None && (set_slot(&c_shapes, ev, s_shapes, PyTuple_GET_ITEM(got, 0)) < 0
+                           || set_slot(&c_keys, ev, s_keys, PyTuple_GET_ITEM(got, 1)) < 0))
         goto done;
     *stored += PyObject_Length(hashes);
     truth = images == Py_None ? 0 : PyObject_IsTrue(images);
@@ -1302,7 +1306,7 @@ done:
 
 static int apply_removed(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, Py_ssize_t *removed,
                          Py_ssize_t *unknown) {
-    PyObject *hashes = PyObject_GetAttr(ev, s_block_hashes);
+    PyObject *hashes = get_slot(&c_block_hashes, ev, s_block_hashes);
     if (!hashes)
         return -1;
     PyObject *argv[3] = {hashes, bi, ib};
@@ -1310,7 +1314,7 @@ static int apply_removed(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, Py_
     Py_DECREF(hashes);
     if (!got)
         return -1;
-    int rc = PyObject_SetAttr(ev, s_keys, PyTuple_GET_ITEM(got, 0));
+    int rc = set_slot(&c_keys, ev, s_keys, PyTuple_GET_ITEM(got, 0));
     *removed += PyLong_AsSsize_t(PyTuple_GET_ITEM(got, 1));
     *unknown += PyLong_AsSsize_t(PyTuple_GET_ITEM(got, 2));
     Py_DECREF(got);
@@ -1336,7 +1340,7 @@ static PyObject *apply_events(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto done;
     if (i < PyList_GET_SIZE(events)) {
         PyObject *first = PyList_GET_ITEM(events, i);
-        if (!(worker = PyObject_GetAttr(first, s_worker)) || !(rank = PyObject_GetAttr(first, s_rank)))
+        if (!(worker = get_slot(&c_worker, first, s_worker)) || !(rank = get_slot(&c_rank, first, s_rank)))
             goto done;
     }
     if (!PyObject_TypeCheck(blocks, &TableType) || !PyDict_Check(bi) || !PyDict_Check(ib)) {
@@ -1345,7 +1349,7 @@ static PyObject *apply_events(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     for (; i < PyList_GET_SIZE(events); i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
-        PyObject *w = PyObject_GetAttr(ev, s_worker), *r = w ? PyObject_GetAttr(ev, s_rank) : NULL;
+        PyObject *w = get_slot(&c_worker, ev, s_worker), *r = w ? get_slot(&c_rank, ev, s_rank) : NULL;
         int same = r ? (w == worker || PyObject_RichCompareBool(w, worker, Py_EQ) == 1)
                            && (r == rank || PyObject_RichCompareBool(r, rank, Py_EQ) == 1) : 0;
         Py_XDECREF(w);
@@ -1354,7 +1358,7 @@ static PyObject *apply_events(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto done;
         if (!same)
             break;
-        PyObject *kind = PyObject_GetAttr(ev, s_kind);
+        PyObject *kind = get_slot(&c_kind, ev, s_kind);
         if (!kind)
             goto done;
         int is_stored = kind == u_stored || PyUnicode_Compare(kind, u_stored) == 0;

@@ -257,3 +257,64 @@ def test_token_ids_of_every_int_encoding_read_alike(items, cut):
     with python_only():
         slow = tokens_of(raw)
     assert fast == slow
+
+
+@dataclasses.dataclass(slots=True)
+class _Stored:
+    """A stored event of a class of its own (the fields apply_events reads and writes)."""
+
+    worker: str
+    rank: int
+    seq: int
+    block_hashes: list
+    parent: Any
+    token_ids: Any
+    block_size: int
+    images: Any = None
+    kind: str = "stored"
+    keys: Any = None
+    shapes: Any = None
+
+
+def _apply(events: list[Any]) -> kv_index.WorkerResidency:
+    res = kv_index.WorkerResidency()
+    native.apply_events(res, events, 0, content_keys.pad_images, kv_index._u32_array)
+    return res
+
+
+@needs_native
+def test_event_attributes_follow_their_class_as_it_is_now():
+    """The compiled index reads and writes event attributes at their slots, remembered per
+    type (``mmlens/native/slot_attrs.h``): a class changed since, or an attribute that is
+    not a plain slot (a property of a subclass), is looked up again, not written past."""
+    tokens = array("I", range(32))
+    first = _Stored("w", 0, 1, [1, 2], None, tokens, 16)
+    _apply([first])
+    assert first.keys is not None and len(first.keys) == 2
+    seen = []
+
+    class Watched(_Stored):
+        __slots__ = ()
+
+        @property
+        def keys(self) -> Any:
+            return seen[-1] if seen else None
+
+        @keys.setter
+        def keys(self, value: Any) -> None:
+            seen.append(value)
+
+    watched = Watched("w", 0, 2, [3, 4], None, tokens, 16)
+    seen.clear()  # what its __init__ set
+    _apply([watched, _Stored("w", 0, 3, [5], None, tokens[:16], 16)])
+    assert seen == [first.keys]  # the same tokens from the root: the same keys
+    saved, shapes = _Stored.shapes, list(first.shapes)
+    try:
+        _Stored.shapes = property(lambda self: "read", lambda self, v: seen.append(("s", v)))
+        _apply([_Stored("w", 0, 4, [6], None, tokens[:16], 16)])
+        assert seen[-1] == ("s", shapes[:1])
+    finally:
+        _Stored.shapes = saved
+    again = _Stored("w", 0, 5, [7, 8], None, tokens, 16)
+    _apply([again])
+    assert again.shapes == first.shapes and again.keys == first.keys
