@@ -427,111 +427,6 @@ fail:
     return -1;
 }
 
-/* add_images(block_images, image_blocks, hashes, images): the image bookkeeping of
- * kv_index.ResidentIndex._store for a whole event (no keep set). */
-static PyObject *add_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "add_images(block_images, image_blocks, hashes, images)");
-        return NULL;
-    }
-    PyObject *block_images = args[0], *image_blocks = args[1];
-    PyObject *hs = PySequence_Fast(args[2], "hashes must be a sequence");
-    if (!hs)
-        return NULL;
-    PyObject *ims = PySequence_Fast(args[3], "images must be a sequence");
-    if (!ims) {
-        Py_DECREF(hs);
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(hs);
-    if (PySequence_Fast_GET_SIZE(ims) < n)
-        n = PySequence_Fast_GET_SIZE(ims);
-    PyObject *ids = PyTuple_New(0);
-    PyObject *out = NULL;
-    if (!ids)
-        goto done;
-    for (Py_ssize_t b = 0; b < n; b++) {
-        PyObject *h = PySequence_Fast_GET_ITEM(hs, b);
-        PyObject *refs = PySequence_Fast_GET_ITEM(ims, b);
-        int truth = PyObject_IsTrue(refs);
-        if (truth < 0)
-            goto done;
-        if (!truth)
-            continue;
-        int has = PyDict_Contains(block_images, h);
-        if (has < 0)
-            goto done;
-        if (has)
-            continue;
-        PyObject *rs = PySequence_Fast(refs, "image refs must be a sequence");
-        if (!rs)
-            goto done;
-        Py_ssize_t nr = PySequence_Fast_GET_SIZE(rs);
-        PyObject *names = PyList_New(0);
-        for (Py_ssize_t i = 0; names && i < nr; i++) {
-            PyObject *name = PySequence_GetItem(PySequence_Fast_GET_ITEM(rs, i), 0);
-            int dup = 0;
-            if (!name) {
-                Py_CLEAR(names);
-                break;
-            }
-            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(names) && !dup; j++) {
-                dup = PyObject_RichCompareBool(PyList_GET_ITEM(names, j), name, Py_EQ);
-                if (dup < 0)
-                    Py_CLEAR(names);
-            }
-            if (names && !dup && PyList_Append(names, name) < 0)
-                Py_CLEAR(names);
-            Py_DECREF(name);
-        }
-        Py_DECREF(rs);
-        if (!names)
-            goto done;
-        int same = PyTuple_GET_SIZE(ids) == PyList_GET_SIZE(names);
-        for (Py_ssize_t j = 0; same > 0 && j < PyList_GET_SIZE(names); j++)
-            same = PyObject_RichCompareBool(PyTuple_GET_ITEM(ids, j), PyList_GET_ITEM(names, j),
-                                            Py_EQ);
-        if (same < 0) {
-            Py_DECREF(names);
-            goto done;
-        }
-        if (!same) { /* an image's blocks share one tuple */
-            Py_SETREF(ids, PyList_AsTuple(names));
-            if (!ids) {
-                Py_DECREF(names);
-                goto done;
-            }
-        }
-        Py_DECREF(names);
-        if (PyDict_SetItem(block_images, h, ids) < 0)
-            goto done;
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(ids); j++) {
-            PyObject *ident = PyTuple_GET_ITEM(ids, j);
-            PyObject *cur = PyDict_GetItemWithError(image_blocks, ident);
-            long count = 0;
-            if (cur) {
-                count = PyLong_AsLong(cur);
-                if (count == -1 && PyErr_Occurred())
-                    goto done;
-            } else if (PyErr_Occurred()) {
-                goto done;
-            }
-            PyObject *v = PyLong_FromLong(count + 1);
-            int rc = v ? PyDict_SetItem(image_blocks, ident, v) : -1;
-            Py_XDECREF(v);
-            if (rc < 0)
-                goto done;
-        }
-    }
-    out = Py_None;
-    Py_INCREF(out);
-done:
-    Py_XDECREF(ids);
-    Py_DECREF(hs);
-    Py_DECREF(ims);
-    return out;
-}
-
 /* images_of(extra_keys, image_refs) -> list | None: kv_events._images_of, the common entry
  * [[identifier, offset]] read here, any other through ``image_refs``. */
 static PyObject *images_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1212,6 +1107,154 @@ static PyObject *u32_of(PyObject *tokens, PyObject *to_u32) {
     return PyObject_CallOneArg(to_u32, tokens);
 }
 
+static int count_images(PyObject *image_blocks, PyObject *ids, Py_ssize_t n);
+
+/* The image bookkeeping of kv_index.ResidentIndex._store for a whole event (no keep set):
+ * each block with image refs not in block_images yet gets its image ids there (an image's
+ * blocks share one tuple) and counts for them in image_blocks. With the event's table t (its
+ * blocks stored in it already), a block's slot says whether it may be in block_images at all,
+ * which spares the lookup for a new block, and it is marked as there; a run of blocks of the
+ * same images is counted once. */
+static int record_images(Table *t, PyObject *block_images, PyObject *image_blocks,
+                         PyObject *hashes, PyObject *images) {
+    PyObject *hs = PySequence_Fast(hashes, "hashes must be a sequence");
+    if (!hs)
+        return -1;
+    PyObject *ims = PySequence_Fast(images, "images must be a sequence");
+    if (!ims) {
+        Py_DECREF(hs);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(hs), run = 0;
+    if (PySequence_Fast_GET_SIZE(ims) < n)
+        n = PySequence_Fast_GET_SIZE(ims);
+    PyObject *ids = PyTuple_New(0);
+    int rc = -1;
+    if (!ids)
+        goto done;
+    for (Py_ssize_t b = 0; b < n; b++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(hs, b);
+        PyObject *refs = PySequence_Fast_GET_ITEM(ims, b);
+        int truth = PyObject_IsTrue(refs);
+        if (truth < 0)
+            goto done;
+        if (!truth)
+            continue;
+        uint64_t key;
+        Slot *sl = t && key_of(h, &key, 0) == 0 ? find(t, key) : NULL;
+        if (!sl || sl->imgs) {
+            int has = PyDict_Contains(block_images, h);
+            if (has < 0)
+                goto done;
+            if (has)
+                continue;
+        }
+        PyObject *rs = PySequence_Fast(refs, "image refs must be a sequence");
+        if (!rs)
+            goto done;
+        Py_ssize_t nr = PySequence_Fast_GET_SIZE(rs);
+        PyObject *names = PyList_New(0);
+        for (Py_ssize_t i = 0; names && i < nr; i++) {
+            PyObject *name = PySequence_GetItem(PySequence_Fast_GET_ITEM(rs, i), 0);
+            int dup = 0;
+            if (!name) {
+                Py_CLEAR(names);
+                break;
+            }
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(names) && !dup; j++) {
+                dup = PyObject_RichCompareBool(PyList_GET_ITEM(names, j), name, Py_EQ);
+                if (dup < 0)
+                    Py_CLEAR(names);
+            }
+            if (names && !dup && PyList_Append(names, name) < 0)
+                Py_CLEAR(names);
+            Py_DECREF(name);
+        }
+        Py_DECREF(rs);
+        if (!names)
+            goto done;
+        int same = PyTuple_GET_SIZE(ids) == PyList_GET_SIZE(names);
+        for (Py_ssize_t j = 0; same > 0 && j < PyList_GET_SIZE(names); j++)
+            same = PyObject_RichCompareBool(PyTuple_GET_ITEM(ids, j), PyList_GET_ITEM(names, j),
+                                            Py_EQ);
+        if (same < 0) {
+            Py_DECREF(names);
+            goto done;
+        }
+        if (!same) { /* an image's blocks share one tuple */
+            if (count_images(image_blocks, ids, run) < 0) {
+                Py_DECREF(names);
+                goto done;
+            }
+            run = 0;
+            Py_SETREF(ids, PyList_AsTuple(names));
+            if (!ids) {
+                Py_DECREF(names);
+                goto done;
+            }
+        }
+        Py_DECREF(names);
+        if (PyDict_SetItem(block_images, h, ids) < 0)
+            goto done;
+        if (sl)
+            sl->imgs = 1;
+        run++;
+    }
+    rc = 0;
+done:
+    if (ids) { /* the blocks recorded so far are counted, even when one raised */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (count_images(image_blocks, ids, run) < 0 && rc == 0) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            rc = -1;
+        } else {
+            if (rc < 0)
+                PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+    }
+    Py_XDECREF(ids);
+    Py_DECREF(hs);
+    Py_DECREF(ims);
+    return rc;
+}
+
+/* image_blocks[ident] += n for each of ids. */
+static int count_images(PyObject *image_blocks, PyObject *ids, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; n && j < PyTuple_GET_SIZE(ids); j++) {
+        PyObject *ident = PyTuple_GET_ITEM(ids, j);
+        PyObject *cur = PyDict_GetItemWithError(image_blocks, ident);
+        long count = 0;
+        if (cur) {
+            count = PyLong_AsLong(cur);
+            if (count == -1 && PyErr_Occurred())
+                return -1;
+        } else if (PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *v = PyLong_FromLong(count + (long)n);
+        int rc = v ? PyDict_SetItem(image_blocks, ident, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* add_images(block_images, image_blocks, hashes, images): record_images without a table. */
+static PyObject *add_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add_images(block_images, image_blocks, hashes, images)");
+        return NULL;
+    }
+    if (record_images(NULL, args[0], args[1], args[2], args[3]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyObject *pad_images,
                         PyObject *to_u32, Py_ssize_t *stored) {
     int rc = -1;
@@ -1270,27 +1313,8 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
     if (truth < 0)
         goto done;
     if (truth) {
-        PyObject *iargv[4] = {bi, ib, hashes, images};
-        PyObject *r = add_images(NULL, iargv, 4);
-        if (!r)
+        if (record_images(t, bi, ib, hashes, images) < 0)
             goto done;
-        Py_DECREF(r);
-        /* add_images recorded (or found) every block whose refs are true */
-        Py_ssize_t nh = PyObject_Length(hashes), ni = PyObject_Length(images);
-        if (nh < 0 || ni < 0)
-            goto done;
-        for (Py_ssize_t b = 0; b < nh && b < ni; b++) {
-            PyObject *h = PySequence_GetItem(hashes, b), *refs = PySequence_GetItem(images, b);
-            int on = refs ? PyObject_IsTrue(refs) : -1;
-            uint64_t key;
-            Slot *sl = on > 0 && key_of(h, &key, 0) == 0 ? find(t, key) : NULL;
-            if (sl)
-                sl->imgs = 1;
-            Py_XDECREF(h);
-            Py_XDECREF(refs);
-            if (on < 0)
-                goto done;
-        }
     }
     rc = 0;
 done:
