@@ -380,30 +380,24 @@ static PyObject *pop_item(PyObject *dict, PyObject *key) {
 #endif
 }
 
-/* One block left: its images lose one resident block each (kv_index.forget_all_images). */
-static int forget_block_images(PyObject *block_images, PyObject *image_blocks, PyObject *h) {
-    PyObject *ids = pop_item(block_images, h);
-    if (!ids)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!PyObject_IsTrue(ids)) {
-        Py_DECREF(ids);
+/* n blocks of the images ids left: each image loses n resident blocks
+ * (kv_index.forget_all_images, for a run of blocks sharing their ids). */
+static int uncount_images(PyObject *image_blocks, PyObject *ids, Py_ssize_t n) {
+    if (!ids || !n)
         return 0;
-    }
     PyObject *seq = PySequence_Fast(ids, "image ids must be a sequence");
     if (!seq)
-        goto fail;
+        return -1;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *ident = PySequence_Fast_GET_ITEM(seq, i);
         PyObject *cur = PyDict_GetItemWithError(image_blocks, ident);
         long left = -1;
         if (cur) {
-            left = PyLong_AsLong(cur) - 1;
-            if (left == -2 && PyErr_Occurred()) {
-                Py_DECREF(seq);
+            left = PyLong_AsLong(cur);
+            if (left == -1 && PyErr_Occurred())
                 goto fail;
-            }
+            left -= (long)n;
         } else if (PyErr_Occurred()) {
-            Py_DECREF(seq);
             goto fail;
         }
         int rc;
@@ -414,16 +408,13 @@ static int forget_block_images(PyObject *block_images, PyObject *image_blocks, P
         } else {
             rc = cur ? PyDict_DelItem(image_blocks, ident) : 0;
         }
-        if (rc < 0) {
-            Py_DECREF(seq);
+        if (rc < 0)
             goto fail;
-        }
     }
     Py_DECREF(seq);
-    Py_DECREF(ids);
     return 0;
 fail:
-    Py_DECREF(ids);
+    Py_DECREF(seq);
     return -1;
 }
 
@@ -974,7 +965,8 @@ static PyObject *table_remove(Table *t, PyObject *const *args, Py_ssize_t nargs)
     PyObject *seq = PySequence_Fast(args[0], "hashes must be a sequence");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), removed = 0, unknown = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), removed = 0, unknown = 0, run = 0;
+    PyObject *run_ids = NULL; /* the images of the latest blocks removed, run of them */
     PyObject *keys = PyList_New(0);
     if (!keys)
         goto fail;
@@ -996,12 +988,49 @@ static PyObject *table_remove(Table *t, PyObject *const *args, Py_ssize_t nargs)
         }
         int imgs = s->imgs;
         drop(t, s);
-        if (imgs && forget_block_images(block_images, image_blocks, h) < 0)
+        if (!imgs)
+            continue;
+        /* FIFO eviction removes an image's blocks one after the other: counted per run */
+        PyObject *ids = pop_item(block_images, h);
+        if (!ids) {
+            if (PyErr_Occurred())
+                goto fail;
+            continue;
+        }
+        if (ids == run_ids) {
+            run++;
+            Py_DECREF(ids);
+            continue;
+        }
+        int truth = PyObject_IsTrue(ids);
+        if (truth <= 0) {
+            Py_DECREF(ids);
+            if (truth < 0)
+                goto fail;
+            continue;
+        }
+        int rc = uncount_images(image_blocks, run_ids, run);
+        run = 0;
+        Py_XSETREF(run_ids, ids);
+        if (rc < 0)
             goto fail;
+        run = 1;
     }
     Py_DECREF(seq);
+    int counted = uncount_images(image_blocks, run_ids, run);
+    Py_XDECREF(run_ids);
+    if (counted < 0) {
+        Py_DECREF(keys);
+        return NULL;
+    }
     return Py_BuildValue("(Nnn)", keys, removed, unknown);
-fail:
+fail:;
+    PyObject *et, *ev, *tb; /* the blocks removed before the error lose their counts */
+    PyErr_Fetch(&et, &ev, &tb);
+    if (uncount_images(image_blocks, run_ids, run) < 0)
+        PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    Py_XDECREF(run_ids);
     Py_DECREF(seq);
     Py_XDECREF(keys);
     return NULL;
