@@ -380,6 +380,20 @@ static PyObject *pop_item(PyObject *dict, PyObject *key) {
 #endif
 }
 
+/* count(image_blocks, ids, n) after the blocks of an event so far; failed: an error is set
+ * already, kept as it is (the count is still taken, its own error dropped). */
+static int take_count(int (*count)(PyObject *, PyObject *, Py_ssize_t), PyObject *image_blocks,
+                      PyObject *ids, Py_ssize_t n, int failed) {
+    if (!failed)
+        return count(image_blocks, ids, n);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (count(image_blocks, ids, n) < 0)
+        PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    return -1;
+}
+
 /* n blocks of the images ids left: each image loses n resident blocks
  * (kv_index.forget_all_images, for a run of blocks sharing their ids). */
 static int uncount_images(PyObject *image_blocks, PyObject *ids, Py_ssize_t n) {
@@ -1024,12 +1038,8 @@ static PyObject *table_remove(Table *t, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     return Py_BuildValue("(Nnn)", keys, removed, unknown);
-fail:;
-    PyObject *et, *ev, *tb; /* the blocks removed before the error lose their counts */
-    PyErr_Fetch(&et, &ev, &tb);
-    if (uncount_images(image_blocks, run_ids, run) < 0)
-        PyErr_Clear();
-    PyErr_Restore(et, ev, tb);
+fail: /* the blocks removed before the error lose their counts */
+    take_count(uncount_images, image_blocks, run_ids, run, 1);
     Py_XDECREF(run_ids);
     Py_DECREF(seq);
     Py_XDECREF(keys);
@@ -1231,20 +1241,8 @@ static int record_images(Table *t, PyObject *block_images, PyObject *image_block
     }
     rc = 0;
 done:
-    if (ids) { /* the blocks recorded so far are counted, even when one raised */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        if (count_images(image_blocks, ids, run) < 0 && rc == 0) {
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-            rc = -1;
-        } else {
-            if (rc < 0)
-                PyErr_Clear();
-            PyErr_Restore(et, ev, tb);
-        }
-    }
+    if (ids) /* the blocks recorded so far are counted, even when one raised */
+        rc = take_count(count_images, image_blocks, ids, run, rc < 0);
     Py_XDECREF(ids);
     Py_DECREF(hs);
     Py_DECREF(ims);
