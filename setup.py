@@ -13,17 +13,18 @@ decision it writes, and KV batches are read by msgspec alone.
 
 from setuptools import Extension, setup
 
-SHARED = ["mmlens/native/msgpack_ints.h"]  # included by _chain.c and _kvbatch.c
+INTS = "mmlens/native/msgpack_ints.h"  # included by _chain.c and _kvbatch.c
+SLOTS = "mmlens/native/slot_attrs.h"  # included by _chain.c and _kvrows.c
 
-setup(ext_modules=[Extension("mmlens.layout._chain", ["mmlens/layout/_chain.c"], depends=SHARED,
-                             extra_compile_args=["-O2"], optional=True),
+setup(ext_modules=[Extension("mmlens.layout._chain", ["mmlens/layout/_chain.c"],
+                             depends=[INTS, SLOTS], extra_compile_args=["-O2"], optional=True),
                    Extension("mmlens.ingest._lines", ["mmlens/ingest/_lines.c"],
                              extra_compile_args=["-O2"], optional=True),
                    Extension("mmlens.ingest._smglines", ["mmlens/ingest/_smglines.c"],
                              extra_compile_args=["-O2"], optional=True),
-                   Extension("mmlens.ingest._kvbatch", ["mmlens/ingest/_kvbatch.c"], depends=SHARED,
+                   Extension("mmlens.ingest._kvbatch", ["mmlens/ingest/_kvbatch.c"], depends=[INTS],
                              extra_compile_args=["-O2"], optional=True),
-                   Extension("mmlens.store._kvrows", ["mmlens/store/_kvrows.c"],
+                   Extension("mmlens.store._kvrows", ["mmlens/store/_kvrows.c"], depends=[SLOTS],
                              extra_compile_args=["-O2"], optional=True),
                    Extension("mmlens.store._typed", ["mmlens/store/_typed.c"],
                              extra_compile_args=["-O2"], optional=True)])

@@ -12,6 +12,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -418,6 +419,144 @@ static int array_fields(Reader *r, Fields *fs) {
     return 0;
 }
 
+/* ---- events made without calling their class ------------------------------------------------
+ * The event classes are slots dataclasses whose generated __init__ only sets each field: run as
+ * Python bytecode, that was the largest per-event cost of a batch after reading it. Where a
+ * class is such a dataclass (no __post_init__, every field an init field kept in a writable
+ * slot, the first ones named as the call passes them, the rest with plain defaults), its
+ * events are allocated here and their slots set as __init__ would set them; any other class
+ * is called. The check runs once per class object. */
+
+#define MAX_FIELDS 24
+
+typedef struct {
+    PyObject *cls; /* the class planned for (a strong reference), NULL before the first */
+    int direct;    /* 1: built here, 0: called */
+    Py_ssize_t n_fields;
+    Py_ssize_t offset[MAX_FIELDS];
+    PyObject *fallback[MAX_FIELDS]; /* the defaults of the fields after those passed */
+} Layout;
+
+static const char *const STORED_ARGS[] = {"worker", "rank", "seq", "ts", "block_hashes",
+                                          "parent", "token_ids", "block_size", "medium",
+                                          "lora_name", "images", "idx", NULL};
+static const char *const REMOVED_ARGS[] = {"worker", "rank", "seq", "ts", "block_hashes",
+                                           "medium", "idx", NULL};
+static const char *const CLEARED_ARGS[] = {"worker", "rank", "seq", "ts", "idx", NULL};
+
+static Layout layouts[3];
+
+/* 1 when the field f named name of tp can be set straight into its slot (its offset in *off),
+ * 0 when not, -1 on an error. */
+static int slot_field(PyTypeObject *tp, PyObject *name, PyObject *f, PyObject *field_kind,
+                      Py_ssize_t *off) {
+    PyObject *kind = PyObject_GetAttrString(f, "_field_type");
+    PyObject *init = kind ? PyObject_GetAttrString(f, "init") : NULL;
+    int ok = init && kind == field_kind && init == Py_True;
+    Py_XDECREF(kind);
+    Py_XDECREF(init);
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *descr = ok ? PyDict_GetItemWithError(tp->tp_dict, name) : NULL;
+    if (!descr)
+        return PyErr_Occurred() ? -1 : 0;
+    if (Py_TYPE(descr) != &PyMemberDescr_Type)
+        return 0;
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX || (m->flags & READONLY))
+        return 0;
+    *off = m->offset;
+    return 1;
+}
+
+/* Plan L for cls; 0 (L->direct says how), -1 on an error. */
+static int plan(Layout *L, PyObject *cls, const char *const *args) {
+    for (Py_ssize_t i = 0; i < MAX_FIELDS; i++)
+        Py_CLEAR(L->fallback[i]);
+    Py_XSETREF(L->cls, Py_NewRef(cls));
+    L->direct = 0;
+    if (!PyType_Check(cls))
+        return 0;
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    if (tp->tp_new != PyBaseObject_Type.tp_new || tp->tp_alloc != PyType_GenericAlloc
+            || PyObject_HasAttrString(cls, "__post_init__"))
+        return 0;
+    PyObject *dc = PyImport_ImportModule("dataclasses");
+    PyObject *missing = dc ? PyObject_GetAttrString(dc, "MISSING") : NULL;
+    PyObject *field_kind = missing ? PyObject_GetAttrString(dc, "_FIELD") : NULL;
+    PyObject *fields = field_kind ? PyObject_GetAttrString(cls, "__dataclass_fields__") : NULL;
+    int rc = -1, direct = 0;
+    if (!fields) {
+        if (field_kind && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            rc = 0;
+        }
+        goto done;
+    }
+    if (!PyDict_Check(fields)) {
+        rc = 0;
+        goto done;
+    }
+    Py_ssize_t pos = 0, i = 0, n_args = 0;
+    while (args[n_args])
+        n_args++;
+    PyObject *name, *f;
+    direct = 1;
+    while (direct && PyDict_Next(fields, &pos, &name, &f)) {
+        if (i >= MAX_FIELDS || !PyUnicode_Check(name)) {
+            direct = 0;
+            break;
+        }
+        int got = slot_field(tp, name, f, field_kind, &L->offset[i]);
+        if (got < 0)
+            goto done;
+        if (!got) {
+            direct = 0;
+            break;
+        }
+        if (i < n_args) {
+            direct = PyUnicode_CompareWithASCIIString(name, args[i]) == 0;
+        } else {
+            PyObject *dflt = PyObject_GetAttrString(f, "default");
+            PyObject *factory = dflt ? PyObject_GetAttrString(f, "default_factory") : NULL;
+            if (!factory) {
+                Py_XDECREF(dflt);
+                goto done;
+            }
+            direct = dflt != missing && factory == missing;
+            Py_DECREF(factory);
+            L->fallback[i] = dflt;
+        }
+        i++;
+    }
+    L->n_fields = i;
+    L->direct = direct && i >= n_args;
+    rc = 0;
+done:
+    Py_XDECREF(dc);
+    Py_XDECREF(missing);
+    Py_XDECREF(field_kind);
+    Py_XDECREF(fields);
+    return rc;
+}
+
+/* An event of cls from its first fields (argv, as many as L's names), a new reference. */
+static PyObject *make_event(int kind, PyObject *cls, PyObject *const *argv, Py_ssize_t n) {
+    static const char *const *const ARGS[3] = {STORED_ARGS, REMOVED_ARGS, CLEARED_ARGS};
+    Layout *L = &layouts[kind];
+    if (L->cls != cls && plan(L, cls, ARGS[kind]) < 0)
+        return NULL;
+    if (!L->direct)
+        return PyObject_Vectorcall(cls, argv, (size_t)n, NULL);
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    PyObject *ev = tp->tp_alloc(tp, 0);
+    if (!ev)
+        return NULL;
+    for (Py_ssize_t i = 0; i < L->n_fields; i++)
+        *(PyObject **)((char *)ev + L->offset[i]) = Py_NewRef(i < n ? argv[i] : L->fallback[i]);
+    return ev;
+}
+
 /* The event of fs (a new reference); NULL with no error for a batch to leave to msgspec. */
 static PyObject *event_of(Fields *fs, const uint8_t *end, PyObject *const *head, Py_ssize_t idx,
                           PyObject *const *classes, PyObject *array_cls, PyObject *code) {
@@ -426,7 +565,7 @@ static PyObject *event_of(Fields *fs, const uint8_t *end, PyObject *const *head,
         return NULL;
     if (fs->kind == K_CLEARED) {
         PyObject *argv[5] = {head[0], head[1], head[2], head[3], ix};
-        PyObject *out = PyObject_Vectorcall(classes[K_CLEARED], argv, 5, NULL);
+        PyObject *out = make_event(K_CLEARED, classes[K_CLEARED], argv, 5);
         Py_DECREF(ix);
         return out;
     }
@@ -444,7 +583,7 @@ static PyObject *event_of(Fields *fs, const uint8_t *end, PyObject *const *head,
     }
     if (fs->kind == K_REMOVED) {
         PyObject *argv[7] = {head[0], head[1], head[2], head[3], hashes, medium, ix};
-        out = PyObject_Vectorcall(classes[K_REMOVED], argv, 7, NULL);
+        out = make_event(K_REMOVED, classes[K_REMOVED], argv, 7);
         goto done;
     }
     uint64_t v;
@@ -487,7 +626,7 @@ static PyObject *event_of(Fields *fs, const uint8_t *end, PyObject *const *head,
     PyObject *argv[12] = {head[0], head[1], head[2], head[3], hashes, parent, tokens, bs,
                           PyUnicode_Check(medium) ? medium : Py_None,
                           PyUnicode_Check(lora) ? lora : Py_None, images, ix};
-    out = PyObject_Vectorcall(classes[K_STORED], argv, 12, NULL);
+    out = make_event(K_STORED, classes[K_STORED], argv, 12);
 done:
     Py_DECREF(ix);
     Py_XDECREF(hashes);

@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "../native/msgpack_ints.h"
+#include "../native/slot_attrs.h"
 
 #define IMAGE_TOKEN 0xFFFFFFFFu
 
@@ -379,30 +380,38 @@ static PyObject *pop_item(PyObject *dict, PyObject *key) {
 #endif
 }
 
-/* One block left: its images lose one resident block each (kv_index.forget_all_images). */
-static int forget_block_images(PyObject *block_images, PyObject *image_blocks, PyObject *h) {
-    PyObject *ids = pop_item(block_images, h);
-    if (!ids)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!PyObject_IsTrue(ids)) {
-        Py_DECREF(ids);
+/* count(image_blocks, ids, n) after the blocks of an event so far; failed: an error is set
+ * already, kept as it is (the count is still taken, its own error dropped). */
+static int take_count(int (*count)(PyObject *, PyObject *, Py_ssize_t), PyObject *image_blocks,
+                      PyObject *ids, Py_ssize_t n, int failed) {
+    if (!failed)
+        return count(image_blocks, ids, n);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (count(image_blocks, ids, n) < 0)
+        PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    return -1;
+}
+
+/* n blocks of the images ids left: each image loses n resident blocks
+ * (kv_index.forget_all_images, for a run of blocks sharing their ids). */
+static int uncount_images(PyObject *image_blocks, PyObject *ids, Py_ssize_t n) {
+    if (!ids || !n)
         return 0;
-    }
     PyObject *seq = PySequence_Fast(ids, "image ids must be a sequence");
     if (!seq)
-        goto fail;
+        return -1;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *ident = PySequence_Fast_GET_ITEM(seq, i);
         PyObject *cur = PyDict_GetItemWithError(image_blocks, ident);
         long left = -1;
         if (cur) {
-            left = PyLong_AsLong(cur) - 1;
-            if (left == -2 && PyErr_Occurred()) {
-                Py_DECREF(seq);
+            left = PyLong_AsLong(cur);
+            if (left == -1 && PyErr_Occurred())
                 goto fail;
-            }
+            left -= (long)n;
         } else if (PyErr_Occurred()) {
-            Py_DECREF(seq);
             goto fail;
         }
         int rc;
@@ -413,122 +422,14 @@ static int forget_block_images(PyObject *block_images, PyObject *image_blocks, P
         } else {
             rc = cur ? PyDict_DelItem(image_blocks, ident) : 0;
         }
-        if (rc < 0) {
-            Py_DECREF(seq);
+        if (rc < 0)
             goto fail;
-        }
     }
     Py_DECREF(seq);
-    Py_DECREF(ids);
     return 0;
 fail:
-    Py_DECREF(ids);
+    Py_DECREF(seq);
     return -1;
-}
-
-/* add_images(block_images, image_blocks, hashes, images): the image bookkeeping of
- * kv_index.ResidentIndex._store for a whole event (no keep set). */
-static PyObject *add_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "add_images(block_images, image_blocks, hashes, images)");
-        return NULL;
-    }
-    PyObject *block_images = args[0], *image_blocks = args[1];
-    PyObject *hs = PySequence_Fast(args[2], "hashes must be a sequence");
-    if (!hs)
-        return NULL;
-    PyObject *ims = PySequence_Fast(args[3], "images must be a sequence");
-    if (!ims) {
-        Py_DECREF(hs);
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(hs);
-    if (PySequence_Fast_GET_SIZE(ims) < n)
-        n = PySequence_Fast_GET_SIZE(ims);
-    PyObject *ids = PyTuple_New(0);
-    PyObject *out = NULL;
-    if (!ids)
-        goto done;
-    for (Py_ssize_t b = 0; b < n; b++) {
-        PyObject *h = PySequence_Fast_GET_ITEM(hs, b);
-        PyObject *refs = PySequence_Fast_GET_ITEM(ims, b);
-        int truth = PyObject_IsTrue(refs);
-        if (truth < 0)
-            goto done;
-        if (!truth)
-            continue;
-        int has = PyDict_Contains(block_images, h);
-        if (has < 0)
-            goto done;
-        if (has)
-            continue;
-        PyObject *rs = PySequence_Fast(refs, "image refs must be a sequence");
-        if (!rs)
-            goto done;
-        Py_ssize_t nr = PySequence_Fast_GET_SIZE(rs);
-        PyObject *names = PyList_New(0);
-        for (Py_ssize_t i = 0; names && i < nr; i++) {
-            PyObject *name = PySequence_GetItem(PySequence_Fast_GET_ITEM(rs, i), 0);
-            int dup = 0;
-            if (!name) {
-                Py_CLEAR(names);
-                break;
-            }
-            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(names) && !dup; j++) {
-                dup = PyObject_RichCompareBool(PyList_GET_ITEM(names, j), name, Py_EQ);
-                if (dup < 0)
-                    Py_CLEAR(names);
-            }
-            if (names && !dup && PyList_Append(names, name) < 0)
-                Py_CLEAR(names);
-            Py_DECREF(name);
-        }
-        Py_DECREF(rs);
-        if (!names)
-            goto done;
-        int same = PyTuple_GET_SIZE(ids) == PyList_GET_SIZE(names);
-        for (Py_ssize_t j = 0; same > 0 && j < PyList_GET_SIZE(names); j++)
-            same = PyObject_RichCompareBool(PyTuple_GET_ITEM(ids, j), PyList_GET_ITEM(names, j),
-                                            Py_EQ);
-        if (same < 0) {
-            Py_DECREF(names);
-            goto done;
-        }
-        if (!same) { /* an image's blocks share one tuple */
-            Py_SETREF(ids, PyList_AsTuple(names));
-            if (!ids) {
-                Py_DECREF(names);
-                goto done;
-            }
-        }
-        Py_DECREF(names);
-        if (PyDict_SetItem(block_images, h, ids) < 0)
-            goto done;
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(ids); j++) {
-            PyObject *ident = PyTuple_GET_ITEM(ids, j);
-            PyObject *cur = PyDict_GetItemWithError(image_blocks, ident);
-            long count = 0;
-            if (cur) {
-                count = PyLong_AsLong(cur);
-                if (count == -1 && PyErr_Occurred())
-                    goto done;
-            } else if (PyErr_Occurred()) {
-                goto done;
-            }
-            PyObject *v = PyLong_FromLong(count + 1);
-            int rc = v ? PyDict_SetItem(image_blocks, ident, v) : -1;
-            Py_XDECREF(v);
-            if (rc < 0)
-                goto done;
-        }
-    }
-    out = Py_None;
-    Py_INCREF(out);
-done:
-    Py_XDECREF(ids);
-    Py_DECREF(hs);
-    Py_DECREF(ims);
-    return out;
 }
 
 /* images_of(extra_keys, image_refs) -> list | None: kv_events._images_of, the common entry
@@ -589,12 +490,12 @@ static PyObject *images_of(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* ---- BlockTable: a worker's resident blocks, block hash -> content state --------------------
- * An open-addressing table of u64 keys (linear probing, tombstones) holding each block's state
+ * An open-addressing table of u64 keys (linear probing, no tombstones) holding each block's state
  * as its two 64-bit chains, or "unknown" (None in Python: its chain reaches a block never seen).
  * It reads and writes as a mapping of ints (a state is shape | ident << 64), and stores and
  * removes a whole event's blocks in one call with no int object per block. */
 
-enum { EMPTY = 0, KNOWN = 1, UNKNOWN = 2, GONE = 3 };
+enum { EMPTY = 0, KNOWN = 1, UNKNOWN = 2 };
 
 typedef struct {
     uint64_t key, shape, ident;
@@ -607,7 +508,6 @@ typedef struct {
     Slot *slots;
     size_t cap;  /* a power of two, or 0 */
     size_t used; /* KNOWN or UNKNOWN slots */
-    size_t gone;
 } Table;
 
 static PyTypeObject TableType;
@@ -627,7 +527,7 @@ static Slot *find(Table *t, uint64_t key) {
         Slot *s = &t->slots[i];
         if (s->flag == EMPTY)
             return NULL;
-        if (s->flag != GONE && s->key == key)
+        if (s->key == key)
             return s;
     }
 }
@@ -664,7 +564,7 @@ static int resize(Table *t, size_t want) {
     }
     for (size_t i = 0; i < t->cap; i++) {
         Slot *s = &t->slots[i];
-        if (s->flag == KNOWN || s->flag == UNKNOWN) {
+        if (s->flag != EMPTY) {
             size_t j = slot_of(s->key, cap);
             while (slots[j].flag != EMPTY)
                 j = (j + 1) & (cap - 1);
@@ -674,22 +574,16 @@ static int resize(Table *t, size_t want) {
     free(t->slots);
     t->slots = slots;
     t->cap = cap;
-    t->gone = 0;
     return 0;
 }
 
 /* Write key's state (flag KNOWN or UNKNOWN); 0 on success. */
 static int put(Table *t, uint64_t key, uint32_t flag, uint64_t shape, uint64_t ident) {
-    if ((t->used + t->gone + 1) * 10 >= t->cap * 7 && resize(t, t->used + 1) < 0)
+    if ((t->used + 1) * 10 >= t->cap * 7 && resize(t, t->used + 1) < 0)
         return -1;
-    Slot *tomb = NULL;
     for (size_t i = slot_of(key, t->cap);; i = (i + 1) & (t->cap - 1)) {
         Slot *s = &t->slots[i];
         if (s->flag == EMPTY) {
-            if (tomb) {
-                s = tomb;
-                t->gone--;
-            }
             s->key = key;
             s->imgs = 0;
             t->used++;
@@ -698,10 +592,7 @@ static int put(Table *t, uint64_t key, uint32_t flag, uint64_t shape, uint64_t i
             s->ident = ident;
             return 0;
         }
-        if (s->flag == GONE) {
-            if (!tomb)
-                tomb = s;
-        } else if (s->key == key) {
+        if (s->key == key) {
             s->flag = flag;
             s->shape = shape;
             s->ident = ident;
@@ -710,11 +601,25 @@ static int put(Table *t, uint64_t key, uint32_t flag, uint64_t shape, uint64_t i
     }
 }
 
+/* Remove s's key. The keys probed past it move back into the hole (linear probing's deletion
+ * without tombstones): with tombstones, a resident index whose blocks come and go was rebuilt
+ * whenever they filled it (a fresh 32 MB table zeroed and refilled at 400k blocks, ~6 % of the
+ * ingest's CPU), and lookups stepped over them. A key stays where it is when its home slot
+ * lies cyclically in (hole, its slot]: moving it before its home would hide it. */
 static inline void drop(Table *t, Slot *s) {
-    s->flag = GONE;
-    s->imgs = 0;
+    size_t mask = t->cap - 1, hole = (size_t)(s - t->slots);
+    for (size_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
+        Slot *next = &t->slots[j];
+        if (next->flag == EMPTY)
+            break;
+        size_t home = slot_of(next->key, t->cap);
+        if (hole <= j ? (home > hole && home <= j) : (home > hole || home <= j))
+            continue;
+        t->slots[hole] = *next;
+        hole = j;
+    }
+    memset(&t->slots[hole], 0, sizeof(Slot));
     t->used--;
-    t->gone++;
 }
 
 /* A block hash from Python: 0 on success; 1 (no error set) when it is not an int in
@@ -905,7 +810,7 @@ static PyObject *table_pop(Table *t, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *table_clear(Table *t, PyObject *unused) {
     free(t->slots);
     t->slots = NULL;
-    t->cap = t->used = t->gone = 0;
+    t->cap = t->used = 0;
     Py_RETURN_NONE;
 }
 
@@ -1078,7 +983,8 @@ static PyObject *table_remove(Table *t, PyObject *const *args, Py_ssize_t nargs)
     PyObject *seq = PySequence_Fast(args[0], "hashes must be a sequence");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), removed = 0, unknown = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), removed = 0, unknown = 0, run = 0;
+    PyObject *run_ids = NULL; /* the images of the latest blocks removed, run of them */
     PyObject *keys = PyList_New(0);
     if (!keys)
         goto fail;
@@ -1100,12 +1006,45 @@ static PyObject *table_remove(Table *t, PyObject *const *args, Py_ssize_t nargs)
         }
         int imgs = s->imgs;
         drop(t, s);
-        if (imgs && forget_block_images(block_images, image_blocks, h) < 0)
+        if (!imgs)
+            continue;
+        /* FIFO eviction removes an image's blocks one after the other: counted per run */
+        PyObject *ids = pop_item(block_images, h);
+        if (!ids) {
+            if (PyErr_Occurred())
+                goto fail;
+            continue;
+        }
+        if (ids == run_ids) {
+            run++;
+            Py_DECREF(ids);
+            continue;
+        }
+        int truth = PyObject_IsTrue(ids);
+        if (truth <= 0) {
+            Py_DECREF(ids);
+            if (truth < 0)
+                goto fail;
+            continue;
+        }
+        int rc = uncount_images(image_blocks, run_ids, run);
+        run = 0;
+        Py_XSETREF(run_ids, ids);
+        if (rc < 0)
             goto fail;
+        run = 1;
     }
     Py_DECREF(seq);
+    int counted = uncount_images(image_blocks, run_ids, run);
+    Py_XDECREF(run_ids);
+    if (counted < 0) {
+        Py_DECREF(keys);
+        return NULL;
+    }
     return Py_BuildValue("(Nnn)", keys, removed, unknown);
-fail:
+fail: /* the blocks removed before the error lose their counts */
+    take_count(uncount_images, image_blocks, run_ids, run, 1);
+    Py_XDECREF(run_ids);
     Py_DECREF(seq);
     Py_XDECREF(keys);
     return NULL;
@@ -1175,6 +1114,9 @@ static PyObject *s_blocks, *s_block_images, *s_image_blocks, *s_stored, *s_remov
     *s_removed_unknown, *s_kind, *s_block_hashes, *s_parent, *s_token_ids, *s_block_size,
     *s_images, *s_keys, *s_shapes, *s_worker, *s_rank, *u_stored, *u_removed;
 
+/* Each event attribute's slot, by the last event type seen (mmlens/native/slot_attrs.h). */
+static SlotCache c_block_hashes, c_parent, c_token_ids, c_block_size, c_images, c_worker, c_rank, c_kind, c_shapes, c_keys;
+
 static int add_count(PyObject *res, PyObject *name, Py_ssize_t n) {
     if (!n)
         return 0;
@@ -1208,10 +1150,146 @@ static PyObject *u32_of(PyObject *tokens, PyObject *to_u32) {
     return PyObject_CallOneArg(to_u32, tokens);
 }
 
+static int count_images(PyObject *image_blocks, PyObject *ids, Py_ssize_t n);
+
+/* The image bookkeeping of kv_index.ResidentIndex._store for a whole event (no keep set):
+ * each block with image refs not in block_images yet gets its image ids there (an image's
+ * blocks share one tuple) and counts for them in image_blocks. With the event's table t (its
+ * blocks stored in it already), a block's slot says whether it may be in block_images at all,
+ * which spares the lookup for a new block, and it is marked as there; a run of blocks of the
+ * same images is counted once. */
+static int record_images(Table *t, PyObject *block_images, PyObject *image_blocks,
+                         PyObject *hashes, PyObject *images) {
+    PyObject *hs = PySequence_Fast(hashes, "hashes must be a sequence");
+    if (!hs)
+        return -1;
+    PyObject *ims = PySequence_Fast(images, "images must be a sequence");
+    if (!ims) {
+        Py_DECREF(hs);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(hs), run = 0;
+    if (PySequence_Fast_GET_SIZE(ims) < n)
+        n = PySequence_Fast_GET_SIZE(ims);
+    PyObject *ids = PyTuple_New(0);
+    int rc = -1;
+    if (!ids)
+        goto done;
+    for (Py_ssize_t b = 0; b < n; b++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(hs, b);
+        PyObject *refs = PySequence_Fast_GET_ITEM(ims, b);
+        int truth = PyObject_IsTrue(refs);
+        if (truth < 0)
+            goto done;
+        if (!truth)
+            continue;
+        uint64_t key;
+        Slot *sl = t && key_of(h, &key, 0) == 0 ? find(t, key) : NULL;
+        if (!sl || sl->imgs) {
+            int has = PyDict_Contains(block_images, h);
+            if (has < 0)
+                goto done;
+            if (has)
+                continue;
+        }
+        PyObject *rs = PySequence_Fast(refs, "image refs must be a sequence");
+        if (!rs)
+            goto done;
+        Py_ssize_t nr = PySequence_Fast_GET_SIZE(rs);
+        PyObject *names = PyList_New(0);
+        for (Py_ssize_t i = 0; names && i < nr; i++) {
+            PyObject *name = PySequence_GetItem(PySequence_Fast_GET_ITEM(rs, i), 0);
+            int dup = 0;
+            if (!name) {
+                Py_CLEAR(names);
+                break;
+            }
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(names) && !dup; j++) {
+                dup = PyObject_RichCompareBool(PyList_GET_ITEM(names, j), name, Py_EQ);
+                if (dup < 0)
+                    Py_CLEAR(names);
+            }
+            if (names && !dup && PyList_Append(names, name) < 0)
+                Py_CLEAR(names);
+            Py_DECREF(name);
+        }
+        Py_DECREF(rs);
+        if (!names)
+            goto done;
+        int same = PyTuple_GET_SIZE(ids) == PyList_GET_SIZE(names);
+        for (Py_ssize_t j = 0; same > 0 && j < PyList_GET_SIZE(names); j++)
+            same = PyObject_RichCompareBool(PyTuple_GET_ITEM(ids, j), PyList_GET_ITEM(names, j),
+                                            Py_EQ);
+        if (same < 0) {
+            Py_DECREF(names);
+            goto done;
+        }
+        if (!same) { /* an image's blocks share one tuple */
+            if (count_images(image_blocks, ids, run) < 0) {
+                Py_DECREF(names);
+                goto done;
+            }
+            run = 0;
+            Py_SETREF(ids, PyList_AsTuple(names));
+            if (!ids) {
+                Py_DECREF(names);
+                goto done;
+            }
+        }
+        Py_DECREF(names);
+        if (PyDict_SetItem(block_images, h, ids) < 0)
+            goto done;
+        if (sl)
+            sl->imgs = 1;
+        run++;
+    }
+    rc = 0;
+done:
+    if (ids) /* the blocks recorded so far are counted, even when one raised */
+        rc = take_count(count_images, image_blocks, ids, run, rc < 0);
+    Py_XDECREF(ids);
+    Py_DECREF(hs);
+    Py_DECREF(ims);
+    return rc;
+}
+
+/* image_blocks[ident] += n for each of ids. */
+static int count_images(PyObject *image_blocks, PyObject *ids, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; n && j < PyTuple_GET_SIZE(ids); j++) {
+        PyObject *ident = PyTuple_GET_ITEM(ids, j);
+        PyObject *cur = PyDict_GetItemWithError(image_blocks, ident);
+        long count = 0;
+        if (cur) {
+            count = PyLong_AsLong(cur);
+            if (count == -1 && PyErr_Occurred())
+                return -1;
+        } else if (PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *v = PyLong_FromLong(count + (long)n);
+        int rc = v ? PyDict_SetItem(image_blocks, ident, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* add_images(block_images, image_blocks, hashes, images): record_images without a table. */
+static PyObject *add_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add_images(block_images, image_blocks, hashes, images)");
+        return NULL;
+    }
+    if (record_images(NULL, args[0], args[1], args[2], args[3]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyObject *pad_images,
                         PyObject *to_u32, Py_ssize_t *stored) {
     int rc = -1;
-    PyObject *hashes = PyObject_GetAttr(ev, s_block_hashes), *parent = NULL, *tokens = NULL,
+    PyObject *hashes = get_slot(&c_block_hashes, ev, s_block_hashes), *parent = NULL, *tokens = NULL,
              *bs_obj = NULL, *images = NULL, *got = NULL, *buf = NULL;
     if (!hashes)
         return -1;
@@ -1220,9 +1298,9 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
         Py_DECREF(hashes);
         return truth;
     }
-    if (!(parent = PyObject_GetAttr(ev, s_parent)) || !(tokens = PyObject_GetAttr(ev, s_token_ids))
-            || !(bs_obj = PyObject_GetAttr(ev, s_block_size))
-            || !(images = PyObject_GetAttr(ev, s_images)))
+    if (!(parent = get_slot(&c_parent, ev, s_parent)) || !(tokens = get_slot(&c_token_ids, ev, s_token_ids))
+            || !(bs_obj = get_slot(&c_block_size, ev, s_block_size))
+            || !(images = get_slot(&c_images, ev, s_images)))
         goto done;
     Py_ssize_t bs = PyLong_AsSsize_t(bs_obj);
     if (bs == -1 && PyErr_Occurred())
@@ -1249,7 +1327,7 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
             if (!named)
                 goto done;
             Py_SETREF(images, named);
-            if (PyObject_SetAttr(ev, s_images, images) < 0)
+            if (set_slot(&c_images, ev, s_images, images) < 0)
                 goto done;
         }
     }
@@ -1258,35 +1336,16 @@ static int apply_stored(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, PyOb
     PyObject *argv[5] = {hashes, parent, buf, bs_obj, images};
     if (!(got = table_store(t, argv, 5)))
         goto done;
-    if (got != Py_None && (PyObject_SetAttr(ev, s_shapes, PyTuple_GET_ITEM(got, 0)) < 0
-                           || PyObject_SetAttr(ev, s_keys, PyTuple_GET_ITEM(got, 1)) < 0))
+    if (got != Py_None && (set_slot(&c_shapes, ev, s_shapes, PyTuple_GET_ITEM(got, 0)) < 0
+                           || set_slot(&c_keys, ev, s_keys, PyTuple_GET_ITEM(got, 1)) < 0))
         goto done;
     *stored += PyObject_Length(hashes);
     truth = images == Py_None ? 0 : PyObject_IsTrue(images);
     if (truth < 0)
         goto done;
     if (truth) {
-        PyObject *iargv[4] = {bi, ib, hashes, images};
-        PyObject *r = add_images(NULL, iargv, 4);
-        if (!r)
+        if (record_images(t, bi, ib, hashes, images) < 0)
             goto done;
-        Py_DECREF(r);
-        /* add_images recorded (or found) every block whose refs are true */
-        Py_ssize_t nh = PyObject_Length(hashes), ni = PyObject_Length(images);
-        if (nh < 0 || ni < 0)
-            goto done;
-        for (Py_ssize_t b = 0; b < nh && b < ni; b++) {
-            PyObject *h = PySequence_GetItem(hashes, b), *refs = PySequence_GetItem(images, b);
-            int on = refs ? PyObject_IsTrue(refs) : -1;
-            uint64_t key;
-            Slot *sl = on > 0 && key_of(h, &key, 0) == 0 ? find(t, key) : NULL;
-            if (sl)
-                sl->imgs = 1;
-            Py_XDECREF(h);
-            Py_XDECREF(refs);
-            if (on < 0)
-                goto done;
-        }
     }
     rc = 0;
 done:
@@ -1302,7 +1361,7 @@ done:
 
 static int apply_removed(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, Py_ssize_t *removed,
                          Py_ssize_t *unknown) {
-    PyObject *hashes = PyObject_GetAttr(ev, s_block_hashes);
+    PyObject *hashes = get_slot(&c_block_hashes, ev, s_block_hashes);
     if (!hashes)
         return -1;
     PyObject *argv[3] = {hashes, bi, ib};
@@ -1310,7 +1369,7 @@ static int apply_removed(Table *t, PyObject *bi, PyObject *ib, PyObject *ev, Py_
     Py_DECREF(hashes);
     if (!got)
         return -1;
-    int rc = PyObject_SetAttr(ev, s_keys, PyTuple_GET_ITEM(got, 0));
+    int rc = set_slot(&c_keys, ev, s_keys, PyTuple_GET_ITEM(got, 0));
     *removed += PyLong_AsSsize_t(PyTuple_GET_ITEM(got, 1));
     *unknown += PyLong_AsSsize_t(PyTuple_GET_ITEM(got, 2));
     Py_DECREF(got);
@@ -1336,7 +1395,7 @@ static PyObject *apply_events(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto done;
     if (i < PyList_GET_SIZE(events)) {
         PyObject *first = PyList_GET_ITEM(events, i);
-        if (!(worker = PyObject_GetAttr(first, s_worker)) || !(rank = PyObject_GetAttr(first, s_rank)))
+        if (!(worker = get_slot(&c_worker, first, s_worker)) || !(rank = get_slot(&c_rank, first, s_rank)))
             goto done;
     }
     if (!PyObject_TypeCheck(blocks, &TableType) || !PyDict_Check(bi) || !PyDict_Check(ib)) {
@@ -1345,7 +1404,7 @@ static PyObject *apply_events(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     for (; i < PyList_GET_SIZE(events); i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
-        PyObject *w = PyObject_GetAttr(ev, s_worker), *r = w ? PyObject_GetAttr(ev, s_rank) : NULL;
+        PyObject *w = get_slot(&c_worker, ev, s_worker), *r = w ? get_slot(&c_rank, ev, s_rank) : NULL;
         int same = r ? (w == worker || PyObject_RichCompareBool(w, worker, Py_EQ) == 1)
                            && (r == rank || PyObject_RichCompareBool(r, rank, Py_EQ) == 1) : 0;
         Py_XDECREF(w);
@@ -1354,7 +1413,7 @@ static PyObject *apply_events(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto done;
         if (!same)
             break;
-        PyObject *kind = PyObject_GetAttr(ev, s_kind);
+        PyObject *kind = get_slot(&c_kind, ev, s_kind);
         if (!kind)
             goto done;
         int is_stored = kind == u_stored || PyUnicode_Compare(kind, u_stored) == 0;

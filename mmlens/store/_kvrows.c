@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../native/slot_attrs.h"
+
 #define UNSUPPORTED 1 /* not an error: the event goes to the fallback */
 
 typedef struct {
@@ -326,6 +328,9 @@ static int image_names(PyObject *images, PyObject **out) {
 static PyObject *s_ts, *s_worker, *s_rank, *s_seq, *s_block_hashes, *s_parent, *s_images,
     *s_idx, *s_keys, *s_shapes, *s_prompt_end, *u_stored, *u_removed, *u_empty;
 
+/* Each attribute's slot (mmlens/native/slot_attrs.h); removed events read the first ones. */
+static SlotCache slots[11];
+
 /* The row of one stored or removed event in *row; UNSUPPORTED leaves it NULL. */
 static int event_row(PyObject *ev, int stored, int bound, Buf *b, PyObject **row) {
     enum { TS, WORKER, RANK, SEQ, HASHES, IDX, KEYS, PARENT, IMAGES, SHAPES, END, N };
@@ -335,7 +340,7 @@ static int event_row(PyObject *ev, int stored, int bound, Buf *b, PyObject **row
     PyObject *hashes = NULL, *content = NULL, *parent = NULL, *imgs = NULL, *nb = NULL;
     int rc = 0, want = stored ? N : PARENT;
     for (int i = 0; i < want && !rc; i++)
-        if (!(a[i] = PyObject_GetAttr(ev, names[i])))
+        if (!(a[i] = get_slot(&slots[i], ev, names[i])))
             rc = -1;
     if (rc)
         goto done;

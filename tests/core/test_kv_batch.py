@@ -154,3 +154,76 @@ def test_what_it_does_not_read_is_left_to_the_reference():
     assert typed_batch(dup, "w", 3)[2][0].block_hashes == [2]  # msgspec: the last one
     assert compiled(dup) is None
     assert compiled(ENC.encode([1.0, [EVENT]]) + b"\x00") is None
+
+
+@dataclasses.dataclass(slots=True)
+class _Checked:
+    """A stored event class whose __post_init__ does work: it must be called, not bypassed."""
+
+    worker: str
+    rank: int
+    seq: int
+    ts: float
+    block_hashes: list
+    parent: Any
+    token_ids: Any
+    block_size: int
+    medium: Any = None
+    lora_name: Any = None
+    images: Any = None
+    idx: int = 0
+    checked: bool = False
+
+    def __post_init__(self) -> None:
+        self.checked = True
+
+
+class _Plain:
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+
+@dataclasses.dataclass(slots=True)
+class _Factory:
+    worker: str
+    rank: int
+    seq: int
+    ts: float
+    idx: int = 0
+    seen: list = dataclasses.field(default_factory=list)
+
+
+def test_events_built_without_their_init_equal_those_their_class_builds():
+    """The reader sets the slots of the dataclass events itself (no __init__ run): every
+    field, defaults too, is what calling the class gives."""
+    ts = 1_800_000_000.5
+    payload = ENC.encode([ts, [["BlockStored", [1, 2], 9, list(range(32)), 16, None, "GPU",
+                                None, [[["img", 4]], None]],
+                               ["BlockRemoved", [1], "GPU"], ["AllBlocksCleared"]], 2])
+    _, _, events = compiled(payload)
+    stored, removed, cleared = events
+    assert stored == BlockStored("w", 2, 3, ts, [1, 2], 9, stored.token_ids, 16, "GPU", None,
+                                 [(("img", 4),), None], 0)
+    assert (stored.kind, stored.keys, stored.shapes, stored.prompt_end) == (
+        "stored", None, None, None)
+    assert removed == BlockRemoved("w", 2, 3, ts, [1], "GPU", 1)
+    assert cleared == AllBlocksCleared("w", 2, 3, ts, 2)
+    stored.keys = [5]  # each event its own object, writable as before
+    assert compiled(payload)[2][0].keys is None
+
+
+def test_event_classes_that_need_their_init_are_called():
+    """A class with a __post_init__, a default factory or no dataclass fields at all gets
+    its events by being called, as before."""
+    ts = 1_800_000_000.5
+    payload = ENC.encode([ts, [["BlockStored", [1], None, list(range(16)), 16, None, None,
+                                None, None]], 0])
+    got = native(payload, "w", 3, 0, _Checked, BlockRemoved, AllBlocksCleared, array)
+    assert type(got[2][0]) is _Checked and got[2][0].checked
+    got = native(payload, "w", 3, 0, _Plain, BlockRemoved, AllBlocksCleared, array)
+    assert got[2][0].args[:4] == ("w", 0, 3, ts)
+    cleared = ENC.encode([ts, [["AllBlocksCleared"], ["AllBlocksCleared"]], 0])
+    a, b = native(cleared, "w", 3, 0, BlockStored, BlockRemoved, _Factory, array)[2]
+    assert a.seen == [] and a.seen is not b.seen
+    # and the real classes again after them
+    assert same_or_declined(payload)

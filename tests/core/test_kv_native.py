@@ -210,11 +210,18 @@ def test_compiled_index_bookkeeping_equals_python():
                                                      max_size=4), REFS), max_size=12))
 def test_compiled_removals_and_images_equal_python(ops):
     """Random stores (with images) and removals of overlapping block sets."""
+    same_index_both_ways([(store, [(h, refs) for h in hashes]) for store, hashes, refs in ops])
+
+
+def same_index_both_ways(ops: list[tuple[bool, list[tuple[int, Any]]]]) -> None:
+    """Stores (True) and removals of (hash, that block's image refs) give the same keys and
+    index compiled and in Python."""
     batches = []
-    for store, hashes, refs in ops:
+    for store, blocks in ops:
+        hashes = [h for h, _ in blocks]
         if store:
             ev = ["BlockStored", hashes, None, [7] * 4 * len(hashes), 4, None, None, None,
-                  [[list(r) for r in refs] if refs else None for _ in hashes]]
+                  [[list(r) for r in refs] if refs else None for _, refs in blocks]]
         else:
             ev = ["BlockRemoved", hashes]
         batches.append(ENC.encode([1.0, [ev], 0]))
@@ -224,3 +231,108 @@ def test_compiled_removals_and_images_equal_python(ops):
     assert fast_keys == slow_keys
     assert index_state(fast.index) == index_state(slow.index)
     assert fast.errors == slow.errors
+
+
+def _wide(v: int, code: int) -> bytes:
+    """v as msgpack under one type byte, wider than msgspec would write it (engines may)."""
+    width = 1 << ((code - 0xcc) & 3)
+    return bytes([code]) + (v % (1 << 8 * width)).to_bytes(width, "big")
+
+
+# (value, its encoding): minimal forms, non-minimal unsigned and signed ones, and values no
+# token id can take (negative, 2^32 and up, nil, a float).
+_ENCODED = st.one_of(
+    st.integers(-(1 << 63), (1 << 64) - 1).map(lambda v: ENC.encode(v)),
+    st.tuples(st.integers(0, 255), st.sampled_from([0xcc, 0xcd, 0xce, 0xcf, 0xd0, 0xd1, 0xd2,
+                                                    0xd3])).map(lambda t: _wide(*t)),
+    st.tuples(st.sampled_from([(1 << 32) - 1, 1 << 32, (1 << 63) - 1, 151655, 65535, 65536]),
+              st.sampled_from([0xce, 0xcf, 0xd2, 0xd3])).map(lambda t: _wide(*t)),
+    st.sampled_from([b"\xc0", b"\xca\x00\x00\x00\x00", b"\xff", b"\xe0"]))
+
+
+@needs_native
+@SETTINGS
+@given(items=st.lists(_ENCODED, max_size=40), cut=st.integers(0, 3))
+def test_token_ids_of_every_int_encoding_read_alike(items, cut):
+    """The compiled reader of token ids (``mmlens/native/msgpack_ints.h``: a branch-free read
+    where 9 bytes are left) gives msgspec's ids for any mix of int encodings and widths,
+    non-minimal ones too, and None for any value that is not an id or bytes cut short."""
+    body = b"".join(items)
+    raw = msgspec.Raw((b"\xdc" + len(items).to_bytes(2, "big") + body)[:3 + len(body) - cut
+                                                                       if cut else None])
+    fast = tokens_of(raw)
+    with python_only():
+        slow = tokens_of(raw)
+    assert fast == slow
+
+
+@dataclasses.dataclass(slots=True)
+class _Stored:
+    """A stored event of a class of its own (the fields apply_events reads and writes)."""
+
+    worker: str
+    rank: int
+    seq: int
+    block_hashes: list
+    parent: Any
+    token_ids: Any
+    block_size: int
+    images: Any = None
+    kind: str = "stored"
+    keys: Any = None
+    shapes: Any = None
+
+
+def _apply(events: list[Any]) -> kv_index.WorkerResidency:
+    res = kv_index.WorkerResidency()
+    native.apply_events(res, events, 0, content_keys.pad_images, kv_index._u32_array)
+    return res
+
+
+@needs_native
+def test_event_attributes_follow_their_class_as_it_is_now():
+    """The compiled index reads and writes event attributes at their slots, remembered per
+    type (``mmlens/native/slot_attrs.h``): a class changed since, or an attribute that is
+    not a plain slot (a property of a subclass), is looked up again, not written past."""
+    tokens = array("I", range(32))
+    first = _Stored("w", 0, 1, [1, 2], None, tokens, 16)
+    _apply([first])
+    assert first.keys is not None and len(first.keys) == 2
+    seen = []
+
+    class Watched(_Stored):
+        __slots__ = ()
+
+        @property
+        def keys(self) -> Any:
+            return seen[-1] if seen else None
+
+        @keys.setter
+        def keys(self, value: Any) -> None:
+            seen.append(value)
+
+    watched = Watched("w", 0, 2, [3, 4], None, tokens, 16)
+    seen.clear()  # what its __init__ set
+    _apply([watched, _Stored("w", 0, 3, [5], None, tokens[:16], 16)])
+    assert seen == [first.keys]  # the same tokens from the root: the same keys
+    saved, shapes = _Stored.shapes, list(first.shapes)
+    try:
+        _Stored.shapes = property(lambda self: "read", lambda self, v: seen.append(("s", v)))
+        _apply([_Stored("w", 0, 4, [6], None, tokens[:16], 16)])
+        assert seen[-1] == ("s", shapes[:1])
+    finally:
+        _Stored.shapes = saved
+    again = _Stored("w", 0, 5, [7, 8], None, tokens, 16)
+    _apply([again])
+    assert again.shapes == first.shapes and again.keys == first.keys
+
+
+@needs_native
+@SETTINGS
+@given(ops=st.lists(st.tuples(st.booleans(), st.lists(st.tuples(st.integers(0, 12), REFS),
+                                                     min_size=1, max_size=6)), max_size=12))
+def test_compiled_image_counts_equal_python_block_by_block(ops):
+    """Stores whose blocks each name their own images (runs of one image, images changing
+    within an event, blocks stored again) and removals: the compiled index counts each
+    image's resident blocks as the Python one does."""
+    same_index_both_ways(ops)
