@@ -1,10 +1,12 @@
 """Lab: send test image requests through a router and see what each one got; send the same
 request through a router-mode and a worker-mode router and compare what the engines counted."""
 
+from __future__ import annotations
+
 import random
+from typing import TYPE_CHECKING
 
 import streamlit as st
-from mmlens.collectors.sender import Sender
 from mmlens.ui import shared
 
 from mmlens.analysis.lab_experiment import judge_experiment, same_size_warning, seed_notes
@@ -24,10 +26,11 @@ from mmlens.analysis.views.lab import (
     compare_modes,
     judged,
     models_of,
-    router_modes,
+    modes_of_samples,
     routers,
     step_result,
 )
+from mmlens.analysis.views.routing import MODE_SERIES
 from mmlens.config import RouterTarget
 from mmlens.errors import LayoutError
 from mmlens.layout.families import get_family
@@ -35,13 +38,21 @@ from mmlens.layout.modeldir import resolve_model
 from mmlens.layout.sent import ImagePart
 from mmlens.layout.synthetic_images import synthetic_png
 
+if TYPE_CHECKING:
+    from mmlens.collectors.sender import Sender
+
 st.title("Lab")
 path = shared.require_reader()
+MODES_WINDOW_S = 300.0  # the routers' metrics window (``StoreReader.router_metrics``)
 SEED_TOKENS = 32  # requests sent together stay in flight long enough to see each other
 
 
 @st.cache_resource(show_spinner=False)
 def sender(db: str) -> Sender:
+    # imported on the first send, not the first visit: the sender and its HTTP client
+    # (httpx and 120 modules) were most of the Lab's first script (134 of 170 ms, bench store)
+    from mmlens.collectors.sender import Sender
+
     return Sender(db)
 
 
@@ -147,7 +158,7 @@ with shared.page_guard("Lab"):
         st.info("No router configured yet: add one on the Targets page (or start "
                 "`mmlens dashboard --demo`).")
         st.stop()
-    modes = router_modes(shared.router_metrics(path).mm_processing)
+    modes = modes_of_samples(shared.samples(path, (MODE_SERIES,), MODES_WINDOW_S))
     c1, c2 = st.columns(2)
     urls = {x["name"]: x["url"] for x in known}
     name = c1.selectbox(

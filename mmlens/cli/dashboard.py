@@ -221,6 +221,10 @@ def main(argv: Sequence[str]) -> int:
             # No page writes by a bare expression: "magic" rewrites each page's syntax tree on
             # its first run, 25 of the Inspector's 140 ms cold script (bench store, quiet).
             "--runner.magicEnabled", "false",
+            # No full garbage collection after every script run: it holds the GIL (a fleet
+            # store's heap: 240-490 ms at load 3), so each click's last message waited for it.
+            # Python's own collector still runs as allocations go.
+            "--runner.postScriptGC", "false",
         ]
         print(f"dashboard: http://127.0.0.1:{args.port}", flush=True)
         ui = children.start("streamlit", cmd, env)

@@ -341,6 +341,33 @@ def test_affinity_and_sankey() -> None:
         "x": ["w1", "w2"]}
 
 
+def test_residency_rows_label_only_the_workers_a_cell_lists(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 1,000 workers holding 40 images each, the residency tables are what labelling every
+    worker gave (the page's rows before), while labelling at most 8 workers per image."""
+    from mmlens.analysis.views import affinity as views
+
+    state = [ResidentSummary(f"grpc://h:{i}", 0, images={f"img{k}": 1 + k % 3
+                                                         for k in range(i % 7, 40 + i % 7)})
+             for i in range(1000)]
+    names = {"grpc://h:3": "w3"}
+    several, sets = multi_resident(state), worker_image_sets(state)
+    labelled = [{"image": k[:16], "copies": len(v), "workers": views.listed(
+                    [views.worker_label(w, names) for w in v])}
+                for k, v in sorted(several.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    per_worker = [{"worker": views.worker_label(w, names), "images": len(imgs),
+                   "image blocks": sum(imgs.values()),
+                   "identifiers": views.listed([k[:8] for k in imgs])}
+                  for w, imgs in sets.items()]
+    calls = []
+    real = views.worker_label
+    monkeypatch.setattr(views, "worker_label", lambda w, n=None: calls.append(w) or real(w, n))
+    assert multi_resident_rows(several, names) == labelled
+    assert len(calls) == views.LISTED * len(several)
+    assert labelled[0]["workers"].endswith(f" +{labelled[0]['copies'] - views.LISTED} more")
+    assert worker_rows(sets, names) == per_worker
+
+
 def test_fleet_residency_rows_and_bars_stay_small() -> None:
     """On 30 workers holding one image each and one image everywhere, a table cell names 8
     workers and says how many more, and the resident bars are the 12 fullest workers by name

@@ -49,3 +49,12 @@ def test_magic_is_off_in_the_dashboards_config() -> None:
     assert config["runner"]["magicEnabled"] is False
     dashboard = (REPO / "mmlens" / "cli" / "dashboard.py").read_text()
     assert '"--runner.magicEnabled", "false"' in dashboard
+
+
+def test_no_full_collection_after_each_script_run() -> None:
+    """Streamlit's post-run ``gc.collect(2)`` holds the GIL (240-490 ms on a fleet store's
+    heap), so the dashboard turns it off wherever it is started from."""
+    config = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["postScriptGC"] is False
+    dashboard = (REPO / "mmlens" / "cli" / "dashboard.py").read_text()
+    assert '"--runner.postScriptGC", "false"' in dashboard

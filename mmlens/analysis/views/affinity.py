@@ -4,6 +4,7 @@ each worker's resident images."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from mmlens.analysis.affinity import ImageAffinity
@@ -24,17 +25,20 @@ def image_rows(affinities: Sequence[ImageAffinity], names: Mapping[str, str] | N
 LISTED = 8
 
 
-def listed(items: Sequence[str]) -> str:
-    """The first ``LISTED`` items, then "+N more"."""
+def listed(items: Sequence[str], total: int | None = None) -> str:
+    """The first ``LISTED`` items, then "+N more" (``total``: how many there are, when
+    ``items`` holds only the first ones)."""
+    n = len(items) if total is None else total
     head = ", ".join(items[:LISTED])
-    return head if len(items) <= LISTED else f"{head} +{len(items) - LISTED} more"
+    return head if n <= LISTED else f"{head} +{n - LISTED} more"
 
 
 def multi_resident_rows(several: Mapping[str, Sequence[str]],
                         names: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Most widely resident first."""
+    """Most widely resident first; only the workers a cell lists are labelled (on a fleet an
+    image resident everywhere has 1,000: labelling them all was most of the page's run)."""
     return [{"image": k[:16], "copies": len(v),
-             "workers": listed([worker_label(w, names) for w in v])}
+             "workers": listed([worker_label(w, names) for w in v[:LISTED]], len(v))}
             for k, v in sorted(several.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
@@ -42,4 +46,5 @@ def worker_rows(sets: Mapping[str, Mapping[str, int]], names: Mapping[str, str] 
                 ) -> list[dict[str, Any]]:
     return [{"worker": worker_label(w, names), "images": len(imgs),
              "image blocks": sum(imgs.values()),
-             "identifiers": listed([k[:8] for k in imgs])} for w, imgs in sets.items()]
+             "identifiers": listed([k[:8] for k in islice(imgs, LISTED)], len(imgs))}
+            for w, imgs in sets.items()]

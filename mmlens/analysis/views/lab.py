@@ -4,7 +4,7 @@ one, each step's result with its verdict, and router mode against worker mode.""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,7 +14,8 @@ from mmlens.analysis.lab_plan import NEEDS, SEQUENCES, PlannedStep, StepResult, 
 from mmlens.analysis.request_view import predicted_tokens
 from mmlens.analysis.routing_table import overlap_text
 from mmlens.analysis.views.common import named_headline, worker_label
-from mmlens.records import RequestTrace, Verdict
+from mmlens.analysis.views.routing import MODE_SERIES
+from mmlens.records import MetricSample, RequestTrace, Verdict
 
 _URL = re.compile(r"^(https?://[^\s/:]+(:\d{1,5})?(/\S*)?|data:image/[\w.+-]+;base64,\S+)$")
 
@@ -38,6 +39,20 @@ def router_modes(mm_processing: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         if target and mode and count > best.get(target, (0.0, ""))[0]:
             best[target] = (count, str(mode))
     return {t: mode for t, (_, mode) in best.items()}
+
+
+def modes_of_samples(samples: Iterable[MetricSample]) -> dict[str, str]:
+    """``router_modes`` of the newest sample of each ``smg_mm_processing_total`` series: what
+    the Lab needs of the routers' metrics, from one series' samples."""
+    newest: dict[tuple[str, Any], MetricSample] = {}
+    for s in samples:
+        if s.name != MODE_SERIES:
+            continue
+        seen = newest.get((s.target, s.labels))
+        if seen is None or s.ts >= seen.ts:
+            newest[(s.target, s.labels)] = s
+    return router_modes([{"target": s.target, "mode": s.label("mode"), "count": s.value}
+                         for s in newest.values()])
 
 
 # --- inputs ----------------------------------------------------------------------------------
