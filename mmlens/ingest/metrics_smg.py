@@ -8,9 +8,11 @@ from typing import Any
 from mmlens.ingest.metric_series import SeriesIndex, label, latest, ratio
 from mmlens.ingest.metrics_records import NormalizedMetrics
 
+MM_PROCESSING_LABELS = ("model", "mode", "reason")
+
 
 def normalize_smg(idx: SeriesIndex, out: NormalizedMetrics) -> None:
-    out.mm_processing = idx.counter_rows("smg_mm_processing_total", ("model", "mode", "reason"))
+    out.mm_processing = idx.counter_rows("smg_mm_processing_total", MM_PROCESSING_LABELS)
     out.worker_requests = idx.counter_rows("smg_worker_requests_total", ("worker", "model"))
     for target, labels, points in idx.get("smg_cache_aware_policy_branch_total"):
         out.cache_aware_branches.setdefault(target, {})[label(labels, "branch")] = latest(points)

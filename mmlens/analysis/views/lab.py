@@ -15,6 +15,8 @@ from mmlens.analysis.request_view import predicted_tokens
 from mmlens.analysis.routing_table import overlap_text
 from mmlens.analysis.views.common import named_headline, worker_label
 from mmlens.analysis.views.routing import MODE_SERIES
+from mmlens.ingest.metric_series import SeriesIndex, to_series
+from mmlens.ingest.metrics_smg import MM_PROCESSING_LABELS as MODE_LABELS
 from mmlens.records import MetricSample, RequestTrace, Verdict
 
 _URL = re.compile(r"^(https?://[^\s/:]+(:\d{1,5})?(/\S*)?|data:image/[\w.+-]+;base64,\S+)$")
@@ -42,17 +44,11 @@ def router_modes(mm_processing: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def modes_of_samples(samples: Iterable[MetricSample]) -> dict[str, str]:
-    """``router_modes`` of the newest sample of each ``smg_mm_processing_total`` series: what
-    the Lab needs of the routers' metrics, from one series' samples."""
-    newest: dict[tuple[str, Any], MetricSample] = {}
-    for s in samples:
-        if s.name != MODE_SERIES:
-            continue
-        seen = newest.get((s.target, s.labels))
-        if seen is None or s.ts >= seen.ts:
-            newest[(s.target, s.labels)] = s
-    return router_modes([{"target": s.target, "mode": s.label("mode"), "count": s.value}
-                         for s in newest.values()])
+    """``router_modes`` of the ``smg_mm_processing_total`` rows the routers' normalization
+    makes (``metrics_smg``), from that one series' samples: what the Lab needs of the
+    routers' metrics."""
+    rows = SeriesIndex(to_series(samples)).counter_rows(MODE_SERIES, MODE_LABELS)
+    return router_modes(rows)
 
 
 # --- inputs ----------------------------------------------------------------------------------
