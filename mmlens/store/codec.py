@@ -34,11 +34,10 @@ _TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(RequestTrace))
 def trace_body(t: RequestTrace) -> str:
     """``RequestTrace.to_json`` as JSON text, without its deep copy (msgspec encodes the
     nested records as they are), less the fields at their defaults (``compact_bodies``)."""
-    if t.expected_layout is None:  # msgspec writes the dataclass's fields as the dict below
+    if t.expected_layout is None:
         return _json.encode(compact([t])[0]).decode()
-    out = {name: getattr(t, name) for name in _TRACE_FIELDS}
-    if t.expected_layout is not None:
-        out["expected_layout"] = t.expected_layout.to_json()
+    out = {name: getattr(t, name) for name in _TRACE_FIELDS}  # the layout as its own JSON
+    out["expected_layout"] = t.expected_layout.to_json()
     return _json.encode(out).decode()
 
 
