@@ -45,8 +45,12 @@ class LogFollower:
         self.inode = self._stat()[0]
         self.offset = 0 if from_start else self._stat()[1]
         self.max_line = max_line
-        self.max_read = max_read  # per call: a huge log is read over several ticks
-        self._partial = b""
+        self.max_read = max_read  # per call: a tick reads a backlog over several calls
+        self.backlog = 0  # bytes written to the file and not read yet, as of the last call
+        # Reads land in one buffer kept across calls (a fresh 8 MiB object per read costs
+        # more than the read); its first ``_keep`` bytes are a line not complete yet.
+        self._buf = bytearray()
+        self._keep = 0
         self.seq = self.first_seq = fresh_seq()
 
     def _stat(self) -> tuple[int | None, int]:
@@ -61,7 +65,7 @@ class LogFollower:
 
     def position(self) -> dict[str, int | None]:
         """Where the next complete line starts, and its number."""
-        return {"inode": self.inode, "offset": self.offset - len(self._partial),
+        return {"inode": self.inode, "offset": self.offset - self._keep,
                 "seq": self.seq}
 
     def resume(self, saved: object) -> bool:
@@ -72,7 +76,7 @@ class LogFollower:
         ino, size = self._stat()
         if inode != ino or type(offset) is not int or not 0 <= offset <= size:
             return False
-        self.offset, self._partial = offset, b""
+        self.offset, self._keep = offset, 0
         seq = saved.get("seq")
         if type(seq) is int:
             self.seq = self.first_seq = seq
@@ -81,42 +85,62 @@ class LogFollower:
     def read_new(self) -> list[str]:
         inode, size = self._stat()
         if inode != self.inode or size < self.offset:  # replaced, truncated or rotated
-            self.inode, self.offset, self._partial = inode, 0, b""
+            self.inode, self.offset, self._keep = inode, 0, 0
+        self.backlog = max(0, size - self.offset)
         if size == self.offset:
             return []
         try:
             fd = os.open(self._real, os.O_RDONLY | os.O_NOFOLLOW)  # swapped since the lstat
         except OSError:
             return []
-        with open(fd, "rb") as fh:
+        want, keep = min(size - self.offset, self.max_read), self._keep
+        if len(self._buf) < keep + want:
+            self._buf.extend(bytes(keep + want - len(self._buf)))
+        try:
             if os.fstat(fd).st_ino != inode:
                 return []
-            fh.seek(self.offset)
-            data = fh.read(min(size - self.offset, self.max_read))
-        self.offset += len(data)
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        if len(self._partial) > self.max_line:
-            self._partial = b""
-        out = [ln.decode("utf-8", "replace") for ln in lines if ln.strip()]
+            with memoryview(self._buf) as view:
+                got = os.preadv(fd, [view[keep:keep + want]], self.offset)
+        finally:
+            os.close(fd)
+        self.offset += got
+        self.backlog = max(0, size - self.offset)
+        end = keep + got
+        cut = self._buf.rfind(b"\n", 0, end) + 1
+        with memoryview(self._buf) as view:
+            # One decode for the whole read: no UTF-8 sequence holds a newline byte, so its
+            # lines are those decoded one by one.
+            text = str(view[:cut], "utf-8", "replace") if cut else ""
+            rest = end - cut
+            if rest > self.max_line:
+                rest = 0
+            self._buf[:rest] = bytes(view[cut:cut + rest])
+        self._keep = rest
+        out = [ln for ln in text.split("\n") if ln and not ln.isspace()] if cut else []
         self.first_seq, self.seq = self.seq, self.seq + len(out)
         return out
 
 
 class StreamFollower:
-    """Lines from a blocking stream (stdin), read on a daemon thread."""
+    """Lines from a blocking stream (stdin), read on a daemon thread. At most ``max_buffer``
+    lines wait between reads; past that the oldest are dropped and counted (``dropped``)."""
+
+    backlog = 0  # every call takes what the thread has buffered
 
     def __init__(self, stream: IO[str], max_buffer: int = 100_000) -> None:
         self.lines: deque[str] = deque(maxlen=max_buffer)
+        self.dropped = 0
         self.seq = self.first_seq = fresh_seq()
         self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
         self._thread.start()
 
     def _pump(self, stream: IO[str]) -> None:
+        lines = self.lines
         for line in stream:
             if line.strip():
-                self.lines.append(line)
+                if len(lines) == lines.maxlen:
+                    self.dropped += 1
+                lines.append(line)
 
     def read_new(self) -> list[str]:
         out = []

@@ -56,6 +56,8 @@ from mmlens.store.base import SQLStore
 
 log = logging.getLogger("mmlens.collect")
 
+# The share of a tick's interval its log reading may take while a backlog remains.
+LOG_SHARE = 0.8
 WORKER_LOG = "worker:"  # a worker's own log among the followers (the rest: routers')
 _RUNNERS = itertools.count()  # two runners in one process (tests, a dashboard) are two rows
 
@@ -225,7 +227,7 @@ class CollectorRunner:
     # --- one round ---------------------------------------------------------------------------
 
     def tick(self) -> None:
-        now = time.time()
+        now, started = time.time(), time.monotonic()
         self.store.retry()
         if self.promql is not None:
             samples = self.promql.instant() if self.leads else []
@@ -238,7 +240,8 @@ class CollectorRunner:
             states = [self.router_state.poll(r) for r in self.cfg.routers]
             self.store.set_meta("router_state", states)
 
-        self._read_logs()
+        # A backlog of log lines may take most of the tick, not the rest of it.
+        self._read_logs(started + LOG_SHARE * self.cfg.interval_s)
         self.observed.flush()
         self.kv_side.drain(now, self.shard_health)
         self._evaluate_availability(now)
@@ -253,6 +256,40 @@ class CollectorRunner:
         if self.leads and self.ticks % 12 == 1 and self.store.down_since is None:
             self.store.prune(self.cfg.retention_s, self.cfg.max_mb * 1e6, now)
 
+    def _read_log(self, name: str, follower: LogFollower | StreamFollower) -> bool:
+        """One read of one log, its decisions stored and fragments handed to the sink;
+        whether more is waiting."""
+        h = self.log_health.setdefault(name, CollectorHealth(
+            "worker_logs" if name.startswith(WORKER_LOG) else "router_logs", name))
+        lines = follower.read_new()
+        if getattr(follower, "refused", 0):
+            h.errors["symlink_refused"] = follower.refused
+        if getattr(follower, "dropped", 0):
+            h.errors["lines_dropped"] = follower.dropped
+        h.counters["backlog_bytes"] = getattr(follower, "backlog", 0)
+        if not lines:
+            return False
+        found, frags = read_lines(lines, h.errors,
+                                  self._attempts.setdefault(name, Attempts()),
+                                  getattr(follower, "first_seq", None))
+        if not name.startswith(WORKER_LOG):
+            name_router(frags, name, "config:log_file")
+        # Dynamo says once per model whether it routes images exactly, and why not.
+        if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
+            self.store.set_meta("dynamo_mm_routing", {
+                m: asdict(v) for m, v in self.dynamo_mm_routing.items()})
+        now = time.time()
+        for d in found:
+            if d.ts is None:
+                d.ts = now
+        # Stored on their own: every trace meets its decisions when read (the one join).
+        self.store.add_decisions(found)
+        self.observed.add(frags)
+        h.ok(now)
+        h.count("lines", len(lines))
+        h.count("decisions", len(found))
+        return getattr(follower, "backlog", 0) > 0
+
     def _save_quarantined(self) -> None:
         """The bad items every collector set aside lately, named, when they changed."""
         items = [{"collector": h.collector, "target": h.target, **q}
@@ -261,34 +298,23 @@ class CollectorRunner:
             self.store.set_quarantined(items, self.instance)
             self._quarantined = items
 
-    def _read_logs(self) -> None:
-        for name, follower in self.followers.items():
-            h = self.log_health.setdefault(name, CollectorHealth(
-                "worker_logs" if name.startswith(WORKER_LOG) else "router_logs", name))
-            lines = follower.read_new()
-            if getattr(follower, "refused", 0):
-                h.errors["symlink_refused"] = follower.refused
-            if not lines:
-                continue
-            found, frags = read_lines(lines, h.errors,
-                                      self._attempts.setdefault(name, Attempts()),
-                                      getattr(follower, "first_seq", None))
-            if not name.startswith(WORKER_LOG):
-                name_router(frags, name, "config:log_file")
-            # Dynamo says once per model whether it routes images exactly, and why not.
-            if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
-                self.store.set_meta("dynamo_mm_routing", {
-                    m: asdict(v) for m, v in self.dynamo_mm_routing.items()})
-            now = time.time()
-            for d in found:
-                if d.ts is None:
-                    d.ts = now
-            # Stored on their own: every trace meets its decisions when read (the one join).
-            self.store.add_decisions(found)
-            self.observed.add(frags)
-            h.ok(now)
-            h.count("lines", len(lines))
-            h.count("decisions", len(found))
+    def _read_logs(self, deadline: float) -> None:
+        """Each followed log read up to its end, or until ``deadline`` (monotonic) while a
+        backlog remains: the logs in turn, one read (``LogFollower.max_read``) each per
+        round, so one busy log does not starve the rest, and the positions saved after each
+        round. What is left unread is the log's ``backlog_bytes`` (the Overview then says
+        the collector is behind)."""
+        pending = list(self.followers.items())
+        while pending:
+            pending = [(name, f) for name, f in pending if self._read_log(name, f)]
+            self._save_positions()
+            if time.monotonic() >= deadline:
+                break
+
+    def logs_behind(self) -> bool:
+        return any(getattr(f, "backlog", 0) > 0 for f in self.followers.values())
+
+    def _save_positions(self) -> None:
         # The lines read count as read once their decisions are stored or in a spill file
         # (what only this process holds would be lost with it).
         if self.store.down_since is None and not self.store.held_in_memory:
@@ -304,7 +330,7 @@ class CollectorRunner:
         self.traces.record_all(traces)
 
     def flush(self) -> None:
-        self._read_logs()
+        self._read_logs(time.monotonic() + LOG_SHARE * self.cfg.interval_s)
         self.observed.flush(force=True)
         self.kv_side.drain(time.time(), self.shard_health)
         self._evaluate_availability(time.time(), settle_s=0.0)
@@ -401,6 +427,8 @@ class CollectorRunner:
                 if end is not None and time.monotonic() >= end:
                     break
                 wait = self.cfg.interval_s - (time.monotonic() - started)
+                if self.logs_behind():  # catching up: the next tick at once
+                    wait = 0.0
                 if end is not None:
                     wait = min(wait, end - time.monotonic())
                 if wait > 0:

@@ -19,6 +19,10 @@ from mmlens.ingest.router_logs import parsed_objects
 
 ANY_MODEL = "*"
 _NOT_SUPPORTED = " is not supported for MM-aware KV routing"
+# Text each model-level line holds (ASCII, so verbatim in its JSON too): the lines without
+# any are not parsed (an SMG log holds none, and a Dynamo log holds them once per model).
+_MODEL_LINE_MARKS = ("MM-aware KV routing", "image-placeholder token id",
+                     "routing image prompt could not be resolved")
 
 
 @dataclass(slots=True)
@@ -77,7 +81,10 @@ def model_mm_routing(lines: Iterable[str]) -> dict[str, ModelMmRouting]:
     def entry(model: str) -> ModelMmRouting:
         return out.setdefault(model, ModelMmRouting(model))
 
-    for obj in parsed_objects(lines):
+    marks = _MODEL_LINE_MARKS
+    model_lines = [line for line in lines
+                   if marks[0] in line or marks[1] in line or marks[2] in line]
+    for obj in parsed_objects(model_lines):
         if obj.get("request_id") or obj.get("x_request_id"):
             continue
         msg = str(obj.get("message", ""))

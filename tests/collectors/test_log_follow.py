@@ -3,10 +3,14 @@ where the last one stopped (no decision stored twice); rotation and truncation s
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import time
 
-from mmlens.collectors.log_follow import LogFollower
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mmlens.collectors.log_follow import LogFollower, StreamFollower
 from mmlens.collectors.runner import CollectorRunner
 
 from mmlens.config import Config, RouterTarget
@@ -112,3 +116,92 @@ def test_a_symlink_swapped_in_for_the_log_is_not_followed(tmp_path) -> None:
     (tmp_path / "link.log").symlink_to(log)
     g = LogFollower(str(tmp_path / "link.log"))
     assert g.read_new() == ["two"] and g.refused == 0
+
+
+def _lines(n: int, tag: str) -> str:
+    return "".join(GOOD.replace("r-1", f"{tag}-{i}") + "\n" for i in range(n))
+
+
+def test_one_tick_reads_a_backlog_past_one_read_and_says_what_it_left(tmp_path) -> None:
+    log, db = tmp_path / "smg.log", tmp_path / "s.db"
+    log.write_text(_lines(300, "a"))
+    runner = _runner(db, log)
+    follower = runner.followers["smg"]
+    follower.max_read = 4096  # ~25 lines a read: the backlog takes a dozen reads
+    runner._read_logs(time.monotonic() + 60)
+    h = runner.log_health["smg"]
+    assert h.counters["lines"] == 300 and h.counters["backlog_bytes"] == 0
+    assert _decisions(db) == 300 and not runner.logs_behind()
+    # Past its deadline a tick still reads once, and says how much is left.
+    with log.open("a") as fh:
+        fh.write(_lines(300, "b"))
+    runner._read_logs(time.monotonic() - 1)
+    left = log.stat().st_size - follower.offset
+    assert 0 < left == h.counters["backlog_bytes"] and runner.logs_behind()
+    assert 300 < h.counters["lines"] < 600
+    runner._read_logs(time.monotonic() + 60)
+    assert h.counters["lines"] == 600 and _decisions(db) == 600
+    runner.close()
+    runner.store.close()
+
+
+def test_logs_are_read_in_turn_so_a_busy_one_starves_no_other(tmp_path) -> None:
+    busy, quiet, db = tmp_path / "busy.log", tmp_path / "quiet.log", tmp_path / "s.db"
+    busy.write_text(_lines(400, "busy"))
+    quiet.write_text(_lines(3, "quiet"))
+    cfg = Config(routers=[RouterTarget(name, "smg", "http://127.0.0.1:9",
+                                       discover_workers=False, log_file=str(path))
+                          for name, path in (("busy", busy), ("quiet", quiet))])
+    runner = CollectorRunner(cfg, Store(db))
+    runner.setup()
+    for f in runner.followers.values():
+        f.max_read = 4096
+    runner._read_logs(time.monotonic() - 1)  # one round only
+    assert runner.log_health["quiet"].counters["lines"] == 3
+    assert 0 < runner.log_health["busy"].counters["lines"] < 400
+    runner.close()
+    runner.store.close()
+
+
+def test_a_stream_follower_counts_the_lines_it_had_to_drop(tmp_path) -> None:
+    stream = StreamFollower(io.StringIO(_lines(10, "s")), max_buffer=3)
+    stream._thread.join(5)
+    assert stream.dropped == 7
+    cfg = Config(routers=[])
+    runner = CollectorRunner(cfg, Store(tmp_path / "s.db"), log_streams={"stdin": stream})
+    runner._read_logs(time.monotonic() + 5)
+    h = runner.log_health["stdin"]
+    assert h.errors["lines_dropped"] == 7 and h.counters["lines"] == 3
+    assert _decisions(tmp_path / "s.db") == 3  # the newest three
+    runner.close()
+    runner.store.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.binary(max_size=40).map(
+           lambda b: b.replace(b"!", b"\n").replace(b"#", b"\xe2\x82").replace(b"%", b" ")),
+           max_size=12),
+       max_read=st.integers(1, 64))
+def test_reads_split_anywhere_give_the_lines_each_decoded_alone(tmp_path_factory, pieces,
+                                                                max_read) -> None:
+    """Whatever the bytes (cut UTF-8 sequences, blank and space-only lines) and however the
+    writes and reads split them, the lines read are the file's complete lines, each decoded
+    as it would be alone, blank ones left out."""
+    log = tmp_path_factory.mktemp("follow") / "x.log"
+    log.write_bytes(b"")
+    f = LogFollower(str(log), max_read=max_read)
+    got: list[str] = []
+    for piece in pieces:
+        with log.open("ab") as fh:
+            fh.write(piece)
+        while True:
+            lines = f.read_new()
+            got += lines
+            if not f.backlog:
+                break
+    whole = b"".join(pieces)
+    complete = whole[:whole.rfind(b"\n") + 1].split(b"\n")
+    want = [s for s in (b.decode("utf-8", "replace") for b in complete)
+            if s and not s.isspace()]
+    assert got == want
+    assert f.position()["offset"] == whole.rfind(b"\n") + 1

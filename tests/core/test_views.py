@@ -106,3 +106,15 @@ def test_dynamo_events_chart_keeps_the_pairs_that_happened() -> None:
     assert applied_events(m) == {"demo": {"stored/ok": 16.0}}
     targets = {"routers": [{"name": "demo", "kind": "dynamo"}, {"name": "s", "kind": "smg"}]}
     assert routers_of_kind(targets, "smg") == ["s"] and routers_of_kind(None, "smg") == []
+
+
+def test_overview_says_when_the_collector_is_behind_on_a_log_or_dropped_lines() -> None:
+    behind = CollectorHealth("router_logs", "smg", counters={"backlog_bytes": 25_300_000,
+                                                              "lines": 10})
+    dropped = CollectorHealth("router_logs", "stdin", errors={"lines_dropped": 1234},
+                              counters={"backlog_bytes": 0})
+    caught_up = CollectorHealth("worker_logs", "worker:w1", counters={"backlog_bytes": 0})
+    notes = overview_view(Snapshot(health=[behind, dropped, caught_up]), [], 0.0).store_notes
+    assert [s for s, _ in notes] == ["warning", "error"]
+    assert "behind on the log `smg`: 25.3 MB not read yet" in notes[0][1]
+    assert notes[1][1].startswith("1,234 lines of the log `stdin` were dropped")

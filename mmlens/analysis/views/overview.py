@@ -66,6 +66,25 @@ def store_notes(snap: Snapshot) -> list[tuple[str, str]]:
     return notes
 
 
+def log_notes(snap: Snapshot) -> list[tuple[str, str]]:
+    """Banners from the log followers' health rows: a log the collector is behind on (what
+    its last tick left unread), lines a stream follower had to drop."""
+    notes: list[tuple[str, str]] = []
+    for h in snap.health:
+        if h.collector not in ("router_logs", "worker_logs"):
+            continue
+        behind = int(h.counters.get("backlog_bytes", 0) or 0)
+        if behind:
+            notes.append(("warning", f"The collector is behind on the log `{h.target}`: "
+                          f"{behind / 1e6:,.1f} MB not read yet at its last tick (it reads on "
+                          "without waiting; requests there show up late)."))
+        dropped = int(h.errors.get("lines_dropped", 0) or 0)
+        if dropped:
+            notes.append(("error", f"{dropped:,} lines of the log `{h.target}` were dropped: "
+                          "they came faster than the collector read them from its stream."))
+    return notes
+
+
 def overview_view(snap: Snapshot, more_alerts: list[Alert], now: float) -> OverviewView:
     if not snap.health and not snap.traces:
         return OverviewView(has_data=False)
@@ -74,7 +93,8 @@ def overview_view(snap: Snapshot, more_alerts: list[Alert], now: float) -> Overv
         alerts=alerts(snap, snap.traces, now) + more_alerts,
         targets=target_rows(snap, now), shards=shard_rows(snap, now),
         router_workers=router_workers(snap), routers_down=routers_down(snap),
-        prometheus=(snap.targets or {}).get("prometheus"), store_notes=store_notes(snap))
+        prometheus=(snap.targets or {}).get("prometheus"),
+        store_notes=store_notes(snap) + log_notes(snap))
 
 
 def mark_routers_down(rows: Sequence[dict[str, Any]], down: Sequence[str],
