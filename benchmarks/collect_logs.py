@@ -25,12 +25,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mmlens.collectors.observed_sink import ObservedSink
@@ -42,6 +44,25 @@ from mmlens.store.sqlite import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK = os.sysconf("SC_CLK_TCK")
+
+
+def stamper(sample: str):
+    """A function putting a time into the capture's lines: SMG's whole-second ``timestamp``
+    and the cache trace's ``dispatch_timestamp_ns`` (the capture is from one second), so the
+    collector reads a live log, not one a week old (its verdicts would take every line for
+    a late one)."""
+    m = re.search(r'"timestamp":"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"', sample)
+    assert m is not None, "no SMG timestamp in the capture"
+    at = m.group(1)
+    secs = str(int(datetime.fromisoformat(at).replace(tzinfo=UTC).timestamp()))
+    ts_from, ns_from = f'"timestamp":"{at}"', f'dispatch_timestamp_ns\\":{secs}'
+    assert sample.count(ts_from) == sample.count('"timestamp":"') and ns_from in sample
+
+    def stamp(text: str, now: float) -> str:
+        wall = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now))
+        return text.replace(ts_from, f'"timestamp":"{wall}"').replace(
+            ns_from, f'dispatch_timestamp_ns\\":{int(now)}')
+    return stamp
 
 
 def config(tmp: Path, log: Path, interval: float) -> Path:
@@ -142,8 +163,9 @@ def in_process(lines: list[str], tmp: Path) -> tuple[int, float]:
 
 def backlog_run(requests: int, interval: float) -> dict:
     chunks = [c for _, c in log_lines("smg_1.13", max(1, requests // 5))]
-    lines = [line for c in chunks for line in c]
-    text = "".join(line + "\n" for line in lines)
+    stamp = stamper("\n".join(chunks[0]))
+    text = stamp("".join(line + "\n" for c in chunks for line in c), time.time())
+    lines = text.splitlines()
     with tempfile.TemporaryDirectory() as tmp:
         expected, floor_s = in_process(lines, Path(tmp))
         col = Collector(Path(tmp), interval)
@@ -163,9 +185,10 @@ def backlog_run(requests: int, interval: float) -> dict:
 
 def sustained_run(rate: float, seconds: float, interval: float) -> dict:
     copies = max(1, int(rate * seconds / 5))
-    per_copy = [c for _, c in log_lines("smg_1.13", copies)]
+    per_copy = ["".join(line + "\n" for line in c) for _, c in log_lines("smg_1.13", copies)]
+    stamp = stamper(per_copy[0])
     with tempfile.TemporaryDirectory() as tmp:
-        expected = sum(len(read_lines(c)[0]) for c in per_copy)
+        expected = sum(len(read_lines(c.splitlines())[0]) for c in per_copy)
         col = Collector(Path(tmp), interval)
         samples: list[int] = []
         try:
@@ -175,8 +198,7 @@ def sustained_run(rate: float, seconds: float, interval: float) -> dict:
                 while written < len(per_copy):
                     due = min(len(per_copy), int((time.monotonic() - start) * rate / 5) + 1)
                     if due > written:
-                        fh.write("".join(line + "\n" for c in per_copy[written:due]
-                                         for line in c))
+                        fh.write(stamp("".join(per_copy[written:due]), time.time()))
                         fh.flush()
                         written = due
                     now = time.monotonic()

@@ -53,13 +53,13 @@ class LogFollower:
         self._keep = 0
         self.seq = self.first_seq = fresh_seq()
 
-    def _stat(self) -> tuple[int | None, int]:
+    def _stat(self, count: bool = True) -> tuple[int | None, int]:
         try:
             st = os.lstat(self._real)
         except OSError:
             return None, 0
         if stat.S_ISLNK(st.st_mode):
-            self.refused += 1
+            self.refused += count
             return None, 0
         return st.st_ino, st.st_size
 
@@ -81,6 +81,11 @@ class LogFollower:
         if type(seq) is int:
             self.seq = self.first_seq = seq
         return True
+
+    def has_new(self) -> bool:
+        """Whether the file grew, shrank or was replaced since the last read."""
+        inode, size = self._stat(count=False)  # the read that follows counts a refusal
+        return inode != self.inode or size != self.offset
 
     def read_new(self) -> list[str]:
         inode, size = self._stat()
@@ -141,6 +146,9 @@ class StreamFollower:
                 if len(lines) == lines.maxlen:
                     self.dropped += 1
                 lines.append(line)
+
+    def has_new(self) -> bool:
+        return bool(self.lines)
 
     def read_new(self) -> list[str]:
         out = []

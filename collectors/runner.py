@@ -58,6 +58,8 @@ log = logging.getLogger("mmlens.collect")
 
 # The share of a tick's interval its log reading may take while a backlog remains.
 LOG_SHARE = 0.8
+# How soon between ticks lines appended to a followed log are read.
+LOG_POLL_S = 0.25
 WORKER_LOG = "worker:"  # a worker's own log among the followers (the rest: routers')
 _RUNNERS = itertools.count()  # two runners in one process (tests, a dashboard) are two rows
 
@@ -432,12 +434,29 @@ class CollectorRunner:
                 if end is not None:
                     wait = min(wait, end - time.monotonic())
                 if wait > 0:
-                    stop.wait(wait)
+                    self._wait_reading_logs(stop, wait)
             self.stop_kv()  # the KV thread drains its sockets and open replays first
             guarded("tick", self.tick, self.supervisor_health)
             guarded("flush", self.flush, self.supervisor_health)
         finally:
             self.close()
+
+    def _wait_reading_logs(self, stop: threading.Event, wait: float) -> None:
+        """The wait between ticks, in which lines appended to a followed log are read (and
+        their requests written) within ``LOG_POLL_S``, not at the next tick."""
+        due = time.monotonic() + wait
+        while True:
+            left = due - time.monotonic()
+            if left <= 0 or stop.wait(min(LOG_POLL_S, left)):
+                return
+            if any(f.has_new() for f in self.followers.values() if hasattr(f, "has_new")):
+                guarded("logs", lambda: self._read_logs_now(due), self.supervisor_health)
+
+    def _read_logs_now(self, due: float) -> None:
+        self._read_logs(due)
+        self.observed.flush()
+        self.store.set_health([*self.log_health.values(), self.observed.health], time.time(),
+                              self.instance)
 
     def stop_kv(self, timeout_s: float = 5.0) -> None:
         self.kv_side.stop(timeout_s)

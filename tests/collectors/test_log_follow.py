@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 import time
 
 from hypothesis import given, settings
@@ -205,3 +206,33 @@ def test_reads_split_anywhere_give_the_lines_each_decoded_alone(tmp_path_factory
             if s and not s.isspace()]
     assert got == want
     assert f.position()["offset"] == whole.rfind(b"\n") + 1
+
+
+def test_lines_appended_between_ticks_are_stored_within_a_poll_not_at_the_next_tick(
+        tmp_path) -> None:
+    log, db = tmp_path / "smg.log", tmp_path / "s.db"
+    log.write_text("")
+    cfg = Config(interval_s=60.0, routers=[RouterTarget(
+        "smg", "smg", "http://127.0.0.1:9", discover_workers=False, log_file=str(log))])
+    runner = CollectorRunner(cfg, Store(db))
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while runner.ticks < 1 and time.monotonic() < deadline:  # the first tick is done
+            time.sleep(0.05)
+        assert runner.ticks == 1
+        with log.open("a") as fh:
+            fh.write(_lines(20, "late"))
+        appended = time.monotonic()
+        while _decisions(db) < 20 and time.monotonic() < appended + 10:
+            time.sleep(0.05)
+        assert _decisions(db) == 20 and time.monotonic() - appended < 5  # not 60 s
+        assert runner.ticks == 1  # read between ticks
+        assert runner.log_health["smg"].counters["lines"] == 20
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    runner.store.close()
