@@ -91,6 +91,7 @@ class CollectorRunner:
         self.promql = PromQLSource(prom) if prom is not None else None
         self.followers: dict[str, LogFollower | StreamFollower] = dict(log_streams or {})
         self._attempts: dict[str, Attempts] = {}  # SMG's retries, per router log
+        self._kinds: dict[str, str] = {}  # a followed router log's kind
         self.log_health: dict[str, CollectorHealth] = {}
         self._log_positions: dict[str, Any] = {}
         self.dynamo_mm_routing: dict[str, ModelMmRouting] = {}
@@ -153,6 +154,7 @@ class CollectorRunner:
         """Follow its log; on SMG with ``discover_workers``, add the workers it lists."""
         if router.log_file and router.name not in self.followers:
             self.followers[router.name] = LogFollower(router.log_file)
+        self._kinds[router.name] = router.kind
         if router.discover_workers:
             state = self.router_state.poll(router)
             for w in RouterStateCollector.workers_of(state):
@@ -276,8 +278,10 @@ class CollectorRunner:
                                   getattr(follower, "first_seq", None))
         if not name.startswith(WORKER_LOG):
             name_router(frags, name, "config:log_file")
-        # Dynamo says once per model whether it routes images exactly, and why not.
-        if merge_mm_routing(self.dynamo_mm_routing, model_mm_routing(lines)):
+        # Dynamo says once per model whether it routes images exactly, and why not (an SMG
+        # router's log has no such line).
+        if self._kinds.get(name) != "smg" and merge_mm_routing(self.dynamo_mm_routing,
+                                                                model_mm_routing(lines)):
             self.store.set_meta("dynamo_mm_routing", {
                 m: asdict(v) for m, v in self.dynamo_mm_routing.items()})
         now = time.time()
