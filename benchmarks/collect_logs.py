@@ -15,8 +15,9 @@ request and trace ids (``observed_ingest.log_lines``). Two runs, each on a fresh
   ``observed_ingest.py`` times) on the same lines: the ratio is what the collector around it
   costs.
 - sustained: lines appended at R requests/s for T s in 0.1 s slices; the collector's unread
-  backlog (its health row's ``backlog_bytes``) sampled each second, the most it reached, and
-  how long after the last append every decision was counted.
+  backlog (its health row's ``backlog_bytes``) sampled each second, the most it reached, how
+  long after the last append every decision was counted, and its CPU over that whole time
+  (the verdict and availability jobs judging the requests included).
 """
 
 from __future__ import annotations
@@ -243,7 +244,8 @@ def main() -> None:
           f"({s['requests']} requests, {s['decisions']} decisions); most unread "
           f"{s['max_backlog_mb']:.1f} MB; every decision counted {s['drain_s']:.2f} s after "
           f"the last append; store holds {s['stored']}; collector {s['cpu_s']:.1f} CPU-s "
-          f"({s['cpu_s'] / s['seconds']:.0%} of a core)")
+          f"({s['cpu_s'] / (s['seconds'] + s['drain_s']):.0%} of a core from the first "
+          "append to the last decision counted)")
     if args.json:
         print(json.dumps({"collect_logs": {"backlog": b, "sustained": s}}))
 

@@ -136,7 +136,7 @@ def collect_rows(f: dict) -> list[Row]:
                 f"the parse-and-store loop alone {floor:,.0f}", f"{rate / floor:.2f}×",
                 "every decision stored", b["stored"] == b["decisions"]),
             Row(f"`mmlens collect` at {s['rate']:,.0f} SMG requests/s for {s['seconds']:.0f} s",
-                f"{s['cpu_s'] / s['seconds']:.0%} of a core; most unread "
+                f"{s['cpu_s'] / (s['seconds'] + s['drain_s']):.0%} of a core; most unread "
                 f"{s['max_backlog_mb']:.1f} MB; caught up {s['drain_s']:.1f} s after the "
                 f"last line; {s['stored']:,} of {s['decisions']:,} stored", "—", "—",
                 "keeps up: caught up within one interval, every decision stored",
