@@ -446,8 +446,9 @@ class CollectorRunner:
             self.close()
 
     def _wait_reading_logs(self, stop: threading.Event, wait: float) -> None:
-        """The wait between ticks, in which lines appended to a followed log are read (and
-        their requests written) within ``LOG_POLL_S``, not at the next tick."""
+        """The wait between ticks, in which lines appended to a followed log are read within
+        ``LOG_POLL_S`` (their decisions stored then) and requests are written once the sink
+        has held them its ``hold_s``, not at the next tick."""
         due = time.monotonic() + wait
         while True:
             left = due - time.monotonic()
@@ -455,6 +456,8 @@ class CollectorRunner:
                 return
             if any(f.has_new() for f in self.followers.values() if hasattr(f, "has_new")):
                 guarded("logs", lambda: self._read_logs_now(due), self.supervisor_health)
+            elif self.observed.pending():  # requests held for late fragments, once settled
+                guarded("flush", self.observed.flush, self.supervisor_health)
 
     def _read_logs_now(self, due: float) -> None:
         self._read_logs(due)

@@ -32,9 +32,13 @@ def _runner(db, log) -> CollectorRunner:
 
 
 def _decisions(db) -> int:
+    return _count(db, "decisions")
+
+
+def _count(db, table: str) -> int:
     store = Store(db)
     try:
-        return store.db.execute("SELECT count(*) FROM decisions").fetchone()[0]
+        return store.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     finally:
         store.close()
 
@@ -119,8 +123,13 @@ def test_a_symlink_swapped_in_for_the_log_is_not_followed(tmp_path) -> None:
     assert g.read_new() == ["two"] and g.refused == 0
 
 
+# A served request's line (its span names the request path): a decision and a fragment.
+SERVED = GOOD.replace('{"request_id": "r-1"}',
+                      '{"request_id": "r-1", "path": "/v1/chat/completions"}')
+
+
 def _lines(n: int, tag: str) -> str:
-    return "".join(GOOD.replace("r-1", f"{tag}-{i}") + "\n" for i in range(n))
+    return "".join(SERVED.replace("r-1", f"{tag}-{i}") + "\n" for i in range(n))
 
 
 def test_one_tick_reads_a_backlog_past_one_read_and_says_what_it_left(tmp_path) -> None:
@@ -229,7 +238,11 @@ def test_lines_appended_between_ticks_are_stored_within_a_poll_not_at_the_next_t
         while _decisions(db) < 20 and time.monotonic() < appended + 10:
             time.sleep(0.05)
         assert _decisions(db) == 20 and time.monotonic() - appended < 5  # not 60 s
-        assert runner.ticks == 1  # read between ticks
+        while _count(db, "traces") < 20 and time.monotonic() < appended + 10:
+            time.sleep(0.05)
+        assert _count(db, "traces") == 20  # written once held the sink's hold_s
+        assert time.monotonic() - appended < 5
+        assert runner.ticks == 1  # read and written between ticks
         assert runner.log_health["smg"].counters["lines"] == 20
     finally:
         stop.set()

@@ -4,6 +4,8 @@ alone and named; the other 299 decisions are stored, also after a restart of the
 
 from __future__ import annotations
 
+import signal
+import sqlite3
 from pathlib import Path
 
 import httpx
@@ -13,6 +15,7 @@ from mmlens.collectors.runner import CollectorRunner
 from mmlens.config import Config, RouterTarget
 from mmlens.store.reader import StoreReader
 from mmlens.store.sqlite import Store
+from tests.faults.harness import collect_process, wait_for
 from tests.fixtures_path import capture
 
 pytestmark = pytest.mark.faults
@@ -81,3 +84,53 @@ def test_a_line_the_store_cannot_hold_is_set_aside_alone(tmp_path: Path) -> None
     # A restarted collector resumes after what was read: nothing again, nothing missing.
     collect(log, db, [])
     assert sorted(stored_decisions(db)) == sorted(ids)
+
+
+def _decision_ids(db: Path) -> list[str]:
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return [r for (r,) in con.execute("SELECT request_id FROM decisions")]
+    except sqlite3.OperationalError:  # not created yet
+        return []
+    finally:
+        con.close()
+
+
+def test_kill_9_in_the_middle_of_a_backlog_loses_no_decision(tmp_path: Path) -> None:
+    """`mmlens collect` killed with SIGKILL while it reads a 60 MB log several 8 MiB reads at
+    a time, then started again on the same store: every decision is stored; what the dead one
+    stored after its last saved position is read again (at most one read's lines)."""
+    n = 20_000
+    log, db, config = tmp_path / "smg.log", tmp_path / "m.db", tmp_path / "m.toml"
+    lines = smg_lines(n + 1, bad_at=n)[:n]  # one decision each, every request id its own
+    log.write_text("".join(line + "\n" for line in lines))
+    per_read = (8 << 20) // len(lines[0].encode())
+    config.write_text(f'[store]\nretention_s = 1e10\n[[router]]\nname = "smg"\nkind = "smg"\n'
+                      f'url = "http://127.0.0.1:9"\ndiscover_workers = false\n'
+                      f'log_file = "{log}"\n')
+    first = collect_process(config, db)
+    try:
+        wait_for(lambda: _decision_ids(db), 60, "the first decisions stored")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    at_kill = len(_decision_ids(db))
+    assert 0 < at_kill < n  # killed in the middle of the backlog
+    second = collect_process(config, db)
+    try:
+        wait_for(lambda: len(set(_decision_ids(db))) >= n, 120, "every decision stored")
+    finally:
+        second.terminate()
+        second.wait(30)
+    ids = _decision_ids(db)
+    again = len(ids) - len(set(ids))
+    print(f"\nkill -9 mid-backlog: published {n} decisions, {at_kill} stored at the kill, "
+          f"{len(set(ids))} stored in the end, lost {n - len(set(ids))}, read again {again} "
+          f"(one read holds {per_read} lines)")
+    assert len(set(ids)) == n and set(ids) == {f"mmlens-{i:016x}" for i in range(n)}
+    assert again <= per_read
