@@ -308,13 +308,15 @@ class CollectorRunner:
         """Each followed log read up to its end, or until ``deadline`` (monotonic) while a
         backlog remains: the logs in turn, one read (``LogFollower.max_read``) each per
         round, so one busy log does not starve the rest, and the positions saved after each
-        round. What is left unread is the log's ``backlog_bytes`` (the Overview then says
-        the collector is behind)."""
+        round; while the store is down, one round. What is left unread is the log's
+        ``backlog_bytes`` (the Overview then says the collector is behind)."""
         pending = list(self.followers.items())
         while pending:
             pending = [(name, f) for name, f in pending if self._read_log(name, f)]
             self._save_positions()
-            if time.monotonic() >= deadline:
+            # A store that is down holds what is read in memory, then in a spill file: the
+            # log file itself keeps the rest better, so one round a tick until it is back.
+            if time.monotonic() >= deadline or self.store.down_since is not None:
                 break
 
     def logs_behind(self) -> bool:
@@ -454,7 +456,8 @@ class CollectorRunner:
             left = due - time.monotonic()
             if left <= 0 or stop.wait(min(LOG_POLL_S, left)):
                 return
-            if any(f.has_new() for f in self.followers.values() if hasattr(f, "has_new")):
+            if self.store.down_since is None and any(
+                    f.has_new() for f in self.followers.values() if hasattr(f, "has_new")):
                 guarded("logs", lambda: self._read_logs_now(due), self.supervisor_health)
             elif self.observed.pending():  # requests held for late fragments, once settled
                 guarded("flush", self.observed.flush, self.supervisor_health)

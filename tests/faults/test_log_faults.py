@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ from mmlens.config import Config, RouterTarget
 from mmlens.store.reader import StoreReader
 from mmlens.store.sqlite import Store
 from tests.faults.harness import collect_process, wait_for
+from tests.faults.test_store_outages import fill, small_disk
 from tests.fixtures_path import capture
 
 pytestmark = pytest.mark.faults
@@ -134,3 +136,39 @@ def test_kill_9_in_the_middle_of_a_backlog_loses_no_decision(tmp_path: Path) -> 
           f"(one read holds {per_read} lines)")
     assert len(set(ids)) == n and set(ids) == {f"mmlens-{i:016x}" for i in range(n)}
     assert again <= per_read
+
+
+def test_a_store_that_is_down_leaves_the_backlog_in_the_log(tmp_path: Path) -> None:
+    """A full disk under the store: a tick reads one round of the log, not the whole backlog
+    into memory and the spill file; once the store is back the rest is read, every decision
+    stored once."""
+    with small_disk(tmp_path / "disk", "64m") as disk:  # room for the 2,000 when back
+        log, db = tmp_path / "smg.log", disk / "s.db"
+        lines = smg_lines(2001, bad_at=2000)[:2000]
+        log.write_text("".join(line + "\n" for line in lines))
+        cfg = Config(routers=[RouterTarget("smg", "smg", "http://127.0.0.1:9",
+                                           log_file=str(log), discover_workers=False)],
+                     retention_s=1e10)
+        runner = CollectorRunner(cfg, Store(db), http=httpx.Client(
+            transport=httpx.MockTransport(lambda request: httpx.Response(503))))
+        try:
+            runner.setup()
+            follower = runner.followers["smg"]
+            follower.max_read = 64 << 10  # ~22 lines a read: the log is ~90 reads
+            fill(disk)
+            runner._read_logs(time.monotonic() + 30)
+            assert runner.store.down_since is not None
+            h = runner.log_health["smg"]
+            assert 0 < h.counters["lines"] <= 2 * (64 << 10) // len(lines[0]) + 1
+            assert h.counters["backlog_bytes"] > 0.9 * log.stat().st_size
+            (disk / "filler").unlink()
+            wait_for(runner.store.retry, 30, "the store back")
+            runner._read_logs(time.monotonic() + 30)
+            assert h.counters["lines"] == 2000 and h.counters["backlog_bytes"] == 0
+        finally:
+            runner.close()
+            runner.store.close()
+        ids = stored_decisions(db)
+    print(f"\nSMG log, store down: published 2000 decisions, stored {len(set(ids))}, "
+          f"duplicates {len(ids) - len(set(ids))}")
+    assert len(ids) == len(set(ids)) == 2000
