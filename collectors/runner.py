@@ -435,8 +435,8 @@ class CollectorRunner:
                 if end is not None and time.monotonic() >= end:
                     break
                 wait = self.cfg.interval_s - (time.monotonic() - started)
-                if self.logs_behind():  # catching up: the next tick at once
-                    wait = 0.0
+                if self.logs_behind() and self.store.down_since is None:
+                    wait = 0.0  # catching up: the next tick at once
                 if end is not None:
                     wait = min(wait, end - time.monotonic())
                 if wait > 0:
