@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mmlens.collectors.observed_sink import ObservedSink
-from observed_ingest import TICK_LINES, log_lines
+from observed_ingest import log_lines, store_lines
 
 from mmlens.cli.gc_tuning import tune_gc
 from mmlens.ingest.observed_logs import read_lines
@@ -67,7 +67,7 @@ def stamper(sample: str):
 
 
 def config(tmp: Path, log: Path, interval: float) -> Path:
-    # The capture's lines are from 1 December: a retention that keeps them; the router's
+    # The store's bounds out of the way (pruning is not what is measured); the router's
     # address answers nothing (its /workers poll fails fast, as with a router down).
     path = tmp / "mmlens.toml"
     path.write_text(f'interval_s = {interval}\n[store]\nretention_s = 1e9\nmax_mb = 1e6\n'
@@ -144,19 +144,12 @@ class Collector:
 
 
 def in_process(lines: list[str], tmp: Path) -> tuple[int, float]:
-    """(decisions, CPU seconds) of the parse-and-store loop alone, in reads the follower's
-    size."""
+    """(decisions, CPU seconds) of the parse-and-store loop alone (``observed_ingest``'s)."""
     store = Store(tmp / "floor.db")
     sink = ObservedSink(store.add_traces, store.add_decisions, hold_s=0.0)
     tune_gc()
-    n = 0
     t0 = time.process_time()
-    for i in range(0, len(lines), TICK_LINES):
-        decisions, frags = read_lines(lines[i:i + TICK_LINES])
-        store.add_decisions(decisions)
-        n += len(decisions)
-        sink.add(frags)
-        sink.flush(force=True)
+    n, _ = store_lines(lines, store, sink)
     s = time.process_time() - t0
     store.close()
     return n, s

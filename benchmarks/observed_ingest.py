@@ -114,22 +114,8 @@ def run(prefix: str, copies: int, store: Store, encoding: str = "pb") -> dict[st
     # As `mmlens collect` does once started; here it also keeps the corpus held in memory
     # (no part of a collector's heap) out of every collection.
     tune_gc()
-    clock = time.process_time
-    t0 = clock()
-    log_dec = 0
-    split = {"read_s": 0.0, "decision_rows_s": 0.0, "trace_rows_s": 0.0}
-    for i in range(0, len(lines), TICK_LINES):  # a collector tick's worth at a time
-        a = clock()
-        decisions, frags = read_lines(lines[i:i + TICK_LINES])
-        b = clock()
-        store.add_decisions(decisions)
-        c = clock()
-        log_dec += len(decisions)
-        sink.add(frags)
-        sink.flush(force=True)
-        split["read_s"] += b - a
-        split["decision_rows_s"] += c - b
-        split["trace_rows_s"] += clock() - c
+    t0 = time.process_time()
+    log_dec, split = store_lines(lines, store, sink)
     t1 = time.process_time()
     span_dec = spans = 0
     for i, body in enumerate(bodies):
@@ -146,6 +132,28 @@ def run(prefix: str, copies: int, store: Store, encoding: str = "pb") -> dict[st
     return {"lines": len(lines), "log_decisions": log_dec, "log_s": t1 - t0, "spans": spans,
             "span_decisions": span_dec, "span_s": t2 - t1, "requests": rows,
             "decode_s": decode_floor(lines), **split}
+
+
+def store_lines(lines: list[str], store: Store, sink: ObservedSink,
+                ) -> tuple[int, dict[str, float]]:
+    """Log lines parsed and stored a collector tick's worth at a time: the decisions, and the
+    CPU seconds of each step (lines to records, decision rows, trace rows)."""
+    clock = time.process_time
+    n = 0
+    split = {"read_s": 0.0, "decision_rows_s": 0.0, "trace_rows_s": 0.0}
+    for i in range(0, len(lines), TICK_LINES):
+        a = clock()
+        decisions, frags = read_lines(lines[i:i + TICK_LINES])
+        b = clock()
+        store.add_decisions(decisions)
+        c = clock()
+        n += len(decisions)
+        sink.add(frags)
+        sink.flush(force=True)
+        split["read_s"] += b - a
+        split["decision_rows_s"] += c - b
+        split["trace_rows_s"] += clock() - c
+    return n, split
 
 
 def decode_floor(lines: list[str]) -> float:

@@ -91,7 +91,9 @@ class LogFollower:
         inode, size = self._stat()
         if inode != self.inode or size < self.offset:  # replaced, truncated or rotated
             self.inode, self.offset, self._keep = inode, 0, 0
-        self.backlog = max(0, size - self.offset)
+        # Counted once a read happened: a file that cannot be opened is not a backlog the
+        # collector could catch up on (its run loop would skip its waits for it).
+        self.backlog = 0
         if size == self.offset:
             return []
         try:
